@@ -1,0 +1,80 @@
+"""The ``dbus`` command line.
+
+The CLI is thin: each command parses its options, calls one library function and
+maps a ``DbusError`` to a one-line message and an exit code. Command groups that
+need more than the SDK (``services``, ``runtime``) are found through the
+``dbus_fn.cli`` entry point group, so installing the SDK alone never imports
+Spark.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Any
+
+import click
+
+from dbus_fn.errors import DbusError
+
+
+class _LazyGroup(click.Group):
+    """A group whose plugin subcommands are imported only when they are used."""
+
+    def _plugins(self) -> dict[str, Any]:
+        return {ep.name: ep for ep in entry_points(group="dbus_fn.cli")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._plugins()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        plugin = self._plugins().get(cmd_name)
+        if plugin is None:
+            return None
+        try:
+            loaded = plugin.load()
+        except ImportError as exc:
+            # A missing third-party module means the extras are not installed; keep
+            # `dbus --help` working and say how to fix it when the command is used.
+            if (exc.name or "").startswith(("dbus_fn", "dbus_spark", "dbus_deploy")):
+                raise
+            return _unavailable(cmd_name, exc.name or "a dependency")
+        assert isinstance(loaded, click.Command)
+        return loaded
+
+
+def _unavailable(name: str, missing: str) -> click.Command:
+    message = (
+        f"`dbus {name}` needs the runtime extras ({missing} is missing); "
+        "install them with: pip install 'dbus-fn[runtime]'"
+    )
+
+    def fail() -> None:
+        raise click.ClickException(message)
+
+    return click.Command(name, callback=fail, help=f"(unavailable: {missing} is not installed)")
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dbus-fn", prog_name="dbus")
+def cli() -> None:
+    """dbus: Python functions over MySQL/MariaDB row changes."""
+
+
+def main() -> None:
+    """Console entry point: user mistakes become one line and an exit code."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        raise SystemExit(130) from None
+    except click.ClickException as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except DbusError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        raise SystemExit(exc.exit_code) from None
+    except click.exceptions.Exit as exc:
+        raise SystemExit(exc.exit_code) from None

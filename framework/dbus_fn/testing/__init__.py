@@ -1,0 +1,1 @@
+"""Helpers for testing function modules with plain pytest, no Spark, no services."""

@@ -1,0 +1,1 @@
+"""The pytest plugin dbus registers (entry point ``pytest11``): fixtures for authors."""
