@@ -82,3 +82,34 @@ class RowChange:
     @property
     def qualified_table(self) -> str:
         return f"{self.database}.{self.table}"
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaChange:
+    """A DDL statement read from the binlog (``ALTER``, ``RENAME``, ``CREATE``...).
+
+    ``table`` is ``None`` when the statement names no single table.
+    """
+
+    source: str
+    database: str
+    table: str | None
+    statement: str
+    position: BinlogPosition
+    commit_time: datetime
+    server_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionCommit:
+    """The end of a transaction: ``position`` is where a reader resumes after it."""
+
+    source: str
+    position: BinlogPosition
+    commit_time: datetime
+    server_id: str
+    transaction_id: str | None = None
+    rows: int = 0
+
+
+CaptureItem = RowChange | SchemaChange | TransactionCommit
