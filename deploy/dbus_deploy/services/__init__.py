@@ -1,0 +1,47 @@
+"""The real local services dbus develops and tests against, on 127.0.0.1 only.
+
+MariaDB (ROW binlog), ZooKeeper, an Apache Kafka broker (KRaft) and
+Elasticsearch 8, installed from Debian packages and Maven Central and run from
+one state directory (``<repo>/.dbus``, or ``$DBUS_HOME``).
+"""
+
+from __future__ import annotations
+
+from dbus_deploy.services._config import ENV_HELP, SERVICE_NAMES, ServicesConfig, load_config
+from dbus_deploy.services._endpoints import (
+    ElasticsearchEndpoint,
+    Endpoints,
+    KafkaEndpoint,
+    MariaDBEndpoint,
+    ZooKeeperEndpoint,
+    endpoints,
+)
+from dbus_deploy.services._errors import (
+    InstallError,
+    PortInUseError,
+    ServiceStartError,
+    ToolMissingError,
+)
+from dbus_deploy.services._lifecycle import ServiceStatus, down, restart, status, up
+
+__all__ = [
+    "ENV_HELP",
+    "SERVICE_NAMES",
+    "ElasticsearchEndpoint",
+    "Endpoints",
+    "InstallError",
+    "KafkaEndpoint",
+    "MariaDBEndpoint",
+    "PortInUseError",
+    "ServiceStartError",
+    "ServiceStatus",
+    "ServicesConfig",
+    "ToolMissingError",
+    "ZooKeeperEndpoint",
+    "down",
+    "endpoints",
+    "load_config",
+    "restart",
+    "status",
+    "up",
+]

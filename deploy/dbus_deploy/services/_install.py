@@ -1,0 +1,196 @@
+"""Installing what the services run: Debian packages, Java, Maven artefacts.
+
+MariaDB and ZooKeeper come from Debian packages; Kafka and Elasticsearch from
+Maven Central through the small poms in ``deploy/services/`` (``~/.m2`` caches
+them). Missing tools are reported with the command that installs them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dbus_deploy.services._config import ServicesConfig
+from dbus_deploy.services._errors import InstallError, ToolMissingError
+from dbus_deploy.services._process import last_log_line
+
+_JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
+MIN_JAVA = 17
+
+
+@dataclass(frozen=True, slots=True)
+class Java:
+    """A Java runtime: its ``java`` binary, its home and its major version."""
+
+    binary: Path
+    home: Path
+    major: int
+
+
+def find_java(config: ServicesConfig, needed_by: str) -> Java:
+    """The Java 17+ to run ``needed_by`` with: ``$JAVA_HOME/bin/java``, else ``java`` on PATH."""
+    java_home = config.environ.get("JAVA_HOME", "").strip()
+    if java_home:
+        binary = Path(java_home) / "bin" / "java"
+        if not os.access(binary, os.X_OK):
+            raise ToolMissingError(
+                "java",
+                needed_by,
+                f"JAVA_HOME={java_home} has no bin/java; point JAVA_HOME at a Java {MIN_JAVA}+ "
+                "installation or unset it",
+            )
+    else:
+        found = shutil.which("java", path=config.environ.get("PATH", os.defpath))
+        if found is None:
+            raise ToolMissingError(
+                "java",
+                needed_by,
+                f"install Java {MIN_JAVA}+ (apt-get install openjdk-17-jre-headless) "
+                "or set JAVA_HOME",
+            )
+        binary = Path(found)
+    result = subprocess.run(
+        [str(binary), "-version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    match = _JAVA_VERSION.search(result.stderr + result.stdout)
+    major = int(match.group(1)) if match else 0
+    if major == 1 and match and match.group(2):  # "1.8.0" style
+        major = int(match.group(2))
+    if major < MIN_JAVA:
+        raise ToolMissingError(
+            f"Java {MIN_JAVA}+",
+            needed_by,
+            f"{binary} is Java {major or 'of unknown version'}; install openjdk-17-jre-headless "
+            "and set JAVA_HOME to it",
+        )
+    home = binary.resolve().parent.parent
+    return Java(binary=binary, home=home, major=major)
+
+
+def find_mvn(config: ServicesConfig, needed_by: str) -> Path:
+    found = shutil.which("mvn", path=config.environ.get("PATH", os.defpath))
+    if found is None:
+        raise ToolMissingError("mvn", needed_by, "install Maven (apt-get install maven)")
+    return Path(found)
+
+
+def _run_logged(
+    argv: Sequence[str],
+    *,
+    log_file: Path,
+    service: str,
+    step: str,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    timeout: float = 1800,
+) -> None:
+    """Run an install step with its output in ``log_file``; fail with its last line."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        log.write(f"$ {' '.join(argv)}\n".encode())
+        log.flush()
+        try:
+            result = subprocess.run(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=dict(env),
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise InstallError(
+                service, step, log_file=log_file, last_log_line=f"timed out after {timeout:.0f}s"
+            ) from None
+    if result.returncode != 0:
+        raise InstallError(service, step, log_file=log_file, last_log_line=last_log_line(log_file))
+
+
+def apt_install(config: ServicesConfig, packages: Mapping[str, str]) -> None:
+    """Install missing Debian packages (``{package: service}``): one update, one install.
+
+    Package scripts must not start the distribution's own daemons (they would take
+    our ports), so a ``policy-rc.d`` that denies service starts is in place for the
+    duration of the install, the way Debian's own build and image tools do it.
+    """
+    if not packages:
+        return
+    service = ", ".join(sorted(set(packages.values())))
+    apt = shutil.which("apt-get", path=config.environ.get("PATH", os.defpath))
+    if apt is None:
+        raise ToolMissingError(
+            "apt-get", service, f"install the packages {' '.join(packages)} by hand"
+        )
+    if os.geteuid() != 0:
+        raise ToolMissingError(
+            "root", service, f"run as root, or install first: apt-get install {' '.join(packages)}"
+        )
+    log_file = config.home / "logs" / "apt.log"
+    env = {**config.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    policy = Path("/usr/sbin/policy-rc.d")
+    placed_policy = False
+    if not policy.exists():
+        policy.write_text("#!/bin/sh\n# placed by dbus services during apt-get install\nexit 101\n")
+        policy.chmod(0o755)
+        placed_policy = True
+    try:
+        _run_logged(
+            [apt, "update"], log_file=log_file, service=service, step="apt-get update", env=env
+        )
+        _run_logged(
+            [apt, "install", "-y", "--no-install-recommends", *packages],
+            log_file=log_file,
+            service=service,
+            step=f"apt-get install {' '.join(packages)}",
+            env=env,
+        )
+    finally:
+        if placed_policy:
+            policy.unlink(missing_ok=True)
+
+
+def maven_copy_dependencies(
+    config: ServicesConfig, *, service: str, pom_dir: Path, output: Path
+) -> None:
+    """Resolve the dependencies of ``pom_dir/pom.xml`` from Maven Central into ``output``.
+
+    Resolves into a fresh directory and renames it, so an interrupted download never
+    looks like a complete one.
+    """
+    mvn = find_mvn(config, service)
+    # Maven itself needs a Java; fail with our message, not Maven's.
+    java = find_java(config, service)
+    partial = output.with_name(output.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    _run_logged(
+        [str(mvn), "-q", "-B", "dependency:copy-dependencies", f"-DoutputDirectory={partial}"],
+        log_file=config.home / "logs" / f"{service}-maven.log",
+        service=service,
+        step="mvn dependency:copy-dependencies",
+        env={**config.environ, "JAVA_HOME": str(java.home)},
+        cwd=pom_dir,
+    )
+    shutil.rmtree(output, ignore_errors=True)
+    partial.rename(output)
+
+
+def extract_zip(archive: Path, destination: Path) -> None:
+    """Unpack ``archive`` keeping the executable bits that ``zipfile`` would drop."""
+    partial = destination.with_name(destination.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    with zipfile.ZipFile(archive) as zipped:
+        for member in zipped.infolist():
+            target = Path(zipped.extract(member, partial))
+            mode = (member.external_attr >> 16) & 0o777
+            if mode:
+                target.chmod(mode)
+    shutil.rmtree(destination, ignore_errors=True)
+    partial.rename(destination)

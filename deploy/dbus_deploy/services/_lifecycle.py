@@ -1,0 +1,228 @@
+"""``up``, ``down``, ``status`` and ``restart`` of the local services.
+
+``up`` is idempotent: what runs is left alone (and checked), what does not is
+installed if needed, started, and waited on with a real health check. If any
+service fails, every service this call started is stopped again, so a failed
+``up`` leaves nothing behind. A file lock serialises concurrent calls (two test
+sessions starting at once must not both start MariaDB).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from dbus_fn.errors import ConfigError
+
+from dbus_deploy.services._config import SERVICE_NAMES, ServicesConfig, load_config
+from dbus_deploy.services._endpoints import write_endpoints
+from dbus_deploy.services._errors import PortInUseError, ServiceStartError
+from dbus_deploy.services._install import apt_install
+from dbus_deploy.services._mariadb import MariaDB
+from dbus_deploy.services._process import last_log_line, running_pid, spawn, stop
+from dbus_deploy.services._service import Service
+
+Progress = Callable[[str], None]
+
+_SERVICES: dict[str, type[Service]] = {
+    "mariadb": MariaDB,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceStatus:
+    """One service as ``status`` (and ``up``/``down``) see it."""
+
+    name: str
+    running: bool
+    pid: int | None
+    ports: tuple[int, ...]
+    log_file: str
+    action: str = ""
+    """What this call did: started, already running, stopped, not running."""
+    seconds: float | None = None
+
+
+def _select(names: Iterable[str] | None, config: ServicesConfig) -> list[Service]:
+    wanted = list(names or SERVICE_NAMES)
+    unknown = [name for name in wanted if name not in SERVICE_NAMES]
+    if unknown:
+        raise ConfigError(
+            f"unknown service {', '.join(unknown)}; choose from {', '.join(SERVICE_NAMES)}",
+            setting="NAME",
+        )
+    # Keep start order whatever order the names came in.
+    return [_SERVICES[name](config) for name in SERVICE_NAMES if name in wanted]
+
+
+@contextlib.contextmanager
+def _locked(config: ServicesConfig) -> Iterator[None]:
+    config.home.mkdir(parents=True, exist_ok=True)
+    with config.lock_file.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR: a port in TIME_WAIT is free to listen on; a listener is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
+
+
+def _status(service: Service, action: str = "", seconds: float | None = None) -> ServiceStatus:
+    pid = running_pid(service.pid_file, service.root)
+    return ServiceStatus(
+        name=service.name,
+        running=pid is not None,
+        pid=pid,
+        ports=tuple(port for port, _ in service.ports()),
+        log_file=str(service.log_file),
+        action=action,
+        seconds=seconds,
+    )
+
+
+def _wait_healthy(
+    pending: dict[str, tuple[Service, subprocess.Popen[bytes] | None]],
+    started_at: float,
+    progress: Progress,
+) -> dict[str, float]:
+    """Poll every pending service until healthy; fail on exit or timeout."""
+    ready: dict[str, float] = {}
+    reasons: dict[str, str] = {}
+    while pending:
+        for name, (service, process) in list(pending.items()):
+            if process is not None and process.poll() is not None:
+                raise ServiceStartError(
+                    name,
+                    f"the process exited with code {process.returncode}",
+                    log_file=service.log_file,
+                    last_log_line=last_log_line(*service.diagnostic_logs()),
+                )
+            reason = service.check_health()
+            if reason is None:
+                ready[name] = time.monotonic() - started_at
+                progress(f"{name}: healthy after {ready[name]:.1f}s")
+                del pending[name]
+                continue
+            reasons[name] = reason
+            if time.monotonic() - started_at > service.start_timeout:
+                raise ServiceStartError(
+                    name,
+                    f"not healthy after {service.start_timeout:.0f}s ({reason})",
+                    log_file=service.log_file,
+                    last_log_line=last_log_line(*service.diagnostic_logs()),
+                )
+        if pending:
+            time.sleep(0.5)
+    return ready
+
+
+def up(
+    names: Sequence[str] | None = None,
+    *,
+    config: ServicesConfig | None = None,
+    progress: Progress | None = None,
+) -> list[ServiceStatus]:
+    """Make sure the named services (default: all) run and are healthy."""
+    config = config or load_config()
+    say = progress or (lambda _message: None)
+    services = _select(names, config)
+    with _locked(config):
+        running = {s.name: running_pid(s.pid_file, s.root) for s in services}
+        to_start = [s for s in services if running[s.name] is None]
+        for service in to_start:
+            service.pid_file.unlink(missing_ok=True)  # stale, if any
+            for port, env_var in service.ports():
+                if _port_in_use(config.host, port):
+                    raise PortInUseError(service.name, port, env_var)
+        packages: dict[str, str] = {}
+        for service in to_start:
+            packages.update(service.apt_packages())
+        if packages:
+            say(f"installing Debian packages: {' '.join(packages)}")
+        apt_install(config, packages)
+        for service in to_start:
+            service.install()
+
+        started: list[Service] = []
+        began = time.monotonic()
+        try:
+            pending: dict[str, tuple[Service, subprocess.Popen[bytes] | None]] = {}
+            for service in services:
+                if running[service.name] is None:
+                    say(f"{service.name}: starting (log: {service.log_file})")
+                    launch = service.prepare()
+                    pending[service.name] = (service, spawn(launch, service.pid_file))
+                    started.append(service)
+                else:
+                    pending[service.name] = (service, None)
+            ready = _wait_healthy(pending, began, say)
+        except BaseException:
+            for service in reversed(started):
+                _stop(service)
+            raise
+        write_endpoints(config, [s.name for s in services])
+    return [
+        _status(
+            s,
+            "already running" if running[s.name] is not None else "started",
+            ready.get(s.name),
+        )
+        for s in services
+    ]
+
+
+def _stop(service: Service) -> bool:
+    pid = running_pid(service.pid_file, service.root)
+    if pid is not None:
+        stop(pid, grace=service.stop_grace)
+    service.pid_file.unlink(missing_ok=True)
+    return pid is not None
+
+
+def down(
+    names: Sequence[str] | None = None, *, config: ServicesConfig | None = None
+) -> list[ServiceStatus]:
+    """Stop the named services (default: all) that this state directory started."""
+    config = config or load_config()
+    services = _select(names, config)
+    with _locked(config):
+        stopped = {s.name: _stop(s) for s in reversed(services)}
+    return [_status(s, "stopped" if stopped[s.name] else "not running") for s in services]
+
+
+def status(
+    names: Sequence[str] | None = None, *, config: ServicesConfig | None = None
+) -> list[ServiceStatus]:
+    """Each service, whether it runs, its pid and ports."""
+    config = config or load_config()
+    return [_status(s) for s in _select(names, config)]
+
+
+def restart(
+    names: Sequence[str] | None = None,
+    *,
+    config: ServicesConfig | None = None,
+    progress: Progress | None = None,
+) -> list[ServiceStatus]:
+    """Stop then start the named services (for fault tests)."""
+    config = config or load_config()
+    down(names, config=config)
+    return up(names, config=config, progress=progress)

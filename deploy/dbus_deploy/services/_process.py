@@ -1,0 +1,139 @@
+"""Service processes: start them detached, find them again by pid file, stop them.
+
+A pid file alone can point at an unrelated process once the pid is reused, so a
+pid only counts as "ours" when the process was created before the pid file was
+written and its command line mentions the service's own directory. Stopping
+signals the process group the service was started in (its own session), which
+also reaches children such as Elasticsearch's server JVM, and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+# Lines that say more about a failure than the plain last line of a log.
+_MEANINGFUL = re.compile(r"\b(ERROR|FATAL|Exception|Error|error|Could not|Cannot|Can't|Aborting)\b")
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """How to run one service process: command, environment, log, and as whom."""
+
+    argv: Sequence[str]
+    log_file: Path
+    cwd: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = None
+
+
+def spawn(launch: Launch, pid_file: Path) -> subprocess.Popen[bytes]:
+    """Start ``launch`` in its own session with output appended to its log file."""
+    launch.log_file.parent.mkdir(parents=True, exist_ok=True)
+    with launch.log_file.open("ab") as log:
+        process = subprocess.Popen(
+            list(launch.argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=launch.cwd,
+            env=dict(launch.env),
+            start_new_session=True,
+            user=launch.user,
+            group=None if launch.user is None else _primary_group(launch.user),
+            extra_groups=None if launch.user is None else [],
+        )
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(f"{process.pid}\n")
+    return process
+
+
+def _primary_group(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_gid
+
+
+def running_pid(pid_file: Path, marker: Path) -> int | None:
+    """The pid in ``pid_file`` if that process is alive and is the service's own."""
+    try:
+        pid = int(pid_file.read_text().strip())
+        written = pid_file.stat().st_mtime
+    except (OSError, ValueError):
+        return None
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        # The process must predate its pid file (a reused pid is newer) and be
+        # started from this service's directory.
+        if process.create_time() > written + 1.0:
+            return None
+        if str(marker) not in " ".join(process.cmdline()):
+            return None
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    return pid
+
+
+def stop(pid: int, *, grace: float) -> bool:
+    """TERM the process group led by ``pid``, then KILL it after ``grace`` seconds.
+
+    Returns whether KILL was needed.
+    """
+    members = _group_members(pid)
+    _signal_group(pid, signal.SIGTERM)
+    _, alive = psutil.wait_procs(members, timeout=grace)
+    if not alive:
+        return False
+    _signal_group(pid, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=10)
+    return True
+
+
+def _group_members(pid: int) -> list[psutil.Process]:
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pid:
+                members.append(process)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    return members
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signum)
+
+
+def last_log_line(*logs: Path) -> str | None:
+    """The most telling recent line of the first log that has one.
+
+    Prefers the last line that looks like an error; falls back to the last
+    non-empty line. Long lines (stack traces, JSON logs) are shortened.
+    """
+    for log in logs:
+        try:
+            with log.open("rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - 64 * 1024))
+                tail = handle.read().decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        lines = [line.strip() for line in tail.splitlines() if line.strip()]
+        if not lines:
+            continue
+        errors = [line for line in lines if _MEANINGFUL.search(line)]
+        chosen = (errors or lines)[-1]
+        return chosen if len(chosen) <= 300 else chosen[:297] + "..."
+    return None

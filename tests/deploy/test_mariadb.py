@@ -1,0 +1,92 @@
+"""The MariaDB that `dbus services up mariadb` runs is fit for binlog capture."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _variables(connection, *names: str) -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
+            "WHERE VARIABLE_NAME IN (" + ",".join(["%s"] * len(names)) + ")",
+            [name.upper() for name in names],
+        )
+        return {name.lower(): value for name, value in cursor.fetchall()}
+
+
+def test_binlog_is_row_based_with_full_images_and_metadata(fresh_database) -> None:
+    settings = _variables(
+        fresh_database.connect(),
+        "log_bin",
+        "binlog_format",
+        "binlog_row_image",
+        "binlog_row_metadata",
+        "server_id",
+        "gtid_strict_mode",
+        "bind_address",
+    )
+    assert settings == {
+        "log_bin": "ON",
+        "binlog_format": "ROW",
+        "binlog_row_image": "FULL",
+        "binlog_row_metadata": "FULL",
+        "server_id": "1",
+        "gtid_strict_mode": "ON",
+        "bind_address": "127.0.0.1",
+    }
+
+
+def test_dbus_user_can_replicate_and_grant(fresh_database) -> None:
+    connection = fresh_database.connect()
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW GRANTS FOR CURRENT_USER()")
+        (grant,) = cursor.fetchone()
+        assert "ALL PRIVILEGES ON *.*" in grant
+        assert "WITH GRANT OPTION" in grant
+        # What a binlog reader runs first: both need replication privileges.
+        cursor.execute("SHOW BINARY LOGS")
+        assert cursor.fetchall()
+        cursor.execute("SHOW MASTER STATUS")
+        assert cursor.fetchone() is not None
+
+
+def test_fresh_database_is_empty_and_writes_reach_the_binlog(fresh_database) -> None:
+    connection = fresh_database.connect()
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW TABLES")
+        assert cursor.fetchall() == ()
+        cursor.execute("SELECT @@gtid_binlog_pos")
+        (before,) = cursor.fetchone()
+        cursor.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+        cursor.execute("INSERT INTO t VALUES (1, 'a')")
+        cursor.execute("SELECT @@gtid_binlog_pos")
+        (after,) = cursor.fetchone()
+    assert after != before
+    assert after.startswith("0-1-")
+
+
+_seen_databases: list[str] = []
+
+
+def test_fresh_database_is_made_for_one_test(fresh_database) -> None:
+    _seen_databases.append(fresh_database.name)
+
+
+def test_fresh_database_is_dropped_after_its_test(mariadb_service) -> None:
+    import pymysql
+
+    if not _seen_databases:
+        pytest.skip("runs after test_fresh_database_is_made_for_one_test")
+    connection = pymysql.connect(
+        host=mariadb_service.host,
+        port=mariadb_service.port,
+        user=mariadb_service.user,
+        password=mariadb_service.password,
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW DATABASES LIKE %s", [_seen_databases[0]])
+        assert cursor.fetchone() is None
+    connection.close()
