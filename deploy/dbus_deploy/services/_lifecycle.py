@@ -27,11 +27,13 @@ from dbus_deploy.services._install import apt_install
 from dbus_deploy.services._mariadb import MariaDB
 from dbus_deploy.services._process import last_log_line, running_pid, spawn, stop
 from dbus_deploy.services._service import Service
+from dbus_deploy.services._zookeeper import ZooKeeper
 
 Progress = Callable[[str], None]
 
 _SERVICES: dict[str, type[Service]] = {
     "mariadb": MariaDB,
+    "zookeeper": ZooKeeper,
 }
 
 

@@ -1,0 +1,60 @@
+"""The ZooKeeper that `dbus services up zookeeper` runs answers kazoo and 4lw."""
+
+from __future__ import annotations
+
+import socket
+
+import psutil
+import pytest
+from dbus_deploy.services import status
+from kazoo.client import KazooClient
+
+pytestmark = pytest.mark.integration
+
+
+def test_zk_root_is_a_fresh_chroot_for_kazoo(zookeeper_service, zk_root) -> None:
+    client = KazooClient(hosts=zookeeper_service.hosts + zk_root)
+    client.start(timeout=30)
+    try:
+        assert client.get_children("/") == []
+        client.create("/member", b"x", ephemeral=True)
+        assert client.get_children("/") == ["member"]
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_four_letter_words_work_and_admin_server_is_off(zookeeper_service) -> None:
+    host, port = zookeeper_service.hosts.split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as conn:
+        conn.sendall(b"srvr")
+        answer = b""
+        while chunk := conn.recv(4096):
+            answer += chunk
+    assert b"Mode: standalone" in answer
+    (zookeeper,) = status(["zookeeper"])
+    listening = {
+        conn.laddr.port
+        for conn in psutil.Process(zookeeper.pid).net_connections(kind="tcp")
+        if conn.status == psutil.CONN_LISTEN
+    }
+    assert listening == {int(port)}, "only the client port; the admin server (8080) is off"
+
+
+_seen_roots: list[str] = []
+
+
+def test_zk_root_is_made_for_one_test(zk_root) -> None:
+    _seen_roots.append(zk_root)
+
+
+def test_zk_root_is_deleted_after_its_test(zookeeper_service) -> None:
+    if not _seen_roots:
+        pytest.skip("runs after test_zk_root_is_made_for_one_test")
+    client = KazooClient(hosts=zookeeper_service.hosts)
+    client.start(timeout=30)
+    try:
+        assert client.exists(_seen_roots[0]) is None
+    finally:
+        client.stop()
+        client.close()
