@@ -24,6 +24,7 @@ from dbus_deploy.services._config import SERVICE_NAMES, ServicesConfig, load_con
 from dbus_deploy.services._endpoints import write_endpoints
 from dbus_deploy.services._errors import PortInUseError, ServiceStartError
 from dbus_deploy.services._install import apt_install
+from dbus_deploy.services._kafka import Kafka
 from dbus_deploy.services._mariadb import MariaDB
 from dbus_deploy.services._process import last_log_line, running_pid, spawn, stop
 from dbus_deploy.services._service import Service
@@ -34,6 +35,7 @@ Progress = Callable[[str], None]
 _SERVICES: dict[str, type[Service]] = {
     "mariadb": MariaDB,
     "zookeeper": ZooKeeper,
+    "kafka": Kafka,
 }
 
 
