@@ -39,3 +39,61 @@ class ServiceError(DbusError, RuntimeError):
     def __init__(self, message: str, *, service: str | None = None) -> None:
         super().__init__(message)
         self.service = service
+
+
+class ReadOnlyRowError(DbusError, TypeError):
+    """Code tried to change a row image of a ``RowChange``; rows are read-only."""
+
+    def __init__(self, message: str, *, column: str | None = None, action: str) -> None:
+        super().__init__(message)
+        self.column = column
+        self.action = action
+
+
+class UnsupportedColumnTypeError(DbusError, ValueError):
+    """A MySQL column type string that dbus has no JSON mapping for, or cannot parse."""
+
+    def __init__(self, message: str, *, column_type: str, column: str | None = None) -> None:
+        super().__init__(message)
+        self.column_type = column_type
+        self.column = column
+
+
+class ColumnValueError(DbusError, ValueError):
+    """A column value does not fit its column type (in Python or in its JSON form)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        column_type: str,
+        expected: str,
+        received: str,
+        column: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.column_type = column_type
+        self.expected = expected
+        self.received = received
+        self.column = column
+
+
+class EventFormatError(DbusError, ValueError):
+    """A CloudEvent (or its JSON / Kafka form) is not a valid dbus event.
+
+    ``problems`` lists every problem found, not only the first; ``where`` names the
+    place it was read from (a file and line, a Kafka message) when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        problems: tuple[str, ...] = (),
+        event_id: str | None = None,
+        where: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.problems = problems
+        self.event_id = event_id
+        self.where = where

@@ -9,13 +9,15 @@ mapping from every MySQL type and the JSON form used on the wire.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
+
+from dbus_fn.errors import ReadOnlyRowError
 
 
-class Operation(str, enum.Enum):
+class Operation(enum.StrEnum):
     """What happened to the row."""
 
     INSERT = "insert"
@@ -41,7 +43,108 @@ class BinlogPosition:
         return f"{text} ({self.gtid})" if self.gtid else text
 
 
-@dataclass(frozen=True, slots=True)
+class Row(Mapping[str, Any]):
+    """A read-only row image: column name to typed value, in table column order.
+
+    Functions share one event, so a projection must not change its input: every
+    mutating call raises ``ReadOnlyRowError`` (a ``TypeError``). Build a new dict
+    instead, ``{**event.after, "total": 0}`` or ``row | {"total": 0}``. ``set``
+    values are frozen into ``frozenset``; ``json`` values (dicts, lists) are shared
+    as they are, so leave them unchanged too.
+
+    Unlike ``types.MappingProxyType`` a ``Row`` pickles (Spark ships events
+    between processes by pickling them).
+    """
+
+    __slots__ = ("_columns",)
+
+    _columns: dict[str, Any]
+
+    def __init__(self, columns: Mapping[str, Any] | None = None, /) -> None:
+        values = dict(columns) if columns is not None else {}
+        for name, value in values.items():
+            if isinstance(value, set):
+                values[name] = frozenset(value)
+        object.__setattr__(self, "_columns", values)
+
+    def __getitem__(self, column: str) -> Any:
+        return self._columns[column]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns)
+
+    def __len__(self) -> int:
+        return len(self._columns)
+
+    def __contains__(self, column: object) -> bool:
+        return column in self._columns
+
+    def __repr__(self) -> str:
+        return f"Row({self._columns!r})"
+
+    def __reduce__(self) -> tuple[type[Row], tuple[dict[str, Any]]]:
+        return (Row, (self._columns,))
+
+    def __or__(self, other: Mapping[str, Any]) -> dict[str, Any]:
+        """``row | {...}``: a new plain dict with ``other`` merged over this row."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return {**self._columns, **other}
+
+    def __ror__(self, other: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return {**other, **self._columns}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A new, mutable ``dict`` copy of the row, to change and return."""
+        return dict(self._columns)
+
+    def _refuse(self, action: str, column: str | None = None) -> NoReturn:
+        target = f" column {column!r}" if column is not None else ""
+        raise ReadOnlyRowError(
+            f"cannot {action}{target}: rows of a RowChange are read-only, because other "
+            "functions see the same event; return a new dict instead, e.g. "
+            "{**event.after, 'name': value} or event.after.to_dict()",
+            column=column,
+            action=action,
+        )
+
+    def __setitem__(self, column: str, value: Any) -> NoReturn:
+        self._refuse("set", column)
+
+    def __delitem__(self, column: str) -> NoReturn:
+        self._refuse("delete", column)
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        self._refuse(f"set attribute {name!r} on")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        self._refuse(f"delete attribute {name!r} of")
+
+    def update(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse("update")
+
+    def pop(self, column: str, *default: Any) -> NoReturn:
+        self._refuse("pop", column)
+
+    def popitem(self) -> NoReturn:
+        self._refuse("popitem")
+
+    def clear(self) -> NoReturn:
+        self._refuse("clear")
+
+    def setdefault(self, column: str, default: Any = None) -> NoReturn:
+        self._refuse("setdefault", column)
+
+
+def _as_row(image: Mapping[str, Any] | None) -> Row | None:
+    if image is None or isinstance(image, Row):
+        return image
+    return Row(image)
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class RowChange:
     """One row change of one table, read from one source.
 
@@ -49,14 +152,19 @@ class RowChange:
     ``position`` is the binlog position of the rows event and ``row_index`` the
     row's place inside it: together with ``server_id`` they name the change
     uniquely and deterministically.
+
+    ``before`` and ``after`` may be given as any mapping; they are stored as
+    read-only ``Row`` values. ``column_types`` maps each column to its lowercase
+    MySQL ``COLUMN_TYPE`` (see ``dbus_fn.columns``); it makes the JSON form of the
+    change lossless.
     """
 
     source: str
     database: str
     table: str
     op: Operation
-    before: Mapping[str, Any] | None
-    after: Mapping[str, Any] | None
+    before: Row | None
+    after: Row | None
     primary_key: tuple[str, ...]
     position: BinlogPosition
     commit_time: datetime
@@ -66,8 +174,43 @@ class RowChange:
     column_types: Mapping[str, str] = field(default_factory=dict)
     schema_version: int = 0
 
+    def __init__(
+        self,
+        source: str,
+        database: str,
+        table: str,
+        op: Operation,
+        before: Mapping[str, Any] | None,
+        after: Mapping[str, Any] | None,
+        primary_key: tuple[str, ...],
+        position: BinlogPosition,
+        commit_time: datetime,
+        server_id: str,
+        row_index: int = 0,
+        transaction_id: str | None = None,
+        column_types: Mapping[str, str] | None = None,
+        schema_version: int = 0,
+    ) -> None:
+        # Written out so type checkers accept plain dicts for the row images; the
+        # stored values are read-only Rows and a private copy of the types.
+        setter = object.__setattr__
+        setter(self, "source", source)
+        setter(self, "database", database)
+        setter(self, "table", table)
+        setter(self, "op", Operation(op))
+        setter(self, "before", _as_row(before))
+        setter(self, "after", _as_row(after))
+        setter(self, "primary_key", tuple(primary_key))
+        setter(self, "position", position)
+        setter(self, "commit_time", commit_time)
+        setter(self, "server_id", server_id)
+        setter(self, "row_index", row_index)
+        setter(self, "transaction_id", transaction_id)
+        setter(self, "column_types", dict(column_types or {}))
+        setter(self, "schema_version", schema_version)
+
     @property
-    def row(self) -> Mapping[str, Any]:
+    def row(self) -> Row:
         """The row as it is now: ``after``, or ``before`` for a delete."""
         image = self.after if self.after is not None else self.before
         assert image is not None, "a row change has at least one image"

@@ -1,0 +1,584 @@
+"""Column values: the Python value and the JSON form of every MySQL column type.
+
+A column type is the lowercase ``COLUMN_TYPE`` string of ``information_schema``
+(``"int unsigned"``, ``"decimal(65,30)"``, ``"enum('a','b')"``...). It alone decides
+how a value is held in a ``RowChange`` and how it is written into an event's JSON
+``data``, so that a change read back from JSON is equal to the one written.
+
+=====================================  ========================  ==============================
+MySQL type                             Python value              JSON form
+=====================================  ========================  ==============================
+tinyint smallint mediumint int bigint  ``int``                   number
+(also ``unsigned``, ``zerofill``,
+display width ``(n)``)
+decimal numeric (``(p,s)``)            ``decimal.Decimal``       string, exact, no exponent:
+                                                                 ``"-12.500"``
+float double real                      ``float``                 number (finite only)
+date                                   ``datetime.date``         ``"YYYY-MM-DD"``
+time (``(fsp)``)                       ``datetime.timedelta``,   ``"[-]HH:MM:SS[.ffffff]"``,
+                                       may be negative, up to    hours have 2 or 3 digits
+                                       838:59:59.999999
+datetime (``(fsp)``)                   naive                     ``"YYYY-MM-DDTHH:MM:SS"``
+                                       ``datetime.datetime``     ``[.ffffff]``
+timestamp (``(fsp)``)                  aware UTC                 ``"YYYY-MM-DDTHH:MM:SS"``
+                                       ``datetime.datetime``     ``[.ffffff]Z``
+year                                   ``int``                   number
+char varchar tinytext text mediumtext  ``str``                   string
+longtext; MariaDB uuid inet4 inet6
+binary varbinary tinyblob blob         ``bytes``                 string, standard base64
+mediumblob longblob; spatial types                               with padding
+(geometry, point... as MySQL's
+internal SRID + WKB bytes)
+enum(...)                              ``str``                   string
+set(...)                               ``frozenset[str]``        sorted list of strings
+bit(n)                                 ``int``                   number
+json                                   parsed JSON value         the JSON value itself
+NULL in any type                       ``None``                  ``null``
+=====================================  ========================  ==============================
+
+Details that matter:
+
+- A fraction (``.ffffff``, always six digits) is written only when the value has
+  microseconds; readers accept one to six digits.
+- ``timestamp`` values are converted to UTC on the way out and come back as UTC.
+- Integers keep every digit (``bigint unsigned`` up to 18446744073709551615,
+  ``bit(64)`` up to 2**64 - 1); JSON readers that hold numbers as doubles (such as
+  JavaScript) lose precision above 2**53.
+- SQL ``NULL`` and the JSON literal ``null`` in a ``json`` column are both ``None``.
+- MariaDB stores ``json`` as ``longtext``; such a column is a ``str``.
+- ``set`` and ``enum`` members are not checked against the declared list: the
+  table's definition can change while older events are still in flight.
+- A column type dbus does not know (``vector``, a misspelling) raises
+  ``UnsupportedColumnTypeError`` rather than guessing a form, because a guess
+  would not read back as the same value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any, Literal, TypeAlias
+
+from dbus_fn.errors import ColumnValueError, UnsupportedColumnTypeError
+
+__all__ = [
+    "ColumnKind",
+    "ColumnType",
+    "JsonValue",
+    "from_json_value",
+    "infer_column_type",
+    "parse_column_type",
+    "row_from_json",
+    "row_to_json",
+    "to_json_value",
+]
+
+JsonValue: TypeAlias = (
+    bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
+)
+
+ColumnKind = Literal[
+    "integer",
+    "decimal",
+    "float",
+    "date",
+    "time",
+    "datetime",
+    "timestamp",
+    "year",
+    "text",
+    "bytes",
+    "enum",
+    "set",
+    "bit",
+    "json",
+]
+
+_INTEGER_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32,
+                 "bigint": 64}
+_SPATIAL = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+            "multipolygon", "geometrycollection", "geomcollection")
+_KINDS: dict[str, ColumnKind] = {
+    **{name: "integer" for name in _INTEGER_BITS},
+    "bool": "integer",
+    "boolean": "integer",
+    "decimal": "decimal",
+    "numeric": "decimal",
+    "dec": "decimal",
+    "fixed": "decimal",
+    "float": "float",
+    "double": "float",
+    "double precision": "float",
+    "real": "float",
+    "date": "date",
+    "time": "time",
+    "datetime": "datetime",
+    "timestamp": "timestamp",
+    "year": "year",
+    **{name: "text" for name in ("char", "varchar", "tinytext", "text", "mediumtext",
+                                 "longtext", "uuid", "inet4", "inet6")},
+    **{name: "bytes" for name in ("binary", "varbinary", "tinyblob", "blob", "mediumblob",
+                                  "longblob", *_SPATIAL)},
+    "enum": "enum",
+    "set": "set",
+    "bit": "bit",
+    "json": "json",
+}
+_NUMERIC_KINDS = frozenset({"integer", "decimal", "float"})
+
+_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_TYPE = re.compile(
+    r"\s*(?P<name>[a-z][a-z0-9_]*(?:\s+precision)?)\s*(?:\((?P<args>.*)\))?"
+    r"(?P<attrs>(?:\s+(?:unsigned|signed|zerofill))*)\s*",
+    re.I | re.S,
+)
+_MEMBER = re.compile(r"\s*'((?:[^']|'')*)'\s*(?:,|$)", re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnType:
+    """A parsed column type string.
+
+    ``name`` is the lowercase base type (``"int"``, ``"varchar"``, ``"enum"``),
+    ``kind`` the family that decides the Python value and JSON form, ``args`` the
+    parenthesised arguments (numbers as strings; members for ``enum``/``set``).
+    """
+
+    text: str
+    name: str
+    kind: ColumnKind
+    args: tuple[str, ...] = ()
+    unsigned: bool = False
+
+    @property
+    def bits(self) -> int | None:
+        """Width in bits of an integer or ``bit`` column, else ``None``."""
+        if self.kind == "bit":
+            return int(self.args[0]) if self.args else 1
+        if self.kind == "integer":
+            return _INTEGER_BITS.get(self.name, 8)
+        return None
+
+
+def _unsupported(text: str, why: str) -> UnsupportedColumnTypeError:
+    return UnsupportedColumnTypeError(
+        f"column type {text!r} is not supported: {why}; expected a lowercase MySQL "
+        "COLUMN_TYPE such as 'int unsigned', 'varchar(255)' or \"enum('a','b')\" "
+        "(the table in dbus_fn.columns lists every type)",
+        column_type=text,
+    )
+
+
+@lru_cache(maxsize=4096)
+def parse_column_type(column_type: str) -> ColumnType:
+    """Parse a ``COLUMN_TYPE`` string; raise ``UnsupportedColumnTypeError`` if unknown."""
+    if not isinstance(column_type, str):
+        raise _unsupported(repr(column_type), f"a {type(column_type).__name__}, not a string")
+    match = _TYPE.fullmatch(_COMMENT.sub(" ", column_type))
+    if match is None:
+        raise _unsupported(column_type, "it does not read as 'name[(args)] [unsigned]'")
+    name = " ".join(match["name"].lower().split())
+    kind = _KINDS.get(name)
+    if kind is None:
+        raise _unsupported(column_type, f"dbus has no JSON mapping for type {name!r}")
+    attrs = match["attrs"].lower().split()
+    unsigned = "unsigned" in attrs or "zerofill" in attrs
+    if attrs and kind not in _NUMERIC_KINDS:
+        raise _unsupported(column_type, f"{' '.join(attrs)!r} applies to numeric types only")
+    raw_args = match["args"]
+    args: tuple[str, ...] = ()
+    if kind in ("enum", "set"):
+        args = _parse_members(column_type, raw_args or "")
+    elif raw_args is not None:
+        args = tuple(part.strip() for part in raw_args.split(","))
+        if not all(part.isdigit() for part in args):
+            raise _unsupported(column_type, f"arguments ({raw_args}) are not numbers")
+    parsed = ColumnType(text=column_type, name=name, kind=kind, args=args, unsigned=unsigned)
+    if kind == "bit" and not 1 <= (parsed.bits or 0) <= 64:
+        raise _unsupported(column_type, "bit width must be 1 to 64")
+    return parsed
+
+
+def _parse_members(text: str, raw: str) -> tuple[str, ...]:
+    members: list[str] = []
+    position = 0
+    while position < len(raw):
+        match = _MEMBER.match(raw, position)
+        if match is None:
+            raise _unsupported(text, "members must be quoted like ('a','b')")
+        members.append(match[1].replace("''", "'"))
+        position = match.end()
+    return tuple(members)
+
+
+class _Mismatch(Exception):
+    """Internal: a codec saw a value of the wrong form; carries what it expected."""
+
+    def __init__(self, expected: str) -> None:
+        super().__init__(expected)
+        self.expected = expected
+
+
+@dataclass(frozen=True, slots=True)
+class _Codec:
+    to_json: Callable[[Any], JsonValue]
+    from_json: Callable[[Any], Any]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _ranged_int(low: int, high: int, what: str) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if isinstance(value, bool):
+            value = int(value)
+        if not _is_int(value) or not low <= value <= high:
+            raise _Mismatch(f"{what} from {low} to {high}")
+        return int(value)
+
+    return check
+
+
+def _integer_codec(column: ColumnType) -> _Codec:
+    bits = column.bits or 64
+    if column.kind == "bit" or column.unsigned:
+        check = _ranged_int(0, 2**bits - 1, "an int")
+    else:
+        check = _ranged_int(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1, "an int")
+    return _Codec(check, check)
+
+
+_DECIMAL_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+def _decimal_to_json(value: Any) -> str:
+    if _is_int(value):
+        value = Decimal(value)
+    if not isinstance(value, Decimal) or not value.is_finite():
+        raise _Mismatch("a finite decimal.Decimal (or an int)")
+    return format(value, "f")
+
+
+def _decimal_from_json(value: Any) -> Decimal:
+    if not isinstance(value, str) or not _DECIMAL_TEXT.fullmatch(value):
+        raise _Mismatch('a decimal string such as "-12.50"')
+    try:
+        return Decimal(value)
+    except InvalidOperation as exc:  # pragma: no cover - the pattern admits only numbers
+        raise _Mismatch('a decimal string such as "-12.50"') from exc
+
+
+def _float_value(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise _Mismatch("a finite float")
+    return float(value)
+
+
+def _date_to_json(value: Any) -> str:
+    if type(value) is not date:
+        raise _Mismatch("a datetime.date")
+    return value.isoformat()
+
+
+_DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+def _date_from_json(value: Any) -> date:
+    if not isinstance(value, str) or not _DATE_TEXT.fullmatch(value):
+        raise _Mismatch('a date string "YYYY-MM-DD"')
+    try:
+        return date.fromisoformat(value)
+    except ValueError as exc:
+        raise _Mismatch('a real calendar date "YYYY-MM-DD"') from exc
+
+
+def _fraction(microseconds: int) -> str:
+    return f".{microseconds:06d}" if microseconds else ""
+
+
+def _time_to_json(value: Any) -> str:
+    if not isinstance(value, timedelta):
+        raise _Mismatch("a datetime.timedelta")
+    total = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = "-" if total < 0 else ""
+    seconds, micros = divmod(abs(total), 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    return f"{sign}{hours:02d}:{minute:02d}:{second:02d}{_fraction(micros)}"
+
+
+_TIME_TEXT = re.compile(r"(-?)([0-9]{2,3}):([0-5][0-9]):([0-5][0-9])(?:\.([0-9]{1,6}))?")
+
+
+def _time_from_json(value: Any) -> timedelta:
+    match = _TIME_TEXT.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise _Mismatch('a time string "[-]HH:MM:SS[.ffffff]"')
+    sign, hours, minutes, seconds, fraction = match.groups()
+    magnitude = timedelta(
+        hours=int(hours),
+        minutes=int(minutes),
+        seconds=int(seconds),
+        microseconds=int((fraction or "0").ljust(6, "0")),
+    )
+    return -magnitude if sign else magnitude
+
+
+def _datetime_text(value: datetime) -> str:
+    text = value.replace(microsecond=0).isoformat(sep="T")
+    return text + _fraction(value.microsecond)
+
+
+def _datetime_to_json(value: Any) -> str:
+    if not isinstance(value, datetime) or value.tzinfo is not None:
+        raise _Mismatch("a naive datetime.datetime (DATETIME has no time zone)")
+    return _datetime_text(value)
+
+
+_DATETIME_TEXT = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?"
+_NAIVE_TEXT = re.compile(_DATETIME_TEXT)
+_UTC_TEXT = re.compile(_DATETIME_TEXT + "Z")
+
+
+def _datetime_from_json(value: Any) -> datetime:
+    if not isinstance(value, str) or not _NAIVE_TEXT.fullmatch(value):
+        raise _Mismatch('a datetime string "YYYY-MM-DDTHH:MM:SS[.ffffff]"')
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise _Mismatch("a real calendar date and time") from exc
+
+
+def _timestamp_to_json(value: Any) -> str:
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise _Mismatch("a timezone-aware datetime.datetime (TIMESTAMP is UTC)")
+    return _datetime_text(value.astimezone(UTC).replace(tzinfo=None)) + "Z"
+
+
+def _timestamp_from_json(value: Any) -> datetime:
+    if not isinstance(value, str) or not _UTC_TEXT.fullmatch(value):
+        raise _Mismatch('a UTC timestamp string "YYYY-MM-DDTHH:MM:SS[.ffffff]Z"')
+    try:
+        return datetime.fromisoformat(value[:-1]).replace(tzinfo=UTC)
+    except ValueError as exc:
+        raise _Mismatch("a real calendar date and time") from exc
+
+
+def _year_value(value: Any) -> int:
+    if isinstance(value, bool) or not _is_int(value) or not (value == 0 or 1901 <= value <= 2155):
+        raise _Mismatch("a year: 0 or 1901 to 2155")
+    return int(value)
+
+
+def _str_value(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Mismatch("a str")
+    return value
+
+
+def _bytes_to_json(value: Any) -> str:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise _Mismatch("bytes")
+    return base64.b64encode(value).decode("ascii")
+
+
+def _bytes_from_json(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise _Mismatch("a base64 string")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise _Mismatch("a standard, padded base64 string") from exc
+
+
+def _set_to_json(value: Any) -> list[JsonValue]:
+    if not isinstance(value, set | frozenset) or not all(isinstance(m, str) for m in value):
+        raise _Mismatch("a frozenset of str")
+    return list(sorted(value))
+
+
+def _set_from_json(value: Any) -> frozenset[str]:
+    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+        raise _Mismatch("a list of strings")
+    return frozenset(value)
+
+
+def _json_to_json(value: Any) -> JsonValue:
+    _check_json(value)
+    return value  # type: ignore[no-any-return]
+
+
+def _check_json(value: Any) -> None:
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _Mismatch("a JSON value (no NaN or infinity)")
+        return
+    if isinstance(value, list):
+        for item in value:
+            _check_json(item)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _Mismatch("a JSON value (object keys must be str)")
+            _check_json(item)
+        return
+    raise _Mismatch("a JSON value: dict, list, str, int, float, bool or None")
+
+
+def _json_from_json(value: Any) -> Any:
+    return value
+
+
+@lru_cache(maxsize=4096)
+def _codec(column_type: str) -> _Codec:
+    parsed = parse_column_type(column_type)
+    kind = parsed.kind
+    if kind in ("integer", "bit"):
+        return _integer_codec(parsed)
+    simple: dict[str, _Codec] = {
+        "decimal": _Codec(_decimal_to_json, _decimal_from_json),
+        "float": _Codec(_float_value, _float_value),
+        "date": _Codec(_date_to_json, _date_from_json),
+        "time": _Codec(_time_to_json, _time_from_json),
+        "datetime": _Codec(_datetime_to_json, _datetime_from_json),
+        "timestamp": _Codec(_timestamp_to_json, _timestamp_from_json),
+        "year": _Codec(_year_value, _year_value),
+        "text": _Codec(_str_value, _str_value),
+        "enum": _Codec(_str_value, _str_value),
+        "bytes": _Codec(_bytes_to_json, _bytes_from_json),
+        "set": _Codec(_set_to_json, _set_from_json),
+        "json": _Codec(_json_to_json, _json_from_json),
+    }
+    return simple[kind]
+
+
+def _value_error(
+    exc: _Mismatch, value: object, column_type: str, column: str | None, direction: str
+) -> ColumnValueError:
+    where = f"column {column!r} ({column_type})" if column else f"a {column_type} column"
+    # The value itself stays out of the message: rows may hold personal data.
+    received = "null" if value is None else type(value).__name__
+    return ColumnValueError(
+        f"{where}: expected {exc.expected} {direction}, got a {received}; "
+        "check the value against the type table in dbus_fn.columns",
+        column_type=column_type,
+        expected=exc.expected,
+        received=received,
+        column=column,
+    )
+
+
+def _with_column(exc: UnsupportedColumnTypeError, column: str | None) -> None:
+    if column is not None and exc.column is None:
+        exc.column = column
+        exc.message = f"column {column!r}: {exc.message}"
+
+
+def _convert(value: Any, column_type: str, column: str | None, *, outward: bool) -> Any:
+    try:
+        codec = _codec(column_type)
+    except UnsupportedColumnTypeError as exc:
+        _with_column(exc, column)
+        raise
+    if value is None:
+        return None
+    try:
+        return codec.to_json(value) if outward else codec.from_json(value)
+    except _Mismatch as exc:
+        direction = "in Python" if outward else "in JSON"
+        raise _value_error(exc, value, column_type, column, direction) from None
+
+
+def to_json_value(value: Any, column_type: str, *, column: str | None = None) -> JsonValue:
+    """The JSON form of a Python column value of type ``column_type``."""
+    result: JsonValue = _convert(value, column_type, column, outward=True)
+    return result
+
+
+def from_json_value(value: JsonValue, column_type: str, *, column: str | None = None) -> Any:
+    """The Python value of a JSON column value of type ``column_type``."""
+    return _convert(value, column_type, column, outward=False)
+
+
+def _type_of(column: str, column_types: Mapping[str, str]) -> str:
+    try:
+        return column_types[column]
+    except KeyError:
+        raise UnsupportedColumnTypeError(
+            f"column {column!r} has no column type; expected one in column_types "
+            f"(known: {', '.join(sorted(column_types)) or 'none'})",
+            column_type="",
+            column=column,
+        ) from None
+
+
+def row_to_json(row: Mapping[str, Any], column_types: Mapping[str, str]) -> dict[str, JsonValue]:
+    """The JSON object of a row; every column needs a type in ``column_types``."""
+    return {
+        name: to_json_value(value, _type_of(name, column_types), column=name)
+        for name, value in row.items()
+    }
+
+
+def row_from_json(
+    data: Mapping[str, JsonValue], column_types: Mapping[str, str]
+) -> dict[str, Any]:
+    """The Python row of a JSON object; every column needs a type in ``column_types``."""
+    return {
+        name: from_json_value(value, _type_of(name, column_types), column=name)
+        for name, value in data.items()
+    }
+
+
+_INFERRED: tuple[tuple[type, str], ...] = (
+    (bool, "tinyint(1)"),
+    (float, "double"),
+    (Decimal, "decimal(65,30)"),
+    (str, "longtext"),
+    (bytes, "longblob"),
+    (bytearray, "longblob"),
+    (timedelta, "time(6)"),
+    (frozenset, "set"),
+    (set, "set"),
+    (dict, "json"),
+    (list, "json"),
+)
+
+
+def infer_column_type(value: Any) -> str:
+    """A column type that holds ``value`` losslessly, for columns declared nowhere.
+
+    Capture always declares types; this serves rows built by hand (tests, the
+    emulator). ``None`` alone says nothing and is recorded as ``json``.
+    """
+    if value is None:
+        return "json"
+    if _is_int(value):
+        if -(2**63) <= value < 2**63:
+            return "bigint"
+        return "bigint unsigned" if 0 <= value < 2**64 else "json"
+    if isinstance(value, datetime):
+        return "datetime(6)" if value.tzinfo is None else "timestamp(6)"
+    if isinstance(value, date):
+        return "date"
+    for python_type, column_type in _INFERRED:
+        if isinstance(value, python_type):
+            return column_type
+    raise ColumnValueError(
+        f"cannot infer a column type for a {type(value).__name__}; expected a value of a "
+        "type in the table of dbus_fn.columns, or declare the column in column_types",
+        column_type="",
+        expected="a documented Python column value",
+        received=type(value).__name__,
+    )

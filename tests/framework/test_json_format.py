@@ -1,0 +1,81 @@
+"""Events as JSON and as JSON lines (what `dbus source record` writes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dbus_fn import (
+    EventFormatError,
+    Operation,
+    event_from_json,
+    event_to_json,
+    from_cloudevent,
+    item_from_cloudevent,
+    read_jsonl,
+    to_cloudevent,
+    write_jsonl,
+)
+from event_samples import assert_same_change, row_change, schema_change, transaction_commit
+
+
+def test_jsonl_round_trip_keeps_order_and_every_value(tmp_path: Path) -> None:
+    items = [row_change(Operation.INSERT), row_change(Operation.UPDATE, row_index=4),
+             schema_change(), row_change(Operation.DELETE, row_index=5), transaction_commit()]
+    path = tmp_path / "capture.jsonl"
+    assert write_jsonl(path, items) == 5
+    lines = path.read_bytes().splitlines()
+    assert len(lines) == 5 and all(line.startswith(b"{") for line in lines)
+    back = [item_from_cloudevent(event) for event in read_jsonl(path)]
+    assert back == items
+    assert_same_change(back[1], items[1])  # type: ignore[arg-type]
+
+
+def test_jsonl_appends_and_skips_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "capture.jsonl"
+    write_jsonl(path, [to_cloudevent(row_change())])
+    with path.open("ab") as out:
+        out.write(b"\n   \n")
+    write_jsonl(path, [row_change(row_index=4)], append=True)
+    assert [e.get_id()[-1] for e in read_jsonl(path)] == ["3", "4"]
+
+
+def test_a_bad_line_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "capture.jsonl"
+    write_jsonl(path, [row_change()])
+    with path.open("ab") as out:
+        out.write(b'{"id": "x", "source": "/s", "type": "t"\n')
+    events = read_jsonl(path)
+    next(events)
+    with pytest.raises(EventFormatError) as caught:
+        next(events)
+    assert caught.value.where == f"{path}:2"
+    assert f"{path}:2" in str(caught.value)
+
+
+def test_json_is_one_line_of_ascii() -> None:
+    text = event_to_json(row_change())
+    assert b"\n" not in text
+    assert text.isascii()
+    assert_same_change(from_cloudevent(event_from_json(text)), row_change())
+    assert_same_change(from_cloudevent(event_from_json(text.decode())), row_change())
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b"[1, 2]", "JSON list, expected a JSON object"),
+        (b'{"source": "/s", "type": "t", "specversion": "1.0"}', "missing required attribute 'id'"),
+        (b'{"id": "1", "source": "/s", "type": "t"}', "'specversion'"),
+        (b'{"id": "1", "source": "/s", "type": "t", "specversion": "2.0"}', "specversion"),
+        (b'{"id": "1", "source": "/s", "type": "t", "specversion": "1.0", "time": "soon"}',
+         "malformed attribute"),
+        (b'{"id": "1", "source": "/s", "type": "t", "specversion": "1.0", "Bad": "x"}',
+         "lowercase"),
+    ],
+)
+def test_bad_json_gives_clear_errors(text: bytes, expected: str) -> None:
+    with pytest.raises(EventFormatError, match=expected):
+        event_from_json(text, where="input")

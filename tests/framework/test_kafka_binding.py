@@ -1,0 +1,132 @@
+"""CloudEvents over Kafka: binary and structured mode, keys, and bad messages."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import pytest
+from dbus_fn import (
+    EventFormatError,
+    KafkaMessage,
+    Operation,
+    from_cloudevent,
+    from_kafka_message,
+    item_from_cloudevent,
+    to_cloudevent,
+    to_kafka_message,
+)
+from event_samples import assert_same_change, row_change, schema_change, transaction_commit
+
+Mode = Literal["binary", "structured"]
+MODES: list[Mode] = ["binary", "structured"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("op", list(Operation))
+def test_change_to_kafka_and_back_is_lossless(mode: Mode, op: Operation) -> None:
+    change = row_change(op)
+    message = to_kafka_message(to_cloudevent(change), mode=mode)
+    event = from_kafka_message(message.key, message.value, message.headers)
+    assert_same_change(from_cloudevent(event), change)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_both_modes_give_the_same_event(mode: Mode) -> None:
+    change = row_change()
+    original = to_cloudevent(change)
+    message = to_kafka_message(change, mode=mode)  # a change converts on the way
+    event = from_kafka_message(message.key, message.value, message.headers)
+    assert event.get_attributes() == original.get_attributes()
+    assert event.get_data() == original.get_data()
+
+
+def test_key_is_the_primary_key_so_per_row_order_holds() -> None:
+    first = to_kafka_message(row_change(Operation.INSERT))
+    later = to_kafka_message(row_change(Operation.DELETE, row_index=9))
+    assert first.key == later.key == b"[18446744073709551615]"
+    assert to_kafka_message(row_change(primary_key=())).key is None
+    assert to_kafka_message(schema_change()).key is None
+
+
+def test_binary_mode_headers_follow_the_kafka_binding() -> None:
+    message = to_kafka_message(row_change(), mode="binary")
+    headers = dict(message.headers)
+    assert len(headers) == len(message.headers)
+    assert headers["content-type"] == b"application/json"
+    assert headers["ce_specversion"] == b"1.0"
+    assert headers["ce_id"] == b"1:mysql-bin.000042:123456789:3"
+    assert headers["ce_type"] == b"io.dbus.row.updated"
+    assert headers["ce_time"] == b"2024-05-06T07:08:09Z"
+    assert headers["ce_binlogpos"] == b"123456789"
+    assert all(isinstance(v, bytes) for v in headers.values())
+    assert set(json.loads(message.value)) == {"before", "after", "key", "columns"}
+
+
+def test_structured_mode_puts_the_whole_event_in_the_value() -> None:
+    message = to_kafka_message(row_change(), mode="structured")
+    assert message.headers == [("content-type", b"application/cloudevents+json")]
+    body = json.loads(message.value)
+    assert body["id"] == "1:mysql-bin.000042:123456789:3"
+    assert body["data"]["key"] == ["id"]
+
+
+def test_kafka_message_is_a_frozen_value() -> None:
+    message = to_kafka_message(row_change())
+    assert isinstance(message, KafkaMessage)
+    with pytest.raises(AttributeError):
+        message.key = b"x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_markers_travel_too(mode: Mode) -> None:
+    for item in (schema_change(), transaction_commit()):
+        message = to_kafka_message(item, mode=mode)
+        event = from_kafka_message(message.key, message.value, message.headers)
+        assert item_from_cloudevent(event) == item
+
+
+def test_headers_may_come_as_a_mapping_or_with_str_values_and_foreign_headers() -> None:
+    message = to_kafka_message(row_change())
+    headers = {name: value.decode() for name, value in message.headers}
+    headers["traceparent"] = "00-abc"
+    event = from_kafka_message(message.key, message.value, headers)
+    assert from_cloudevent(event) == row_change()
+
+
+def test_missing_required_header_is_reported_not_invented() -> None:
+    message = to_kafka_message(row_change())
+    headers = [(n, v) for n, v in message.headers if n not in ("ce_id", "ce_specversion")]
+    with pytest.raises(EventFormatError) as caught:
+        from_kafka_message(message.key, message.value, headers)
+    assert any("'id'" in p for p in caught.value.problems)
+    assert any("'specversion'" in p for p in caught.value.problems)
+
+
+@pytest.mark.parametrize(
+    ("value", "headers", "expected"),
+    [
+        (b"{}", [("content-type", b"text/plain")], "neither ce_ headers"),
+        (b"{}", None, "neither ce_ headers"),
+        (None, [("content-type", b"application/cloudevents+json")], "tombstone"),
+        (b"{not json", [("content-type", b"application/cloudevents+json")], "Expecting"),
+        (b"[1, 2]", [("content-type", b"application/cloudevents+json")], "Kafka message"),
+        (b"{not json", [("ce_id", b"1"), ("ce_source", b"/s"), ("ce_type", b"t"),
+                        ("ce_specversion", b"1.0"), ("content-type", b"application/json")],
+         "not the JSON its content-type says"),
+        (b"{}", [("ce_id", b"1"), ("ce_id", b"2")], "more than once"),
+        (b"{}", [("ce_id", None)], "has no value"),
+        (b"{}", [("ce_id", b"1"), ("ce_source", b"/s"), ("ce_type", b"t"),
+                 ("ce_specversion", b"1.0"), ("ce_time", b"not a time")], "Kafka message"),
+    ],
+)
+def test_bad_messages_give_clear_errors(
+    value: bytes | None, headers: list[tuple[str, bytes | None]] | None, expected: str
+) -> None:
+    with pytest.raises(EventFormatError, match=expected):
+        from_kafka_message(None, value, headers)
+
+
+def test_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="binary"):
+        to_kafka_message(row_change(), mode="avro")  # type: ignore[arg-type]
