@@ -97,3 +97,62 @@ class EventFormatError(DbusError, ValueError):
         self.problems = problems
         self.event_id = event_id
         self.where = where
+
+
+class DsnError(ConfigError):
+    """A source DSN cannot be parsed; ``problem`` names what is wrong with it."""
+
+    def __init__(self, message: str, *, problem: str) -> None:
+        super().__init__(message, setting="dsn")
+        self.problem = problem
+
+
+class SourceError(DbusError, RuntimeError):
+    """A binlog source cannot be read: unreachable, misconfigured or failing."""
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
+
+
+class SourceAccessError(SourceError):
+    """The source refused our user; ``grant`` is the privilege to grant, when known.
+
+    Never retried: waiting does not grant a privilege.
+    """
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, source: str | None = None, grant: str | None = None) -> None:
+        super().__init__(message, source=source)
+        self.grant = grant
+
+
+class PositionError(SourceError):
+    """A start position is purged, invalid or not at a transaction boundary.
+
+    ``choices`` are the explicit ways on (``--from earliest`` ...); capture never
+    jumps to another position on its own.
+    """
+
+    exit_code = 4
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        position: str | None = None,
+        choices: tuple[str, ...] = ("earliest", "latest", "snapshot"),
+    ) -> None:
+        super().__init__(message, source=source)
+        self.position = position
+        self.choices = choices
+
+
+class DestinationError(DbusError, ValueError):
+    """A route names something that is not ``kafka://topic`` or ``es://index``."""
+
+    def __init__(self, message: str, *, destination: str) -> None:
+        super().__init__(message)
+        self.destination = destination

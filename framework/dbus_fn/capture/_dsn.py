@@ -1,0 +1,162 @@
+"""Source DSNs (``mysql://user:password@host:port``) and source specs.
+
+The password lives only inside ``ConnectionSettings.password`` and the DSN
+string; neither is ever part of a ``repr``, ``str``, log line or error message.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from dbus_fn.errors import ConfigError, DsnError
+
+SCHEMES = ("mysql", "mariadb")
+DEFAULT_PORT = 3306
+_EXAMPLE = "mysql://user:password@127.0.0.1:3306"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_PATTERN = re.compile(r"^[^.\s]+\.[^.\s]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSettings:
+    """Where and as whom to connect; built by ``parse_dsn``."""
+
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+    scheme: str = "mysql"
+
+    @property
+    def redacted(self) -> str:
+        """The DSN with the password masked: safe to print and log."""
+        secret = ":***" if self.password else ""
+        return f"{self.scheme}://{self.user}{secret}@{self.host}:{self.port}"
+
+    def pymysql_kwargs(self, **extra: Any) -> dict[str, Any]:
+        """Keyword arguments for ``pymysql.connect``."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            **extra,
+        }
+
+    def __str__(self) -> str:
+        return self.redacted
+
+
+def _fail(problem: str, hint: str) -> DsnError:
+    return DsnError(f"invalid source DSN: {problem}; {hint} (e.g. {_EXAMPLE})", problem=problem)
+
+
+def parse_dsn(dsn: str) -> ConnectionSettings:
+    """Parse ``mysql://user:password@host:port`` (``mariadb://`` too).
+
+    Raises ``DsnError`` with one line naming the problem and the fix. The
+    message never contains the DSN itself, which may hold a password.
+    """
+    if not isinstance(dsn, str) or not dsn.strip():
+        raise _fail("the DSN is empty", "give the source's address")
+    text = dsn.strip()
+    if "://" not in text:
+        raise _fail("no scheme", "start it with mysql:// or mariadb://")
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        reason = "the port is not a number from 1 to 65535" if "port" in str(exc) else str(exc)
+        raise _fail(reason, "write it as host:port") from None
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise _fail(f"unsupported scheme {scheme!r}", "use mysql:// or mariadb://")
+    if parts.path not in ("", "/"):
+        raise _fail(
+            "a database path is not supported",
+            "drop the /path and choose tables with the source's table patterns",
+        )
+    if parts.query or parts.fragment:
+        raise _fail("query strings and fragments are not supported", "remove the ?... part")
+    if not parts.hostname:
+        raise _fail("no host", "write user:password@host:port")
+    if not parts.username:
+        raise _fail("no user", "write user:password@ before the host")
+    if port == 0:
+        raise _fail("the port is not a number from 1 to 65535", "write it as host:port")
+    return ConnectionSettings(
+        host=parts.hostname,
+        port=port or DEFAULT_PORT,
+        user=unquote(parts.username),
+        password=unquote(parts.password or ""),
+        scheme=scheme,
+    )
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN with its password masked, or a placeholder when it does not parse."""
+    try:
+        return parse_dsn(dsn).redacted
+    except DsnError:
+        return "<invalid DSN>"
+
+
+def table_matches(patterns: tuple[str, ...], database: str, table: str) -> bool:
+    """Whether ``database.table`` matches one of the ``db.table`` glob patterns."""
+    name = f"{database}.{table}"
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def database_matches(patterns: tuple[str, ...], database: str) -> bool:
+    """Whether some pattern could match a table of ``database``."""
+    return any(fnmatch.fnmatchcase(database, pattern.split(".", 1)[0]) for pattern in patterns)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    """A named binlog source: where it is and which tables to capture.
+
+    ``tables`` are ``db.table`` glob patterns (``shop.*``, ``*.*``). The DSN is
+    validated on construction and kept out of ``repr``; use ``redacted_dsn`` to
+    show it.
+    """
+
+    name: str
+    dsn: str = field(repr=False)
+    tables: tuple[str, ...] = ("*.*",)
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ConfigError(
+                f"invalid source name {self.name!r}: use letters, digits, '_', '-' or '.', "
+                "starting with a letter or digit (at most 64)",
+                setting="name",
+            )
+        if isinstance(self.tables, str):
+            object.__setattr__(self, "tables", (self.tables,))
+        bad = [p for p in self.tables if not _PATTERN.match(p)]
+        if not self.tables or bad:
+            raise ConfigError(
+                f"invalid table pattern(s) {bad or '(none)'} for source {self.name!r}: "
+                "write each as db.table, globs allowed (shop.*, *.orders)",
+                setting="tables",
+            )
+        parse_dsn(self.dsn)
+
+    @property
+    def connection(self) -> ConnectionSettings:
+        return parse_dsn(self.dsn)
+
+    @property
+    def redacted_dsn(self) -> str:
+        return self.connection.redacted
+
+    def matches(self, database: str, table: str) -> bool:
+        return table_matches(self.tables, database, table)
+
+    def __repr__(self) -> str:
+        return f"SourceSpec(name={self.name!r}, dsn={self.redacted_dsn!r}, tables={self.tables!r})"
