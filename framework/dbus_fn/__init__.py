@@ -13,12 +13,21 @@ from dbus_fn.cloudevent import (
     primary_key_text,
     to_cloudevent,
 )
+from dbus_fn.context import FunctionContext
+from dbus_fn.decorators import filter, projection, route
 from dbus_fn.errors import (
     ColumnValueError,
     ConfigError,
     DbusError,
+    DestinationError,
     EventFormatError,
+    FunctionError,
+    FunctionTimeoutError,
+    FunctionValidationError,
+    ManifestError,
+    ModuleLoadError,
     ReadOnlyRowError,
+    RegistryError,
     ServiceError,
     UnsupportedColumnTypeError,
 )
@@ -33,6 +42,9 @@ from dbus_fn.events import (
 )
 from dbus_fn.json_format import event_from_json, event_to_json, read_jsonl, write_jsonl
 from dbus_fn.kafka_binding import KafkaMessage, from_kafka_message, to_kafka_message
+from dbus_fn.manifest import Destination, Manifest, load_manifest
+from dbus_fn.pipeline import DeadLetter, Delivery, Outcome, Pipeline, PipelineStats
+from dbus_fn.registry import FunctionRegistry, LoadedDeployment, load_deployment, load_module
 
 __all__ = [
     "BinlogPosition",
@@ -41,10 +53,27 @@ __all__ = [
     "ColumnValueError",
     "ConfigError",
     "DbusError",
+    "DeadLetter",
+    "Delivery",
+    "Destination",
+    "DestinationError",
     "EventFormatError",
+    "FunctionContext",
+    "FunctionError",
+    "FunctionRegistry",
+    "FunctionTimeoutError",
+    "FunctionValidationError",
     "KafkaMessage",
+    "LoadedDeployment",
+    "Manifest",
+    "ManifestError",
+    "ModuleLoadError",
     "Operation",
+    "Outcome",
+    "Pipeline",
+    "PipelineStats",
     "ReadOnlyRowError",
+    "RegistryError",
     "Row",
     "RowChange",
     "SchemaChange",
@@ -54,11 +83,17 @@ __all__ = [
     "event_from_json",
     "event_id",
     "event_to_json",
+    "filter",
     "from_cloudevent",
     "from_kafka_message",
     "item_from_cloudevent",
+    "load_deployment",
+    "load_manifest",
+    "load_module",
     "primary_key_text",
+    "projection",
     "read_jsonl",
+    "route",
     "to_cloudevent",
     "to_kafka_message",
     "write_jsonl",

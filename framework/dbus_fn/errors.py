@@ -99,6 +99,76 @@ class EventFormatError(DbusError, ValueError):
         self.where = where
 
 
+class FunctionValidationError(DbusError, TypeError):
+    """A decorated function is not what its decorator expects.
+
+    Raised at registration (decoration or load) time, never per event.
+    ``function`` is ``module:qualname`` and ``location`` is ``file:line``.
+    """
+
+    def __init__(self, message: str, *, function: str, location: str) -> None:
+        super().__init__(message)
+        self.function = function
+        self.location = location
+
+
+class RegistryError(DbusError, ValueError):
+    """The functions of a deployment do not fit together or with its manifest:
+    a duplicate function name, or a selector that matches none of the tables the
+    deployment subscribes to."""
+
+    def __init__(self, message: str, *, function: str | None = None) -> None:
+        super().__init__(message)
+        self.function = function
+
+
+class ManifestError(DbusError, ValueError):
+    """A deployment manifest (``dbus.toml``) is missing or invalid.
+
+    ``problems`` lists every problem found, not just the first.
+    """
+
+    def __init__(
+        self, message: str, *, path: str | None = None, problems: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.problems = problems
+
+
+class ModuleLoadError(DbusError, ImportError):
+    """A function module could not be found or raised while being imported."""
+
+    def __init__(self, message: str, *, target: str) -> None:
+        super().__init__(message)
+        self.target = target
+
+
+class FunctionError(DbusError, RuntimeError):
+    """A user's function failed on an event: it raised, returned the wrong type,
+    or tried to mutate its input. The user's exception, if any, is the cause.
+
+    These are user errors: the pipeline counts them apart from its own failures
+    and sends the event to the dead-letter destination.
+    """
+
+    def __init__(self, message: str, *, function: str, location: str, stage: str) -> None:
+        super().__init__(message)
+        self.function = function
+        self.location = location
+        self.stage = stage
+
+
+class FunctionTimeoutError(FunctionError):
+    """A user's function ran past its time budget."""
+
+    def __init__(
+        self, message: str, *, function: str, location: str, stage: str, budget: float
+    ) -> None:
+        super().__init__(message, function=function, location=location, stage=stage)
+        self.budget = budget
+
+
 class DsnError(ConfigError):
     """A source DSN cannot be parsed; ``problem`` names what is wrong with it."""
 
