@@ -24,7 +24,7 @@ def _show(statuses: Sequence[ServiceStatus]) -> None:
         state = "running" if entry.running else "stopped"
         pid = str(entry.pid) if entry.pid is not None else "-"
         ports = ",".join(str(port) for port in entry.ports)
-        took = f" in {entry.seconds:.1f}s" if entry.seconds is not None and entry.action else ""
+        took = f" in {entry.seconds:.1f}s" if entry.action == "started" else ""
         action = f"  ({entry.action}{took})" if entry.action else ""
         click.echo(f"{entry.name:<14} {state:<8} pid {pid:<8} port {ports:<10}{action}")
 

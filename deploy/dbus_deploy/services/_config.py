@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dbus_fn.errors import ConfigError
 
-SERVICE_NAMES: tuple[str, ...] = ("mariadb", "zookeeper", "kafka")
+SERVICE_NAMES: tuple[str, ...] = ("mariadb", "zookeeper", "kafka", "elasticsearch")
 """Every service, in start order (stop order is the reverse)."""
 
 HOME_ENV = "DBUS_HOME"

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from dbus_fn.errors import ConfigError
 
 from dbus_deploy.services._config import SERVICE_NAMES, ServicesConfig, load_config
+from dbus_deploy.services._elasticsearch import Elasticsearch
 from dbus_deploy.services._endpoints import write_endpoints
 from dbus_deploy.services._errors import PortInUseError, ServiceStartError
 from dbus_deploy.services._install import apt_install
@@ -36,6 +37,7 @@ _SERVICES: dict[str, type[Service]] = {
     "mariadb": MariaDB,
     "zookeeper": ZooKeeper,
     "kafka": Kafka,
+    "elasticsearch": Elasticsearch,
 }
 
 

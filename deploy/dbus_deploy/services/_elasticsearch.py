@@ -1,0 +1,203 @@
+"""Elasticsearch 8, the minimal distribution from Maven Central, single node.
+
+``deploy/services/elasticsearch/pom.xml`` fetches the zip (``~/.m2`` caches
+it); it is unpacked once into ``<home>/lib``. Elasticsearch refuses to run as
+root, so it runs as the unprivileged system user ``dbus-es`` (created if
+missing), which owns its config, data, log and temp directories. Disk
+watermarks are off so a nearly full development disk never turns indices
+read-only under the tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from dbus_deploy.services._errors import InstallError, ServiceStartError, ToolMissingError
+from dbus_deploy.services._install import extract_zip, find_java, maven_copy_dependencies
+from dbus_deploy.services._process import Launch
+from dbus_deploy.services._service import Service
+
+VERSION = "8.19.7"
+RUN_AS = "dbus-es"
+CLUSTER = "dbus-dev"
+
+
+class Elasticsearch(Service):
+    name = "elasticsearch"
+    start_timeout = 180.0
+    stop_grace = 60.0
+
+    @property
+    def log_file(self) -> Path:
+        return self.logs / "elasticsearch.out"
+
+    def diagnostic_logs(self) -> list[Path]:
+        return [self.log_file, self.logs / f"{CLUSTER}.log"]
+
+    @property
+    def pom_dir(self) -> Path:
+        return self.config.repo / "deploy" / "services" / "elasticsearch"
+
+    @property
+    def distribution(self) -> Path:
+        return self.config.lib_dir / f"elasticsearch-{VERSION}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    def install(self) -> None:
+        find_java(self.config, self.name)
+        self._ensure_user()
+        stamp = self.distribution / ".pom-sha256"
+        digest = hashlib.sha256((self.pom_dir / "pom.xml").read_bytes()).hexdigest()
+        if stamp.is_file() and stamp.read_text().strip() == digest:
+            return
+        download = self.config.lib_dir / "elasticsearch-download"
+        maven_copy_dependencies(
+            self.config, service=self.name, pom_dir=self.pom_dir, output=download
+        )
+        (archive,) = download.glob("elasticsearch-*.zip")
+        extract_zip(archive, self.distribution.with_name(self.distribution.name + ".unpacked"))
+        # The zip holds one top-level folder, elasticsearch-<version>/.
+        unpacked = self.distribution.with_name(self.distribution.name + ".unpacked")
+        (inner,) = unpacked.iterdir()
+        shutil.rmtree(self.distribution, ignore_errors=True)
+        inner.rename(self.distribution)
+        shutil.rmtree(unpacked)
+        shutil.rmtree(download)
+        stamp.write_text(digest + "\n")
+
+    def _ensure_user(self) -> None:
+        try:
+            pwd.getpwnam(RUN_AS)
+            return
+        except KeyError:
+            pass
+        useradd = shutil.which("useradd", path="/usr/sbin:/usr/bin:/sbin:/bin")
+        if useradd is None or os.geteuid() != 0:
+            raise ToolMissingError(
+                f"the system user {RUN_AS}",
+                self.name,
+                f"Elasticsearch will not run as root; as root run: useradd --system "
+                f"--user-group --no-create-home --shell /usr/sbin/nologin {RUN_AS}",
+            )
+        log_file = self.config.home / "logs" / "useradd.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("ab") as log:
+            result = subprocess.run(
+                [
+                    useradd,
+                    "--system",
+                    "--user-group",
+                    "--no-create-home",
+                    "--home-dir",
+                    "/nonexistent",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    RUN_AS,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+        if result.returncode != 0:
+            raise InstallError(
+                self.name, f"useradd {RUN_AS}", log_file=log_file, last_log_line=None
+            )
+
+    def _check_reachable(self) -> None:
+        """Fail clearly when ``dbus-es`` cannot even reach the state directory."""
+        for path in (self.root, self.distribution):
+            for ancestor in [path, *path.parents]:
+                mode = ancestor.stat().st_mode
+                if (
+                    not mode & stat.S_IXOTH
+                    and ancestor.stat().st_uid != pwd.getpwnam(RUN_AS).pw_uid
+                ):
+                    raise ServiceStartError(
+                        self.name,
+                        f"it runs as user {RUN_AS}, who may not enter {ancestor}",
+                        log_file=self.log_file,
+                        last_log_line=f"set DBUS_HOME to a directory all users can traverse "
+                        f"or run chmod o+x {ancestor}",
+                    )
+
+    def _write_config(self) -> None:
+        shipped = self.distribution / "config"
+        for name in ("jvm.options", "log4j2.properties"):
+            shutil.copyfile(shipped / name, self.conf / name)
+        (self.conf / "jvm.options.d").mkdir(exist_ok=True)
+        settings = {
+            "cluster.name": CLUSTER,
+            "node.name": f"{CLUSTER}-1",
+            "network.host": self.config.host,
+            "http.port": self.port,
+            "discovery.type": "single-node",
+            "path.data": str(self.data),
+            "path.logs": str(self.logs),
+            "xpack.security.enabled": False,
+            "cluster.routing.allocation.disk.threshold_enabled": False,
+            "action.destructive_requires_name": False,
+        }
+        (self.conf / "elasticsearch.yml").write_text(
+            "# Written by `dbus services up`; edits are overwritten.\n"
+            + "".join(f"{key}: {json.dumps(value)}\n" for key, value in settings.items())
+        )
+
+    def _chown_to_runner(self) -> None:
+        account = pwd.getpwnam(RUN_AS)
+        for top in (self.conf, self.data, self.logs, self.run):
+            for directory, dirnames, filenames in os.walk(top):
+                for entry in [
+                    directory,
+                    *(os.path.join(directory, n) for n in dirnames + filenames),
+                ]:
+                    if os.lstat(entry).st_uid != account.pw_uid:
+                        os.lchown(entry, account.pw_uid, account.pw_gid)
+
+    def prepare(self) -> Launch:
+        self._make_dirs()
+        java = find_java(self.config, self.name)
+        self._check_reachable()
+        self._write_config()
+        self._chown_to_runner()
+        heap = self.config.heaps[self.name]
+        return Launch(
+            argv=[str(self.distribution / "bin" / "elasticsearch")],
+            log_file=self.log_file,
+            cwd=self.run,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "HOME": str(self.run),
+                "ES_JAVA_HOME": str(java.home),
+                "ES_PATH_CONF": str(self.conf),
+                "ES_TMPDIR": str(self.run),
+                "ES_JAVA_OPTS": f"-Xms{heap} -Xmx{heap}",
+            },
+            user=RUN_AS,
+        )
+
+    def check_health(self) -> str | None:
+        try:
+            with urllib.request.urlopen(
+                self.url + "/_cluster/health?wait_for_status=yellow&timeout=2s", timeout=10
+            ) as response:
+                product = response.headers.get("X-elastic-product")
+                health = json.load(response)
+        except (OSError, ValueError) as exc:
+            return f"no answer on {self.url}: {exc}"
+        if product != "Elasticsearch":
+            return f"{self.url} is not Elasticsearch (X-elastic-product: {product})"
+        if health.get("status") not in ("yellow", "green"):
+            return f"cluster health is {health.get('status')}"
+        return None
