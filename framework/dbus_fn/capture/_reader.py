@@ -631,7 +631,9 @@ class BinlogReader:
         made: list[bool] = []
 
         def connect(**settings: Any) -> Any:
-            if settings.get("db") is None:  # the stream, not the library's ctl connection
+            if "db" in settings:  # the library's ctl connection; PyMySQL deprecates `db`
+                settings["database"] = settings.pop("db")
+            else:  # the stream: a second one is the library reconnecting on its own
                 if made:
                     raise _StreamLost("connection lost")
                 made.append(True)
@@ -776,6 +778,8 @@ class BinlogReader:
                     txn_start = end - packet.event_size
                     txn_rows = produced = 0
                     explicit = False
+                    if stop_at is not None and (file_sequence(file)[1], txn_start) >= stop_at:
+                        return  # a start by GTID alone can be at or past `stop`
                     continue
                 commit = kind is XidEvent or kind is XAPrepareEvent
                 if kind is QueryEvent:

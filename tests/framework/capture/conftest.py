@@ -1,0 +1,28 @@
+"""Fixtures for capture tests: a source over a fresh database, and a reader of it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
+
+
+@pytest.fixture
+def source(fresh_database: Any) -> SourceSpec:
+    """A source capturing every table of the test's fresh database."""
+    return SourceSpec(
+        name="test", dsn=fresh_database.endpoint.dsn, tables=(f"{fresh_database.name}.*",)
+    )
+
+
+@pytest.fixture
+def reader(source: SourceSpec) -> Iterator[BinlogReader]:
+    """A reader with a server_id of its own, closed after the test."""
+    binlog = BinlogReader(source, server_id=server_id_for(f"test/{uuid.uuid4()}"), heartbeat=0.2)
+    try:
+        yield binlog
+    finally:
+        binlog.close()

@@ -1,0 +1,129 @@
+"""Exact resume: from any committed position, by file:pos and by GTID alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from capture_support import commits, execute, read_all, rows
+from dbus_fn import BinlogPosition, RowChange, SchemaChange, TransactionCommit
+from dbus_fn.capture import BinlogReader
+
+pytestmark = pytest.mark.integration
+
+
+def signature(item: Any) -> tuple[Any, ...]:
+    """What must be equal between two reads of the same binlog range."""
+    if isinstance(item, RowChange):
+        return ("row", item.op, item.table, item.position, item.row_index,
+                dict(item.before or {}), dict(item.after or {}))  # fmt: skip
+    if isinstance(item, SchemaChange):
+        return ("ddl", item.statement, item.position)
+    assert isinstance(item, TransactionCommit)
+    return ("commit", item.position, item.transaction_id, item.rows)
+
+
+def write_history(connection: Any) -> None:
+    execute(
+        connection,
+        "CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(20))",
+        "CREATE TABLE b (id INT PRIMARY KEY, n BIGINT)",
+        "INSERT INTO a VALUES (1, 'one')",
+        "INSERT INTO a VALUES (2, 'two'), (3, 'three')",
+        "BEGIN",
+        "INSERT INTO b VALUES (10, 100)",
+        "UPDATE a SET v = 'uno' WHERE id = 1",
+        "INSERT INTO b VALUES (11, 110), (12, 120)",
+        "DELETE FROM a WHERE id = 2",
+        "COMMIT",
+        "ALTER TABLE a ADD COLUMN w INT",
+        "INSERT INTO a VALUES (4, 'four', 44)",
+        "FLUSH BINARY LOGS",
+        "INSERT INTO b VALUES (13, 130)",
+        "UPDATE b SET n = n + 1",
+    )
+
+
+def test_resume_from_every_commit_by_position_yields_exactly_the_items_after_it(
+    fresh_database: Any, reader: BinlogReader
+) -> None:
+    start = reader.master_position()
+    write_history(fresh_database.connect())
+    end = reader.master_position()
+    everything = read_all(reader, start, end)
+    assert len(rows(everything)) == 14
+    boundaries = [i for i, item in enumerate(everything) if isinstance(item, TransactionCommit)]
+    for index in boundaries:
+        position = everything[index].position
+        resumed = read_all(reader, BinlogPosition(position.file, position.pos), end)
+        assert [signature(i) for i in resumed] == [signature(i) for i in everything[index + 1 :]]
+
+
+def test_resume_by_gtid_alone_yields_exactly_the_items_after_it(
+    fresh_database: Any, reader: BinlogReader
+) -> None:
+    start = reader.master_position()
+    write_history(fresh_database.connect())
+    end = reader.master_position()
+    everything = read_all(reader, start, end)
+    ours = [c for c in commits(everything) if c.rows or c is everything[-1]]
+    for commit in ours:
+        assert commit.position.gtid
+        index = everything.index(commit)
+        resumed = read_all(reader, BinlogPosition("", 0, commit.position.gtid), end)
+        assert [signature(i) for i in resumed] == [signature(i) for i in everything[index + 1 :]]
+
+
+def test_restart_that_interrupted_a_multi_statement_transaction_replays_it_whole(
+    fresh_database: Any, reader: BinlogReader
+) -> None:
+    connection = fresh_database.connect()
+    execute(
+        connection, "CREATE TABLE a (id INT PRIMARY KEY)", "CREATE TABLE b (id INT PRIMARY KEY)"
+    )
+    start = reader.master_position()
+    execute(
+        connection,
+        "BEGIN",
+        "INSERT INTO a VALUES (1), (2)",
+        "INSERT INTO b VALUES (1)",
+        "INSERT INTO a VALUES (3)",
+        "COMMIT",
+    )
+    end = reader.master_position()
+    stream = reader.read(start, stop=end, idle_timeout=10)
+    taken = [next(stream) for _ in range(3)]  # stops inside the transaction (its 3rd row)
+    assert all(isinstance(item, RowChange) for item in taken)
+    stream.close()
+    # The runtime only ever commits TransactionCommit positions: resume from `start`.
+    replay = read_all(reader, start, end)
+    assert [(r.table, r.row["id"]) for r in rows(replay)] == [
+        ("a", 1),
+        ("a", 2),
+        ("b", 1),
+        ("a", 3),
+    ]
+    assert [signature(i) for i in replay[:3]] == [signature(i) for i in taken]
+    assert isinstance(replay[-1], TransactionCommit) and replay[-1].position == end
+
+
+def test_read_stops_at_the_commit_that_reaches_stop_and_positions_are_boundaries(
+    fresh_database: Any, reader: BinlogReader
+) -> None:
+    connection = fresh_database.connect()
+    execute(connection, "CREATE TABLE a (id INT PRIMARY KEY)")
+    start = reader.master_position()
+    execute(connection, "INSERT INTO a VALUES (1)")
+    middle = reader.master_position()
+    execute(connection, "INSERT INTO a VALUES (2)")
+    items = list(reader.read(start, stop=middle, idle_timeout=10))
+    assert [r.row["id"] for r in rows(items)] == [1]
+    assert items[-1] == commits(items)[-1] and items[-1].position == middle
+    assert list(reader.read(middle, stop=middle, idle_timeout=10)) == []
+
+
+def test_earliest_and_latest_resolve_to_real_positions(reader: BinlogReader) -> None:
+    earliest = reader.resolve_start("earliest")
+    latest = reader.resolve_start("latest")
+    assert earliest.pos == 4 and earliest.file == reader.binary_logs()[0][0]
+    assert latest == reader.master_position() or latest.file >= earliest.file
