@@ -14,6 +14,7 @@ from dbus_fn.cloudevent import (
     to_cloudevent,
 )
 from dbus_fn.context import FunctionContext
+from dbus_fn.deadletter import dead_letter_event, original_from_dead_letter
 from dbus_fn.decorators import filter, projection, route
 from dbus_fn.errors import (
     ColumnValueError,
@@ -80,6 +81,7 @@ __all__ = [
     "ServiceError",
     "TransactionCommit",
     "UnsupportedColumnTypeError",
+    "dead_letter_event",
     "event_from_json",
     "event_id",
     "event_to_json",
@@ -90,6 +92,7 @@ __all__ = [
     "load_deployment",
     "load_manifest",
     "load_module",
+    "original_from_dead_letter",
     "primary_key_text",
     "projection",
     "read_jsonl",

@@ -236,12 +236,10 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _ranged_int(low: int, high: int, what: str) -> Callable[[Any], int]:
+def _ranged_int(low: int, high: int) -> Callable[[Any], int]:
     def check(value: Any) -> int:
-        if isinstance(value, bool):
-            value = int(value)
         if not _is_int(value) or not low <= value <= high:
-            raise _Mismatch(f"{what} from {low} to {high}")
+            raise _Mismatch(f"an int from {low} to {high}")
         return int(value)
 
     return check
@@ -250,10 +248,15 @@ def _ranged_int(low: int, high: int, what: str) -> Callable[[Any], int]:
 def _integer_codec(column: ColumnType) -> _Codec:
     bits = column.bits or 64
     if column.kind == "bit" or column.unsigned:
-        check = _ranged_int(0, 2**bits - 1, "an int")
+        check = _ranged_int(0, 2**bits - 1)
     else:
-        check = _ranged_int(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1, "an int")
-    return _Codec(check, check)
+        check = _ranged_int(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+    def from_python(value: Any) -> int:
+        # A Python bool is an int; BOOL columns are TINYINT(1). JSON true is not a number.
+        return check(int(value) if isinstance(value, bool) else value)
+
+    return _Codec(from_python, check)
 
 
 _DECIMAL_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
