@@ -88,6 +88,21 @@ class Delivery:
     change: RowChange
     payload: Mapping[str, Any]
 
+    def projected(self) -> RowChange:
+        """The change as delivered: the payload as its row image.
+
+        With projections, the other image of an update (``before``) is dropped:
+        it did not go through the projections, and projections exist to remove
+        or rewrite columns (PII, say) that it would still carry.
+        """
+        change = self.change
+        if self.payload is change.row:
+            return change
+        image = self.payload if isinstance(self.payload, Row) else Row(self.payload)
+        if change.op is Operation.DELETE:
+            return replace(change, before=image)
+        return replace(change, before=None, after=image)
+
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:

@@ -63,6 +63,11 @@ def cli() -> None:
     """dbus: Python functions over MySQL/MariaDB row changes."""
 
 
+from dbus_fn.cli.fn import fn as _fn  # noqa: E402 - the group needs `cli` defined first
+
+cli.add_command(_fn)
+
+
 def main() -> None:
     """Console entry point: user mistakes become one line and an exit code."""
     try:

@@ -1,0 +1,277 @@
+"""``dbus fn``: scaffold, validate and run function modules locally.
+
+Each command parses its options, calls the library (registry, emulator) and
+turns a ``DbusError`` into one line and its exit code: 1 for a module, manifest
+or event that is wrong, 2 for a usage mistake. ``run-local`` and ``invoke``
+print dead letters like any other record; ``--fail-on-dead-letter`` makes them
+exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from decimal import Decimal
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import IO
+
+import click
+
+from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
+from dbus_fn.emulator import EmulatedRecord, Emulator, read_event_file
+from dbus_fn.errors import DbusError
+from dbus_fn.events import RowChange
+from dbus_fn.json_format import write_jsonl
+from dbus_fn.registry import LoadedDeployment, load_deployment
+from dbus_fn.testing import row_change
+
+
+class _CommandError(click.ClickException):
+    """A ``DbusError`` on its way out of a command: one line, its exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        # click declares exit_code on the class; ours varies with the error.
+        setattr(self, "exit_code", exit_code)  # noqa: B010
+
+
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    try:
+        yield
+    except DbusError as exc:
+        raise _CommandError(" ".join(str(exc).split("\n")), exc.exit_code) from None
+
+
+_PATH = click.argument(
+    "path",
+    type=click.Path(exists=True, path_type=Path),
+    default=".",
+)
+_TYPE_PREFIX = click.option(
+    "--type-prefix",
+    envvar="DBUS_TYPE_PREFIX",
+    show_envvar=True,
+    default=DEFAULT_TYPE_PREFIX,
+    show_default=True,
+    help="CloudEvent type prefix of the events written.",
+)
+_FAIL_ON_DEAD_LETTER = click.option(
+    "--fail-on-dead-letter",
+    is_flag=True,
+    envvar="DBUS_FAIL_ON_DEAD_LETTER",
+    show_envvar=True,
+    help="Exit 1 if any event went to the dead-letter destination.",
+)
+
+
+@click.group("fn")
+def fn() -> None:
+    """Write, check and run function modules locally (no Spark, no services).
+
+    PATH is a deployment folder (with a dbus.toml) or its dbus.toml.
+    """
+
+
+@fn.command("init")
+@click.argument("name")
+@click.option(
+    "--table",
+    envvar="DBUS_TABLE",
+    show_envvar=True,
+    default="shop.orders",
+    show_default=True,
+    help='The "db.table" the scaffolded functions subscribe to.',
+)
+@click.option(
+    "--directory",
+    "-C",
+    envvar="DBUS_DIRECTORY",
+    show_envvar=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    help="Where to create the NAME folder (default: here).",
+)
+def init(name: str, table: str, directory: Path) -> None:
+    """Create the folder NAME: a function module, its test, golden events, a
+    dbus.toml and a tox.ini (`tox` tests, `tox -e emulate` emulates)."""
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,62}", name):
+        raise click.BadParameter(
+            f"expected a name of letters, digits, _ and -, starting with a letter; got {name!r}",
+            param_hint="NAME",
+        )
+    if not re.fullmatch(r"[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+", table):
+        raise click.BadParameter(f'expected "db.table", got {table!r}', param_hint="--table")
+    folder = directory / name
+    if folder.exists():
+        raise click.UsageError(f"{folder} already exists; expected a new folder name")
+    module = name.replace("-", "_").lower()
+    values = {
+        "name": name.lower(),
+        "module": module,
+        "table": table,
+        "topic": table.replace("_", "-").lower(),
+    }
+    files = {
+        f"{module}.py": "module.py.tmpl",
+        f"test_{module}.py": "test_module.py.tmpl",
+        "dbus.toml": "dbus.toml.tmpl",
+        "tox.ini": "tox.ini.tmpl",
+    }
+    folder.mkdir(parents=True)
+    templates = resources.files("dbus_fn.cli") / "templates"
+    for target, template in files.items():
+        text = Template((templates / template).read_text(encoding="utf-8")).substitute(values)
+        (folder / target).write_text(text, encoding="utf-8")
+    write_jsonl(folder / "events.jsonl", _golden_events(table))
+    click.echo(f"Created {folder}/ with {', '.join([*files, 'events.jsonl'])}.")
+    click.echo(f"Next: cd {folder} && tox -e emulate   (and `tox -e test` for the tests)")
+
+
+def _golden_events(table: str) -> list[RowChange]:
+    """Four changes of ``table``: an insert, its update, a test row and a delete."""
+    types = {
+        "id": "bigint",
+        "status": "varchar(32)",
+        "total": "decimal(10,2)",
+        "is_test": "tinyint(1)",
+    }
+    first = {"id": 1, "status": "new", "total": Decimal("19.90"), "is_test": 0}
+    paid = {**first, "status": "paid"}
+    test_row = {"id": 2, "status": "new", "total": Decimal("0.00"), "is_test": 1}
+    images = [
+        ("insert", None, first),
+        ("update", first, paid),
+        ("insert", None, test_row),
+        ("delete", paid, None),
+    ]
+    return [
+        row_change(op, table, before, after, source="local", column_types=types)
+        for op, before, after in images
+    ]
+
+
+@fn.command("validate")
+@_PATH
+def validate(path: Path) -> None:
+    """Check a deployment: manifest, module, functions and selectors; list them."""
+    with _one_line_errors():
+        deployment = load_deployment(path)
+    _describe(deployment)
+    click.echo("OK")
+
+
+def _describe(deployment: LoadedDeployment) -> None:
+    manifest = deployment.manifest
+    click.echo(
+        f"{manifest.name} {manifest.version}: module {manifest.module}, "
+        f"tables {', '.join(manifest.tables)}"
+    )
+    for info in deployment.functions:
+        operations = ",".join(sorted(op.value for op in info.selector.operations))
+        context = " (event, context)" if info.takes_context else ""
+        click.echo(
+            f"  {info.kind:<10} {info.name}{context}  tables={','.join(info.selector.tables)}"
+            f"  ops={operations}  order={info.order}  {info.location}"
+        )
+    timeout = f"{manifest.timeout:g} s" if manifest.timeout else "none"
+    click.echo(
+        f"  default route {manifest.default_route or '(none)'}; "
+        f"dead letters {manifest.dead_letter_route}; timeout {timeout}"
+    )
+
+
+@fn.command("invoke")
+@_PATH
+@click.option(
+    "--event",
+    "event_file",
+    envvar="DBUS_EVENT",
+    show_envvar=True,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A file holding one CloudEvent in JSON.",
+)
+@_TYPE_PREFIX
+@_FAIL_ON_DEAD_LETTER
+def invoke(path: Path, event_file: Path, type_prefix: str, fail_on_dead_letter: bool) -> None:
+    """Run the deployment's functions over one event; print what would go where."""
+    with _one_line_errors():
+        emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
+        records = list(emulator.run_events([read_event_file(event_file)]))
+    report = emulator.close()
+    for record in records:
+        _print_record(record, sys.stdout)
+    if not records:
+        click.echo("filtered: no delivery" if report.filtered else "no delivery")
+    _finish(report.dead_letters, fail_on_dead_letter)
+
+
+@fn.command("run-local")
+@_PATH
+@click.option(
+    "--events",
+    envvar="DBUS_EVENTS",
+    show_envvar=True,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A JSONL file of CloudEvents, one per line.",
+)
+@click.option(
+    "--output",
+    "-o",
+    envvar="DBUS_OUTPUT",
+    show_envvar=True,
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write the records as JSONL here; stdout then gets one short line each.",
+)
+@_TYPE_PREFIX
+@_FAIL_ON_DEAD_LETTER
+def run_local(
+    path: Path, events: Path, output: Path | None, type_prefix: str, fail_on_dead_letter: bool
+) -> None:
+    """Run the deployment's functions over recorded events; print what would go where
+    (one JSON record per line: destination, dead_letter, error, event)."""
+    with _one_line_errors():
+        emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
+        out = output.open("w", encoding="utf-8") if output is not None else None
+        try:
+            for record in emulator.run_file(events):
+                if out is not None:
+                    out.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
+                    _print_short(record)
+                else:
+                    _print_record(record, sys.stdout)
+        finally:
+            if out is not None:
+                out.close()
+    report = emulator.close()
+    click.echo(f"{emulator.deployment.name}: {report.summary()}", err=True)
+    _finish(report.dead_letters, fail_on_dead_letter)
+
+
+def _print_record(record: EmulatedRecord, stream: IO[str]) -> None:
+    click.echo(json.dumps(record.to_json(), separators=(",", ":")), file=stream)
+
+
+def _print_short(record: EmulatedRecord) -> None:
+    event = record.event
+    what = f"{event.get_type()} {event.get_subject() or ''}".strip()
+    line = f"{record.destination}  {what}"
+    if record.error:
+        line += f"  {record.error}"
+    click.echo(line)
+
+
+def _finish(dead_letters: int, fail_on_dead_letter: bool) -> None:
+    if dead_letters and fail_on_dead_letter:
+        raise _CommandError(
+            f"{dead_letters} event{'s' if dead_letters != 1 else ''} went to the dead-letter "
+            "destination (--fail-on-dead-letter)",
+            1,
+        )

@@ -1,0 +1,184 @@
+"""Local emulation: a deployment's functions over recorded events, no Spark, no services.
+
+The emulator reads CloudEvents (one per line, as ``dbus source record`` writes
+them, or a single event), turns each row event back into a ``RowChange``, runs
+the deployment's ``Pipeline`` over it and reports what would go where: each
+delivery as the CloudEvent a sink would receive, and each dead letter as the
+dead-letter CloudEvent. Transaction and schema markers in the input pass by
+(they are counted, not run: functions only see row changes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX, CloudEvent, item_from_cloudevent, to_cloudevent
+from dbus_fn.deadletter import dead_letter_event
+from dbus_fn.errors import EventFormatError
+from dbus_fn.events import RowChange
+from dbus_fn.json_format import event_from_json, event_to_json, read_jsonl
+from dbus_fn.manifest import Destination
+from dbus_fn.pipeline import DeadLetter, Delivery, Outcome, Pipeline, PipelineStats
+from dbus_fn.registry import LoadedDeployment
+
+__all__ = [
+    "EmulatedRecord",
+    "EmulationReport",
+    "Emulator",
+    "dead_letter_cloudevent",
+    "delivery_cloudevent",
+    "read_event_file",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EmulatedRecord:
+    """One thing a sink would receive: a CloudEvent for a destination."""
+
+    destination: Destination
+    event: CloudEvent
+    dead_letter: bool = False
+    error: str | None = None
+    """For a dead letter, the one-line error."""
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"destination", "dead_letter", "error"?, "event"}``, the event in its
+        structured JSON form."""
+        record: dict[str, Any] = {
+            "destination": str(self.destination),
+            "dead_letter": self.dead_letter,
+        }
+        if self.error is not None:
+            record["error"] = self.error
+        record["event"] = json.loads(event_to_json(self.event))
+        return record
+
+
+@dataclass(slots=True)
+class EmulationReport:
+    """What an emulation run did."""
+
+    events: int = 0
+    """Row events run through the functions."""
+    markers: int = 0
+    """Transaction and schema events passed by."""
+    deliveries: int = 0
+    dead_letters: int = 0
+    filtered: int = 0
+    stats: PipelineStats | None = None
+    records: list[EmulatedRecord] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [
+            f"{self.events} row event{'s' if self.events != 1 else ''}",
+            f"{self.deliveries} deliver{'ies' if self.deliveries != 1 else 'y'}",
+            f"{self.filtered} filtered",
+            f"{self.dead_letters} dead-lettered",
+        ]
+        if self.markers:
+            parts.append(f"{self.markers} transaction/schema markers passed by")
+        return ", ".join(parts)
+
+
+def delivery_cloudevent(
+    delivery: Delivery, *, type_prefix: str = DEFAULT_TYPE_PREFIX
+) -> CloudEvent:
+    """The CloudEvent a sink receives for a delivery: the projected change."""
+    return to_cloudevent(delivery.projected(), type_prefix=type_prefix)
+
+
+def dead_letter_cloudevent(
+    dead: DeadLetter, *, type_prefix: str = DEFAULT_TYPE_PREFIX
+) -> CloudEvent:
+    """The dead-letter CloudEvent of a dead letter: original event, position,
+    function, stage, error and traceback summary."""
+    return dead_letter_event(
+        dead.change,
+        function=dead.function,
+        error=dead.error,
+        stage=dead.stage,
+        error_type=dead.error_type or None,
+        traceback=dead.traceback or None,
+        type_prefix=type_prefix,
+    )
+
+
+def read_event_file(path: str | Path) -> CloudEvent:
+    """One CloudEvent from a file holding one JSON event (pretty-printed or not)."""
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        raise EventFormatError(
+            f"{file}: cannot read the event file ({exc.strerror}); expected a JSON CloudEvent",
+            problems=(str(exc),),
+            where=str(file),
+        ) from None
+    return event_from_json(data, where=str(file))
+
+
+class Emulator:
+    """Runs one deployment over events the way the runtime would, reporting records."""
+
+    def __init__(
+        self, deployment: LoadedDeployment, *, type_prefix: str = DEFAULT_TYPE_PREFIX
+    ) -> None:
+        self.deployment = deployment
+        self.type_prefix = type_prefix
+        self.pipeline = Pipeline(deployment)
+        self.report = EmulationReport()
+
+    def run_events(self, events: Iterable[CloudEvent]) -> Iterator[EmulatedRecord]:
+        """Records for CloudEvents; markers pass by, a malformed event raises."""
+        for event in events:
+            item = item_from_cloudevent(event)
+            if not isinstance(item, RowChange):
+                self.report.markers += 1
+                continue
+            yield from self.run_change(item)
+
+    def run_change(self, change: RowChange) -> Iterator[EmulatedRecord]:
+        """Records for one row change."""
+        outcome = self.pipeline.process(change)
+        self._count(outcome)
+        for delivery in outcome.deliveries:
+            yield EmulatedRecord(
+                delivery.destination,
+                delivery_cloudevent(delivery, type_prefix=self.type_prefix),
+            )
+        for dead in outcome.dead_letters:
+            yield EmulatedRecord(
+                dead.destination,
+                dead_letter_cloudevent(dead, type_prefix=self.type_prefix),
+                dead_letter=True,
+                error=dead.error,
+            )
+
+    def run_file(self, path: str | Path) -> Iterator[EmulatedRecord]:
+        """Records for a JSONL file of CloudEvents."""
+        file = Path(path)
+        if not file.is_file():
+            raise EventFormatError(
+                f"{file}: no such events file; expected JSONL, one CloudEvent per line "
+                "(record some with `dbus source record`)",
+                problems=("missing file",),
+                where=str(file),
+            )
+        return self.run_events(read_jsonl(file))
+
+    def _count(self, outcome: Outcome) -> None:
+        report = self.report
+        report.events += 1
+        report.deliveries += len(outcome.deliveries)
+        report.dead_letters += len(outcome.dead_letters)
+        report.filtered += outcome.filtered
+
+    def close(self) -> EmulationReport:
+        """Stop the pipeline; the report, with the pipeline's stats."""
+        self.report.stats = self.pipeline.stats()
+        self.pipeline.close()
+        return self.report

@@ -1,0 +1,213 @@
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from dbus_fn.cli import cli
+from dbus_fn.json_format import event_to_json, write_jsonl
+from dbus_fn.testing import insert
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def scaffold(tmp_path: Path, runner: CliRunner) -> Path:
+    result = runner.invoke(cli, ["fn", "init", "cli_demo", "-C", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    return tmp_path / "cli_demo"
+
+
+def test_init_scaffolds_a_working_folder(scaffold: Path, runner: CliRunner) -> None:
+    assert sorted(p.name for p in scaffold.iterdir()) == [
+        "cli_demo.py",
+        "dbus.toml",
+        "events.jsonl",
+        "test_cli_demo.py",
+        "tox.ini",
+    ]
+    assert "[testenv:emulate]" in (scaffold / "tox.ini").read_text()
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 0, result.output
+    assert "cli_demo 0.1.0: module cli_demo.py, tables shop.orders" in result.output
+    assert "filter     cli_demo:skip_test_rows  tables=shop.orders" in result.output
+    assert result.output.endswith("OK\n")
+
+
+def test_init_refuses_an_existing_folder_and_a_bad_name(scaffold: Path, runner: CliRunner) -> None:
+    again = runner.invoke(cli, ["fn", "init", "cli_demo", "-C", str(scaffold.parent)])
+    assert again.exit_code == 2
+    assert "already exists" in again.output
+    bad = runner.invoke(cli, ["fn", "init", "9lives", "-C", str(scaffold.parent)])
+    assert bad.exit_code == 2
+    assert "expected a name of letters, digits, _ and -, starting with a letter; got '9lives'" in (
+        bad.output
+    )
+
+
+def test_run_local_prints_what_goes_where(scaffold: Path, runner: CliRunner) -> None:
+    result = runner.invoke(
+        cli,
+        ["fn", "run-local", str(scaffold), "--events", str(scaffold / "events.jsonl")],
+    )
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["destination"] for r in records] == [
+        "kafka://shop.orders.insert",
+        "kafka://shop.orders.update",
+        "kafka://shop.orders.delete",
+    ]
+    assert records[0]["event"]["data"]["after"] == {"id": 1, "status": "new", "total": "19.90"}
+    assert "cli_demo: 4 row events, 3 deliveries, 1 filtered, 0 dead-lettered" in result.stderr
+
+
+def _break_projection(scaffold: Path) -> None:
+    module = scaffold / "cli_demo.py"
+    module.write_text(
+        module.read_text()
+        .replace(
+            "    return {column",
+            '    if event.row["id"] == 2:\n        raise KeyError("x")\n    return {column',
+        )
+        .replace('return not event.row.get("is_test", False)', "return True")
+    )
+
+
+def test_dead_letters_are_printed_and_fail_on_request(
+    scaffold: Path, runner: CliRunner, tmp_path: Path
+) -> None:
+    _break_projection(scaffold)
+    args = ["fn", "run-local", str(scaffold), "--events", str(scaffold / "events.jsonl")]
+    printed = runner.invoke(cli, args)
+    assert printed.exit_code == 0, printed.output
+    dead = [
+        json.loads(line) for line in printed.stdout.splitlines() if '"dead_letter":true' in line
+    ]
+    assert len(dead) == 1
+    assert dead[0]["destination"] == "kafka://shop.orders.dead-letter"
+    assert "projection cli_demo:public_columns (" in dead[0]["error"]
+    assert "raised KeyError: 'x'" in dead[0]["error"]
+    failed = runner.invoke(cli, [*args, "--fail-on-dead-letter", "-o", str(tmp_path / "out.jsonl")])
+    assert failed.exit_code == 1
+    assert failed.stderr.strip().endswith(
+        "Error: 1 event went to the dead-letter destination (--fail-on-dead-letter)"
+    )
+    short = failed.stdout.splitlines()
+    assert short[0] == "kafka://shop.orders.insert  io.dbus.row.inserted [1]"
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 4
+
+
+def test_options_fall_back_to_environment(scaffold: Path, runner: CliRunner) -> None:
+    result = runner.invoke(
+        cli,
+        ["fn", "run-local", str(scaffold)],
+        env={"DBUS_EVENTS": str(scaffold / "events.jsonl"), "DBUS_FAIL_ON_DEAD_LETTER": "1"},
+    )
+    assert result.exit_code == 0, result.output
+    help_text = runner.invoke(cli, ["fn", "run-local", "--help"]).output
+    flat = " ".join(help_text.split())
+    for variable in ("DBUS_EVENTS", "DBUS_OUTPUT", "DBUS_TYPE_PREFIX", "DBUS_FAIL_ON_DEAD_LETTER"):
+        assert f"env var: {variable}" in flat
+
+
+def test_usage_errors_exit_2(scaffold: Path, runner: CliRunner) -> None:
+    missing = runner.invoke(cli, ["fn", "run-local", str(scaffold)])
+    assert missing.exit_code == 2
+    assert "Missing option '--events'" in missing.output
+    no_path = runner.invoke(cli, ["fn", "validate", str(scaffold / "nope")])
+    assert no_path.exit_code == 2
+
+
+def test_broken_module_is_one_line_exit_1(scaffold: Path, runner: CliRunner) -> None:
+    (scaffold / "cli_demo.py").write_text("import dbus_fn as fn\nx = 1 / 0\n")
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("Error: ")
+    assert "cli_demo.py:2: importing the function module failed with ZeroDivisionError" in line
+    assert "Traceback" not in result.output
+
+
+def test_bad_filter_annotation_is_one_line_exit_1(scaffold: Path, runner: CliRunner) -> None:
+    module = scaffold / "cli_demo.py"
+    module.write_text(
+        module.read_text().replace(
+            "def skip_test_rows(event: fn.RowChange) -> bool",
+            "def skip_test_rows(event: fn.RowChange) -> str",
+        )
+    )
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 1
+    assert "filter cli_demo:skip_test_rows (" in result.stderr
+    assert "cli_demo.py:8): expected a return annotation of bool, got str" in result.stderr
+
+
+def test_invalid_manifest_lists_every_problem(scaffold: Path, runner: CliRunner) -> None:
+    (scaffold / "dbus.toml").write_text('name = "X"\nmodule = "cli_demo.py"\ntables = []\n')
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 1
+    assert "name: expected a lowercase name" in result.stderr
+    assert "version: missing" in result.stderr
+    assert "tables: expected a non-empty list" in result.stderr
+
+
+def test_invoke_one_event(scaffold: Path, runner: CliRunner, tmp_path: Path) -> None:
+    event = tmp_path / "event.json"
+    event.write_bytes(event_to_json(insert("shop.orders", id=5, status="paid", is_test=False)))
+    result = runner.invoke(cli, ["fn", "invoke", str(scaffold), "--event", str(event)])
+    assert result.exit_code == 0, result.output
+    (record,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert record["destination"] == "kafka://shop.orders.insert"
+    assert record["event"]["data"]["after"] == {"id": 5, "status": "paid"}
+    event.write_bytes(event_to_json(insert("shop.orders", id=6, is_test=True)))
+    dropped = runner.invoke(cli, ["fn", "invoke", str(scaffold), "--event", str(event)])
+    assert dropped.stdout == "filtered: no delivery\n"
+
+
+def test_bad_event_file_is_one_line_exit_1(
+    scaffold: Path, runner: CliRunner, tmp_path: Path
+) -> None:
+    events = tmp_path / "events.jsonl"
+    write_jsonl(events, [insert("shop.orders", id=1)])
+    with events.open("a") as out:
+        out.write('{"specversion": "1.0"}\n')
+    result = runner.invoke(cli, ["fn", "run-local", str(scaffold), "--events", str(events)])
+    assert result.exit_code == 1
+    assert "events.jsonl:2" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.skipif(
+    shutil.which("tox", path=os.path.dirname(sys.executable)) is None,
+    reason="tox is not installed next to this interpreter",
+)
+def test_scaffold_passes_tox_emulate_and_test(scaffold: Path) -> None:
+    """The acceptance check: `dbus fn init NAME && cd NAME && tox` passes, with
+    dbus-fn installed from this checkout (DBUS_FN_REQUIREMENT) and no services."""
+    tox = shutil.which("tox", path=os.path.dirname(sys.executable))
+    assert tox is not None
+    env = {**os.environ, "DBUS_FN_REQUIREMENT": str(REPO), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+    done = subprocess.run(
+        [tox, "-e", "emulate,test", "--workdir", str(scaffold.parent / ".tox")],
+        cwd=scaffold,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    assert "cli_demo: 4 row events, 3 deliveries, 1 filtered, 0 dead-lettered" in output
+    assert "3 passed" in output
