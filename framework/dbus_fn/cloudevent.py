@@ -32,7 +32,13 @@ from cloudevents.core.base import BaseCloudEvent
 from cloudevents.core.exceptions import CloudEventValidationError
 from cloudevents.core.v1.event import CloudEvent
 
-from dbus_fn.columns import from_json_value, infer_column_type, to_json_value
+from dbus_fn.columns import (
+    from_json_value,
+    infer_column_type,
+    row_from_json,
+    row_to_json,
+    to_json_value,
+)
 from dbus_fn.errors import ColumnValueError, EventFormatError, UnsupportedColumnTypeError
 from dbus_fn.events import (
     BinlogPosition,
@@ -259,9 +265,7 @@ def to_cloudevent(item: CaptureItem, *, type_prefix: str = DEFAULT_TYPE_PREFIX) 
 
 
 def _image_to_json(image: Row | None, types: Mapping[str, str]) -> dict[str, Any] | None:
-    if image is None:
-        return None
-    return {name: to_json_value(value, types[name], column=name) for name, value in image.items()}
+    return None if image is None else row_to_json(image, types)
 
 
 # Reading ------------------------------------------------------------------------
@@ -454,6 +458,10 @@ def _image_from_json(
     if not isinstance(image, dict):
         reader.problems.append(f"data.{which} must be a JSON object or null")
         return None
+    try:
+        return row_from_json(image, types)
+    except (ColumnValueError, UnsupportedColumnTypeError):
+        pass  # read it again column by column to report every problem
     row: dict[str, Any] = {}
     for name, value in image.items():
         column_type = types.get(name)

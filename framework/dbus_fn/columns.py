@@ -336,8 +336,8 @@ def _time_from_json(value: Any) -> timedelta:
 
 
 def _datetime_text(value: datetime) -> str:
-    text = value.replace(microsecond=0).isoformat(sep="T")
-    return text + _fraction(value.microsecond)
+    """``YYYY-MM-DDTHH:MM:SS[.ffffff]`` of a naive datetime."""
+    return value.isoformat(timespec="seconds") + _fraction(value.microsecond)
 
 
 def _datetime_to_json(value: Any) -> str:
@@ -363,7 +363,8 @@ def _datetime_from_json(value: Any) -> datetime:
 def _timestamp_to_json(value: Any) -> str:
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise _Mismatch("a timezone-aware datetime.datetime (TIMESTAMP is UTC)")
-    return _datetime_text(value.astimezone(UTC).replace(tzinfo=None)) + "Z"
+    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
+    return _datetime_text(utc.replace(tzinfo=None)) + "Z"
 
 
 def _timestamp_from_json(value: Any) -> datetime:
@@ -526,22 +527,36 @@ def _type_of(column: str, column_types: Mapping[str, str]) -> str:
         ) from None
 
 
+def _convert_row(
+    row: Mapping[str, Any], column_types: Mapping[str, str], *, outward: bool
+) -> dict[str, Any]:
+    converted: dict[str, Any] = {}
+    try:
+        # The fast path: one cached codec lookup per value, no error bookkeeping.
+        for name, value in row.items():
+            if value is None:
+                converted[name] = None
+            else:
+                codec = _codec(column_types[name])
+                converted[name] = codec.to_json(value) if outward else codec.from_json(value)
+    except (KeyError, _Mismatch, UnsupportedColumnTypeError):
+        # Redo the row the slow way, which names the column in its error.
+        for name, value in row.items():
+            _convert(value, _type_of(name, column_types), name, outward=outward)
+        raise  # pragma: no cover - the slow path raises first
+    return converted
+
+
 def row_to_json(row: Mapping[str, Any], column_types: Mapping[str, str]) -> dict[str, JsonValue]:
     """The JSON object of a row; every column needs a type in ``column_types``."""
-    return {
-        name: to_json_value(value, _type_of(name, column_types), column=name)
-        for name, value in row.items()
-    }
+    return _convert_row(row, column_types, outward=True)
 
 
 def row_from_json(
     data: Mapping[str, JsonValue], column_types: Mapping[str, str]
 ) -> dict[str, Any]:
     """The Python row of a JSON object; every column needs a type in ``column_types``."""
-    return {
-        name: from_json_value(value, _type_of(name, column_types), column=name)
-        for name, value in data.items()
-    }
+    return _convert_row(data, column_types, outward=False)
 
 
 _INFERRED: tuple[tuple[type, str], ...] = (

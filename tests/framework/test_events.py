@@ -37,7 +37,10 @@ def test_rows_refuse_every_mutation(mutate: Any) -> None:
 
 def test_row_is_a_mapping_equal_to_its_dict() -> None:
     row = Row({"a": 1, "b": None})
-    assert row == {"a": 1, "b": None}
+    plain = {"a": 1, "b": None}
+    assert row == plain and plain == row  # both operand orders
+    assert row != {"a": 1} and row == Row({"a": 1, "b": None}) and row != [("a", 1)]
+    assert list(row.items()) == [("a", 1), ("b", None)] and list(row.values()) == [1, None]
     assert list(row) == ["a", "b"] and len(row) == 2 and "a" in row and "z" not in row
     assert row.get("z", 5) == 5
     assert dict(row) == row.to_dict() == {"a": 1, "b": None}
