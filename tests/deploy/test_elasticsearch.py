@@ -16,6 +16,14 @@ def client(elasticsearch_service):
         yield es
 
 
+def test_info_and_ping_answer_like_a_full_server(client) -> None:
+    assert client.ping()
+    info = client.info()
+    assert info["version"]["number"] == "8.19.7"
+    assert info["cluster_name"] == "dbus-dev"
+    assert info["cluster_uuid"]
+
+
 def test_index_and_search_through_the_8x_client(client, es_index) -> None:
     client.index(index=es_index, id="1", document={"status": "paid"}, refresh=True)
     found = client.search(index=es_index, query={"match": {"status": "paid"}})

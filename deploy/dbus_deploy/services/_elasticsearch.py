@@ -19,11 +19,17 @@ import stat
 import subprocess
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 
 from dbus_deploy.services._errors import InstallError, ServiceStartError, ToolMissingError
-from dbus_deploy.services._install import extract_zip, find_java, maven_copy_dependencies
-from dbus_deploy.services._process import Launch
+from dbus_deploy.services._install import (
+    Java,
+    extract_zip,
+    find_java,
+    maven_copy_dependencies,
+)
+from dbus_deploy.services._process import Launch, last_log_line
 from dbus_deploy.services._service import Service
 
 VERSION = "8.19.7"
@@ -55,11 +61,24 @@ class Elasticsearch(Service):
     def url(self) -> str:
         return f"http://{self.config.host}:{self.port}"
 
+    @property
+    def root_endpoint_source(self) -> Path:
+        return self.pom_dir / "root-endpoint"
+
+    def _digest(self) -> str:
+        """What the installed distribution is made from: the pom and the plugin source."""
+        digest = hashlib.sha256((self.pom_dir / "pom.xml").read_bytes())
+        for source in sorted(self.root_endpoint_source.rglob("*")):
+            if source.is_file():
+                digest.update(source.relative_to(self.pom_dir).as_posix().encode())
+                digest.update(source.read_bytes())
+        return digest.hexdigest()
+
     def install(self) -> None:
-        find_java(self.config, self.name)
+        java = find_java(self.config, self.name)
         self._ensure_user()
-        stamp = self.distribution / ".pom-sha256"
-        digest = hashlib.sha256((self.pom_dir / "pom.xml").read_bytes()).hexdigest()
+        stamp = self.distribution / ".dbus-sha256"
+        digest = self._digest()
         if stamp.is_file() and stamp.read_text().strip() == digest:
             return
         download = self.config.lib_dir / "elasticsearch-download"
@@ -67,15 +86,73 @@ class Elasticsearch(Service):
             self.config, service=self.name, pom_dir=self.pom_dir, output=download
         )
         (archive,) = download.glob("elasticsearch-*.zip")
-        extract_zip(archive, self.distribution.with_name(self.distribution.name + ".unpacked"))
-        # The zip holds one top-level folder, elasticsearch-<version>/.
         unpacked = self.distribution.with_name(self.distribution.name + ".unpacked")
+        extract_zip(archive, unpacked)
+        # The zip holds one top-level folder, elasticsearch-<version>/.
         (inner,) = unpacked.iterdir()
         shutil.rmtree(self.distribution, ignore_errors=True)
         inner.rename(self.distribution)
         shutil.rmtree(unpacked)
         shutil.rmtree(download)
+        self._install_root_endpoint(java)
         stamp.write_text(digest + "\n")
+
+    def _install_root_endpoint(self, java: Java) -> None:
+        """Compile the ``GET /`` plugin against this distribution and put it in ``plugins/``.
+
+        The minimal distribution has no handler for the root URL, so the 8.x
+        client's ``info()`` and ``ping()`` would fail without it.
+        """
+        javac = java.home / "bin" / "javac"
+        if not os.access(javac, os.X_OK):
+            raise ToolMissingError(
+                "javac",
+                self.name,
+                "install a Java 17 JDK (apt-get install openjdk-17-jdk-headless) "
+                "or point JAVA_HOME at one",
+            )
+        build = self.config.home / "build" / "elasticsearch-root-endpoint"
+        shutil.rmtree(build, ignore_errors=True)
+        classes = build / "classes"
+        classes.mkdir(parents=True)
+        sources = sorted(str(path) for path in self.root_endpoint_source.rglob("*.java"))
+        log_file = self.config.home / "logs" / "elasticsearch-plugin-build.log"
+        with log_file.open("ab") as log:
+            result = subprocess.run(
+                [
+                    str(javac),
+                    "--release",
+                    "17",
+                    "-nowarn",
+                    "-d",
+                    str(classes),
+                    "-cp",
+                    str(self.distribution / "lib" / "*"),
+                    *sources,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=300,
+                check=False,
+            )
+        if result.returncode != 0:
+            raise InstallError(
+                self.name,
+                "javac root-endpoint",
+                log_file=log_file,
+                last_log_line=last_log_line(log_file),
+            )
+        plugin = self.distribution / "plugins" / "dbus-root-endpoint"
+        plugin.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(plugin / "dbus-root-endpoint.jar", "w") as jar:
+            for compiled in sorted(classes.rglob("*.class")):
+                jar.write(compiled, compiled.relative_to(classes).as_posix())
+        shutil.copyfile(
+            self.root_endpoint_source / "plugin-descriptor.properties",
+            plugin / "plugin-descriptor.properties",
+        )
+        shutil.rmtree(build)
 
     def _ensure_user(self) -> None:
         try:
@@ -189,15 +266,17 @@ class Elasticsearch(Service):
 
     def check_health(self) -> str | None:
         try:
+            with urllib.request.urlopen(self.url + "/", timeout=5) as response:
+                product = response.headers.get("X-elastic-product")
+                info = json.load(response)
             with urllib.request.urlopen(
                 self.url + "/_cluster/health?wait_for_status=yellow&timeout=2s", timeout=10
             ) as response:
-                product = response.headers.get("X-elastic-product")
                 health = json.load(response)
         except (OSError, ValueError) as exc:
             return f"no answer on {self.url}: {exc}"
-        if product != "Elasticsearch":
-            return f"{self.url} is not Elasticsearch (X-elastic-product: {product})"
+        if product != "Elasticsearch" or info.get("version", {}).get("number") != VERSION:
+            return f"{self.url} is not Elasticsearch {VERSION}: {info}"
         if health.get("status") not in ("yellow", "green"):
             return f"cluster health is {health.get('status')}"
         return None
