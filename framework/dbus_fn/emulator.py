@@ -18,7 +18,7 @@ from typing import Any
 
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX, CloudEvent, item_from_cloudevent, to_cloudevent
 from dbus_fn.deadletter import dead_letter_event
-from dbus_fn.errors import EventFormatError
+from dbus_fn.errors import DbusError, EventFormatError
 from dbus_fn.events import RowChange
 from dbus_fn.json_format import event_from_json, event_to_json, read_jsonl
 from dbus_fn.manifest import Destination
@@ -146,10 +146,14 @@ class Emulator:
         outcome = self.pipeline.process(change)
         self._count(outcome)
         for delivery in outcome.deliveries:
-            yield EmulatedRecord(
-                delivery.destination,
-                delivery_cloudevent(delivery, type_prefix=self.type_prefix),
-            )
+            try:
+                event = delivery_cloudevent(delivery, type_prefix=self.type_prefix)
+            except DbusError as exc:
+                # A payload with no event form (a value that fits no column
+                # type): the sink would refuse it; report it as a dead letter.
+                yield self._unencodable(delivery, exc)
+                continue
+            yield EmulatedRecord(delivery.destination, event)
         for dead in outcome.dead_letters:
             yield EmulatedRecord(
                 dead.destination,
@@ -157,6 +161,29 @@ class Emulator:
                 dead_letter=True,
                 error=dead.error,
             )
+
+    def _unencodable(self, delivery: Delivery, exc: DbusError) -> EmulatedRecord:
+        self.report.dead_letters += 1
+        message = (
+            f"the payload for {delivery.destination} has no CloudEvent form: {exc}; "
+            "expected the projection to return values of the documented column types"
+        )
+        dead = DeadLetter(
+            delivery.change,
+            f"{self.deployment.name} encoder",
+            message,
+            "",
+            self.deployment.manifest.dead_letter_route,
+            stage="encode",
+            user_error=False,
+            error_type=type(exc).__name__,
+        )
+        return EmulatedRecord(
+            dead.destination,
+            dead_letter_cloudevent(dead, type_prefix=self.type_prefix),
+            dead_letter=True,
+            error=message,
+        )
 
     def run_file(self, path: str | Path) -> Iterator[EmulatedRecord]:
         """Records for a JSONL file of CloudEvents."""

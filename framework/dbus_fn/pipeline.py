@@ -99,9 +99,10 @@ class Delivery:
         if self.payload is change.row:
             return change
         image = self.payload if isinstance(self.payload, Row) else Row(self.payload)
+        types = _projected_types(change, image)
         if change.op is Operation.DELETE:
-            return replace(change, before=image)
-        return replace(change, before=None, after=image)
+            return replace(change, before=image, column_types=types)
+        return replace(change, before=None, after=image, column_types=types)
 
 
 @dataclass(frozen=True, slots=True)
@@ -704,6 +705,25 @@ def _projected(change: RowChange, row: Mapping[str, Any]) -> RowChange:
     if change.op is Operation.DELETE:
         return replace(change, before=image)
     return replace(change, after=image)
+
+
+def _projected_types(change: RowChange, payload: Mapping[str, Any]) -> dict[str, str]:
+    """The column types that still describe a projected row.
+
+    A column keeps its MySQL type when the projection left a value of the same
+    Python type (a masked e-mail is still a ``varchar``) or NULL; a column it
+    added or changed the kind of (a SET turned into a list, a flattened JSON key)
+    loses it, and its JSON form is inferred from the value.
+    """
+    original = change.row
+    kept: dict[str, str] = {}
+    for column, column_type in change.column_types.items():
+        if column not in payload:
+            continue
+        value, before = payload[column], original.get(column)
+        if value is None or (before is not None and type(value) is type(before)):
+            kept[column] = column_type
+    return kept
 
 
 def _short(value: object, limit: int = 80) -> str:

@@ -8,7 +8,7 @@ from dbus_fn.errors import EventFormatError
 from dbus_fn.events import TransactionCommit
 from dbus_fn.json_format import event_to_json, write_jsonl
 from dbus_fn.registry import deployment_from_module
-from dbus_fn.testing import delete, insert, update
+from dbus_fn.testing import delete, insert, row_change, update
 from fn_modules import make_module
 
 SOURCE = """
@@ -102,3 +102,39 @@ def test_single_event_file(tmp_path: Path) -> None:
     assert read_event_file(path).get_type() == "io.dbus.row.inserted"
     with pytest.raises(EventFormatError, match="cannot read the event file"):
         read_event_file(tmp_path / "missing.json")
+
+
+def test_projected_columns_keep_or_lose_their_types(tmp_path: Path) -> None:
+    module = make_module(
+        tmp_path,
+        """
+import dbus_fn as fn
+
+@fn.projection(tables="shop.products")
+def reshape(event) -> dict:
+    row = event.row
+    if row["id"] == 2:
+        return {"id": 2, "odd": object()}
+    return {"id": row["id"], "email": "masked", "tags": sorted(row["tags"]), "note": None}
+""",
+    )
+    emulator = Emulator(deployment_from_module(module, default_route="es://products"))
+    types = {"id": "bigint", "email": "varchar(9)", "tags": "set('a','b')", "note": "text"}
+    good = row_change(
+        "insert",
+        "shop.products",
+        None,
+        {"id": 1, "email": "a@b.c", "tags": frozenset({"b", "a"}), "note": "x"},
+        column_types=types,
+    )
+    (record,) = emulator.run_change(good)
+    data = record.event.get_data()
+    assert isinstance(data, dict)
+    assert data["after"] == {"id": 1, "email": "masked", "tags": ["a", "b"], "note": None}
+    assert data["columns"]["email"] == "varchar(9)" and data["columns"]["note"] == "text"
+    assert data["columns"]["tags"] != "set('a','b')"
+    bad = row_change("insert", "shop.products", None, {"id": 2}, column_types={"id": "bigint"})
+    (dead,) = emulator.run_change(bad)
+    assert dead.dead_letter and dead.error is not None
+    assert "the payload for es://products has no CloudEvent form" in dead.error
+    assert emulator.close().dead_letters == 1
