@@ -155,17 +155,47 @@ def event_id(item: CaptureItem) -> str:
     return f"{base}:commit"
 
 
-def _column_types(change: RowChange) -> dict[str, str]:
-    """Declared types, and inferred ones for columns declared nowhere."""
-    types = dict(change.column_types)
-    for image in (change.after, change.before):
-        for name, value in (image or {}).items():
-            if name not in types:
-                other = change.before if image is change.after else change.after
-                if value is None and other is not None and other.get(name) is not None:
-                    value = other[name]
-                types[name] = infer_column_type(value)
-    return types
+def _encoded_images(
+    change: RowChange,
+) -> tuple[dict[str, str], dict[str, Any] | None, dict[str, Any] | None]:
+    """The column types of the event and the JSON forms of both images.
+
+    Declared types are used as they are whenever the values fit them, which is
+    always the case for changes from capture. A column declared nowhere, or whose
+    values no longer fit the declared type (a projection turned a DECIMAL into a
+    float, say), gets the type inferred from its values, so the event still reads
+    back as the change it came from.
+    """
+    declared = change.column_types
+    try:
+        return (
+            dict(declared),
+            _image_to_json(change.before, declared),
+            _image_to_json(change.after, declared),
+        )
+    except (ColumnValueError, UnsupportedColumnTypeError):
+        pass  # work out the columns one by one below
+    images = [image for image in (change.after, change.before) if image is not None]
+    types = dict(declared)
+    for name in dict.fromkeys(name for image in images for name in image):
+        values = [image[name] for image in images if image.get(name) is not None]
+        types[name] = _fitting_type(name, values, declared.get(name))
+    return types, _image_to_json(change.before, types), _image_to_json(change.after, types)
+
+
+def _fitting_type(column: str, values: list[Any], declared: str | None) -> str:
+    if declared is not None:
+        to_json_value(None, declared, column=column)  # an unknown declared type is an error
+        try:
+            for value in values:
+                to_json_value(value, declared, column=column)
+            return declared
+        except ColumnValueError:
+            pass
+    inferred = infer_column_type(values[0], column=column) if values else "json"
+    for value in values:
+        to_json_value(value, inferred, column=column)  # images that disagree are an error
+    return inferred
 
 
 def _key_text(change: RowChange, types: Mapping[str, str]) -> str | None:
@@ -190,7 +220,7 @@ def primary_key_text(change: RowChange) -> str | None:
     keys, equal for equal keys. It is the event's ``subject``, ``partitionkey`` and
     Kafka message key.
     """
-    return _key_text(change, _column_types(change))
+    return _key_text(change, _encoded_images(change)[0])
 
 
 def _utc(moment: datetime) -> datetime:
@@ -223,12 +253,14 @@ def _base_attributes(item: CaptureItem, source: str, kind: str, prefix: str) -> 
 def to_cloudevent(item: CaptureItem, *, type_prefix: str = DEFAULT_TYPE_PREFIX) -> CloudEvent:
     """The CloudEvent of a row change, schema change or transaction commit.
 
-    Raises ``ColumnValueError`` / ``UnsupportedColumnTypeError`` when a value does
-    not fit its column type, ``EventFormatError`` when the result would not be a
-    valid CloudEvent.
+    A value that does not fit its declared type (after a projection) is written
+    with a type inferred from it. Raises ``UnsupportedColumnTypeError`` for an
+    unknown declared type, ``ColumnValueError`` for a value no column type holds
+    (or images that disagree), ``EventFormatError`` when the result would not be
+    a valid CloudEvent.
     """
     if isinstance(item, RowChange):
-        types = _column_types(item)
+        types, before, after = _encoded_images(item)
         attrs = _base_attributes(
             item,
             _source_path(item.source, item.database, item.table),
@@ -242,8 +274,8 @@ def to_cloudevent(item: CaptureItem, *, type_prefix: str = DEFAULT_TYPE_PREFIX) 
             attrs["subject"] = key
             attrs[PARTITION_KEY] = key
         data: dict[str, Any] = {
-            "before": _image_to_json(item.before, types),
-            "after": _image_to_json(item.after, types),
+            "before": before,
+            "after": after,
             "key": list(item.primary_key),
             "columns": types,
         }
@@ -428,11 +460,11 @@ def _row_change(reader: _Reader, kind: str) -> RowChange:
     op = next(op for op, suffix in ROW_TYPES.items() if suffix == kind) if kind else None
     before = _image_from_json(reader, "before", data.get("before"), types)
     after = _image_from_json(reader, "after", data.get("after"), types)
-    if op is not None:
-        if op is not Operation.INSERT and before is None:
-            reader.problems.append(f"a {kind} event needs data.before")
-        if op is not Operation.DELETE and after is None:
-            reader.problems.append(f"a {kind} event needs data.after")
+    # An update may lack its old image: a projection's output drops it.
+    if op is Operation.DELETE and before is None:
+        reader.problems.append(f"a {kind} event needs data.before")
+    if op is not Operation.DELETE and after is None:
+        reader.problems.append(f"a {kind} event needs data.after")
     reader.fail()
     assert op is not None
     return RowChange(

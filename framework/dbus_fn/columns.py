@@ -574,7 +574,7 @@ _INFERRED: tuple[tuple[type, str], ...] = (
 )
 
 
-def infer_column_type(value: Any) -> str:
+def infer_column_type(value: Any, *, column: str | None = None) -> str:
     """A column type that holds ``value`` losslessly, for columns declared nowhere.
 
     Capture always declares types; this serves rows built by hand (tests, the
@@ -593,10 +593,12 @@ def infer_column_type(value: Any) -> str:
     for python_type, column_type in _INFERRED:
         if isinstance(value, python_type):
             return column_type
+    where = f"column {column!r}: " if column else ""
     raise ColumnValueError(
-        f"cannot infer a column type for a {type(value).__name__}; expected a value of a "
-        "type in the table of dbus_fn.columns, or declare the column in column_types",
+        f"{where}cannot infer a column type for a {type(value).__name__}; expected a value "
+        "of a type in the table of dbus_fn.columns (int, str, Decimal, datetime, bytes...)",
         column_type="",
         expected="a documented Python column value",
         received=type(value).__name__,
+        column=column,
     )

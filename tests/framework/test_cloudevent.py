@@ -7,6 +7,7 @@ import json
 import pickle
 import re
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -30,7 +31,9 @@ from dbus_fn.cloudevent import EXTENSIONS, new_event
 from event_samples import (
     COMMIT_TIME,
     POSITION,
+    ROW,
     assert_same_change,
+    assert_same_row,
     row_change,
     schema_change,
     transaction_commit,
@@ -191,12 +194,29 @@ def test_naive_commit_time_is_read_as_utc() -> None:
     assert event.get_time() == datetime(2024, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def test_to_cloudevent_names_the_column_whose_value_does_not_fit() -> None:
-    change = row_change(after={**row_change().after, "tiny": 300})  # type: ignore[dict-item]
-    with pytest.raises(ColumnValueError, match="'tiny'") as caught:
-        to_cloudevent(change)
-    assert caught.value.column == "tiny"
-    assert "300" not in str(caught.value)  # values may be personal data
+def test_values_that_no_longer_fit_their_declared_type_are_retyped() -> None:
+    # What a projection does: new values under the captured column types.
+    after = {**ROW, "tiny": 300, "dec": 1.5, "vc": None, "new": "added"}
+    change = row_change(before=None, after=after)
+    event = to_cloudevent(change)
+    data = event.get_data()
+    assert isinstance(data, dict)
+    assert data["columns"]["tiny"] == "bigint" and data["columns"]["dec"] == "double"
+    assert data["columns"]["vc"] == "varchar(255)" and data["columns"]["new"] == "longtext"
+    back = from_cloudevent(event)
+    assert_same_row(back.after, change.after)
+    assert back.before is None and back.op is Operation.UPDATE
+
+
+def test_images_that_no_type_holds_name_the_column() -> None:
+    disagree = row_change(before={**ROW, "dec": Decimal("1.5")}, after={**ROW, "dec": 1.5})
+    with pytest.raises(ColumnValueError, match="'dec'") as caught:
+        to_cloudevent(disagree)
+    assert caught.value.column == "dec"
+    odd = row_change(after={**ROW, "vc": 1j})
+    with pytest.raises(ColumnValueError, match=r"'vc'.*complex") as caught:
+        to_cloudevent(odd)
+    assert "1j" not in str(caught.value)  # values may be personal data
 
 
 def test_to_cloudevent_rejects_unknown_column_types() -> None:
@@ -237,8 +257,12 @@ def test_from_cloudevent_lists_every_problem() -> None:
         (row_change(), {"source": "/postgres/x"}, "source must be"),
         (row_change(), {"dbussource": "other"}, "differs from extension"),
         (row_change(), {"data": "not json"}, "data must be a JSON object"),
-        (row_change(), {"data": {"before": None, "after": {"id": 1}, "key": ["id"],
-                                 "columns": {"id": "int"}}}, "needs data.before"),
+        (row_change(Operation.DELETE), {"data": {"before": None, "after": {"id": 1},
+                                                 "key": ["id"], "columns": {"id": "int"}}},
+         "needs data.before"),
+        (row_change(Operation.INSERT), {"data": {"before": None, "after": None,
+                                                 "key": ["id"], "columns": {"id": "int"}}},
+         "needs data.after"),
         (row_change(), {"data": {"before": None, "after": {"id": "one"}, "key": ["id"],
                                  "columns": {"id": "int"}}}, "expected an int"),
         (row_change(), {"data": {"before": None, "after": {"id": 1}, "key": ["id"],
