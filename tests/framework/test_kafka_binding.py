@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from typing import Literal
 
 import pytest
@@ -16,7 +17,7 @@ from dbus_fn import (
     to_cloudevent,
     to_kafka_message,
 )
-from event_samples import assert_same_change, row_change, schema_change, transaction_commit
+from event_samples import ROW, assert_same_change, row_change, schema_change, transaction_commit
 
 Mode = Literal["binary", "structured"]
 MODES: list[Mode] = ["binary", "structured"]
@@ -130,3 +131,32 @@ def test_bad_messages_give_clear_errors(
 def test_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="binary"):
         to_kafka_message(row_change(), mode="avro")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_commit_time_keeps_microseconds_and_its_offset(mode: Mode) -> None:
+    moment = datetime(2024, 3, 31, 2, 30, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
+    change = row_change(commit_time=moment)
+    message = to_kafka_message(change, mode=mode)
+    back = from_cloudevent(from_kafka_message(message.key, message.value, message.headers))
+    assert back.commit_time == moment and back.commit_time.utcoffset() == timedelta(hours=2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_row_over_one_megabyte_travels_whole(mode: Mode) -> None:
+    blob = bytes(range(256)) * 8192  # 2 MiB
+    change = row_change(after={**ROW, "lb": blob, "long_txt": "ä" * 1_500_000})
+    message = to_kafka_message(change, mode=mode)
+    assert len(message.value) > 4_000_000
+    back = from_cloudevent(from_kafka_message(message.key, message.value, message.headers))
+    assert back.after is not None and back.after["lb"] == blob
+    assert_same_change(back, change)
+
+
+def test_undecodable_header_or_key_is_an_event_format_error() -> None:
+    message = to_kafka_message(row_change())
+    headers = [(n, b"\xff\xfe" if n == "ce_subject" else v) for n, v in message.headers]
+    with pytest.raises(EventFormatError, match="utf-8"):
+        from_kafka_message(message.key, message.value, headers)
+    with pytest.raises(EventFormatError, match="utf-8"):
+        from_kafka_message(b"\xff", message.value, message.headers)
