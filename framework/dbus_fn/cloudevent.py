@@ -327,7 +327,7 @@ class _Reader:
         value = self.text(name, required=default is None)
         if value is None:
             return default or 0
-        if not value.isdigit():
+        if not (value.isascii() and value.isdigit()):
             self.problems.append(f"extension {name!r} must be a decimal number, got {value!r}")
             return 0
         return int(value)
@@ -373,9 +373,11 @@ class _Reader:
             raise _format_error(self.problems, event_id=self.event.get_id())
 
 
+_KINDS: Final = (*ROW_TYPES.values(), SCHEMA_CHANGED, TRANSACTION_COMMITTED)
+
+
 def _kind_of(event_type: str, type_prefix: str | None) -> str | None:
-    kinds = [*ROW_TYPES.values(), SCHEMA_CHANGED, TRANSACTION_COMMITTED]
-    for kind in kinds:
+    for kind in _KINDS:
         if event_type.endswith("." + kind):
             prefix = event_type[: -len(kind) - 1]
             if type_prefix is None or prefix == type_prefix:
@@ -394,10 +396,7 @@ def item_from_cloudevent(
     reader = _Reader(event)
     kind = _kind_of(event.get_type(), type_prefix)
     if kind is None:
-        expected = ", ".join(
-            f"{type_prefix or '<prefix>'}.{k}"
-            for k in [*ROW_TYPES.values(), SCHEMA_CHANGED, TRANSACTION_COMMITTED]
-        )
+        expected = ", ".join(f"{type_prefix or '<prefix>'}.{k}" for k in _KINDS)
         reader.problems.append(f"type must be one of {expected}; got {event.get_type()!r}")
         reader.fail()
     if event.get_specversion() != "1.0":

@@ -156,15 +156,20 @@ def _position(original: BaseCloudEvent | None, item: CaptureItem | None) -> dict
             "row_index": item.row_index if isinstance(item, RowChange) else None,
         }
     assert original is not None
-    pos = original.get_extension("binlogpos")
-    index = original.get_extension("rowindex")
     return {
         "server_id": original.get_extension("serverid"),
         "file": original.get_extension("binlogfile"),
-        "pos": int(pos) if isinstance(pos, str) and pos.isdigit() else pos,
+        "pos": _number(original.get_extension("binlogpos")),
         "gtid": original.get_extension("gtid"),
-        "row_index": int(index) if isinstance(index, str) and index.isdigit() else index,
+        "row_index": _number(original.get_extension("rowindex")),
     }
+
+
+def _number(value: Any) -> Any:
+    """Decimal extension strings as ints; anything else as it came."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return value
 
 
 def original_from_dead_letter(event: BaseCloudEvent) -> CloudEvent:

@@ -239,7 +239,7 @@ def _mutated(change: RowChange, *, data: Any = None, drop: tuple[str, ...] = (),
 
 
 def test_from_cloudevent_lists_every_problem() -> None:
-    event = _mutated(row_change(), drop=("binlogfile", "rowindex"), binlogpos="x12")
+    event = _mutated(row_change(), drop=("binlogfile", "rowindex"), binlogpos="1²")
     with pytest.raises(EventFormatError) as caught:
         from_cloudevent(event)
     problems = caught.value.problems
