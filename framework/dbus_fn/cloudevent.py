@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 from urllib.parse import quote, unquote
 
@@ -359,6 +359,8 @@ class _Reader:
         if not isinstance(moment, datetime):
             self.problems.append("missing attribute 'time' (the commit time)")
             return datetime.fromtimestamp(0, UTC)
+        if moment.utcoffset() == timedelta(0) and moment.tzinfo is not UTC:
+            moment = moment.replace(tzinfo=UTC)  # parsers return their own UTC objects
         return moment
 
     def position(self) -> BinlogPosition:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,11 @@ def test_a_bad_line_names_file_and_line(tmp_path: Path) -> None:
         next(events)
     assert caught.value.where == f"{path}:2"
     assert f"{path}:2" in str(caught.value)
+
+
+def test_utc_commit_times_come_back_as_datetime_utc() -> None:
+    back = from_cloudevent(event_from_json(event_to_json(row_change())))
+    assert back.commit_time.tzinfo is UTC
 
 
 def test_json_is_one_line_of_ascii() -> None:
