@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -276,3 +277,42 @@ def test_inferred_types_hold_the_value_losslessly(value: Any, column_type: str) 
 def test_inference_refuses_unknown_python_types() -> None:
     with pytest.raises(ColumnValueError, match="cannot infer a column type for a complex"):
         infer_column_type(1j)
+
+
+def _random_values(column_type: str, rng: random.Random) -> list[Any]:
+    """Seeded random values of one column type, edges included."""
+    parsed = parse_column_type(column_type)
+    bits = parsed.bits or 64
+    makers: dict[str, Any] = {
+        "integer": lambda: rng.randint(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        if not parsed.unsigned else rng.randint(0, 2**bits - 1),
+        "bit": lambda: rng.randint(0, 2**bits - 1),
+        "decimal": lambda: Decimal(rng.randint(-(10**65) + 1, 10**65 - 1)).scaleb(-30),
+        "float": lambda: rng.uniform(-1, 1) * 10.0 ** rng.randint(-300, 307),
+        "date": lambda: date.fromordinal(rng.randint(1, date.max.toordinal())),
+        "time": lambda: timedelta(microseconds=rng.randint(-3_020_399_999_999, 3_020_399_999_999)),
+        "datetime": lambda: datetime.min + timedelta(
+            microseconds=rng.randint(0, 315_537_897_599_999_999)),
+        "timestamp": lambda: datetime.fromtimestamp(rng.randint(0, 2**31 - 1), UTC).replace(
+            microsecond=rng.randint(0, 999_999)),
+        "text": lambda: "".join(chr(rng.choice([rng.randint(32, 0xD7FF),
+                                                rng.randint(0x10000, 0x10FFFF)]))
+                                for _ in range(rng.randint(0, 20))),
+        "bytes": lambda: rng.randbytes(rng.randint(0, 40)),
+        "set": lambda: frozenset(rng.sample(["a", "b", "c", "d,e"], rng.randint(0, 4))),
+    }
+    return [makers[parsed.kind]() for _ in range(300)]
+
+
+@pytest.mark.parametrize(
+    "column_type",
+    ["tinyint", "smallint unsigned", "mediumint", "int unsigned", "bigint", "bigint unsigned",
+     "bit(13)", "bit(64)", "decimal(65,30)", "double", "date", "time(6)", "datetime(6)",
+     "timestamp(6)", "varchar(255)", "longblob", "set('a','b','c','d,e')"],
+)
+def test_random_values_round_trip_through_json_text(column_type: str) -> None:
+    rng = random.Random(column_type)
+    for value in _random_values(column_type, rng):
+        form = json.loads(json.dumps(to_json_value(value, column_type)))
+        back = from_json_value(form, column_type)
+        assert back == value and type(back) is type(value), (column_type, value)
