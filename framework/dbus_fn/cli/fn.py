@@ -15,10 +15,12 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from string import Template
 from typing import IO
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import click
 
@@ -112,6 +114,7 @@ def init(name: str, table: str, directory: Path) -> None:
         raise click.UsageError(f"{folder} already exists; expected a new folder name")
     module = name.replace("-", "_").lower()
     values = {
+        "requirement": dbus_fn_requirement(),
         "name": name.lower(),
         "module": module,
         "table": table,
@@ -131,6 +134,29 @@ def init(name: str, table: str, directory: Path) -> None:
     write_jsonl(folder / "events.jsonl", _golden_events(table))
     click.echo(f"Created {folder}/ with {', '.join([*files, 'events.jsonl'])}.")
     click.echo(f"Next: cd {folder} && tox -e emulate   (and `tox -e test` for the tests)")
+
+
+def dbus_fn_requirement() -> str:
+    """What the scaffolded tox.ini installs: the dbus-fn running this command.
+
+    A local checkout or a direct file URL install gives its folder, so a new
+    function folder tests against the very SDK that made it; a release gives
+    ``dbus-fn==<version>``.
+    """
+    try:
+        dist = metadata.distribution("dbus-fn")
+    except metadata.PackageNotFoundError:
+        return "dbus-fn"
+    direct = dist.read_text("direct_url.json")
+    if direct:
+        url = urlparse(json.loads(direct).get("url", ""))
+        if url.scheme == "file":
+            return url2pathname(url.path)
+    checkout = Path(__file__).resolve().parents[3]
+    pyproject = checkout / "pyproject.toml"
+    if pyproject.is_file() and 'name = "dbus-fn"' in pyproject.read_text(encoding="utf-8"):
+        return str(checkout)
+    return f"dbus-fn=={dist.version}"
 
 
 def _golden_events(table: str) -> list[RowChange]:
