@@ -270,6 +270,17 @@ def _watch(budget_ref: weakref.ReferenceType[_Budget], tick: float) -> None:
         del budget
 
 
+def _disarm(budget: _Budget) -> None:
+    """Forget an interrupt: handled, or swallowed by the function.
+
+    The watchdog may have raised again while the first interrupt unwound; a
+    pending one would go off later in the caller's code, so it is cleared (a
+    NULL exception clears the thread's pending asynchronous exception).
+    """
+    budget.fired = 0
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(budget.thread), None)
+
+
 class Pipeline:
     """Runs one deployment's functions over row changes.
 
@@ -516,7 +527,7 @@ class Pipeline:
             budget.step = None
         if isinstance(exc, _Overrun):
             assert budget is not None
-            budget.fired = 0
+            _disarm(budget)
             chain.timeouts[step[3]] += 1
             return self._timed_out(chain, change, step, budget.seconds)
         if isinstance(exc, KeyboardInterrupt):
@@ -569,7 +580,7 @@ class Pipeline:
     def _late_overrun(self, chain: _Chain, change: RowChange, budget: _Budget) -> Outcome:
         step = budget.step or (chain.filters + chain.projections + chain.routes)[-1]
         budget.step = None
-        budget.fired = 0
+        _disarm(budget)
         chain.timeouts[step[3]] += 1
         return self._timed_out(chain, change, step, budget.seconds)
 

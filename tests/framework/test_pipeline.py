@@ -405,3 +405,36 @@ def test_framework_failure_is_counted_apart(
     assert dead.error == "dbus failed on this event: RuntimeError: bug in dbus"
     stats = pipeline.stats()
     assert (stats.user_errors, stats.framework_errors) == (0, 1)
+
+
+def test_idle_time_between_events_is_not_a_timeout(tmp_path: Path) -> None:
+    deployment = _deployment(
+        tmp_path, '@fn.filter(tables="shop.a")\ndef f(event):\n    return True\n', timeout=0.05
+    )
+    with Pipeline(deployment) as pipeline:
+        first = pipeline.process(insert("shop.a", id=1))
+        time.sleep(0.3)
+        second = pipeline.process(insert("shop.a", id=2))
+        time.sleep(0.2)
+    assert first.destinations == second.destinations == ["kafka://fallback"]
+    assert pipeline.stats().timeouts == 0
+
+
+def test_many_timeouts_leave_no_interrupt_behind(tmp_path: Path) -> None:
+    source = """
+import time
+
+@fn.filter(tables="shop.a")
+def stubborn(event) -> bool:
+    deadline = time.monotonic() + 0.15
+    while time.monotonic() < deadline:
+        try:
+            while time.monotonic() < deadline:
+                pass
+        except BaseException:
+            pass
+    return True
+"""
+    outcomes = _run(tmp_path, source, *(insert("shop.a", id=i) for i in range(3)), timeout=0.03)
+    assert all("timed out" in _only_dead(o) for o in outcomes)
+    time.sleep(0.2)  # an interrupt left pending would go off in this frame
