@@ -1,7 +1,8 @@
 """Local emulation: a deployment's functions over recorded events, no Spark, no services.
 
 The emulator reads CloudEvents (one per line, as ``dbus source record`` writes
-them, or a single event), turns each row event back into a ``RowChange``, runs
+them, or a single event) or a live binlog through the capture code (which needs
+the ``capture`` extra), turns each row event back into a ``RowChange``, runs
 the deployment's ``Pipeline`` over it and reports what would go where: each
 delivery as the CloudEvent a sink would receive, and each dead letter as the
 dead-letter CloudEvent. Transaction and schema markers in the input pass by
@@ -11,19 +12,23 @@ dead-letter CloudEvent. Transaction and schema markers in the input pass by
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX, CloudEvent, item_from_cloudevent, to_cloudevent
 from dbus_fn.deadletter import dead_letter_event
 from dbus_fn.errors import DbusError, EventFormatError
-from dbus_fn.events import RowChange
+from dbus_fn.events import BinlogPosition, RowChange
 from dbus_fn.json_format import event_from_json, event_to_json, read_jsonl
 from dbus_fn.manifest import Destination
 from dbus_fn.pipeline import DeadLetter, Delivery, Outcome, Pipeline, PipelineStats
 from dbus_fn.registry import LoadedDeployment
+
+if TYPE_CHECKING:
+    from dbus_fn.capture import SourceSpec
 
 __all__ = [
     "EmulatedRecord",
@@ -184,6 +189,36 @@ class Emulator:
             dead_letter=True,
             error=message,
         )
+
+    def run_source(
+        self,
+        spec: SourceSpec,
+        *,
+        start: str | BinlogPosition = "latest",
+        idle_timeout: float | None = None,
+        server_id: int | None = None,
+    ) -> Iterator[EmulatedRecord]:
+        """Records for the changes of a live binlog, read with the capture code.
+
+        Reads from ``start`` (``latest``, ``earliest`` or a position) until
+        ``idle_timeout`` seconds pass without a change (``None``: until stopped).
+        The reader replicates with a ``server_id`` of its own, so it never
+        collides with a runtime reading the same server.
+        """
+        from dbus_fn.capture import BinlogReader, server_id_for
+
+        reader = BinlogReader(
+            spec,
+            server_id=server_id or server_id_for(f"emulator/{self.deployment.name}/{uuid.uuid4()}"),
+        )
+        try:
+            for item in reader.read(start, idle_timeout=idle_timeout):
+                if isinstance(item, RowChange):
+                    yield from self.run_change(item)
+                else:
+                    self.report.markers += 1
+        finally:
+            reader.close()
 
     def run_file(self, path: str | Path) -> Iterator[EmulatedRecord]:
         """Records for a JSONL file of CloudEvents."""

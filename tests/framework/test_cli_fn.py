@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -123,7 +124,7 @@ def test_options_fall_back_to_environment(scaffold: Path, runner: CliRunner) -> 
 def test_usage_errors_exit_2(scaffold: Path, runner: CliRunner) -> None:
     missing = runner.invoke(cli, ["fn", "run-local", str(scaffold)])
     assert missing.exit_code == 2
-    assert "Missing option '--events'" in missing.output
+    assert "expected exactly one of --events FILE or --source DSN" in missing.output
     no_path = runner.invoke(cli, ["fn", "validate", str(scaffold / "nope")])
     assert no_path.exit_code == 2
 
@@ -213,3 +214,108 @@ def test_scaffold_passes_tox_emulate_and_test(scaffold: Path) -> None:
     output = done.stdout + done.stderr
     assert "cli_demo: 4 row events, 3 deliveries, 1 filtered, 0 dead-lettered" in output
     assert "3 passed" in output
+
+
+def test_source_and_events_are_exclusive(scaffold: Path, runner: CliRunner) -> None:
+    result = runner.invoke(
+        cli,
+        [
+            "fn",
+            "run-local",
+            str(scaffold),
+            "--events",
+            str(scaffold / "events.jsonl"),
+            "--source",
+            "mysql://u:secret@127.0.0.1:1",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "secret" not in result.output
+
+
+def test_unreachable_source_is_one_line_without_the_password(
+    scaffold: Path, runner: CliRunner
+) -> None:
+    result = runner.invoke(
+        cli,
+        [
+            "fn",
+            "run-local",
+            str(scaffold),
+            "--source",
+            "mysql://u:secret@127.0.0.1:1",
+            "--idle-timeout",
+            "1",
+        ],
+    )
+    assert result.exit_code != 0
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("Error: ")
+    assert "secret" not in result.output
+
+
+@pytest.mark.integration
+def test_run_local_over_a_live_binlog(
+    fresh_database: Any, runner: CliRunner, tmp_path: Path
+) -> None:
+    from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
+
+    db = fresh_database.name
+    connection = fresh_database.connect()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE orders (id BIGINT PRIMARY KEY, status VARCHAR(16), "
+            "total DECIMAL(8,2), is_test BOOLEAN NOT NULL DEFAULT FALSE)"
+        )
+    dsn = fresh_database.endpoint.dsn
+    probe = BinlogReader(SourceSpec("probe", dsn, (f"{db}.*",)), server_id_for(f"probe/{db}"))
+    start = probe.master_position()
+    probe.close()
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO orders VALUES (1, 'new', 9.50, FALSE), (2, 'new', 1, TRUE)")
+        cursor.execute("UPDATE orders SET status = 'paid' WHERE id = 1")
+        cursor.execute("DELETE FROM orders WHERE id = 1")
+    folder = tmp_path / "live"
+    folder.mkdir()
+    (folder / "live_orders.py").write_text(
+        "import dbus_fn as fn\n\n"
+        '@fn.filter(tables="*.orders")\n'
+        "def real(event) -> bool:\n"
+        '    return not event.row["is_test"]\n\n'
+        '@fn.route(tables="*.orders")\n'
+        "def by_status(event) -> str:\n"
+        "    return f\"kafka://orders.{event.row['status']}\"\n"
+    )
+    (folder / "dbus.toml").write_text(
+        f'name = "live"\nversion = "1"\nmodule = "live_orders.py"\ntables = ["{db}.orders"]\n'
+    )
+    result = runner.invoke(
+        cli,
+        [
+            "fn",
+            "run-local",
+            str(folder),
+            "--source",
+            f"shop={dsn}",
+            "--from",
+            f"{start.file}:{start.pos}",
+            "--idle-timeout",
+            "3",
+            "--fail-on-dead-letter",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["destination"], r["event"]["type"]) for r in records] == [
+        ("kafka://orders.new", "io.dbus.row.inserted"),
+        ("kafka://orders.paid", "io.dbus.row.updated"),
+        ("kafka://orders.paid", "io.dbus.row.deleted"),
+    ]
+    assert records[0]["event"]["data"]["after"] == {
+        "id": 1,
+        "status": "new",
+        "total": "9.50",
+        "is_test": 0,
+    }
+    assert records[0]["event"]["source"] == f"/mysql/shop/{db}/orders"
+    assert "live: 4 row events, 3 deliveries, 1 filtered, 0 dead-lettered" in result.stderr

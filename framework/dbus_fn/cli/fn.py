@@ -244,9 +244,32 @@ def invoke(path: Path, event_file: Path, type_prefix: str, fail_on_dead_letter: 
     "--events",
     envvar="DBUS_EVENTS",
     show_envvar=True,
-    required=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A JSONL file of CloudEvents, one per line.",
+)
+@click.option(
+    "--source",
+    envvar="DBUS_SOURCE",
+    show_envvar=True,
+    help="Read a live binlog instead: [NAME=]DSN, e.g. mysql://user:pass@127.0.0.1:3306 "
+    "(needs dbus-fn[capture]).",
+)
+@click.option(
+    "--from",
+    "start",
+    envvar="DBUS_FROM",
+    show_envvar=True,
+    default="latest",
+    show_default=True,
+    help="With --source: latest, earliest, file:pos or a MariaDB GTID state.",
+)
+@click.option(
+    "--idle-timeout",
+    envvar="DBUS_IDLE_TIMEOUT",
+    show_envvar=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="With --source: stop after this many seconds without a change (default: run "
+    "until interrupted).",
 )
 @click.option(
     "--output",
@@ -259,26 +282,62 @@ def invoke(path: Path, event_file: Path, type_prefix: str, fail_on_dead_letter: 
 @_TYPE_PREFIX
 @_FAIL_ON_DEAD_LETTER
 def run_local(
-    path: Path, events: Path, output: Path | None, type_prefix: str, fail_on_dead_letter: bool
+    path: Path,
+    events: Path | None,
+    source: str | None,
+    start: str,
+    idle_timeout: float | None,
+    output: Path | None,
+    type_prefix: str,
+    fail_on_dead_letter: bool,
 ) -> None:
-    """Run the deployment's functions over recorded events; print what would go where
-    (one JSON record per line: destination, dead_letter, error, event)."""
+    """Run the deployment's functions over recorded events (--events) or a live binlog
+    (--source); print what would go where, one JSON record per line (destination,
+    dead_letter, error, event)."""
+    if (events is None) == (source is None):
+        raise click.UsageError("expected exactly one of --events FILE or --source DSN")
     with _one_line_errors():
         emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
+        if events is not None:
+            records = emulator.run_file(events)
+        else:
+            assert source is not None
+            records = _live(emulator, source, start, idle_timeout)
         out = output.open("w", encoding="utf-8") if output is not None else None
         try:
-            for record in emulator.run_file(events):
+            for record in records:
                 if out is not None:
                     out.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
                     _print_short(record)
                 else:
                     _print_record(record, sys.stdout)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
         finally:
             if out is not None:
                 out.close()
     report = emulator.close()
     click.echo(f"{emulator.deployment.name}: {report.summary()}", err=True)
     _finish(report.dead_letters, fail_on_dead_letter)
+
+
+def _live(
+    emulator: Emulator, source: str, start: str, idle_timeout: float | None
+) -> Iterator[EmulatedRecord]:
+    try:
+        from dbus_fn.capture import SourceSpec, parse_position
+    except ImportError as exc:
+        raise _CommandError(
+            f"--source needs the capture extra ({exc.name} is missing); "
+            "install it with: pip install 'dbus-fn[capture]'",
+            1,
+        ) from None
+    name, separator, dsn = source.partition("=")
+    if not separator or "://" in name:
+        name, dsn = "local", source
+    spec = SourceSpec(name=name, dsn=dsn, tables=emulator.deployment.manifest.tables)
+    begin = start if start.strip().lower() in ("latest", "earliest") else parse_position(start)
+    return emulator.run_source(spec, start=begin, idle_timeout=idle_timeout)
 
 
 def _print_record(record: EmulatedRecord, stream: IO[str]) -> None:
