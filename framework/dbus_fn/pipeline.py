@@ -542,6 +542,7 @@ class Pipeline:
             message = (
                 f"{info.describe()} raised {type(exc).__name__}: "
                 f"{_first_line(exc)}; expected it to return without raising"
+                + _missing_image_hint(change, exc)
             )
         error = FunctionError(message, function=info.name, location=info.location, stage=info.kind)
         error.__cause__ = exc
@@ -735,6 +736,22 @@ def _projected_types(change: RowChange, payload: Mapping[str, Any]) -> dict[str,
         if value is None or (before is not None and type(value) is type(before)):
             kept[column] = column_type
     return kept
+
+
+def _missing_image_hint(change: RowChange, exc: BaseException) -> str:
+    """The likeliest cause of a ``NoneType`` error: reading the image an operation lacks."""
+    if not isinstance(exc, AttributeError | TypeError) or "NoneType" not in str(exc):
+        return ""
+    if change.op is Operation.DELETE:
+        missing = "event.after is None for a delete"
+    elif change.op is Operation.INSERT:
+        missing = "event.before is None for an insert"
+    else:
+        return ""
+    return (
+        f"; hint: {missing}: read event.row (the row as it is, or as it was before a "
+        "delete), or limit the function with operations=[...]"
+    )
 
 
 def _short(value: object, limit: int = 80) -> str:

@@ -438,3 +438,38 @@ def stubborn(event) -> bool:
     outcomes = _run(tmp_path, source, *(insert("shop.a", id=i) for i in range(3)), timeout=0.03)
     assert all("timed out" in _only_dead(o) for o in outcomes)
     time.sleep(0.2)  # an interrupt left pending would go off in this frame
+
+
+STYLE_MODULE = '''"""Checkout team: order changes for the search index."""
+import dbus_fn as fn
+
+@fn.filter(tables="shop.orders")
+def skip_test_accounts(event: fn.RowChange) -> bool:
+    return not event.after.get("is_test", False)
+
+@fn.projection(tables="shop.orders")
+def public_fields(event: fn.RowChange) -> dict:
+    return {k: event.after[k] for k in ("id", "status", "total")}
+
+@fn.route(tables="shop.orders")
+def by_status(event: fn.RowChange) -> str:
+    return f"kafka://orders.{event.after['status']}"
+'''
+
+
+def test_the_house_style_module_works_unchanged(tmp_path: Path) -> None:
+    module = make_module(tmp_path, STYLE_MODULE)
+    order = {"id": 1, "status": "paid", "total": "9.99", "email": "a@b.c"}
+    with Pipeline(deployment_from_module(module, default_route="kafka://orders")) as pipeline:
+        paid = pipeline.process(insert("shop.orders", order))
+        shipped = pipeline.process(update("shop.orders", order, status="shipped"))
+        test = pipeline.process(insert("shop.orders", order, is_test=True))
+        deleted = pipeline.process(delete("shop.orders", order))
+    assert paid.destinations == ["kafka://orders.paid"]
+    assert paid.deliveries[0].payload == {"id": 1, "status": "paid", "total": "9.99"}
+    assert shipped.destinations == ["kafka://orders.shipped"]
+    assert test.filtered
+    # It reads event.after, which a delete lacks: the message says so.
+    error = _only_dead(deleted)
+    assert "raised AttributeError: 'NoneType' object has no attribute 'get'" in error
+    assert "hint: event.after is None for a delete: read event.row" in error
