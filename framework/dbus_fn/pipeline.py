@@ -398,7 +398,7 @@ class Pipeline:
                     step,
                     result,
                     "a dict of column values",
-                    "build and return a new dict, e.g. {**event.after, 'x': 1}",
+                    "build and return a new dict, e.g. {**event.row, 'x': 1}",
                 )
             payload = result
         if payload is None:
@@ -535,7 +535,7 @@ class Pipeline:
         if isinstance(exc, ReadOnlyRowError):
             message = (
                 f"{info.describe()} tried to change its input ({exc.action} on a "
-                f"read-only row): expected a new dict, e.g. {{**event.after, 'x': 1}}, "
+                f"read-only row): expected a new dict, e.g. {{**event.row, 'x': 1}}, "
                 f"got an in-place change"
             )
         else:

@@ -188,7 +188,7 @@ def test_projection_mutating_its_input_goes_to_dead_letter(tmp_path: Path, body:
     error = _only_dead(outcome)
     _names(error, "projection", "p", 2)
     assert "tried to change its input" in error
-    assert "expected a new dict, e.g. {**event.after, 'x': 1}, got an in-place change" in error
+    assert "expected a new dict, e.g. {**event.row, 'x': 1}, got an in-place change" in error
     assert outcome.dead_letters[0].change.after == {"id": 1}
 
 
