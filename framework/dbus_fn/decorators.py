@@ -234,6 +234,13 @@ def _inspect(
             f"a function already decorated as {previous.kind}",
             "write a second function for the second role",
         )
+    qualname = func.__qualname__
+    if "." in qualname and "<locals>" not in qualname.rpartition(".")[0].rpartition(".")[2]:
+        raise fail(
+            "a module-level function",
+            f"a method of {qualname.rpartition('.')[0]}",
+            "the registry finds functions among a module's names, not in classes",
+        )
     if inspect.iscoroutinefunction(func) or inspect.isgeneratorfunction(func):
         raise fail("a plain function", "an async or generator function")
 

@@ -166,3 +166,18 @@ def test_explicit_name_is_used() -> None:
         return True
 
     assert function_info(f).name == "keep-everything"  # type: ignore[union-attr]
+
+
+def test_method_is_refused(tmp_path: Path) -> None:
+    error = _raises(
+        tmp_path,
+        'class Holder:\n    @fn.filter(tables="a.b")\n'
+        "    def f(self, event):\n        return True\n",
+    )
+    _names_function(error, "Holder.f", 3)
+    assert "expected a module-level function, got a method of Holder" in str(error)
+
+
+def test_async_function_is_refused(tmp_path: Path) -> None:
+    error = _raises(tmp_path, '@fn.route(tables="a.b")\nasync def r(event):\n    return None\n')
+    assert "expected a plain function, got an async or generator function" in str(error)
