@@ -168,7 +168,13 @@ def load_module(target: str | Path, *, root: Path | None = None) -> ModuleType:
             target=text,
         )
     existing = sys.modules.get(name)
-    if existing is not None and _same_file(getattr(existing, "__file__", None), file):
+    stamp = _stamp(file)
+    if (
+        existing is not None
+        and _same_file(getattr(existing, "__file__", None), file)
+        and _stamps.setdefault(file, stamp) == stamp
+    ):
+        # Already imported (by a test's `import`, or an earlier load) and unchanged.
         return existing
     spec = importlib.util.spec_from_file_location(name, file, submodule_search_locations=locations)
     assert spec is not None and spec.loader is not None
@@ -177,6 +183,7 @@ def load_module(target: str | Path, *, root: Path | None = None) -> ModuleType:
     if folder not in sys.path:
         sys.path.insert(0, folder)
     sys.modules[name] = module
+    _stamps[file] = stamp
     try:
         spec.loader.exec_module(module)
     except FunctionValidationError:
@@ -188,6 +195,16 @@ def load_module(target: str | Path, *, root: Path | None = None) -> ModuleType:
             raise
         raise _load_error(exc, file, text) from exc
     return module
+
+
+_stamps: dict[Path, tuple[int, int]] = {}
+"""(mtime, size) of each module file when it was loaded: a changed file (a new
+version in the same place) is loaded again rather than reused."""
+
+
+def _stamp(file: Path) -> tuple[int, int]:
+    status = file.stat()
+    return (status.st_mtime_ns, status.st_size)
 
 
 def _same_file(a: str | None, b: Path) -> bool:

@@ -191,3 +191,12 @@ def test_manifest_module_relative_to_manifest(
     )
     monkeypatch.chdir("/")
     assert len(load_deployment(folder / "dbus.toml").functions) == 4
+
+
+def test_a_changed_module_file_is_loaded_again(tmp_path: Path) -> None:
+    path = write_module(tmp_path, "import dbus_fn as fn\nVERSION = 1\n")
+    first = load_module(path)
+    assert load_module(path) is first
+    path.write_text("import dbus_fn as fn\nVERSION = 22\n")
+    second = load_module(path)
+    assert second is not first and second.VERSION == 22
