@@ -77,6 +77,16 @@ class FunctionRegistry:
         return found
 
     @property
+    def hook(self) -> Any:
+        """Pluggy's hook relay (``registry.hook.dbus_filter(event=..., context=...)``).
+
+        It calls every implementation of a kind regardless of selectors; the
+        pipeline composes selector-matched chains instead. Useful to inspect
+        what is registered.
+        """
+        return self._manager.hook
+
+    @property
     def functions(self) -> tuple[FunctionInfo, ...]:
         """Every function: filters, then projections, then routes, each in run order."""
         return tuple(

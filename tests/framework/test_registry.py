@@ -200,3 +200,22 @@ def test_a_changed_module_file_is_loaded_again(tmp_path: Path) -> None:
     path.write_text("import dbus_fn as fn\nVERSION = 22\n")
     second = load_module(path)
     assert second is not first and second.VERSION == 22
+
+
+def test_functions_are_real_pluggy_hook_implementations(tmp_path: Path) -> None:
+    source = """
+import dbus_fn as fn
+
+@fn.filter(tables="a.b")
+def plain(e):
+    return True
+
+@fn.filter(tables="a.b")
+def with_context(e, ctx):
+    return ctx == "ctx"
+"""
+    registry = FunctionRegistry()
+    registry.register_module(make_module(tmp_path, source))
+    impls = registry.hook.dbus_filter.get_hookimpls()
+    assert sorted(impl.argnames for impl in impls) == [("event",), ("event", "context")]
+    assert sorted(registry.hook.dbus_filter(event=None, context="ctx")) == [True, True]
