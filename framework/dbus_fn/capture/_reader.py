@@ -196,6 +196,7 @@ class BinlogReader:
         self._last_event_time: float | None = None
         self._caught_up = False
         self.reconnects = 0
+        self.connection_id: int | None = None  # the replication connection's thread id
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -557,9 +558,7 @@ class BinlogReader:
         retried with backoff from the last commit, without loss or duplicates;
         configuration, privilege and position errors are raised at once.
         """
-        begin = (
-            start if isinstance(start, BinlogPosition) and start.file else self.resolve_start(start)
-        )
+        begin = self.resolve_start(start)
         if (
             stop is not None
             and begin.file
@@ -700,7 +699,9 @@ class BinlogReader:
                     raise
                 if event is None:
                     raise _StreamLost("the server ended the binlog stream")
-                self._connected_once = True
+                if not progress.events:
+                    self._connected_once = True
+                    self.connection_id = stream._stream_connection.thread_id()
                 progress.events += 1
                 kind = type(event)
                 packet = event.packet

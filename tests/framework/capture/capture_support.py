@@ -36,3 +36,69 @@ def schema_changes(items: list[Any]) -> list[SchemaChange]:
 
 def row_ids(items: list[Any], column: str = "id") -> list[tuple[str, Any]]:
     return [(change.op.value, change.row[column]) for change in rows(items)]
+
+
+class StallingProxy:
+    """A TCP forwarder to the real server whose open connections can be frozen.
+
+    A network stall (packets stop, nothing is closed) is a fault no real server
+    gives on demand; new connections after ``stall()`` are forwarded normally.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+        import threading
+
+        self._upstream = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._pairs: list[dict[str, Any]] = []
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._upstream)
+            pair = {"sockets": (client, server), "stalled": False}
+            self._pairs.append(pair)
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(pair, a, b), daemon=True).start()
+
+    def _pump(self, pair: dict[str, Any], source: Any, target: Any) -> None:
+        import select
+
+        while not self._closed.is_set():
+            if pair["stalled"]:
+                self._closed.wait(0.1)
+                continue
+            try:
+                ready, _, _ = select.select([source], [], [], 0.1)
+                if not ready:
+                    continue
+                data = source.recv(65536)
+                if not data:
+                    break
+                target.sendall(data)
+            except OSError:
+                break
+        if not pair["stalled"]:
+            for sock in pair["sockets"]:
+                sock.close()
+
+    def stall(self) -> None:
+        for pair in self._pairs:
+            pair["stalled"] = True
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+        for pair in self._pairs:
+            for sock in pair["sockets"]:
+                sock.close()
