@@ -16,20 +16,20 @@ import os
 import pwd
 import shutil
 import stat
-import subprocess
 import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
 
-from dbus_deploy.services._errors import InstallError, ServiceStartError, ToolMissingError
+from dbus_deploy.services._errors import ServiceStartError, ToolMissingError
 from dbus_deploy.services._install import (
     Java,
     extract_zip,
     find_java,
     maven_copy_dependencies,
+    run_install_step,
 )
-from dbus_deploy.services._process import Launch, last_log_line
+from dbus_deploy.services._process import Launch
 from dbus_deploy.services._service import Service
 
 VERSION = "8.19.7"
@@ -116,33 +116,23 @@ class Elasticsearch(Service):
         classes = build / "classes"
         classes.mkdir(parents=True)
         sources = sorted(str(path) for path in self.root_endpoint_source.rglob("*.java"))
-        log_file = self.config.home / "logs" / "elasticsearch-plugin-build.log"
-        with log_file.open("ab") as log:
-            result = subprocess.run(
-                [
-                    str(javac),
-                    "--release",
-                    "17",
-                    "-nowarn",
-                    "-d",
-                    str(classes),
-                    "-cp",
-                    str(self.distribution / "lib" / "*"),
-                    *sources,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=300,
-                check=False,
-            )
-        if result.returncode != 0:
-            raise InstallError(
-                self.name,
-                "javac root-endpoint",
-                log_file=log_file,
-                last_log_line=last_log_line(log_file),
-            )
+        run_install_step(
+            [
+                str(javac),
+                "--release",
+                "17",
+                "-nowarn",
+                "-d",
+                str(classes),
+                "-cp",
+                str(self.distribution / "lib" / "*"),
+                *sources,
+            ],
+            log_file=self.config.home / "logs" / "elasticsearch-plugin-build.log",
+            service=self.name,
+            step="javac root-endpoint",
+            env=self.config.environ,
+        )
         plugin = self.distribution / "plugins" / "dbus-root-endpoint"
         plugin.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(plugin / "dbus-root-endpoint.jar", "w") as jar:
@@ -168,29 +158,23 @@ class Elasticsearch(Service):
                 f"Elasticsearch will not run as root; as root run: useradd --system "
                 f"--user-group --no-create-home --shell /usr/sbin/nologin {RUN_AS}",
             )
-        log_file = self.config.home / "logs" / "useradd.log"
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        with log_file.open("ab") as log:
-            result = subprocess.run(
-                [
-                    useradd,
-                    "--system",
-                    "--user-group",
-                    "--no-create-home",
-                    "--home-dir",
-                    "/nonexistent",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                    RUN_AS,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=False,
-            )
-        if result.returncode != 0:
-            raise InstallError(
-                self.name, f"useradd {RUN_AS}", log_file=log_file, last_log_line=None
-            )
+        run_install_step(
+            [
+                useradd,
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                RUN_AS,
+            ],
+            log_file=self.config.home / "logs" / "useradd.log",
+            service=self.name,
+            step=f"useradd {RUN_AS}",
+            env=self.config.environ,
+        )
 
     def _check_reachable(self) -> None:
         """Fail clearly when ``dbus-es`` cannot even reach the state directory."""

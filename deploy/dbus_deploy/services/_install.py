@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dbus_deploy.services._config import ServicesConfig
 from dbus_deploy.services._errors import InstallError, ToolMissingError
-from dbus_deploy.services._process import last_log_line
+from dbus_deploy.services._process import last_log_line, run_logged
 
 _JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 MIN_JAVA = 17
@@ -80,7 +80,7 @@ def find_mvn(config: ServicesConfig, needed_by: str) -> Path:
     return Path(found)
 
 
-def _run_logged(
+def run_install_step(
     argv: Sequence[str],
     *,
     log_file: Path,
@@ -91,27 +91,11 @@ def _run_logged(
     timeout: float = 1800,
 ) -> None:
     """Run an install step with its output in ``log_file``; fail with its last line."""
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with log_file.open("ab") as log:
-        log.write(f"$ {' '.join(argv)}\n".encode())
-        log.flush()
-        try:
-            result = subprocess.run(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=dict(env),
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise InstallError(
-                service, step, log_file=log_file, last_log_line=f"timed out after {timeout:.0f}s"
-            ) from None
-    if result.returncode != 0:
-        raise InstallError(service, step, log_file=log_file, last_log_line=last_log_line(log_file))
+    failure = run_logged(argv, log_file=log_file, cwd=cwd, env=env, timeout=timeout)
+    if failure is not None:
+        raise InstallError(
+            service, step, log_file=log_file, last_log_line=last_log_line(log_file) or failure
+        )
 
 
 def apt_install(config: ServicesConfig, packages: Mapping[str, str]) -> None:
@@ -142,10 +126,10 @@ def apt_install(config: ServicesConfig, packages: Mapping[str, str]) -> None:
         policy.chmod(0o755)
         placed_policy = True
     try:
-        _run_logged(
+        run_install_step(
             [apt, "update"], log_file=log_file, service=service, step="apt-get update", env=env
         )
-        _run_logged(
+        run_install_step(
             [apt, "install", "-y", "--no-install-recommends", *packages],
             log_file=log_file,
             service=service,
@@ -170,8 +154,15 @@ def maven_copy_dependencies(
     java = find_java(config, service)
     partial = output.with_name(output.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    _run_logged(
-        [str(mvn), "-q", "-B", "dependency:copy-dependencies", f"-DoutputDirectory={partial}"],
+    run_install_step(
+        [
+            str(mvn),
+            "-q",
+            "-B",
+            "-Dstyle.color=never",
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={partial}",
+        ],
         log_file=config.home / "logs" / f"{service}-maven.log",
         service=service,
         step="mvn dependency:copy-dependencies",

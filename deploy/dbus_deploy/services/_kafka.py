@@ -13,7 +13,6 @@ import base64
 import hashlib
 import logging
 import socket
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 from dbus_deploy.services._config import PORT_ENV
 from dbus_deploy.services._errors import ServiceStartError
 from dbus_deploy.services._install import Java, find_java, maven_copy_dependencies
-from dbus_deploy.services._process import Launch, last_log_line
+from dbus_deploy.services._process import Launch, last_log_line, run_logged
 from dbus_deploy.services._service import Service
 
 _LOG4J2 = """\
@@ -165,20 +164,11 @@ class Kafka(Service):
             str(properties),
             heap="256m",
         )
-        with format_log.open("ab") as log:
-            result = subprocess.run(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.root,
-                timeout=300,
-                check=False,
-            )
-        if result.returncode != 0:
+        failure = run_logged(argv, log_file=format_log, cwd=self.root, timeout=300)
+        if failure is not None:
             raise ServiceStartError(
                 self.name,
-                "formatting the KRaft log directory failed",
+                f"formatting the KRaft log directory failed ({failure})",
                 log_file=format_log,
                 last_log_line=last_log_line(format_log),
             )

@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -78,6 +80,27 @@ def _locked(config: ServicesConfig) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """Turn SIGTERM into ``SystemExit`` while ``up`` runs, so its clean-up still happens.
+
+    Without this, ``timeout dbus services up`` or a CI job being cancelled would
+    leave half-started services behind. Only the main thread may set handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         # SO_REUSEADDR: a port in TIME_WAIT is free to listen on; a listener is not.
@@ -124,7 +147,8 @@ def _wait_healthy(
             reason = service.check_health()
             if reason is None:
                 ready[name] = time.monotonic() - started_at
-                progress(f"{name}: healthy after {ready[name]:.1f}s")
+                verb = "healthy after" if process is not None else "already running, healthy in"
+                progress(f"{name}: {verb} {ready[name]:.1f}s")
                 del pending[name]
                 continue
             reasons[name] = reason
@@ -150,7 +174,7 @@ def up(
     config = config or load_config()
     say = progress or (lambda _message: None)
     services = _select(names, config)
-    with _locked(config):
+    with _locked(config), _terminate_raises():
         running = {s.name: running_pid(s.pid_file, s.root) for s in services}
         to_start = [s for s in services if running[s.name] is None]
         for service in to_start:

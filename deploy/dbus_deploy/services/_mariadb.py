@@ -8,14 +8,15 @@ may be anywhere root can write, even a private test temp dir.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
-import subprocess
+import tempfile
 from pathlib import Path
 
 import pymysql
 
 from dbus_deploy.services._errors import ServiceStartError
-from dbus_deploy.services._process import Launch, last_log_line
+from dbus_deploy.services._process import Launch, last_log_line, run_logged
 from dbus_deploy.services._service import Service
 
 USER = "dbus"
@@ -44,7 +45,13 @@ class MariaDB(Service):
 
     @property
     def socket(self) -> Path:
-        return self.run / "mariadbd.sock"
+        socket = self.run / "mariadbd.sock"
+        # A unix socket path may not exceed 107 bytes; deep state directories
+        # (pytest temp dirs) get a short, still unique, path instead.
+        if len(str(socket)) <= 100:
+            return socket
+        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"dbus-mariadb-{digest}.sock"
 
     @property
     def log_file(self) -> Path:
@@ -106,28 +113,24 @@ class MariaDB(Service):
         shutil.rmtree(self.data, ignore_errors=True)
         self.data.mkdir(parents=True)
         install_log = self.logs / "install-db.log"
-        with install_log.open("ab") as log:
-            result = subprocess.run(
-                [
-                    str(INSTALL_DB),
-                    f"--defaults-file={self.cnf}",
-                    "--user=root",
-                    "--auth-root-authentication-method=socket",
-                    "--skip-test-db",
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.root,
-                timeout=300,
-                check=False,
-            )
-        if result.returncode != 0:
+        failure = run_logged(
+            [
+                str(INSTALL_DB),
+                f"--defaults-file={self.cnf}",
+                "--user=root",
+                "--auth-root-authentication-method=socket",
+                "--skip-test-db",
+            ],
+            log_file=install_log,
+            cwd=self.root,
+            timeout=300,
+        )
+        if failure is not None:
             # Leave no half-initialised datadir that the next `up` would trust.
             shutil.rmtree(self.data / "mysql", ignore_errors=True)
             raise ServiceStartError(
                 self.name,
-                "mariadb-install-db failed",
+                f"mariadb-install-db failed ({failure})",
                 log_file=install_log,
                 last_log_line=last_log_line(self.log_file, install_log),
             )

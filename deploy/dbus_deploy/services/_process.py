@@ -14,14 +14,22 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-# Lines that say more about a failure than the plain last line of a log.
+# Lines that say more about a failure than the plain last line of a log...
 _MEANINGFUL = re.compile(r"\b(ERROR|FATAL|Exception|Error|error|Could not|Cannot|Can't|Aborting)\b")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# ...except the advice tools print after the real error (Maven's help links).
+_BOILERPLATE = re.compile(
+    r"^\[ERROR\] \[Help \d+\]|Re-run Maven|For more information about"
+    r"|To see the full stack trace|^\[ERROR\]\s*$"
+    r"|^\$ "  # the command line run_logged writes first
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +41,12 @@ class Launch:
     cwd: Path
     env: Mapping[str, str] = field(default_factory=dict)
     user: str | None = None
+
+
+# Services outlive the call that started them. Holding their Popen objects keeps
+# Python from warning "subprocess is still running" when one would be collected
+# while a test session (which starts services in-process) is still going.
+_SPAWNED: list[subprocess.Popen[bytes]] = []
 
 
 def spawn(launch: Launch, pid_file: Path) -> subprocess.Popen[bytes]:
@@ -51,9 +65,43 @@ def spawn(launch: Launch, pid_file: Path) -> subprocess.Popen[bytes]:
             group=None if launch.user is None else _primary_group(launch.user),
             extra_groups=None if launch.user is None else [],
         )
+    _SPAWNED[:] = [child for child in _SPAWNED if child.poll() is None]
+    _SPAWNED.append(process)
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     pid_file.write_text(f"{process.pid}\n")
     return process
+
+
+def run_logged(
+    argv: Sequence[str],
+    *,
+    log_file: Path,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+) -> str | None:
+    """Run one setup step to completion with its output appended to ``log_file``.
+
+    Returns ``None`` on success, else why it failed (exit code or timeout).
+    """
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        log.write(f"$ {' '.join(argv)}\n".encode())
+        log.flush()
+        try:
+            result = subprocess.run(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=None if env is None else dict(env),
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return f"timed out after {timeout:.0f}s"
+    return None if result.returncode == 0 else f"exit code {result.returncode}"
 
 
 def _primary_group(user: str) -> int:
@@ -87,11 +135,15 @@ def running_pid(pid_file: Path, marker: Path) -> int | None:
 def stop(pid: int, *, grace: float) -> bool:
     """TERM the process group led by ``pid``, then KILL it after ``grace`` seconds.
 
-    Returns whether KILL was needed.
+    TERM is repeated every couple of seconds: a server still in its early start-up
+    (MariaDB before its signal thread exists) drops the first one. Returns whether
+    KILL was needed.
     """
-    members = _group_members(pid)
-    _signal_group(pid, signal.SIGTERM)
-    _, alive = psutil.wait_procs(members, timeout=grace)
+    alive = _group_members(pid)
+    give_up = time.monotonic() + grace
+    while alive and time.monotonic() < give_up:
+        _signal_group(pid, signal.SIGTERM)
+        _, alive = psutil.wait_procs(alive, timeout=min(2.0, max(0.1, give_up - time.monotonic())))
     if not alive:
         return False
     _signal_group(pid, signal.SIGKILL)
@@ -127,10 +179,14 @@ def last_log_line(*logs: Path) -> str | None:
                 handle.seek(0, os.SEEK_END)
                 size = handle.tell()
                 handle.seek(max(0, size - 64 * 1024))
-                tail = handle.read().decode("utf-8", errors="replace")
+                tail = _ANSI.sub("", handle.read().decode("utf-8", errors="replace"))
         except OSError:
             continue
-        lines = [line.strip() for line in tail.splitlines() if line.strip()]
+        lines = [
+            line.strip()
+            for line in tail.splitlines()
+            if line.strip() and not _BOILERPLATE.search(line.strip())
+        ]
         if not lines:
             continue
         errors = [line for line in lines if _MEANINGFUL.search(line)]

@@ -1,0 +1,52 @@
+"""Helpers for testing `dbus services` itself in a private state directory.
+
+These tests start their own short-lived services on free ports under a temp
+``DBUS_HOME``, so they never touch the shared services other tests use.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from dbus_deploy.services import ServicesConfig, down, load_config
+
+PORT_VARS = (
+    "DBUS_MARIADB_PORT",
+    "DBUS_ZOOKEEPER_PORT",
+    "DBUS_KAFKA_PORT",
+    "DBUS_KAFKA_CONTROLLER_PORT",
+    "DBUS_ELASTICSEARCH_PORT",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def isolated(tmp_path: Path) -> Callable[..., ServicesConfig]:
+    """Make a configuration with its own home and free ports; overrides by keyword.
+
+    Whatever a test starts with it is stopped when the test ends.
+    """
+    made: list[ServicesConfig] = []
+
+    def make(**overrides: str) -> ServicesConfig:
+        env = dict(os.environ)
+        env["DBUS_HOME"] = str(tmp_path / "home")
+        for var in PORT_VARS:
+            env[var] = str(free_port())
+        env.update(overrides)
+        config = load_config(env)
+        made.append(config)
+        return config
+
+    yield make
+    for config in made:
+        down(config=config)

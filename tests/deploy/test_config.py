@@ -1,0 +1,67 @@
+"""Configuration of `dbus services`: defaults, environment overrides, bad values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from dbus_deploy.services import Endpoints, load_config
+from dbus_fn.errors import ConfigError
+
+
+def test_defaults_live_in_the_repository_and_use_the_usual_ports() -> None:
+    config = load_config({})
+    repo = Path(__file__).resolve().parents[2]
+    assert config.home == repo / ".dbus"
+    assert dict(config.ports) == {
+        "mariadb": 3306,
+        "zookeeper": 2181,
+        "kafka": 9092,
+        "kafka_controller": 9093,
+        "elasticsearch": 9200,
+    }
+    assert config.heaps["kafka"] == "1g"
+
+
+def test_environment_overrides_home_and_ports(tmp_path: Path) -> None:
+    config = load_config({"DBUS_HOME": str(tmp_path), "DBUS_MARIADB_PORT": "3307"})
+    assert config.home == tmp_path
+    assert config.ports["mariadb"] == 3307
+    assert config.service_dir("mariadb") == tmp_path / "services" / "mariadb"
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "70000", "-1"])
+def test_a_bad_port_names_the_variable_and_the_fix(value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config({"DBUS_KAFKA_PORT": value})
+    assert caught.value.setting == "DBUS_KAFKA_PORT"
+    assert f"DBUS_KAFKA_PORT={value!r}" in str(caught.value)
+    assert "1 to 65535" in str(caught.value)
+
+
+def test_two_services_on_one_port_are_refused() -> None:
+    with pytest.raises(ConfigError, match="DBUS_KAFKA_CONTROLLER_PORT and DBUS_KAFKA_PORT"):
+        load_config({"DBUS_KAFKA_CONTROLLER_PORT": "9092"})
+
+
+def test_a_bad_heap_size_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"DBUS_ELASTICSEARCH_HEAP='lots'.*512m or 1g"):
+        load_config({"DBUS_ELASTICSEARCH_HEAP": "lots"})
+
+
+def test_endpoints_follow_the_configured_ports(tmp_path: Path) -> None:
+    config = load_config(
+        {
+            "DBUS_HOME": str(tmp_path),
+            "DBUS_MARIADB_PORT": "3310",
+            "DBUS_ZOOKEEPER_PORT": "2182",
+            "DBUS_KAFKA_PORT": "9094",
+            "DBUS_ELASTICSEARCH_PORT": "9201",
+        }
+    )
+    found = Endpoints.from_config(config)
+    assert found.mariadb.dsn == "mysql://dbus:dbus@127.0.0.1:3310"
+    assert found.zookeeper.hosts == "127.0.0.1:2182"
+    assert found.kafka.bootstrap_servers == "127.0.0.1:9094"
+    assert found.elasticsearch.url == "http://127.0.0.1:9201"
+    assert Endpoints.from_json(found.to_json()) == found
