@@ -197,6 +197,7 @@ class BinlogReader:
         self._caught_up = False
         self.reconnects = 0
         self.connection_id: int | None = None  # the replication connection's thread id
+        self._stream_logged_in = False
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -586,6 +587,10 @@ class BinlogReader:
                 code = _error_code(exc)
                 if code == 1236:
                     raise self._dump_refused(progress.committed, _error_text(exc)) from None
+                if code in _ACCESS_CODES and self._stream_logged_in:
+                    # Logged in, then refused: MariaDB answers the replica registration
+                    # of a user without REPLICATION SLAVE with a plain "access denied".
+                    raise self._replication_refused(exc) from None
                 if code not in _TRANSIENT_CODES:
                     raise self._translate(exc, doing="reading the binlog") from None
                 failure = exc
@@ -617,6 +622,16 @@ class BinlogReader:
             backoff = min(backoff * 2, self.max_backoff)
             self.reconnects += 1
 
+    def _replication_refused(self, exc: BaseException) -> SourceAccessError:
+        user = self.spec.connection.user
+        return SourceAccessError(
+            f"source {self.spec.name!r}: user {user!r} may not read the binlog "
+            f"({_error_text(exc)}); run on the source: "
+            f"GRANT {REPLICATION_GRANT} ON *.* TO '{user}'@'<host>'",
+            source=self.spec.name,
+            grant=REPLICATION_GRANT,
+        )
+
     def _dump_refused(self, position: BinlogPosition, text: str) -> SourceError:
         if "max_allowed_packet" in text:
             return SourceError(
@@ -636,6 +651,10 @@ class BinlogReader:
                 if made:
                     raise _StreamLost("connection lost")
                 made.append(True)
+                self._stream_logged_in = False
+                connection = pymysql.connect(**settings)
+                self._stream_logged_in = True
+                return connection
             return pymysql.connect(**settings)
 
         settings = self.spec.connection.pymysql_kwargs(
