@@ -40,6 +40,7 @@ from dbus_fn.capture._positions import (
 )
 from dbus_fn.capture._reader import BinlogReader, CaptureLag, ServerInfo
 from dbus_fn.capture._server_id import server_id_for, validate_server_id
+from dbus_fn.capture._sources import SourceStore, sources_file
 
 __all__ = [
     "BinlogReader",
@@ -47,6 +48,7 @@ __all__ = [
     "ConnectionSettings",
     "ServerInfo",
     "SourceSpec",
+    "SourceStore",
     "parse_dsn",
     "parse_gtid",
     "parse_gtid_state",
@@ -55,5 +57,6 @@ __all__ = [
     "position_to_json",
     "redact_dsn",
     "server_id_for",
+    "sources_file",
     "validate_server_id",
 ]

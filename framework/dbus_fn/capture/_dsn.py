@@ -70,7 +70,9 @@ def parse_dsn(dsn: str) -> ConnectionSettings:
         parts = urlsplit(text)
         port = parts.port
     except ValueError as exc:
-        reason = "the port is not a number from 1 to 65535" if "port" in str(exc) else str(exc)
+        reason = (
+            "the port is not a number from 1 to 65535" if "port" in str(exc).lower() else str(exc)
+        )
         raise _fail(reason, "write it as host:port") from None
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:

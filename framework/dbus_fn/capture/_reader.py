@@ -88,6 +88,7 @@ _TRANSIENT_CODES = frozenset({1053, 1927, 2003, 2006, 2013, 2014, 2055, 1040, 11
 _ACCESS_CODES = frozenset({1044, 1045, 1142, 1227, 1370, 1698})
 _GTID_CLAUSE = re.compile(r"^json_valid\(`((?:[^`]|``)+)`\)$", re.I)
 _DDL_WORDS = ("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")
+_DML_WORDS = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD")
 _NO_ROWS_FROM = ("Table_map", "Write_rows", "Update_rows", "Delete_rows", "Xid")
 
 REPLICATION_GRANT = "REPLICATION SLAVE"
@@ -890,15 +891,12 @@ class BinlogReader:
             else str(event.schema)
         )
         if head not in _DDL_WORDS:
-            if head not in ("", "SAVEPOINT", "XA", "SET"):
+            if head in _DML_WORDS and database_matches(self.spec.tables, default):
                 log.warning(
-                    "source %s: statement-logged change at %s:%s is not captured (binlog_format "
-                    "must be ROW for every session): %.80s",
-                    self.spec.name,
-                    file,
-                    end,
-                    statement,
-                )
+                    "source %s: a statement-logged change at %s:%s is not captured "
+                    "(every session must write binlog_format=ROW): %.80s",
+                    self.spec.name, file, end, statement,
+                )  # fmt: skip
             return None
         database, table = ddl_target(statement, default)
         # Decoders are keyed by the table map, which changes with the table; JSON

@@ -66,6 +66,9 @@ def cli() -> None:
 from dbus_fn.cli.fn import fn as _fn  # noqa: E402 - the group needs `cli` defined first
 
 cli.add_command(_fn)
+from dbus_fn.cli.source import source as _source  # noqa: E402
+
+cli.add_command(_source)
 
 
 def main() -> None:

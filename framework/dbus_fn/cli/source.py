@@ -1,0 +1,195 @@
+"""``dbus source``: add, list, tail and record binlog sources."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dbus_fn.errors import ConfigError
+
+_FROM_HELP = (
+    "where to start: latest (default), earliest, snapshot, file:pos, file:pos@gtid, "
+    "or a MariaDB GTID state such as 0-1-42"
+)
+
+
+def _capture() -> Any:
+    try:
+        import dbus_fn.capture as capture
+    except ImportError as exc:
+        raise click.ClickException(
+            f"`dbus source` needs the capture extras ({exc.name} is missing); "
+            "install them with: pip install 'dbus-fn[capture]'"
+        ) from None
+    return capture
+
+
+def _spec(source: str, tables: tuple[str, ...]) -> Any:
+    """A stored source by name, or a DSN given directly."""
+    capture = _capture()
+    if "://" in source:
+        return capture.SourceSpec("cli", source, tables or ("*.*",))
+    spec = capture.SourceStore().get(source)
+    if tables:
+        spec = capture.SourceSpec(spec.name, spec.dsn, tables)
+    return spec
+
+
+def _start(reader: Any, value: str) -> Any:
+    if value.strip().lower() in ("latest", "earliest", "snapshot"):
+        return reader.resolve_start(value)
+    return reader.resolve_start(_capture().parse_position(value))
+
+
+def _reader(spec: Any, server_id: int | None) -> Any:
+    capture = _capture()
+    chosen = (
+        server_id
+        if server_id is not None
+        else capture.server_id_for(f"{spec.name}/cli/{time.time_ns()}")
+    )
+    return capture.BinlogReader(spec, chosen)
+
+
+def _items(spec: Any, start: str, server_id: int | None, idle_timeout: float | None) -> Any:
+    """Row and DDL events of the source, plus commits of transactions that had rows."""
+    from dbus_fn.events import TransactionCommit
+
+    reader = _reader(spec, server_id)
+    try:
+        for item in reader.read(_start(reader, start), idle_timeout=idle_timeout):
+            if isinstance(item, TransactionCommit) and not item.rows:
+                continue
+            yield item
+    finally:
+        reader.close()
+
+
+_TABLES = click.option(
+    "--tables", "-t", multiple=True, metavar="DB.TABLE",
+    help="table patterns to capture (globs; repeatable); default: the source's",
+)  # fmt: skip
+_FROM = click.option("--from", "start", default="latest", show_default=True, help=_FROM_HELP)
+_SERVER_ID = click.option(
+    "--server-id", type=int, envvar="DBUS_SERVER_ID", show_envvar=True,
+    help="replication server_id (unique per connection); default: derived from the source",
+)  # fmt: skip
+
+
+@click.group()
+def source() -> None:
+    """Binlog sources: add and list them, watch or record their events."""
+
+
+@source.command("add")
+@click.argument("name")
+@click.argument("dsn")
+@_TABLES
+@click.option("--replace", is_flag=True, help="overwrite an existing source of that name")
+def add(name: str, dsn: str, tables: tuple[str, ...], replace: bool) -> None:
+    """Add source NAME at DSN (mysql://user:password@host:port)."""
+    capture = _capture()
+    spec = capture.SourceSpec(name, dsn, tables or ("*.*",))
+    store = capture.SourceStore()
+    store.add(spec, replace=replace)
+    click.echo(f"added source {name!r}: {spec.redacted_dsn} tables {', '.join(spec.tables)} "
+               f"(in {store.path})")  # fmt: skip
+
+
+@source.command("list")
+@click.option("--json", "as_json", is_flag=True, help="print JSON (passwords masked)")
+def list_sources(as_json: bool) -> None:
+    """List the sources (passwords are never printed)."""
+    store = _capture().SourceStore()
+    specs = store.list()
+    if as_json:
+        click.echo(json.dumps([
+            {"name": s.name, "dsn": s.redacted_dsn, "tables": list(s.tables)} for s in specs
+        ], indent=2))  # fmt: skip
+        return
+    if not specs:
+        click.echo(f"no sources yet (in {store.path}); add one with: dbus source add NAME DSN")
+        return
+    for spec in specs:
+        click.echo(f"{spec.name}\t{spec.redacted_dsn}\t{','.join(spec.tables)}")
+
+
+@source.command("remove")
+@click.argument("name")
+def remove(name: str) -> None:
+    """Remove source NAME."""
+    _capture().SourceStore().remove(name)
+    click.echo(f"removed source {name!r}")
+
+
+@source.command("tail")
+@click.argument("source_name", metavar="SOURCE")
+@_TABLES
+@_FROM
+@_SERVER_ID
+@click.option("--max-events", type=int, default=None, help="stop after N events")
+@click.option("--idle-timeout", type=float, default=None, help="stop after S idle seconds")
+def tail(
+    source_name: str,
+    tables: tuple[str, ...],
+    start: str,
+    server_id: int | None,
+    max_events: int | None,
+    idle_timeout: float | None,
+) -> None:
+    """Print SOURCE's changes live, one CloudEvent (JSON) per line.
+
+    SOURCE is a name from `dbus source list` or a DSN.
+    """
+    from dbus_fn.json_format import event_to_json
+
+    out = sys.stdout.buffer
+    items = _items(_spec(source_name, tables), start, server_id, idle_timeout)
+    for count, item in enumerate(items, start=1):
+        out.write(event_to_json(item) + b"\n")
+        out.flush()
+        if max_events is not None and count >= max_events:
+            break
+
+
+@source.command("record")
+@click.argument("source_name", metavar="SOURCE")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="the JSONL file to write (for `dbus fn run-local --events`)")  # fmt: skip
+@_TABLES
+@_FROM
+@_SERVER_ID
+@click.option("--max-events", type=int, default=None, help="stop after N events")
+@click.option("--idle-timeout", type=float, default=None,
+              help="stop after S idle seconds (default: run until interrupted)")  # fmt: skip
+def record(
+    source_name: str,
+    output: Path,
+    tables: tuple[str, ...],
+    start: str,
+    server_id: int | None,
+    max_events: int | None,
+    idle_timeout: float | None,
+) -> None:
+    """Record SOURCE's changes as CloudEvents to a JSONL file the local emulator reads."""
+    from dbus_fn.json_format import event_to_json
+
+    if max_events is not None and max_events < 1:
+        raise ConfigError("--max-events must be at least 1", setting="max_events")
+    count = 0
+    with output.open("wb") as out:
+        try:
+            for item in _items(_spec(source_name, tables), start, server_id, idle_timeout):
+                out.write(event_to_json(item) + b"\n")
+                out.flush()
+                count += 1
+                if max_events is not None and count >= max_events:
+                    break
+        except KeyboardInterrupt:
+            pass
+    click.echo(f"recorded {count} events to {output}", err=True)

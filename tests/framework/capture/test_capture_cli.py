@@ -1,0 +1,101 @@
+"""`dbus source add|list|remove|tail|record`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from capture_support import execute
+from click.testing import CliRunner
+from dbus_fn.capture import BinlogReader, position_to_json
+from dbus_fn.cli import cli
+from dbus_fn.errors import DbusError
+from dbus_fn.json_format import read_jsonl
+
+
+def failure(result: Any) -> DbusError:
+    """The DbusError a command ended with (``dbus`` prints it as one line and exits)."""
+    assert isinstance(result.exception, DbusError), result.output
+    return result.exception
+
+
+@pytest.fixture
+def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("DBUS_SOURCES_FILE", str(tmp_path / "sources.json"))
+    return CliRunner()
+
+
+def test_add_and_list_never_print_the_password(runner: CliRunner, tmp_path: Path) -> None:
+    added = runner.invoke(
+        cli, ["source", "add", "shop", "mysql://app:s3cret@db:3307", "-t", "shop.*"]
+    )
+    assert added.exit_code == 0, added.output
+    listed = runner.invoke(cli, ["source", "list"])
+    as_json = runner.invoke(cli, ["source", "list", "--json"])
+    for result in (added, listed, as_json):
+        assert "s3cret" not in result.output
+    assert "shop\tmysql://app:***@db:3307\tshop.*" in listed.output
+    assert json.loads(as_json.output) == [
+        {"name": "shop", "dsn": "mysql://app:***@db:3307", "tables": ["shop.*"]}
+    ]
+    stored = tmp_path / "sources.json"
+    assert stored.stat().st_mode & 0o777 == 0o600
+
+
+def test_adding_twice_needs_replace_and_remove_forgets(runner: CliRunner) -> None:
+    assert runner.invoke(cli, ["source", "add", "a", "mariadb://u:p@h"]).exit_code == 0
+    again = runner.invoke(cli, ["source", "add", "a", "mariadb://u:p@h"])
+    assert failure(again).exit_code == 2 and "--replace" in str(again.exception)
+    assert runner.invoke(cli, ["source", "add", "a", "mysql://u:p@h", "--replace"]).exit_code == 0
+    assert runner.invoke(cli, ["source", "remove", "a"]).exit_code == 0
+    assert "no sources yet" in runner.invoke(cli, ["source", "list"]).output
+
+
+@pytest.mark.parametrize(
+    ("dsn", "problem"),
+    [
+        ("127.0.0.1:3306", "no scheme"),
+        ("postgres://u:p@h:5432", "unsupported scheme"),
+        ("mysql://u:p@h:99999", "port"),
+        ("mysql://u:p@:3306", "no host"),
+        ("mysql://h:3306", "no user"),
+        ("mysql://u:p@h/shop", "database path"),
+    ],
+)
+def test_bad_dsn_is_one_line_naming_the_problem_and_the_fix(
+    runner: CliRunner, dsn: str, problem: str
+) -> None:
+    result = runner.invoke(cli, ["source", "add", "x", dsn])
+    assert failure(result).exit_code == 2
+    message = str(result.exception)
+    assert problem in message and "\n" not in message and "e.g. mysql://" in message
+    assert ":p@" not in message
+
+
+@pytest.mark.integration
+def test_record_writes_cloudevents_the_emulator_reads(
+    runner: CliRunner, fresh_database: Any, reader: BinlogReader, tmp_path: Path
+) -> None:
+    connection = fresh_database.connect()
+    execute(connection, "CREATE TABLE o (id INT PRIMARY KEY, s VARCHAR(5))")
+    start = reader.master_position()
+    execute(connection, "INSERT INTO o VALUES (1, 'a'), (2, 'b')", "UPDATE o SET s = 'c'")
+    position = position_to_json(start)
+    added = runner.invoke(cli, ["source", "add", "rec", fresh_database.endpoint.dsn,
+                                "-t", f"{fresh_database.name}.*"])  # fmt: skip
+    assert added.exit_code == 0, added.output
+    output = tmp_path / "events.jsonl"
+    result = runner.invoke(cli, [
+        "source", "record", "rec", "--output", str(output), "--max-events", "5",
+        "--from", f"{position['file']}:{position['pos']}",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    events = list(read_jsonl(output))
+    assert [e.get_type() for e in events] == [
+        "io.dbus.row.inserted", "io.dbus.row.inserted", "io.dbus.transaction.committed",
+        "io.dbus.row.updated", "io.dbus.row.updated",
+    ]  # fmt: skip
+    assert events[0].get_data()["after"] == {"id": 1, "s": "a"}
+    assert "recorded 5 events" in result.output
