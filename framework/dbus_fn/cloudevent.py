@@ -60,6 +60,7 @@ __all__ = [
     "item_from_cloudevent",
     "new_event",
     "primary_key_text",
+    "row_json",
     "to_cloudevent",
 ]
 
@@ -221,6 +222,19 @@ def primary_key_text(change: RowChange) -> str | None:
     Kafka message key.
     """
     return _key_text(change, _encoded_images(change)[0])
+
+
+def row_json(change: RowChange) -> tuple[dict[str, Any], dict[str, str]]:
+    """The JSON form of the change's row (``after``, or ``before`` for a delete) and
+    the column types it was written with, exactly as its CloudEvent carries them.
+
+    Sinks that store rows rather than events (Elasticsearch) use it, so a
+    projected row reads the same in every sink.
+    """
+    types, before, after = _encoded_images(change)
+    image = after if after is not None else before
+    assert image is not None, "a row change has at least one image"
+    return image, types
 
 
 def _utc(moment: datetime) -> datetime:

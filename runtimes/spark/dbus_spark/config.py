@@ -1,0 +1,120 @@
+"""The runtime's configuration, read in one place.
+
+Spark passes data source options as strings that end up in query plans and logs,
+so DSNs (which carry passwords) never travel as options: the runtime writes its
+configuration to a private file (mode 0600) and the source and writer get only its
+path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dbus_fn.capture import SourceSpec
+from dbus_fn.errors import ConfigError
+from dbus_fn.events import BinlogPosition
+
+StartPolicy = str | BinlogPosition  # "earliest" | "latest" | a position
+
+
+@dataclass(frozen=True, slots=True)
+class SourceBinding:
+    """One binlog source as this runtime reads it."""
+
+    spec: SourceSpec
+    server_id: int
+    start: StartPolicy = "latest"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    sources: tuple[SourceBinding, ...]
+    deployments: tuple[str, ...]
+    kafka_bootstrap: str
+    elasticsearch_url: str
+    checkpoint_dir: str
+    trigger_seconds: float = 0.0
+    type_prefix: str = "io.dbus"
+    topic_partitions: int = 3
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def source(self, name: str) -> SourceBinding:
+        for binding in self.sources:
+            if binding.spec.name == name:
+                return binding
+        raise ConfigError(f"source {name!r} is not configured in this runtime", setting="sources")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sources": [
+                {
+                    "name": b.spec.name,
+                    "dsn": b.spec.dsn,
+                    "tables": list(b.spec.tables),
+                    "server_id": b.server_id,
+                    "start": _start_to_json(b.start),
+                }
+                for b in self.sources
+            ],
+            "deployments": list(self.deployments),
+            "kafka_bootstrap": self.kafka_bootstrap,
+            "elasticsearch_url": self.elasticsearch_url,
+            "checkpoint_dir": self.checkpoint_dir,
+            "trigger_seconds": self.trigger_seconds,
+            "type_prefix": self.type_prefix,
+            "topic_partitions": self.topic_partitions,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RuntimeConfig:
+        return cls(
+            sources=tuple(
+                SourceBinding(
+                    spec=SourceSpec(name=s["name"], dsn=s["dsn"], tables=tuple(s["tables"])),
+                    server_id=int(s["server_id"]),
+                    start=_start_from_json(s["start"]),
+                )
+                for s in data["sources"]
+            ),
+            deployments=tuple(data["deployments"]),
+            kafka_bootstrap=data["kafka_bootstrap"],
+            elasticsearch_url=data["elasticsearch_url"],
+            checkpoint_dir=data["checkpoint_dir"],
+            trigger_seconds=float(data.get("trigger_seconds", 0.0)),
+            type_prefix=data.get("type_prefix", "io.dbus"),
+            topic_partitions=int(data.get("topic_partitions", 3)),
+            extra=data.get("extra", {}),
+        )
+
+    def save(self, path: Path) -> Path:
+        """Write the config privately (it holds DSNs) and return its path."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(self.to_json(), out)
+        return path
+
+
+def load_config(path: str | Path) -> RuntimeConfig:
+    try:
+        return RuntimeConfig.from_json(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"cannot read runtime config {path}: {exc}", setting="config") from exc
+
+
+def _start_to_json(start: StartPolicy) -> Any:
+    if isinstance(start, BinlogPosition):
+        return {"file": start.file, "pos": start.pos, "gtid": start.gtid or ""}
+    return start
+
+
+def _start_from_json(data: Any) -> StartPolicy:
+    if isinstance(data, dict):
+        return BinlogPosition(data["file"], int(data["pos"]), data.get("gtid") or None)
+    return str(data)

@@ -1,0 +1,96 @@
+"""The runtime's streaming query: binlog source → function stage → sinks.
+
+``start()`` builds (or reuses) a Spark session, registers the two Python data
+sources and starts one Structured Streaming query whose checkpoint holds the
+committed binlog positions. Local mode (``local[*]``) is the default; pass a
+``master`` URL to run on a standalone cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from dbus_fn.capture import BinlogReader
+from dbus_fn.registry import load_deployment
+from dbus_spark.config import RuntimeConfig
+from dbus_spark.source import BinlogDataSource
+from dbus_spark.writer import FunctionSinkDataSource
+
+log = logging.getLogger("dbus.runtime")
+
+
+def spark_session(master: str = "local[*]", *, app_name: str = "dbus-runtime") -> SparkSession:
+    """A Spark session whose Python workers run this interpreter."""
+    # Workers must import the same dbus and the same functions as the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Spark binds to loopback only, like every service here.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "4")
+        # Keep Python workers alive between tasks: functions and clients load once.
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .config("spark.driver.memory", "1g")
+    )
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    session.dataSource.register(BinlogDataSource)
+    session.dataSource.register(FunctionSinkDataSource)
+    return session
+
+
+def preflight(config: RuntimeConfig) -> None:
+    """Check every source and deployment before Spark starts.
+
+    An unreachable source, missing privileges, a server without a ROW binlog or a
+    deployment that does not load each raise one ``DbusError`` naming the fix,
+    instead of a JVM stack trace from inside the streaming query.
+    """
+    for deployment in config.deployments:
+        load_deployment(deployment)
+    for binding in config.sources:
+        reader = BinlogReader(binding.spec, server_id=binding.server_id)
+        try:
+            reader.resolve_start(binding.start)
+        finally:
+            reader.close()
+
+
+def start(
+    config: RuntimeConfig, *, spark: SparkSession | None = None, config_path: Path | None = None
+) -> StreamingQuery:
+    """Start the runtime's query; returns at once, the query runs in the background."""
+    preflight(config)
+    spark = spark or spark_session()
+    checkpoint = Path(config.checkpoint_dir)
+    path = config.save(config_path or checkpoint.parent / f"{checkpoint.name}.config.json")
+    reader = spark.readStream.format("dbus_binlog").option("config", str(path)).load()
+    writer = (
+        reader.writeStream.format("dbus_functions")
+        .option("config", str(path))
+        .option("checkpointLocation", str(checkpoint))
+        .queryName("dbus")
+    )
+    if config.trigger_seconds > 0:
+        writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
+    query = writer.start()
+    log.info(
+        "runtime started: sources=%s deployments=%s checkpoint=%s",
+        [b.spec.name for b in config.sources],
+        list(config.deployments),
+        checkpoint,
+    )
+    return query

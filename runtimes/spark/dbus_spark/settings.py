@@ -1,0 +1,96 @@
+"""Build the runtime's configuration from flags, environment and local defaults.
+
+Precedence: flag, environment (click reads ``DBUS_*``), then the local services'
+endpoints written by ``dbus services up``. This is the only place that decides.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dbus_fn.capture import SourceSpec, server_id_for
+from dbus_fn.errors import ConfigError
+from dbus_fn.manifest import load_manifest
+from dbus_spark.config import RuntimeConfig, SourceBinding
+
+if TYPE_CHECKING:
+    from dbus_deploy.services import Endpoints
+
+DEFAULT_SOURCE = "local"
+
+
+def _local_endpoints() -> Endpoints | None:
+    try:
+        from dbus_deploy.services import endpoints
+    except ImportError:
+        return None
+    try:
+        return endpoints()
+    except Exception:
+        return None
+
+
+def runtime_config(
+    *,
+    sources: tuple[str, ...],
+    deployments: tuple[str, ...],
+    kafka: str | None,
+    elasticsearch: str | None,
+    checkpoint: str | None,
+    start: str = "latest",
+    trigger: float = 0.0,
+    home: Path | None = None,
+) -> RuntimeConfig:
+    """Resolve every setting of a runtime; raise ``ConfigError`` naming the fix."""
+    local = _local_endpoints() if not (sources and kafka and elasticsearch) else None
+    named: list[tuple[str, str]] = []
+    for item in _split(sources):
+        name, sep, dsn = item.partition("=")
+        if not sep or not name or not dsn:
+            raise ConfigError(
+                f"--source {item.split('@')[-1]!r} is not NAME=DSN; "
+                "write it as name=mysql://user:password@host:port",
+                setting="source",
+            )
+        named.append((name, dsn))
+    if not named:
+        if local is None:
+            raise ConfigError(
+                "no source given and no local services found: pass --source NAME=DSN, "
+                "or run `dbus services up` first",
+                setting="source",
+            )
+        named.append((DEFAULT_SOURCE, local.mariadb.dsn))
+    kafka = kafka or (local.kafka.bootstrap_servers if local else None)
+    elasticsearch = elasticsearch or (local.elasticsearch.url if local else None)
+    if not kafka:
+        raise ConfigError("no Kafka given: pass --kafka HOST:PORT", setting="kafka")
+    if not elasticsearch:
+        raise ConfigError(
+            "no Elasticsearch given: pass --elasticsearch http://HOST:PORT", setting="elasticsearch"
+        )
+    manifests = [load_manifest(Path(d)) for d in deployments]
+    tables = tuple(sorted({t for m in manifests for t in m.tables}))
+    checkpoint = checkpoint or str((home or Path(".dbus")) / "runtime" / "checkpoint")
+    bindings = tuple(
+        SourceBinding(
+            spec=SourceSpec(name=name, dsn=dsn, tables=tables),
+            server_id=server_id_for(f"{name}/runtime"),
+            start=start,
+        )
+        for name, dsn in named
+    )
+    return RuntimeConfig(
+        sources=bindings,
+        deployments=tuple(str(Path(d).resolve()) for d in deployments),
+        kafka_bootstrap=kafka,
+        elasticsearch_url=elasticsearch,
+        checkpoint_dir=str(Path(checkpoint).resolve()),
+        trigger_seconds=trigger,
+    )
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    # DBUS_SOURCES arrives as one space-separated string.
+    return [part for value in values for part in value.split()]

@@ -1,0 +1,233 @@
+"""Elasticsearch sink: bulk writes whose results never regress.
+
+Every write carries ``version_type=external`` with a version that grows with the
+binlog position (``document_version``), so a replayed batch or a late retry can
+only rewrite a document with the value it already has or a newer one. A refused
+document (mapping conflict, malformed value) goes to the dead-letter destination;
+it is not retried. Overload (429) and server errors are retried with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from elasticsearch import ApiError, ConnectionError, Elasticsearch, TransportError
+
+from dbus_fn.errors import DbusError
+from dbus_fn.events import BinlogPosition
+from dbus_spark.sinks.records import IndexAction
+
+log = logging.getLogger(__name__)
+
+_FILE_BITS, _POS_BITS, _ROW_BITS = 20, 30, 13
+_FILE_SUFFIX = re.compile(r"\.(\d+)$")
+
+# Deletes leave a tombstone that external versioning checks against; keep it long
+# enough to outlive any replay window (the default is 60 s).
+INDEX_SETTINGS: Mapping[str, Any] = {"index.gc_deletes": "7d"}
+
+_RETRY_STATUS = {429, 502, 503, 504}
+
+
+class ElasticsearchSinkError(DbusError, RuntimeError):
+    """Elasticsearch did not take a batch; it must not commit."""
+
+    def __init__(self, message: str, *, index: str | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def document_version(position: BinlogPosition, row_index: int) -> int:
+    """A version that orders writes by binlog position: file number, offset, row.
+
+    Fits Elasticsearch's signed 64-bit version: 20 bits of file number, 30 of
+    offset (binlog files are at most 1 GiB) and 13 of row index inside one rows
+    event (at most 8 KiB by default).
+    """
+    match = _FILE_SUFFIX.search(position.file)
+    if match is None:
+        raise ValueError(f"binlog file name {position.file!r} has no numeric suffix")
+    number = int(match.group(1))
+    if number >= 1 << _FILE_BITS or position.pos >= 1 << _POS_BITS or row_index >= 1 << _ROW_BITS:
+        raise ValueError(f"binlog position {position} row {row_index} is out of the version range")
+    return (number << (_POS_BITS + _ROW_BITS)) | (position.pos << _ROW_BITS) | row_index
+
+
+_ES_TYPES: tuple[tuple[str, Mapping[str, Any]], ...] = (
+    ("bigint unsigned", {"type": "unsigned_long"}),
+    ("tinyint", {"type": "long"}),
+    ("smallint", {"type": "long"}),
+    ("mediumint", {"type": "long"}),
+    ("bigint", {"type": "long"}),
+    ("int", {"type": "long"}),
+    ("year", {"type": "integer"}),
+    ("bit", {"type": "unsigned_long"}),
+    # Exact decimals travel as strings; keep them exact (sortable as keyword).
+    ("decimal", {"type": "keyword"}),
+    ("float", {"type": "double"}),
+    ("double", {"type": "double"}),
+    ("datetime", {"type": "date", "format": "strict_date_optional_time"}),
+    ("timestamp", {"type": "date", "format": "strict_date_optional_time"}),
+    ("date", {"type": "date", "format": "strict_date"}),
+    ("time", {"type": "keyword"}),
+    ("enum", {"type": "keyword"}),
+    ("set", {"type": "keyword"}),
+    ("json", {"type": "object", "enabled": False}),
+    ("char", {"type": "keyword"}),
+    ("varchar", {"type": "text", "fields": {"raw": {"type": "keyword", "ignore_above": 256}}}),
+    ("text", {"type": "text"}),
+    ("tinytext", {"type": "text"}),
+    ("mediumtext", {"type": "text"}),
+    ("longtext", {"type": "text"}),
+    ("binary", {"type": "binary"}),
+    ("varbinary", {"type": "binary"}),
+    ("blob", {"type": "binary"}),
+    ("tinyblob", {"type": "binary"}),
+    ("mediumblob", {"type": "binary"}),
+    ("longblob", {"type": "binary"}),
+)
+
+
+def field_mapping(column_type: str) -> Mapping[str, Any] | None:
+    """The Elasticsearch mapping of one MySQL column type (``None``: leave it dynamic)."""
+    base = column_type.split("(", 1)[0].strip().lower()
+    unsigned = base.endswith(" unsigned")
+    for name, mapping in _ES_TYPES:
+        if name == base or (unsigned and f"{name} unsigned" == base) or (
+            name == base.removesuffix(" unsigned")
+        ):
+            return mapping
+    return None
+
+
+def index_mapping(document: Mapping[str, Any], column_types: Mapping[str, str]) -> dict[str, Any]:
+    """Mappings for a new index, from the table's column types for the fields present."""
+    properties: dict[str, Any] = {}
+    for name in document:
+        column_type = column_types.get(name)
+        mapping = field_mapping(column_type) if column_type else None
+        if mapping is not None:
+            properties[name] = dict(mapping)
+    return {"dynamic": True, "properties": properties}
+
+
+OnRefused = Callable[[IndexAction, str], None]
+
+
+class ElasticsearchSink:
+    """Buffers ``IndexAction``s and sends them as bulk requests."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        on_refused: OnRefused,
+        bulk_actions: int = 2000,
+        retry_for: float = 300.0,
+        client: Elasticsearch | None = None,
+    ) -> None:
+        self._url = url
+        self._es = client or Elasticsearch(url, request_timeout=60)
+        self._on_refused = on_refused
+        self._bulk_actions = bulk_actions
+        self._retry_for = retry_for
+        self._buffer: list[IndexAction] = []
+        self._known_indices: set[str] = set()
+        self._written = 0
+
+    def write(self, action: IndexAction) -> None:
+        self._buffer.append(action)
+        if len(self._buffer) >= self._bulk_actions:
+            self._send()
+
+    def flush(self) -> int:
+        self._send()
+        written, self._written = self._written, 0
+        return written
+
+    def close(self) -> None:
+        self._es.close()
+
+    def _ensure_index(self, action: IndexAction) -> None:
+        if action.index in self._known_indices:
+            return
+        if not self._es.indices.exists(index=action.index):
+            try:
+                self._es.indices.create(
+                    index=action.index,
+                    settings=dict(INDEX_SETTINGS),
+                    mappings=index_mapping(action.document or {}, action.column_types),
+                )
+            except ApiError as exc:
+                if exc.status_code != 400 or "already_exists" not in str(exc):
+                    raise
+        self._known_indices.add(action.index)
+
+    def _send(self) -> None:
+        pending = self._buffer
+        self._buffer = []
+        deadline = time.monotonic() + self._retry_for
+        backoff = 0.5
+        while pending:
+            try:
+                for action in pending:
+                    if action.op == "index":
+                        self._ensure_index(action)
+                pending = self._bulk_once(pending)
+            except (ConnectionError, TransportError) as exc:
+                log.warning("elasticsearch %s unreachable (%s); retrying", self._url, exc)
+            except ApiError as exc:
+                if exc.status_code not in _RETRY_STATUS:
+                    raise ElasticsearchSinkError(
+                        f"Elasticsearch at {self._url} refused a bulk request: {exc}"
+                    ) from exc
+                log.warning("elasticsearch busy (%s); retrying", exc.status_code)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise ElasticsearchSinkError(
+                    f"Elasticsearch at {self._url} did not take {len(pending)} action(s) "
+                    f"within {self._retry_for:.0f}s; the batch will be retried"
+                )
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 10.0)
+
+    def _bulk_once(self, actions: list[IndexAction]) -> list[IndexAction]:
+        """Send one bulk request; return the actions to retry."""
+        body: list[Mapping[str, Any]] = []
+        for action in actions:
+            meta = {
+                "_index": action.index,
+                "_id": action.doc_id,
+                "version": action.version,
+                "version_type": "external",
+            }
+            body.append({action.op: meta})
+            if action.op == "index":
+                body.append(action.document or {})
+        response = self._es.bulk(operations=body)
+        if not response.get("errors"):
+            self._written += len(actions)
+            return []
+        retry: list[IndexAction] = []
+        for action, item in zip(actions, response["items"], strict=True):
+            result = item.get(action.op, {})
+            status = result.get("status", 500)
+            if status < 300:
+                self._written += 1
+            elif status == 409:
+                # A newer (or the same) version is already there: this write is done.
+                self._written += 1
+            elif status == 404 and action.op == "delete":
+                self._written += 1
+            elif status in _RETRY_STATUS or status >= 500:
+                retry.append(action)
+            else:
+                reason = result.get("error", {})
+                self._on_refused(action, f"{status} {reason.get('type')}: {reason.get('reason')}")
+                self._written += 1
+        return retry
