@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from dbus_deploy.services import ServicesConfig, down, load_config
 
 PORT_VARS = (

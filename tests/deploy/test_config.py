@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from dbus_deploy.services import Endpoints, load_config
 from dbus_fn.errors import ConfigError
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import psutil
 import pytest
-from dbus_deploy.services import status
 from elasticsearch import ConflictError, Elasticsearch
+
+from dbus_deploy.services import status
 
 pytestmark = pytest.mark.integration
 

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from dbus_deploy.services import (
     InstallError,
     PortInUseError,
@@ -19,6 +20,7 @@ from dbus_deploy.services import (
     up,
 )
 from dbus_deploy.services._install import apt_install, maven_copy_dependencies
+from dbus_fn.errors import ServiceError
 
 pytestmark = pytest.mark.integration
 
@@ -158,6 +160,17 @@ def test_a_maven_failure_names_the_step_and_its_log(isolated, tmp_path: Path) ->
     assert error.log_file.is_file()
     assert "absent" in str(error)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_home_elasticsearch_cannot_enter_is_refused_before_any_download(
+    isolated, tmp_path: Path
+) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    config = isolated(DBUS_HOME=str(private / "home"))
+    with pytest.raises(ServiceError, match=r"dbus-es, who may not enter .*private; set DBUS_HOME"):
+        up(["elasticsearch"], config=config)
+    assert not (config.lib_dir / "elasticsearch-8.19.7").exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="apt-get needs root")

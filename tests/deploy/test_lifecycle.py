@@ -8,6 +8,7 @@ import sys
 
 import psutil
 import pytest
+
 from dbus_deploy.services import down, endpoints, restart, status, up
 
 pytestmark = pytest.mark.integration

@@ -6,8 +6,9 @@ import socket
 
 import psutil
 import pytest
-from dbus_deploy.services import status
 from kazoo.client import KazooClient
+
+from dbus_deploy.services import status
 
 pytestmark = pytest.mark.integration
 

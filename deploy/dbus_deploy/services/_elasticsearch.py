@@ -16,12 +16,11 @@ import os
 import pwd
 import shutil
 import stat
-import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
 
-from dbus_deploy.services._errors import ServiceStartError, ToolMissingError
+from dbus_deploy.services._errors import ToolMissingError
 from dbus_deploy.services._install import (
     Java,
     extract_zip,
@@ -31,6 +30,7 @@ from dbus_deploy.services._install import (
 )
 from dbus_deploy.services._process import Launch
 from dbus_deploy.services._service import Service
+from dbus_fn.errors import ServiceError
 
 VERSION = "8.19.7"
 RUN_AS = "dbus-es"
@@ -77,6 +77,7 @@ class Elasticsearch(Service):
     def install(self) -> None:
         java = find_java(self.config, self.name)
         self._ensure_user()
+        self._check_reachable()
         stamp = self.distribution / ".dbus-sha256"
         digest = self._digest()
         if stamp.is_file() and stamp.read_text().strip() == digest:
@@ -177,21 +178,24 @@ class Elasticsearch(Service):
         )
 
     def _check_reachable(self) -> None:
-        """Fail clearly when ``dbus-es`` cannot even reach the state directory."""
-        for path in (self.root, self.distribution):
-            for ancestor in [path, *path.parents]:
-                mode = ancestor.stat().st_mode
-                if (
-                    not mode & stat.S_IXOTH
-                    and ancestor.stat().st_uid != pwd.getpwnam(RUN_AS).pw_uid
-                ):
-                    raise ServiceStartError(
-                        self.name,
-                        f"it runs as user {RUN_AS}, who may not enter {ancestor}",
-                        log_file=self.log_file,
-                        last_log_line=f"set DBUS_HOME to a directory all users can traverse "
-                        f"or run chmod o+x {ancestor}",
-                    )
+        """Fail early and clearly when ``dbus-es`` could not enter the state directory.
+
+        Everything below the home is created world-traversable; the home's
+        ancestors (a private temp dir, /root) may not be.
+        """
+        runner = pwd.getpwnam(RUN_AS).pw_uid
+        home = self.config.home
+        for directory in [home, *home.parents]:
+            if not directory.exists():
+                continue
+            info = directory.stat()
+            if not info.st_mode & stat.S_IXOTH and info.st_uid != runner:
+                raise ServiceError(
+                    f"{self.name} runs as user {RUN_AS}, who may not enter {directory}; "
+                    f"set DBUS_HOME to a directory every user can traverse, "
+                    f"or run: chmod o+x {directory}",
+                    service=self.name,
+                )
 
     def _write_config(self) -> None:
         shipped = self.distribution / "config"

@@ -20,8 +20,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from dbus_fn.errors import ConfigError
-
 from dbus_deploy.services._config import SERVICE_NAMES, ServicesConfig, load_config
 from dbus_deploy.services._elasticsearch import Elasticsearch
 from dbus_deploy.services._endpoints import write_endpoints
@@ -32,6 +30,7 @@ from dbus_deploy.services._mariadb import MariaDB
 from dbus_deploy.services._process import last_log_line, running_pid, spawn, stop
 from dbus_deploy.services._service import Service
 from dbus_deploy.services._zookeeper import ZooKeeper
+from dbus_fn.errors import ConfigError
 
 Progress = Callable[[str], None]
 
