@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+
 from dbus_deploy.services import (
     ElasticsearchEndpoint,
     Endpoints,
