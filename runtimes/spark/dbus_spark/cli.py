@@ -86,7 +86,6 @@ def start(
     run_for: float | None,
 ) -> None:
     """Run the function deployments over the sources until stopped (Ctrl-C)."""
-    from dbus_spark.job import spark_session
     from dbus_spark.job import start as start_query
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -104,7 +103,7 @@ def start(
         start=start,
         trigger=trigger,
     )
-    query = start_query(config, spark=spark_session(master))
+    query = start_query(config, master=master)
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:

@@ -70,11 +70,18 @@ def preflight(config: RuntimeConfig) -> None:
 
 
 def start(
-    config: RuntimeConfig, *, spark: SparkSession | None = None, config_path: Path | None = None
+    config: RuntimeConfig,
+    *,
+    spark: SparkSession | None = None,
+    master: str = "local[*]",
+    config_path: Path | None = None,
 ) -> StreamingQuery:
-    """Start the runtime's query; returns at once, the query runs in the background."""
+    """Start the runtime's query; returns at once, the query runs in the background.
+
+    Sources and deployments are checked before any Spark session starts.
+    """
     preflight(config)
-    spark = spark or spark_session()
+    spark = spark or spark_session(master)
     checkpoint = Path(config.checkpoint_dir)
     path = config.save(config_path or checkpoint.parent / f"{checkpoint.name}.config.json")
     reader = spark.readStream.format("dbus_binlog").option("config", str(path)).load()

@@ -1,0 +1,179 @@
+"""The whole path, all real: binlog → Spark runtime → a function → Kafka and Elasticsearch."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer
+from elasticsearch import Elasticsearch
+
+from dbus_fn.kafka_binding import from_kafka_message
+from dbus_spark.config import RuntimeConfig
+from dbus_spark.job import start
+from dbus_spark.settings import runtime_config
+
+pytestmark = pytest.mark.e2e
+
+ITEMS = """
+CREATE TABLE items (
+    id INT PRIMARY KEY,
+    name VARCHAR(64) NOT NULL,
+    price DECIMAL(10, 2) NOT NULL,
+    tags SET('new', 'sale', 'gift'),
+    made DATETIME(6)
+)
+"""
+
+
+def _deployment(folder: Path, database: str, topic: str, index: str) -> Path:
+    folder.mkdir()
+    (folder / "catalog.py").write_text(
+        textwrap.dedent(
+            f'''
+            import dbus_fn as fn
+
+            @fn.projection(tables="{database}.items")
+            def shout(event: fn.RowChange) -> dict:
+                return {{**event.row, "name": event.row["name"].upper()}}
+
+            @fn.route(tables="{database}.items")
+            def everywhere(event: fn.RowChange) -> list[str]:
+                return ["kafka://{topic}", "es://{index}"]
+            '''
+        )
+    )
+    (folder / "dbus.toml").write_text(
+        textwrap.dedent(
+            f'''
+            name = "catalog"
+            version = "1.0.0"
+            module = "catalog.py"
+            tables = ["{database}.items"]
+            dead_letter_route = "kafka://{topic}.dead"
+            '''
+        )
+    )
+    return folder
+
+
+def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def runtime(
+    spark: Any, services: Any, fresh_database: Any, kafka_topic: str, es_index: str, tmp_path: Path
+) -> Iterator[RuntimeConfig]:
+    with fresh_database.connect().cursor() as cur:
+        cur.execute(ITEMS)
+    folder = _deployment(tmp_path / "fn", fresh_database.name, kafka_topic, es_index)
+    config = runtime_config(
+        sources=(f"src={services.mariadb.dsn}",),
+        deployments=(str(folder),),
+        kafka=services.kafka.bootstrap_servers,
+        elasticsearch=services.elasticsearch.url,
+        checkpoint=str(tmp_path / "checkpoint"),
+        start="latest",
+    )
+    query = start(config, spark=spark)
+    try:
+        _wait_for(lambda: query.exception() or query.lastProgress, 120, "the first batch")
+        assert query.exception() is None
+        yield config
+    finally:
+        query.stop()
+
+
+def _consume(bootstrap: str, topic: str, count: int, timeout: float) -> list[Any]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    events: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(events) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            events.append((msg.key(), from_kafka_message(msg.key(), msg.value(), msg.headers())))
+    finally:
+        consumer.close()
+    return events
+
+
+def test_inserts_updates_and_deletes_reach_kafka_and_elasticsearch(
+    runtime: RuntimeConfig, fresh_database: Any, kafka_topic: str, es_index: str, services: Any
+) -> None:
+    with fresh_database.connect().cursor() as cur:
+        cur.executemany(
+            "INSERT INTO items VALUES (%s, %s, %s, %s, %s)",
+            [
+                (1, "lamp", "19.90", "new,sale", "2026-01-02 03:04:05.123456"),
+                (2, "desk", "250.00", "gift", "2026-01-02 03:04:05.000001"),
+                (3, "chair", "75.50", None, None),
+            ],
+        )
+        cur.execute("UPDATE items SET price = '17.00', tags = 'sale' WHERE id = 1")
+        cur.execute("DELETE FROM items WHERE id = 3")
+
+    events = _consume(services.kafka.bootstrap_servers, kafka_topic, 5, 120)
+    kinds = [(json.loads(key), event.get_type().rsplit(".", 1)[-1]) for key, event in events]
+    assert sorted(kinds) == sorted(
+        [
+            ([1], "inserted"),
+            ([2], "inserted"),
+            ([3], "inserted"),
+            ([1], "updated"),
+            ([3], "deleted"),
+        ]
+    )
+    # One row's changes keep their order: the key pins them to one partition.
+    assert [k for k in kinds if k[0] == [1]] == [([1], "inserted"), ([1], "updated")]
+    updated = next(e for key, e in events if e.get_type().endswith("updated"))
+    assert updated.get_data()["after"] == {
+        "id": 1,
+        "name": "LAMP",
+        "price": "17.00",
+        "tags": ["sale"],
+        "made": "2026-01-02T03:04:05.123456",
+    }
+    deleted = next(e for key, e in events if e.get_type().endswith("deleted"))
+    assert deleted.get_data()["before"]["id"] == 3
+    assert deleted.get_data()["after"] is None
+    assert updated.get_source() == f"/mysql/src/{fresh_database.name}/items"
+
+    with Elasticsearch(services.elasticsearch.url) as es:
+
+        def settled() -> Any:
+            if not es.indices.exists(index=es_index):
+                return None
+            es.indices.refresh(index=es_index)
+            hits = es.search(index=es_index, query={"match_all": {}})["hits"]["hits"]
+            docs = {hit["_id"]: hit["_source"] for hit in hits}
+            return docs if set(docs) == {"1", "2"} and docs["1"]["price"] == "17.00" else None
+
+        docs = _wait_for(settled, 60, "the index to hold rows 1 and 2 only")
+    assert docs["1"] == {
+        "id": 1,
+        "name": "LAMP",
+        "price": "17.00",
+        "tags": ["sale"],
+        "made": "2026-01-02T03:04:05.123456",
+    }
+    assert docs["2"]["name"] == "DESK"
+    assert Decimal(docs["2"]["price"]) == Decimal("250.00")
