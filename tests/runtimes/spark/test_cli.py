@@ -1,0 +1,113 @@
+"""`dbus runtime start`: bad input is one line and a non-zero exit, before Spark starts."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+ORDERS = str(ROOT / "functions" / "orders")
+DBUS = [sys.executable, "-c", "from dbus_fn.cli import main; main()"]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _start(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*DBUS, "runtime", "start", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_an_unreachable_source_is_one_line_naming_it() -> None:
+    port = _free_port()
+    result = _start(
+        "--source", f"shop=mysql://dbus:topsecret@127.0.0.1:{port}",
+        "--functions", ORDERS,
+        "--kafka", "127.0.0.1:9092",
+        "--elasticsearch", "http://127.0.0.1:9200",
+    )  # fmt: skip
+    _assert_one_line_error(result, "unreachable", f"127.0.0.1:{port}")
+    assert "topsecret" not in result.stderr
+
+
+def test_missing_functions_is_a_usage_error() -> None:
+    result = _start("--source", "shop=mysql://u:p@127.0.0.1:1")
+    assert result.returncode == 2
+    _assert_one_line_error(result, "--functions")
+
+
+def test_a_malformed_source_is_a_usage_error() -> None:
+    result = _start("--source", "mysql://u:p@127.0.0.1:1", "--functions", ORDERS)
+    assert result.returncode == 2
+    _assert_one_line_error(result, "NAME=DSN")
+
+
+def test_a_function_folder_that_does_not_load_is_named(tmp_path: Path) -> None:
+    (tmp_path / "dbus.toml").write_text(
+        'name = "broken"\nversion = "1"\nmodule = "broken.py"\ntables = ["shop.orders"]\n'
+    )
+    (tmp_path / "broken.py").write_text("import no_such_module_here\n")
+    result = _start(
+        "--source", f"shop=mysql://u:p@127.0.0.1:{_free_port()}",
+        "--functions", str(tmp_path),
+        "--kafka", "127.0.0.1:9092",
+        "--elasticsearch", "http://127.0.0.1:9200",
+    )  # fmt: skip
+    _assert_one_line_error(result, "no_such_module_here")
+
+
+@pytest.fixture
+def statement_binlog_server(tmp_path: Path) -> Iterator[str]:
+    """A private MariaDB whose binlog is statement-based, as many servers still are."""
+    import pymysql
+
+    from dbus_deploy.services import down, load_config, up
+
+    env = {**os.environ, "DBUS_HOME": str(tmp_path / "home")}
+    env["DBUS_MARIADB_PORT"] = str(_free_port())
+    config = load_config(env)
+    try:
+        up(["mariadb"], config=config)
+        port = config.ports["mariadb"]
+        conn = pymysql.connect(host="127.0.0.1", port=port, user="dbus", password="dbus")
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL binlog_format = 'STATEMENT'")
+        conn.close()
+        yield f"mysql://dbus:dbus@127.0.0.1:{port}"
+    finally:
+        down(config=config)
+
+
+@pytest.mark.integration
+def test_a_source_without_a_row_binlog_is_refused(statement_binlog_server: str) -> None:
+    result = _start(
+        "--source", f"legacy={statement_binlog_server}",
+        "--functions", ORDERS,
+        "--kafka", "127.0.0.1:9092",
+        "--elasticsearch", "http://127.0.0.1:9200",
+    )  # fmt: skip
+    _assert_one_line_error(result, "binlog_format=STATEMENT", "binlog_format=ROW")

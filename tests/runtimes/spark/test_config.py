@@ -1,0 +1,80 @@
+"""The runtime's configuration: flags and local defaults, and the private config file."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from dbus_fn.errors import ConfigError
+from dbus_fn.events import BinlogPosition
+from dbus_spark.config import RuntimeConfig, load_config
+from dbus_spark.settings import runtime_config
+
+ORDERS = str(Path(__file__).resolve().parents[3] / "functions" / "orders")
+
+
+def _config(**overrides: object) -> RuntimeConfig:
+    options: dict[str, object] = {
+        "sources": ("shop=mysql://dbus:secret@127.0.0.1:3306",),
+        "deployments": (ORDERS,),
+        "kafka": "127.0.0.1:9092",
+        "elasticsearch": "http://127.0.0.1:9200",
+        "checkpoint": "/tmp/ckpt",
+    }
+    options.update(overrides)
+    return runtime_config(**options)  # type: ignore[arg-type]
+
+
+def test_sources_subscribe_to_the_tables_of_every_deployment() -> None:
+    config = _config()
+    (binding,) = config.sources
+    assert binding.spec.name == "shop"
+    assert binding.spec.tables == ("shop.orders",)
+    assert binding.start == "latest"
+
+
+def test_each_source_gets_its_own_server_id() -> None:
+    config = _config(sources=("a=mysql://u:p@127.0.0.1:1", "b=mysql://u:p@127.0.0.1:1"))
+    ids = {b.server_id for b in config.sources}
+    assert len(ids) == 2
+
+
+def test_the_config_file_round_trips_and_is_private(tmp_path: Path) -> None:
+    config = _config()
+    path = config.save(tmp_path / "runtime.json")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_config(path) == config
+
+
+def test_a_position_start_round_trips(tmp_path: Path) -> None:
+    config = _config(start="latest")
+    binding = config.sources[0]
+    moved = RuntimeConfig.from_json(
+        {
+            **config.to_json(),
+            "sources": [
+                {
+                    **config.to_json()["sources"][0],
+                    "start": {"file": "mariadb-bin.000002", "pos": 1234, "gtid": "0-1-9"},
+                }
+            ],
+        }
+    )
+    assert moved.sources[0].start == BinlogPosition("mariadb-bin.000002", 1234, "0-1-9")
+    assert moved.sources[0].spec == binding.spec
+
+
+@pytest.mark.parametrize("bad", ["mysql://u:secretpw@h:1", "=mysql://u:secretpw@h:1", "shop="])
+def test_a_source_that_is_not_name_equals_dsn_is_refused_without_its_password(bad: str) -> None:
+    with pytest.raises(ConfigError, match="NAME=DSN") as caught:
+        _config(sources=(bad,))
+    assert "secretpw" not in str(caught.value)
+
+
+def test_an_unreadable_config_file_names_the_file(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ConfigError, match=r"broken\.json"):
+        load_config(broken)

@@ -1,0 +1,63 @@
+"""Sink helpers that need no server: document versions and index mappings."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from dbus_fn.events import BinlogPosition
+from dbus_spark.sinks.elasticsearch import document_version, field_mapping, index_mapping
+
+
+def test_versions_follow_binlog_order_across_files_offsets_and_rows() -> None:
+    positions = [
+        (BinlogPosition("mariadb-bin.000001", 4), 0),
+        (BinlogPosition("mariadb-bin.000001", 4), 1),
+        (BinlogPosition("mariadb-bin.000001", 900), 0),
+        (BinlogPosition("mariadb-bin.000001", (1 << 30) - 1), 8191),
+        (BinlogPosition("mariadb-bin.000002", 4), 0),
+        (BinlogPosition("mariadb-bin.999999", 4), 0),
+    ]
+    versions = [document_version(p, r) for p, r in positions]
+    assert versions == sorted(versions)
+    assert len(set(versions)) == len(versions)
+    assert all(0 < v < 1 << 63 for v in versions)
+    for a, b in itertools.pairwise(versions):
+        assert a < b
+
+
+@pytest.mark.parametrize(
+    ("file", "pos", "row"),
+    [("mariadb-bin", 4, 0), ("mariadb-bin.000001", 1 << 30, 0), ("mariadb-bin.000001", 4, 8192)],
+)
+def test_positions_outside_the_version_range_are_refused(file: str, pos: int, row: int) -> None:
+    with pytest.raises(ValueError, match="binlog"):
+        document_version(BinlogPosition(file, pos), row)
+
+
+@pytest.mark.parametrize(
+    ("column_type", "es_type"),
+    [
+        ("int", "long"),
+        ("int unsigned", "long"),
+        ("bigint unsigned", "unsigned_long"),
+        ("decimal(65,30)", "keyword"),
+        ("datetime(6)", "date"),
+        ("timestamp(6)", "date"),
+        ("date", "date"),
+        ("varchar(255)", "text"),
+        ("longblob", "binary"),
+        ("json", "object"),
+        ("enum('a','b')", "keyword"),
+    ],
+)
+def test_column_types_map_to_elasticsearch_types(column_type: str, es_type: str) -> None:
+    mapping = field_mapping(column_type)
+    assert mapping is not None
+    assert mapping["type"] == es_type
+
+
+def test_index_mapping_covers_the_fields_present_and_leaves_others_dynamic() -> None:
+    mapping = index_mapping({"id": 1, "extra": "x"}, {"id": "bigint", "gone": "text"})
+    assert mapping == {"dynamic": True, "properties": {"id": {"type": "long"}}}
