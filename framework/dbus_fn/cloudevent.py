@@ -56,6 +56,7 @@ __all__ = [
     "EXTENSIONS",
     "CloudEvent",
     "event_id",
+    "event_parts",
     "from_cloudevent",
     "item_from_cloudevent",
     "new_event",
@@ -273,6 +274,18 @@ def to_cloudevent(item: CaptureItem, *, type_prefix: str = DEFAULT_TYPE_PREFIX) 
     (or images that disagree), ``EventFormatError`` when the result would not be
     a valid CloudEvent.
     """
+    attrs, data = event_parts(item, type_prefix=type_prefix)
+    return new_event(attrs, data, where=f"{type(item).__name__} at {item.position}")
+
+
+def event_parts(
+    item: CaptureItem, *, type_prefix: str = DEFAULT_TYPE_PREFIX
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The attributes and the JSON data of an item's CloudEvent, not yet validated.
+
+    ``to_cloudevent`` validates them into an event; the Kafka binding's fast path
+    writes them straight to a message (see ``dbus_fn.kafka_binding``).
+    """
     if isinstance(item, RowChange):
         types, before, after = _encoded_images(item)
         attrs = _base_attributes(
@@ -307,7 +320,7 @@ def to_cloudevent(item: CaptureItem, *, type_prefix: str = DEFAULT_TYPE_PREFIX) 
             f"to_cloudevent expected a RowChange, SchemaChange or TransactionCommit, "
             f"got a {type(item).__name__}"
         )
-    return new_event(attrs, data, where=f"{type(item).__name__} at {item.position}")
+    return attrs, data
 
 
 def _image_to_json(image: Row | None, types: Mapping[str, str]) -> dict[str, Any] | None:

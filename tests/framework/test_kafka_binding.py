@@ -160,3 +160,25 @@ def test_undecodable_header_or_key_is_an_event_format_error() -> None:
         from_kafka_message(message.key, message.value, headers)
     with pytest.raises(EventFormatError, match="utf-8"):
         from_kafka_message(b"\xff", message.value, message.headers)
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        *(row_change(op) for op in Operation),
+        row_change(Operation.INSERT, primary_key=()),
+        row_change(Operation.UPDATE, transaction_id="0-1-77"),
+        schema_change(),
+        schema_change(None),
+        transaction_commit(),
+    ],
+    ids=lambda item: type(item).__name__ + getattr(item, "op", ""),
+)
+def test_the_fast_binary_path_writes_what_the_cloudevents_binding_writes(item: object) -> None:
+    fast = to_kafka_message(item, mode="binary")  # type: ignore[arg-type]
+    event = to_cloudevent(item)  # type: ignore[arg-type]
+    reference = to_kafka_message(event, mode="binary")
+    assert fast.key == reference.key
+    assert fast.value == reference.value
+    assert dict(fast.headers) == dict(reference.headers)
+    assert len(fast.headers) == len(reference.headers)
