@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
@@ -90,3 +92,22 @@ def test_zookeeper_up_and_down(isolated) -> None:
     assert str(config.service_dir("zookeeper")) in " ".join(children.cmdline())
     down(["zookeeper"], config=config)
     assert not status(["zookeeper"], config=config)[0].running
+
+
+def test_terminating_up_midway_stops_what_it_started(isolated) -> None:
+    config = isolated()
+    dbus = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "dbus"
+    command = subprocess.Popen(
+        [str(dbus), "services", "up", "mariadb", "kafka"],
+        env=dict(config.environ),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert command.stderr is not None
+    for line in command.stderr:
+        if line.startswith("kafka: starting"):
+            break
+    command.send_signal(signal.SIGTERM)
+    command.communicate(timeout=120)
+    assert command.returncode == 128 + signal.SIGTERM
+    assert not any(entry.running for entry in status(config=config))

@@ -34,6 +34,9 @@ from dbus_fn.errors import ConfigError
 
 Progress = Callable[[str], None]
 
+_UNHEALTHY_GRACE = 5.0
+"""Seconds a service that never became healthy gets to stop before KILL."""
+
 _SERVICES: dict[str, type[Service]] = {
     "mariadb": MariaDB,
     "zookeeper": ZooKeeper,
@@ -130,9 +133,10 @@ def _wait_healthy(
     pending: dict[str, tuple[Service, subprocess.Popen[bytes] | None]],
     started_at: float,
     progress: Progress,
-) -> dict[str, float]:
-    """Poll every pending service until healthy; fail on exit or timeout."""
-    ready: dict[str, float] = {}
+    ready: dict[str, float],
+) -> None:
+    """Poll every pending service until healthy (recorded in ``ready``); fail on
+    exit or timeout."""
     reasons: dict[str, str] = {}
     while pending:
         for name, (service, process) in list(pending.items()):
@@ -160,7 +164,6 @@ def _wait_healthy(
                 )
         if pending:
             time.sleep(0.5)
-    return ready
 
 
 def up(
@@ -191,6 +194,7 @@ def up(
             service.install()
 
         started: list[Service] = []
+        ready: dict[str, float] = {}
         began = time.monotonic()
         try:
             pending: dict[str, tuple[Service, subprocess.Popen[bytes] | None]] = {}
@@ -202,10 +206,12 @@ def up(
                     started.append(service)
                 else:
                     pending[service.name] = (service, None)
-            ready = _wait_healthy(pending, began, say)
+            _wait_healthy(pending, began, say, ready)
         except BaseException:
             for service in reversed(started):
-                _stop(service)
+                # A server interrupted mid start-up may ignore TERM for good
+                # (MariaDB does while it runs its init file): do not wait long.
+                _stop(service, grace=None if service.name in ready else _UNHEALTHY_GRACE)
             raise
         write_endpoints(config, [s.name for s in services])
     return [
@@ -218,10 +224,10 @@ def up(
     ]
 
 
-def _stop(service: Service) -> bool:
+def _stop(service: Service, grace: float | None = None) -> bool:
     pid = running_pid(service.pid_file, service.root)
     if pid is not None:
-        stop(pid, grace=service.stop_grace)
+        stop(pid, grace=service.stop_grace if grace is None else grace)
     service.pid_file.unlink(missing_ok=True)
     return pid is not None
 
