@@ -104,36 +104,11 @@ class Elasticsearch(Service):
         The minimal distribution has no handler for the root URL, so the 8.x
         client's ``info()`` and ``ping()`` would fail without it.
         """
-        javac = java.home / "bin" / "javac"
-        if not os.access(javac, os.X_OK):
-            raise ToolMissingError(
-                "javac",
-                self.name,
-                "install a Java 17 JDK (apt-get install openjdk-17-jdk-headless) "
-                "or point JAVA_HOME at one",
-            )
         build = self.config.home / "build" / "elasticsearch-root-endpoint"
         shutil.rmtree(build, ignore_errors=True)
         classes = build / "classes"
         classes.mkdir(parents=True)
-        sources = sorted(str(path) for path in self.root_endpoint_source.rglob("*.java"))
-        run_install_step(
-            [
-                str(javac),
-                "--release",
-                "17",
-                "-nowarn",
-                "-d",
-                str(classes),
-                "-cp",
-                str(self.distribution / "lib" / "*"),
-                *sources,
-            ],
-            log_file=self.config.home / "logs" / "elasticsearch-plugin-build.log",
-            service=self.name,
-            step="javac root-endpoint",
-            env=self.config.environ,
-        )
+        self._compile(java, classes)
         plugin = self.distribution / "plugins" / "dbus-root-endpoint"
         plugin.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(plugin / "dbus-root-endpoint.jar", "w") as jar:
@@ -144,6 +119,40 @@ class Elasticsearch(Service):
             plugin / "plugin-descriptor.properties",
         )
         shutil.rmtree(build)
+
+    def _compile(self, java: Java, classes: Path) -> None:
+        """javac when the Java is a JDK, else the Eclipse compiler from Maven Central."""
+        javac = java.home / "bin" / "javac"
+        if os.access(javac, os.X_OK):
+            compiler = [str(javac)]
+        else:
+            ecj = self.config.lib_dir / "ecj"
+            if not any(ecj.glob("ecj-*.jar")):
+                maven_copy_dependencies(
+                    self.config, service=self.name, pom_dir=self.pom_dir / "compiler", output=ecj
+                )
+            (jar,) = ecj.glob("ecj-*.jar")
+            compiler = [str(java.binary), "-jar", str(jar)]
+        # An explicit list: the Eclipse compiler does not expand "lib/*".
+        classpath = ":".join(str(jar) for jar in sorted((self.distribution / "lib").glob("*.jar")))
+        sources = sorted(str(path) for path in self.root_endpoint_source.rglob("*.java"))
+        run_install_step(
+            [
+                *compiler,
+                "--release",
+                "17",
+                "-nowarn",
+                "-d",
+                str(classes),
+                "-cp",
+                classpath,
+                *sources,
+            ],
+            log_file=self.config.home / "logs" / "elasticsearch-plugin-build.log",
+            service=self.name,
+            step=f"compile root-endpoint ({Path(compiler[-1]).name})",
+            env=self.config.environ,
+        )
 
     def _ensure_user(self) -> None:
         try:

@@ -69,7 +69,8 @@ def find_java(config: ServicesConfig, needed_by: str) -> Java:
             f"{binary} is Java {major or 'of unknown version'}; install openjdk-17-jre-headless "
             "and set JAVA_HOME to it",
         )
-    home = binary.resolve().parent.parent
+    # JAVA_HOME as given (it may be a JRE beside a JDK); else where java really lives.
+    home = Path(java_home) if java_home else binary.resolve().parent.parent
     return Java(binary=binary, home=home, major=major)
 
 
