@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from dbus_deploy.services._config import SERVICE_NAMES, ServicesConfig, load_config
 from dbus_deploy.services._elasticsearch import Elasticsearch
@@ -27,7 +28,13 @@ from dbus_deploy.services._errors import PortInUseError, ServiceStartError
 from dbus_deploy.services._install import apt_install
 from dbus_deploy.services._kafka import Kafka
 from dbus_deploy.services._mariadb import MariaDB
-from dbus_deploy.services._process import last_log_line, running_pid, spawn, stop
+from dbus_deploy.services._process import (
+    last_log_line,
+    log_sizes,
+    running_pid,
+    spawn,
+    stop,
+)
 from dbus_deploy.services._service import Service
 from dbus_deploy.services._zookeeper import ZooKeeper
 from dbus_fn.errors import ConfigError
@@ -129,23 +136,30 @@ def _status(service: Service, action: str = "", seconds: float | None = None) ->
     )
 
 
+def _start_failure(service: Service, reason: str, since: dict[Path, int]) -> ServiceStartError:
+    return ServiceStartError(
+        service.name,
+        reason,
+        log_file=service.log_file,
+        last_log_line=last_log_line(*service.diagnostic_logs(), since=since),
+    )
+
+
 def _wait_healthy(
     pending: dict[str, tuple[Service, subprocess.Popen[bytes] | None]],
     started_at: float,
     progress: Progress,
     ready: dict[str, float],
+    log_starts: dict[str, dict[Path, int]],
 ) -> None:
     """Poll every pending service until healthy (recorded in ``ready``); fail on
-    exit or timeout."""
-    reasons: dict[str, str] = {}
+    exit or timeout, quoting the service's log from ``log_starts`` on."""
     while pending:
         for name, (service, process) in list(pending.items()):
+            since = log_starts.get(name, {})
             if process is not None and process.poll() is not None:
-                raise ServiceStartError(
-                    name,
-                    f"the process exited with code {process.returncode}",
-                    log_file=service.log_file,
-                    last_log_line=last_log_line(*service.diagnostic_logs()),
+                raise _start_failure(
+                    service, f"the process exited with code {process.returncode}", since
                 )
             reason = service.check_health()
             if reason is None:
@@ -154,13 +168,9 @@ def _wait_healthy(
                 progress(f"{name}: {verb} {ready[name]:.1f}s")
                 del pending[name]
                 continue
-            reasons[name] = reason
             if time.monotonic() - started_at > service.start_timeout:
-                raise ServiceStartError(
-                    name,
-                    f"not healthy after {service.start_timeout:.0f}s ({reason})",
-                    log_file=service.log_file,
-                    last_log_line=last_log_line(*service.diagnostic_logs()),
+                raise _start_failure(
+                    service, f"not healthy after {service.start_timeout:.0f}s ({reason})", since
                 )
         if pending:
             time.sleep(0.5)
@@ -195,18 +205,20 @@ def up(
 
         started: list[Service] = []
         ready: dict[str, float] = {}
+        log_starts: dict[str, dict[Path, int]] = {}
         began = time.monotonic()
         try:
             pending: dict[str, tuple[Service, subprocess.Popen[bytes] | None]] = {}
             for service in services:
                 if running[service.name] is None:
                     say(f"{service.name}: starting (log: {service.log_file})")
+                    log_starts[service.name] = log_sizes(service.diagnostic_logs())
                     launch = service.prepare()
                     pending[service.name] = (service, spawn(launch, service.pid_file))
                     started.append(service)
                 else:
                     pending[service.name] = (service, None)
-            _wait_healthy(pending, began, say, ready)
+            _wait_healthy(pending, began, say, ready, log_starts)
         except BaseException:
             for service in reversed(started):
                 # A server interrupted mid start-up may ignore TERM for good

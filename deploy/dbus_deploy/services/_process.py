@@ -167,18 +167,30 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
-def last_log_line(*logs: Path) -> str | None:
+def log_sizes(logs: Sequence[Path]) -> dict[Path, int]:
+    """How long each log is now, so that a later look reads only what came after."""
+    sizes = {}
+    for log in logs:
+        with contextlib.suppress(OSError):
+            sizes[log] = log.stat().st_size
+    return sizes
+
+
+def last_log_line(*logs: Path, since: Mapping[Path, int] | None = None) -> str | None:
     """The most telling recent line of the first log that has one.
 
     Prefers the last line that looks like an error; falls back to the last
-    non-empty line. Long lines (stack traces, JSON logs) are shortened.
+    non-empty line. Long lines (stack traces, JSON logs) are shortened. With
+    ``since`` (from :func:`log_sizes`), earlier runs' lines in the same log are
+    not considered.
     """
     for log in logs:
         try:
             with log.open("rb") as handle:
                 handle.seek(0, os.SEEK_END)
                 size = handle.tell()
-                handle.seek(max(0, size - 64 * 1024))
+                start = (since or {}).get(log, 0)
+                handle.seek(max(start if start <= size else 0, size - 64 * 1024))
                 tail = _ANSI.sub("", handle.read().decode("utf-8", errors="replace"))
         except OSError:
             continue

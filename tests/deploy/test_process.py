@@ -1,0 +1,54 @@
+"""Reading a failed service's log: the line that explains it, from this run only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dbus_deploy.services._process import last_log_line, log_sizes
+
+
+def test_prefers_the_last_error_line_over_the_last_line(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("starting\n[ERROR] cannot open table\nshutting down\n\n")
+    assert last_log_line(log) == "[ERROR] cannot open table"
+
+
+def test_falls_back_to_the_last_line(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("starting\nlistening\n")
+    assert last_log_line(log) == "listening"
+
+
+def test_quotes_only_what_this_run_wrote(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("ERROR an earlier run failed differently\n")
+    before = log_sizes([log])
+    with log.open("a") as handle:
+        handle.write("exiting on request\n")
+    assert last_log_line(log, since=before) == "exiting on request"
+    assert last_log_line(log) == "ERROR an earlier run failed differently"
+
+
+def test_skips_maven_advice_colour_codes_and_command_echo(tmp_path: Path) -> None:
+    log = tmp_path / "maven.log"
+    log.write_text(
+        "$ mvn -q dependency:copy-dependencies\n"
+        "\x1b[0m\x1b[0m[ERROR] Failed to execute goal: x:absent:jar:1 was not found -> [Help 1]\n"
+        "[ERROR] \n"
+        "[ERROR] Re-run Maven using the -X switch to enable full debug logging.\n"
+        "[ERROR] [Help 1] http://cwiki.apache.org/confluence/display/MAVEN/X\n"
+        "\x1b[0m\x1b[0m\n"
+    )
+    assert last_log_line(log) == (
+        "[ERROR] Failed to execute goal: x:absent:jar:1 was not found -> [Help 1]"
+    )
+
+
+def test_uses_the_next_log_when_the_first_is_missing_or_empty(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    other = tmp_path / "other.log"
+    other.write_text("Could not reserve enough space for object heap\n")
+    assert last_log_line(tmp_path / "missing.log", empty, other) == (
+        "Could not reserve enough space for object heap"
+    )
