@@ -22,6 +22,9 @@ from dbus_deploy.services._process import last_log_line, run_logged
 
 _JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 MIN_JAVA = 17
+# Pinned, so a bare machine gets the same plugin as a warm one (unpinned, Maven
+# would pick whatever its super-POM or the repository metadata says).
+_COPY_DEPENDENCIES = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +164,7 @@ def maven_copy_dependencies(
             "-q",
             "-B",
             "-Dstyle.color=never",
-            "dependency:copy-dependencies",
+            _COPY_DEPENDENCIES,
             f"-DoutputDirectory={partial}",
         ],
         log_file=config.home / "logs" / f"{service}-maven.log",
