@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +29,12 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def dbus_command() -> Path:
+    """The ``dbus`` console script of the environment running the tests (.venv or tox)."""
+    return Path(sys.executable).parent / "dbus"
 
 
 @pytest.fixture

@@ -24,8 +24,6 @@ from dbus_fn.errors import ServiceError
 
 pytestmark = pytest.mark.integration
 
-DBUS = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "dbus"
-
 
 @pytest.fixture
 def occupied_port():
@@ -50,10 +48,10 @@ def test_port_in_use_names_service_port_and_variable(isolated, occupied_port) ->
     assert not any(entry.running for entry in status(config=config))
 
 
-def test_cli_prints_one_line_and_exits_non_zero(isolated, occupied_port) -> None:
+def test_cli_prints_one_line_and_exits_non_zero(isolated, occupied_port, dbus_command) -> None:
     config = isolated(DBUS_MARIADB_PORT=str(occupied_port))
     result = subprocess.run(
-        [str(DBUS), "services", "up", "mariadb"],
+        [str(dbus_command), "services", "up", "mariadb"],
         env=dict(config.environ),
         capture_output=True,
         text=True,
@@ -68,17 +66,20 @@ def test_cli_prints_one_line_and_exits_non_zero(isolated, occupied_port) -> None
     assert "DBUS_MARIADB_PORT" in lines[0]
 
 
-def test_cli_refuses_an_unknown_service_name() -> None:
+def test_cli_refuses_an_unknown_service_name(dbus_command) -> None:
     result = subprocess.run(
-        [str(DBUS), "services", "up", "postgres"], capture_output=True, text=True, check=False
+        [str(dbus_command), "services", "up", "postgres"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 2
     assert "postgres" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_cli_help_names_the_port_variables() -> None:
+def test_cli_help_names_the_port_variables(dbus_command) -> None:
     result = subprocess.run(
-        [str(DBUS), "services", "up", "--help"], capture_output=True, text=True, check=True
+        [str(dbus_command), "services", "up", "--help"], capture_output=True, text=True, check=True
     )
     for var in (
         "DBUS_HOME",

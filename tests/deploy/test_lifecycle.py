@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import psutil
 import pytest
@@ -94,11 +93,10 @@ def test_zookeeper_up_and_down(isolated) -> None:
     assert not status(["zookeeper"], config=config)[0].running
 
 
-def test_terminating_up_midway_stops_what_it_started(isolated) -> None:
+def test_terminating_up_midway_stops_what_it_started(isolated, dbus_command) -> None:
     config = isolated()
-    dbus = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "dbus"
     command = subprocess.Popen(
-        [str(dbus), "services", "up", "mariadb", "kafka"],
+        [str(dbus_command), "services", "up", "mariadb", "kafka"],
         env=dict(config.environ),
         stderr=subprocess.PIPE,
         text=True,
