@@ -226,3 +226,81 @@ class DestinationError(DbusError, ValueError):
     def __init__(self, message: str, *, destination: str) -> None:
         super().__init__(message)
         self.destination = destination
+
+
+class CoordinationError(DbusError, RuntimeError):
+    """Something about the ZooKeeper cluster state is not as a command expects."""
+
+    def __init__(self, message: str, *, cluster: str | None = None) -> None:
+        super().__init__(message)
+        self.cluster = cluster
+
+
+class ZooKeeperUnavailableError(ServiceError):
+    """ZooKeeper did not answer at the given address within the time allowed."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, hosts: str) -> None:
+        super().__init__(message, service="zookeeper")
+        self.hosts = hosts
+
+
+class ClusterNotFoundError(CoordinationError, LookupError):
+    """The cluster root does not exist in ZooKeeper (a typo, or never created)."""
+
+    def __init__(self, message: str, *, cluster: str, root: str) -> None:
+        super().__init__(message, cluster=cluster)
+        self.root = root
+
+
+class FunctionNotFoundError(CoordinationError, LookupError):
+    """A deployed function, or one version of it, is not in the registry."""
+
+    def __init__(self, message: str, *, function: str, version: str | None = None) -> None:
+        super().__init__(message)
+        self.function = function
+        self.version = version
+
+
+class VersionConflictError(CoordinationError, ValueError):
+    """A version already registered with other content; versions are immutable."""
+
+    def __init__(self, message: str, *, function: str, version: str) -> None:
+        super().__init__(message)
+        self.function = function
+        self.version = version
+
+
+class BundleError(DbusError, ValueError):
+    """A deployment folder cannot be packaged, or a bundle cannot be unpacked."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class SecretLeakError(ConfigError):
+    """A value bound for ZooKeeper (a znode's name or data) holds a secret.
+
+    ``where`` names the place (a manifest key, an option), never the value.
+    """
+
+    def __init__(self, message: str, *, where: str) -> None:
+        super().__init__(message, setting=where)
+        self.where = where
+
+
+class FencedError(CoordinationError, PermissionError):
+    """A position commit by a runtime that no longer owns the source at that epoch.
+
+    The commit did not happen; the runtime must stop working on the source.
+    """
+
+    exit_code = 5
+
+    def __init__(self, message: str, *, source: str, runtime: str, epoch: int | None) -> None:
+        super().__init__(message)
+        self.source = source
+        self.runtime = runtime
+        self.epoch = epoch

@@ -69,6 +69,9 @@ cli.add_command(_fn)
 from dbus_fn.cli.source import source as _source  # noqa: E402
 
 cli.add_command(_source)
+from dbus_fn.cli.cluster import cluster as _cluster  # noqa: E402
+
+cli.add_command(_cluster)
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from urllib.request import url2pathname
 
 import click
 
+from dbus_fn.cli.cluster import ZooKeeperOptions, coordination_errors, zookeeper_options
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.emulator import EmulatedRecord, Emulator, read_event_file
 from dbus_fn.errors import DbusError
@@ -74,7 +75,8 @@ _FAIL_ON_DEAD_LETTER = click.option(
 
 @click.group("fn")
 def fn() -> None:
-    """Write, check and run function modules locally (no Spark, no services).
+    """Write, check and run function modules locally (no Spark, no services); deploy
+    them to a cluster (deploy, list, describe, rollback, delete: ZooKeeper).
 
     PATH is a deployment folder (with a dbus.toml) or its dbus.toml.
     """
@@ -360,3 +362,98 @@ def _finish(dead_letters: int, fail_on_dead_letter: bool) -> None:
             "destination (--fail-on-dead-letter)",
             1,
         )
+
+
+@fn.command("deploy")
+@_PATH
+@click.option(
+    "--name",
+    envvar="DBUS_FN_NAME",
+    show_envvar=True,
+    help="Name to deploy under (default: the manifest's name).",
+)
+@zookeeper_options
+def deploy(path: Path, name: str | None, zk: ZooKeeperOptions) -> None:
+    """Validate PATH (as `validate` does), package it as a bundle of its manifest's
+    version and make that version active; running runtimes pick it up at their next
+    batch. The same content again is a no-op; changed content needs a new version."""
+    with coordination_errors():
+        from dbus_fn.coordination import build_bundle
+
+        bundle = build_bundle(path, name=name)
+    with zk.open() as (client, settings):
+        from dbus_fn.coordination import FunctionStore
+
+        result = FunctionStore(client, settings).deploy(bundle)
+    short = result.content_hash[:19]
+    if result.outcome == "already deployed":
+        click.echo(f"{result.name} {result.version} already deployed ({short}); nothing to do")
+        return
+    moved = result.previous and result.previous != result.version
+    was = f" (was {result.previous})" if moved else ""
+    verb = "Deployed" if result.outcome == "deployed" else "Re-activated"
+    click.echo(
+        f"{verb} {result.name} {result.version} ({short}, {bundle.size} bytes, "
+        f"{len(bundle.files)} files); active{was}"
+    )
+
+
+@fn.command("list")
+@zookeeper_options
+def list_functions(zk: ZooKeeperOptions) -> None:
+    """The deployed functions, their active version and all versions."""
+    with zk.open() as (client, settings):
+        from dbus_fn.coordination import FunctionStore
+
+        functions = FunctionStore(client, settings).summaries()
+    if not functions:
+        click.echo(f"no functions deployed in cluster {zk.cluster}; deploy with `dbus fn deploy`")
+    for item in functions:
+        click.echo(
+            f"{item.name}  active={item.active or '(none)'}  versions={','.join(item.versions)}"
+        )
+
+
+@fn.command("describe")
+@click.argument("name")
+@zookeeper_options
+def describe(name: str, zk: ZooKeeperOptions) -> None:
+    """A deployed function: its versions (hash, size, time) and the active one."""
+    with zk.open() as (client, settings):
+        from dbus_fn.coordination import FunctionStore
+
+        summary, versions = FunctionStore(client, settings).describe(name)
+    click.echo(f"{summary.name}: active {summary.active or '(none)'}")
+    for info in versions:
+        mark = "*" if info.version == summary.active else " "
+        manifest = info.manifest
+        click.echo(
+            f" {mark} {info.version}  {info.content_hash[:19]}  {info.size} bytes  "
+            f"{info.created}  module {manifest.get('module')}  "
+            f"tables {','.join(manifest.get('tables', []))}"
+        )
+
+
+@fn.command("rollback")
+@click.argument("name")
+@click.option("--to", "to", required=True, help="The earlier version to make active.")
+@zookeeper_options
+def rollback(name: str, to: str, zk: ZooKeeperOptions) -> None:
+    """Make an earlier version of NAME active again."""
+    with zk.open() as (client, settings):
+        from dbus_fn.coordination import FunctionStore
+
+        previous = FunctionStore(client, settings).rollback(name, to)
+    click.echo(f"{name}: active {to} (was {previous or '(none)'})")
+
+
+@fn.command("delete")
+@click.argument("name")
+@zookeeper_options
+def delete(name: str, zk: ZooKeeperOptions) -> None:
+    """Stop running NAME everywhere and remove all its versions."""
+    with zk.open() as (client, settings):
+        from dbus_fn.coordination import FunctionStore
+
+        versions = FunctionStore(client, settings).delete(name)
+    click.echo(f"Deleted {name} ({len(versions)} version{'s' if len(versions) != 1 else ''})")

@@ -1,0 +1,63 @@
+"""Coordination through ZooKeeper: the function registry, bundles, hot reload,
+runtime membership, source assignment (sharding) and epoch-fenced positions.
+
+The tree under a cluster root is documented in ``docs/coordination.md`` and in
+``dbus_fn.coordination._layout``. Needs ``dbus-fn[coordination]`` (kazoo).
+"""
+
+from __future__ import annotations
+
+from dbus_fn.coordination._bundle import (
+    Bundle,
+    build_bundle,
+    content_hash,
+    default_cache_dir,
+    materialize,
+)
+from dbus_fn.coordination._client import (
+    ZooKeeperSettings,
+    close,
+    cluster_client,
+    connect,
+    ensure_cluster,
+    require_cluster,
+)
+from dbus_fn.coordination._layout import ClusterLayout
+from dbus_fn.coordination._registry import (
+    ActiveFunction,
+    DeployResult,
+    FunctionStore,
+    FunctionSummary,
+    VersionInfo,
+)
+from dbus_fn.coordination._sources import SourceReference, SourceRegistry
+from dbus_fn.coordination._status import ClusterStatus, RuntimeStatus, SourceStatus, cluster_status
+from dbus_fn.coordination._watcher import ActiveSet, FunctionWatcher
+
+__all__ = [
+    "ActiveFunction",
+    "ActiveSet",
+    "Bundle",
+    "ClusterLayout",
+    "ClusterStatus",
+    "DeployResult",
+    "FunctionStore",
+    "FunctionSummary",
+    "FunctionWatcher",
+    "RuntimeStatus",
+    "SourceReference",
+    "SourceRegistry",
+    "SourceStatus",
+    "VersionInfo",
+    "ZooKeeperSettings",
+    "build_bundle",
+    "close",
+    "cluster_client",
+    "cluster_status",
+    "connect",
+    "content_hash",
+    "default_cache_dir",
+    "ensure_cluster",
+    "materialize",
+    "require_cluster",
+]

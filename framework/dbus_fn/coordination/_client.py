@@ -1,0 +1,264 @@
+"""Connecting to ZooKeeper: settings, digest ACLs, and kazoo errors as ``DbusError``s.
+
+Settings are read in one place (``ZooKeeperSettings.from_env``): a flag wins over
+``DBUS_ZOOKEEPER``, ``DBUS_CLUSTER``, ``DBUS_ZK_AUTH`` and ``DBUS_ZK_TIMEOUT``,
+which win over the defaults. With ``auth`` (``user:password``) the client
+authenticates with the digest scheme and every node it creates under the
+cluster root is readable and writable by that user only; the password is never
+printed (only the user is).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    ConnectionLoss,
+    NoAuthError,
+    NodeExistsError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+
+from dbus_fn.coordination._layout import (
+    DEFAULT_CLUSTER,
+    DEFAULT_ZOOKEEPER,
+    LAYOUT_VERSION,
+    ClusterLayout,
+)
+from dbus_fn.errors import (
+    ClusterNotFoundError,
+    ConfigError,
+    CoordinationError,
+    ZooKeeperUnavailableError,
+)
+
+_HOSTS = re.compile(
+    r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}(,[A-Za-z0-9.\-\[\]:]+:\d{1,5})*(/[A-Za-z0-9_.\-/]*)?$"
+)
+# kazoo logs every failed connection attempt; it logs to this logger, which
+# stays quiet unless the application configures logging (then it propagates).
+KAZOO_LOGGER = logging.getLogger("dbus_fn.coordination.kazoo")
+KAZOO_LOGGER.addHandler(logging.NullHandler())
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_SESSION_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ZooKeeperSettings:
+    """How to reach one cluster's tree in ZooKeeper."""
+
+    hosts: str = DEFAULT_ZOOKEEPER
+    cluster: str = DEFAULT_CLUSTER
+    auth: str | None = field(default=None, repr=False)
+    """``user:password`` for digest authentication and ACLs; never shown."""
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    session_timeout: float = DEFAULT_SESSION_TIMEOUT
+    root: str | None = None
+    """The cluster root; ``/dbus/<cluster>`` unless given."""
+
+    def __post_init__(self) -> None:
+        if not _HOSTS.match(self.hosts):
+            raise ConfigError(
+                f"invalid ZooKeeper address {self.hosts!r}: expected host:port[,host:port]"
+                "[/chroot], e.g. 127.0.0.1:2181; set --zookeeper or DBUS_ZOOKEEPER",
+                setting="zookeeper",
+            )
+        if self.auth is not None:
+            user, sep, password = self.auth.partition(":")
+            if not sep or not user or not password:
+                # Never echo the value: it is meant to hold a password.
+                raise ConfigError(
+                    "invalid ZooKeeper auth: expected user:password (digest scheme); "
+                    "set --zk-auth or DBUS_ZK_AUTH",
+                    setting="zk-auth",
+                )
+        if not self.connect_timeout > 0 or not self.session_timeout > 0:
+            raise ConfigError("ZooKeeper timeouts must be positive seconds", setting="zk-timeout")
+        ClusterLayout.for_cluster(self.cluster, self.root)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], **flags: Any) -> ZooKeeperSettings:
+        """Flags (those not None) over ``DBUS_*`` variables over defaults."""
+        values: dict[str, Any] = {
+            "hosts": env.get("DBUS_ZOOKEEPER") or DEFAULT_ZOOKEEPER,
+            "cluster": env.get("DBUS_CLUSTER") or DEFAULT_CLUSTER,
+            "auth": env.get("DBUS_ZK_AUTH") or None,
+            "root": env.get("DBUS_ZK_ROOT") or None,
+        }
+        if env.get("DBUS_ZK_TIMEOUT"):
+            try:
+                values["connect_timeout"] = float(env["DBUS_ZK_TIMEOUT"])
+            except ValueError:
+                raise ConfigError(
+                    f"DBUS_ZK_TIMEOUT={env['DBUS_ZK_TIMEOUT']!r}: expected seconds",
+                    setting="zk-timeout",
+                ) from None
+        values.update({key: value for key, value in flags.items() if value is not None})
+        return cls(**values)
+
+    @property
+    def layout(self) -> ClusterLayout:
+        return ClusterLayout.for_cluster(self.cluster, self.root)
+
+    @property
+    def user(self) -> str | None:
+        return None if self.auth is None else self.auth.partition(":")[0]
+
+    @property
+    def acl(self) -> list[Any] | None:
+        """The ACL every node under the cluster root is created with (None: open)."""
+        if self.auth is None:
+            return None
+        user, _, password = self.auth.partition(":")
+        return [make_digest_acl(user, password, all=True)]
+
+    def where(self) -> str:
+        return f"cluster {self.cluster!r} ({self.layout.root} on ZooKeeper {self.hosts})"
+
+
+def make_client(settings: ZooKeeperSettings, **options: Any) -> KazooClient:
+    """A kazoo client for ``settings``, not yet started."""
+    extra: dict[str, Any] = {}
+    if settings.auth is not None:
+        extra["auth_data"] = [("digest", settings.auth)]
+        extra["default_acl"] = settings.acl
+    options.setdefault("logger", KAZOO_LOGGER)
+    return KazooClient(hosts=settings.hosts, timeout=settings.session_timeout, **extra, **options)
+
+
+def connect(settings: ZooKeeperSettings, **options: Any) -> KazooClient:
+    """A started kazoo client; ``ZooKeeperUnavailableError`` if none answers in time."""
+    client = make_client(settings, **options)
+    try:
+        client.start(timeout=settings.connect_timeout)
+    except KazooTimeoutError:
+        client.close()
+        raise unavailable(settings) from None
+    return client
+
+
+def close(client: KazooClient) -> None:
+    """Stop and close, whatever state the client is in."""
+    try:
+        client.stop()
+    finally:
+        client.close()
+
+
+def unavailable(settings: ZooKeeperSettings) -> ZooKeeperUnavailableError:
+    return ZooKeeperUnavailableError(
+        f"cannot reach ZooKeeper at {settings.hosts} within {settings.connect_timeout:g} s; "
+        "start it (`dbus services up zookeeper`) or give its address with --zookeeper "
+        "or DBUS_ZOOKEEPER",
+        hosts=settings.hosts,
+    )
+
+
+@contextmanager
+def zk_errors(settings: ZooKeeperSettings) -> Iterator[None]:
+    """kazoo's connection and permission errors as one-line ``DbusError``s."""
+    try:
+        yield
+    except NoAuthError:
+        who = f"as user {settings.user!r}" if settings.user else "without credentials"
+        raise CoordinationError(
+            f"ZooKeeper refused access {who} to {settings.where()}; the cluster has digest "
+            "ACLs: give its user:password with --zk-auth or DBUS_ZK_AUTH",
+            cluster=settings.cluster,
+        ) from None
+    except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError):
+        raise unavailable(settings) from None
+
+
+def dump(data: Mapping[str, Any]) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def load(raw: bytes | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw.decode())
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def ensure_cluster(client: KazooClient, settings: ZooKeeperSettings) -> bool:
+    """Create the cluster root and its folders if missing; True if it was created.
+
+    Folders above the root are created open (they hold nothing), the root and
+    everything below it with the settings' ACL.
+    """
+    layout = settings.layout
+    acl = settings.acl
+    created = False
+    with zk_errors(settings):
+        parts = [p for p in layout.root.split("/") if p]
+        for depth in range(1, len(parts)):
+            path = "/" + "/".join(parts[:depth])
+            if client.exists(path) is None:
+                with suppress(NodeExistsError):
+                    client.create(path, b"", acl=OPEN_ACL_UNSAFE)
+        if client.exists(layout.root) is None:
+            data = dump(
+                {"cluster": settings.cluster, "layout": LAYOUT_VERSION, "created": now()}
+            )
+            try:
+                client.create(layout.root, data, acl=acl)
+                created = True
+            except NodeExistsError:
+                pass
+        for path in layout.containers:
+            if client.exists(path) is None:
+                with suppress(NodeExistsError):
+                    client.create(path, b"", acl=acl)
+    return created
+
+
+def require_cluster(client: KazooClient, settings: ZooKeeperSettings) -> None:
+    """Refuse a cluster whose root does not exist (most often a typo)."""
+    with zk_errors(settings):
+        exists = client.exists(settings.layout.root) is not None
+        if exists:
+            # A root without read access is the ACL case, not a missing cluster.
+            client.get(settings.layout.root)
+    if not exists:
+        raise ClusterNotFoundError(
+            f"no {settings.where()}; check --cluster / DBUS_CLUSTER, or create it with "
+            f"`dbus cluster init --cluster {settings.cluster}`",
+            cluster=settings.cluster,
+            root=settings.layout.root,
+        )
+
+
+@contextmanager
+def cluster_client(settings: ZooKeeperSettings, *, create: bool = False) -> Iterator[KazooClient]:
+    """A connected client for an existing cluster (or one made now if ``create``)."""
+    client = connect(settings)
+    try:
+        if create:
+            ensure_cluster(client, settings)
+        else:
+            require_cluster(client, settings)
+        with zk_errors(settings):
+            yield client
+    finally:
+        close(client)
+
+
+def now() -> str:
+    """The current UTC time as ISO 8601 to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

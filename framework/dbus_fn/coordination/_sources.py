@@ -1,0 +1,168 @@
+"""Sources in ZooKeeper: a name, which tables, and where the runtime finds the DSN.
+
+The DSN itself (it holds the password) never enters ZooKeeper. A source names
+an environment variable (``dsn_env``) or a file (``dsn_file``) that each runtime
+resolves from its own environment, so secrets stay with the machines that need
+them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from dbus_fn.coordination._bundle import check_no_secrets
+from dbus_fn.coordination._client import ZooKeeperSettings, dump, load, now
+from dbus_fn.coordination._layout import check_name
+from dbus_fn.errors import ConfigError, CoordinationError, SecretLeakError
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceReference:
+    """A registered source: its name, tables and where its DSN comes from."""
+
+    name: str
+    dsn_env: str | None = None
+    dsn_file: str | None = None
+    tables: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "source name")
+        if (self.dsn_env is None) == (self.dsn_file is None):
+            raise ConfigError(
+                f"source {self.name}: expected exactly one of --dsn-env VAR or --dsn-file PATH",
+                setting="dsn",
+            )
+        if self.dsn_env is not None and not _ENV_NAME.match(self.dsn_env):
+            # Never echo it: a DSN given here by mistake holds a password.
+            raise SecretLeakError(
+                f"source {self.name}: --dsn-env expects the NAME of an environment variable "
+                "(letters, digits, _), not the DSN itself; e.g. --dsn-env SHOP_DSN",
+                where="dsn-env",
+            )
+        if self.dsn_file is not None:
+            check_no_secrets(self.dsn_file, "dsn-file")
+            if not Path(self.dsn_file).is_absolute():
+                raise ConfigError(
+                    f"source {self.name}: --dsn-file expects an absolute path, as each "
+                    "runtime resolves it on its own machine",
+                    setting="dsn-file",
+                )
+
+    @property
+    def reference(self) -> str:
+        return f"env:{self.dsn_env}" if self.dsn_env else f"file:{self.dsn_file}"
+
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {"tables": list(self.tables)}
+        if self.dsn_env:
+            data["dsn_env"] = self.dsn_env
+        if self.dsn_file:
+            data["dsn_file"] = self.dsn_file
+        return data
+
+    @classmethod
+    def from_json(cls, name: str, data: Mapping[str, object]) -> SourceReference:
+        env, file, tables = data.get("dsn_env"), data.get("dsn_file"), data.get("tables", [])
+        return cls(
+            name=name,
+            dsn_env=env if isinstance(env, str) else None,
+            dsn_file=file if isinstance(file, str) else None,
+            tables=tuple(str(t) for t in tables) if isinstance(tables, list) else (),
+        )
+
+    def resolve_dsn(self, env: Mapping[str, str] | None = None) -> str:
+        """The DSN, from this machine's environment or file. Errors never show it."""
+        environ = os.environ if env is None else env
+        if self.dsn_env:
+            value = environ.get(self.dsn_env, "").strip()
+            if not value:
+                raise ConfigError(
+                    f"source {self.name}: environment variable {self.dsn_env} is not set in "
+                    "this runtime's environment; set it to the source's DSN",
+                    setting=self.dsn_env,
+                )
+            return value
+        assert self.dsn_file is not None
+        try:
+            value = Path(self.dsn_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"source {self.name}: cannot read the DSN file {self.dsn_file} "
+                f"({exc.strerror}); put the source's DSN in it on this machine",
+                setting="dsn-file",
+            ) from None
+        if not value:
+            raise ConfigError(
+                f"source {self.name}: the DSN file {self.dsn_file} is empty", setting="dsn-file"
+            )
+        return value
+
+
+class SourceRegistry:
+    """The sources of one cluster (the leader assigns them to runtimes)."""
+
+    def __init__(self, client: KazooClient, settings: ZooKeeperSettings) -> None:
+        self.client = client
+        self.settings = settings
+        self.layout = settings.layout
+
+    def add(self, source: SourceReference, *, replace: bool = False) -> bool:
+        """Register ``source``; True if new. An existing one is refused unless ``replace``."""
+        data = dump({**source.to_json(), "added": now()})
+        path = self.layout.source(source.name)
+        try:
+            self.client.create(path, data, acl=self.settings.acl)
+            return True
+        except NodeExistsError:
+            if not replace:
+                raise CoordinationError(
+                    f"source {source.name!r} is already registered in {self.settings.where()}; "
+                    "give --replace to change it",
+                    cluster=self.settings.cluster,
+                ) from None
+        self.client.set(path, data)
+        return False
+
+    def remove(self, name: str) -> None:
+        check_name(name, "source name")
+        try:
+            self.client.delete(self.layout.source(name))
+        except NoNodeError:
+            raise CoordinationError(
+                f"no source {name!r} in {self.settings.where()}; see `dbus cluster source list`",
+                cluster=self.settings.cluster,
+            ) from None
+
+    def names(self) -> list[str]:
+        try:
+            return sorted(self.client.get_children(self.layout.sources))
+        except NoNodeError:
+            return []
+
+    def get(self, name: str) -> SourceReference:
+        try:
+            raw, _ = self.client.get(self.layout.source(name))
+        except NoNodeError:
+            raise CoordinationError(
+                f"no source {name!r} in {self.settings.where()}; see `dbus cluster source list`",
+                cluster=self.settings.cluster,
+            ) from None
+        return SourceReference.from_json(name, load(raw))
+
+    def all(self) -> list[SourceReference]:
+        found = []
+        for name in self.names():
+            try:
+                found.append(self.get(name))
+            except CoordinationError:
+                continue
+        return found

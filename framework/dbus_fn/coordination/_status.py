@@ -1,0 +1,137 @@
+"""``cluster_status``: one read of a cluster's whole state, for people and scripts."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from dbus_fn.coordination._client import ZooKeeperSettings, load
+from dbus_fn.coordination._registry import FunctionStore
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeStatus:
+    id: str
+    host: str
+    pid: int
+    capacity: float
+    started: str
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    name: str
+    registered: bool
+    owner: str | None
+    epoch: int | None
+    position: dict[str, Any] | None
+    committed_by: str | None
+    committed_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    cluster: str
+    root: str
+    runtimes: tuple[RuntimeStatus, ...]
+    leader: str | None
+    term: int | None
+    epoch: int
+    sources: tuple[SourceStatus, ...]
+    functions: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"cluster {self.cluster} ({self.root})",
+            f"leader {self.leader or '(none)'}  term {self.term if self.term is not None else '-'}"
+            f"  assignment epoch {self.epoch}",
+            f"runtimes ({len(self.runtimes)}):",
+        ]
+        out += [
+            f"  {r.id}  host={r.host} pid={r.pid} capacity={r.capacity:g} started={r.started}"
+            for r in self.runtimes
+        ]
+        out.append(f"sources ({len(self.sources)}):")
+        for s in self.sources:
+            where = "(none)"
+            if s.position:
+                where = f"{s.position.get('file', '')}:{s.position.get('pos', '')}"
+                if s.position.get("gtid"):
+                    where += f"@{s.position['gtid']}"
+            owner = f"{s.owner} epoch {s.epoch}" if s.owner else "unassigned"
+            gone = "" if s.registered else "  (removed)"
+            out.append(f"  {s.name}  {owner}  position {where}{gone}")
+        out.append(f"functions ({len(self.functions)}):")
+        out += [f"  {name} {version}" for name, version in sorted(self.functions.items())]
+        return out
+
+
+def _data(client: KazooClient, path: str) -> dict[str, Any]:
+    try:
+        raw, _ = client.get(path)
+    except NoNodeError:
+        return {}
+    return load(raw)
+
+
+def _children(client: KazooClient, path: str) -> list[str]:
+    try:
+        return sorted(client.get_children(path))
+    except NoNodeError:
+        return []
+
+
+def cluster_status(client: KazooClient, settings: ZooKeeperSettings) -> ClusterStatus:
+    layout = settings.layout
+    runtimes = []
+    for runtime_id in _children(client, layout.runtimes):
+        data = _data(client, layout.runtime(runtime_id))
+        runtimes.append(
+            RuntimeStatus(
+                id=runtime_id,
+                host=str(data.get("host", "")),
+                pid=int(data.get("pid", 0)),
+                capacity=float(data.get("capacity", 0)),
+                started=str(data.get("started", "")),
+            )
+        )
+    leader = _data(client, layout.leader)
+    live_leader = leader.get("runtime") if _children(client, layout.election) else None
+    decision = _data(client, layout.assignments)
+    registered = set(_children(client, layout.sources))
+    assigned = set(_children(client, layout.assignments))
+    committed = set(_children(client, layout.positions))
+    sources = []
+    for name in sorted(registered | assigned | committed):
+        assignment = _data(client, layout.assignment(name)) if name in assigned else {}
+        position = _data(client, layout.position(name)) if name in committed else {}
+        sources.append(
+            SourceStatus(
+                name=name,
+                registered=name in registered,
+                owner=assignment.get("runtime"),
+                epoch=assignment.get("epoch"),
+                position=position.get("position"),
+                committed_by=position.get("runtime"),
+                committed_at=position.get("committed"),
+            )
+        )
+    functions = {
+        name: version for name, (version, _) in FunctionStore(client, settings).active().items()
+    }
+    return ClusterStatus(
+        cluster=settings.cluster,
+        root=layout.root,
+        runtimes=tuple(runtimes),
+        leader=live_leader,
+        term=leader.get("term"),
+        epoch=int(decision.get("epoch", 0)),
+        sources=tuple(sources),
+        functions=functions,
+    )

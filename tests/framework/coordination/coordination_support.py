@@ -1,0 +1,57 @@
+"""Helpers shared by the coordination tests: deployment folders, znode walks."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound once, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def make_function(folder: Path, name: str = "cfn_demo", *, version: str = "1.0.0") -> Path:
+    """A deployment folder: a one-filter module and its dbus.toml."""
+    folder.mkdir(parents=True, exist_ok=True)
+    module = name.replace("-", "_")
+    (folder / f"{module}.py").write_text(
+        '"""A test deployment."""\n'
+        "import dbus_fn as fn\n\n\n"
+        '@fn.filter(tables="shop.orders")\n'
+        "def keep(event) -> bool:\n"
+        "    return True\n"
+    )
+    (folder / "dbus.toml").write_text(
+        f'name = "{name}"\nversion = "{version}"\nmodule = "{module}.py"\n'
+        'tables = ["shop.orders"]\ndefault_route = "kafka://orders"\n'
+    )
+    (folder / "notes.txt").write_text("not part of the bundle\n")
+    return folder
+
+
+def set_version(folder: Path, version: str) -> None:
+    manifest = folder / "dbus.toml"
+    lines = [
+        f'version = "{version}"' if line.startswith("version") else line
+        for line in manifest.read_text().splitlines()
+    ]
+    manifest.write_text("\n".join(lines) + "\n")
+
+
+def change_code(folder: Path, marker: str) -> None:
+    module = next(folder.glob("*.py"))
+    module.write_text(module.read_text() + f"\n# {marker}\n")
+
+
+def walk(client: KazooClient, path: str = "/") -> Iterator[tuple[str, bytes]]:
+    """Every znode under ``path`` with its data."""
+    data, _ = client.get(path)
+    yield path, data
+    for child in client.get_children(path):
+        yield from walk(client, f"{path.rstrip('/')}/{child}")
