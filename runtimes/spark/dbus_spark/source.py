@@ -6,18 +6,21 @@ each source for its newest committed position to plan a micro-batch; each source
 with new data becomes one input partition, read in commit order by one task, so
 several sources are read in parallel by executors.
 
-Each output row is one captured item, pickled whole (``change``), with the
-columns Spark needs to route or repartition it.
+The function stage runs inside the read (see ``dbus_spark.stage``): each output
+row is one encoded record (a CloudEvent in the Kafka binary binding and where it
+goes), sent to Spark as Arrow batches; the last row of a partition carries the
+stage's counters (``kind = "stats"``).
 """
 
 from __future__ import annotations
 
 import logging
-import pickle
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
@@ -25,8 +28,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import (
     BinaryType,
-    IntegerType,
-    LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -34,23 +36,86 @@ from pyspark.sql.types import (
 
 from dbus_fn.capture import BinlogReader
 from dbus_fn.events import BinlogPosition, RowChange, SchemaChange
-from dbus_spark.config import SourceBinding, load_config
+from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
+from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 
 log = logging.getLogger(__name__)
 
 SCHEMA = StructType(
     [
         StructField("source", StringType(), False),
-        StructField("kind", StringType(), False),  # "row" or "ddl"
-        StructField("db", StringType(), True),
-        StructField("tbl", StringType(), True),
-        StructField("op", StringType(), True),
-        StructField("file", StringType(), False),
-        StructField("pos", LongType(), False),
-        StructField("row_index", IntegerType(), False),
-        StructField("change", BinaryType(), False),
+        StructField("kind", StringType(), False),  # "kafka", "es" or "stats"
+        StructField("deployment", StringType(), False),
+        StructField("destination", StringType(), False),
+        StructField("dead_letter", StringType(), False),
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
+        StructField("headers", MapType(StringType(), BinaryType()), True),
     ]
 )
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("source", pa.string(), False),
+        pa.field("kind", pa.string(), False),
+        pa.field("deployment", pa.string(), False),
+        pa.field("destination", pa.string(), False),
+        pa.field("dead_letter", pa.string(), False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", pa.map_(pa.string(), pa.binary())),
+    ]
+)
+BATCH_ROWS = 2048
+
+_stages: dict[tuple[str, float], tuple[RuntimeConfig, FunctionStage]] = {}
+
+
+def worker_stage(config_path: str) -> tuple[RuntimeConfig, FunctionStage]:
+    """The configuration and function stage of this worker process, loaded once.
+
+    A changed configuration file (new deployments) is picked up at the next read.
+    """
+    key = (config_path, os.stat(config_path).st_mtime)
+    found = _stages.get(key)
+    if found is None:
+        _stages.clear()
+        config = load_config(config_path)
+        found = (config, FunctionStage(config.deployments, type_prefix=config.type_prefix))
+        _stages[key] = found
+    return found
+
+
+class _Batcher:
+    """Collects stage records into Arrow record batches of bounded size."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._columns: list[list[Any]] = [[] for _ in ARROW_SCHEMA]
+
+    def add(self, record: StageRecord) -> pa.RecordBatch | None:
+        message = record.message
+        row = (
+            self.source, record.kind, record.deployment, record.destination,
+            record.dead_letter, message.key, message.value, message.headers,
+        )  # fmt: skip
+        for column, value in zip(self._columns, row, strict=True):
+            column.append(value)
+        return self.flush() if len(self._columns[0]) >= BATCH_ROWS else None
+
+    def add_stats(self, counts: StageCounts) -> None:
+        row = (self.source, "stats", "", "", "", None, counts.to_json(), None)
+        for column, value in zip(self._columns, row, strict=True):
+            column.append(value)
+
+    def flush(self) -> pa.RecordBatch | None:
+        if not self._columns[0]:
+            return None
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(self._columns, ARROW_SCHEMA, strict=True)],
+            schema=ARROW_SCHEMA,
+        )
+        self._columns = [[] for _ in ARROW_SCHEMA]
+        return batch
 
 
 def position_to_offset(position: BinlogPosition) -> dict[str, Any]:
@@ -120,40 +185,29 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             if name in start and _moved(start[name], end[name])
         ]
 
-    def read(self, partition: SourceRange) -> Iterator[tuple[Any, ...]]:
-        config = load_config(partition.config_path)
+    def read(self, partition: SourceRange) -> Iterator[pa.RecordBatch]:
+        config, stage = worker_stage(partition.config_path)
         binding = config.source(partition.source)
         reader = BinlogReader(binding.spec, server_id=binding.server_id)
+        counts = StageCounts()
+        batcher = _Batcher(partition.source)
         try:
             for item in reader.read(
                 offset_to_position(partition.start), stop=offset_to_position(partition.end)
             ):
-                if isinstance(item, RowChange):
-                    yield (
-                        item.source,
-                        "row",
-                        item.database,
-                        item.table,
-                        item.op.value,
-                        item.position.file,
-                        item.position.pos,
-                        item.row_index,
-                        pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL),
-                    )
+                if type(item) is RowChange:
+                    for record in stage.process(item, counts):
+                        batch = batcher.add(record)
+                        if batch is not None:
+                            yield batch
                 elif isinstance(item, SchemaChange):
-                    yield (
-                        item.source,
-                        "ddl",
-                        item.database,
-                        item.table,
-                        None,
-                        item.position.file,
-                        item.position.pos,
-                        0,
-                        pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL),
-                    )
+                    counts.ddl += 1
         finally:
             reader.close()
+        batcher.add_stats(counts)
+        last = batcher.flush()
+        if last is not None:
+            yield last
 
     def commit(self, end: dict[str, Any]) -> None:
         log.info("dbus_binlog: committed %s", end)

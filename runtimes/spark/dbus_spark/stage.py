@@ -1,44 +1,74 @@
 """The function stage: every captured change, through every deployment that wants it.
 
-One binlog read fans out here. A ``FunctionStage`` is built once per Python worker
-process (functions are loaded once per worker, not per row) and turns each change
-into sink records: Kafka messages, Elasticsearch actions, and dead letters. One
-deployment's failing function sends that event to the deployment's dead-letter
-destination and never stops the other deployments.
+One binlog read fans out here. The stage runs in the same Python worker that
+decodes the binlog, so a change is never serialized between capture and the
+functions; what leaves the stage is already encoded for the sinks: one
+``StageRecord`` per delivery or dead letter, each a CloudEvent in the Kafka
+binary binding plus where it goes. A ``FunctionStage`` is built once per worker
+process (functions load once per worker, not per row). One deployment's failing
+function sends that event to the deployment's dead-letter destination and never
+stops the other deployments.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
-from dbus_fn.cloudevent import primary_key_text, row_json, to_cloudevent
 from dbus_fn.deadletter import dead_letter_event
-from dbus_fn.events import Operation, RowChange
-from dbus_fn.kafka_binding import to_kafka_message
-from dbus_fn.manifest import Destination
-from dbus_fn.pipeline import DeadLetter, Delivery, Pipeline
+from dbus_fn.errors import DbusError
+from dbus_fn.events import RowChange
+from dbus_fn.kafka_binding import KafkaMessage, to_kafka_message
+from dbus_fn.pipeline import DeadLetter, Pipeline
 from dbus_fn.registry import LoadedDeployment, load_deployment
-from dbus_spark.sinks.elasticsearch import document_version
-from dbus_spark.sinks.records import IndexAction, KafkaRecord
 
-log = logging.getLogger(__name__)
 
-Record = KafkaRecord | IndexAction
+@dataclass(frozen=True, slots=True)
+class StageRecord:
+    """One encoded output of the stage: a CloudEvent bound for one destination.
+
+    ``kind`` is the sink (``kafka`` or ``es``); dead letters are ``kafka``
+    records to the deployment's dead-letter topic. ``dead_letter`` is where a
+    record the sink refuses (a document Elasticsearch rejects) goes.
+    """
+
+    kind: str
+    deployment: str
+    destination: str
+    message: KafkaMessage
+    dead_letter: str
 
 
 @dataclass
 class StageCounts:
-    """What one task did, per deployment; summed on the driver into batch metrics."""
+    """What the stage did, per deployment; summed on the driver into batch metrics."""
 
-    rows_in: Counter[str] = field(default_factory=Counter)
+    rows: int = 0
+    ddl: int = 0
     delivered: Counter[str] = field(default_factory=Counter)
     filtered: Counter[str] = field(default_factory=Counter)
     dead: Counter[str] = field(default_factory=Counter)
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "rows": self.rows,
+                "ddl": self.ddl,
+                "delivered": self.delivered,
+                "filtered": self.filtered,
+                "dead": self.dead,
+            }
+        ).encode()
+
+    def add_json(self, data: bytes) -> None:
+        counts = json.loads(data)
+        self.rows += counts["rows"]
+        self.ddl += counts["ddl"]
+        self.delivered.update(counts["delivered"])
+        self.filtered.update(counts["filtered"])
+        self.dead.update(counts["dead"])
 
 
 class FunctionStage:
@@ -46,57 +76,51 @@ class FunctionStage:
         self.deployments: list[LoadedDeployment] = [load_deployment(p) for p in deployment_paths]
         self._pipelines = [(d, Pipeline(d)) for d in self.deployments]
         self._type_prefix = type_prefix
-        self._by_table: dict[tuple[str, str], list[tuple[LoadedDeployment, Pipeline]]] = {}
-        self.counts = StageCounts()
+        self._subscribed: dict[tuple[str, str], list[tuple[LoadedDeployment, Pipeline]]] = {}
 
     def _subscribers(self, source: str, table: str) -> list[tuple[LoadedDeployment, Pipeline]]:
-        found = self._by_table.get((source, table))
+        found = self._subscribed.get((source, table))
         if found is None:
             found = [
                 (d, p)
                 for d, p in self._pipelines
                 if d.subscribes(table) and (not d.manifest.sources or source in d.manifest.sources)
             ]
-            self._by_table[(source, table)] = found
+            self._subscribed[(source, table)] = found
         return found
 
-    def process(self, change: RowChange) -> Iterator[Record]:
+    def process(self, change: RowChange, counts: StageCounts) -> Iterator[StageRecord]:
+        counts.rows += 1
         for deployment, pipeline in self._subscribers(change.source, change.qualified_table):
             name = deployment.manifest.name
-            self.counts.rows_in[name] += 1
+            dead_route = str(deployment.manifest.dead_letter_route)
             outcome = pipeline.process(change)
             if outcome.filtered:
-                self.counts.filtered[name] += 1
+                counts.filtered[name] += 1
+            dead = list(outcome.dead_letters)
+            encoded: list[StageRecord] = []
             for delivery in outcome.deliveries:
-                self.counts.delivered[name] += 1
-                yield self._encode(delivery)
-            for dead in outcome.dead_letters:
-                self.counts.dead[name] += 1
-                yield self._dead_letter(dead)
+                try:
+                    message = to_kafka_message(delivery.projected(), type_prefix=self._type_prefix)
+                except DbusError as exc:
+                    # A projection's result the event format cannot carry (its key
+                    # columns gone, say) is that function's failure, not the runtime's.
+                    dead = [_unencodable(delivery.change, exc, deployment)]
+                    encoded = []
+                    break
+                encoded.append(
+                    StageRecord(
+                        delivery.destination.scheme, name, delivery.destination.name, message,
+                        dead_route,
+                    )
+                )  # fmt: skip
+            counts.delivered[name] += len(encoded)
+            yield from encoded
+            for letter in dead:
+                counts.dead[name] += 1
+                yield self._dead_letter(letter, name)
 
-    def _encode(self, delivery: Delivery) -> Record:
-        change = delivery.projected()
-        if delivery.destination.scheme == "es":
-            document, types = row_json(change)
-            deleted = change.op is Operation.DELETE
-            return IndexAction(
-                index=delivery.destination.name,
-                doc_id=document_id(delivery.change),
-                version=document_version(change.position, change.row_index),
-                op="delete" if deleted else "index",
-                document=None if deleted else document,
-                column_types=types,
-                origin=change,
-            )
-        message = to_kafka_message(to_cloudevent(change, type_prefix=self._type_prefix))
-        return KafkaRecord(
-            topic=delivery.destination.name,
-            key=message.key,
-            value=message.value,
-            headers=tuple(message.headers),
-        )
-
-    def _dead_letter(self, dead: DeadLetter) -> KafkaRecord:
+    def _dead_letter(self, dead: DeadLetter, deployment: str) -> StageRecord:
         event = dead_letter_event(
             dead.change,
             function=dead.function,
@@ -106,42 +130,34 @@ class FunctionStage:
             traceback=dead.traceback,
             type_prefix=self._type_prefix,
         )
-        return dead_letter_record(dead.destination, event, dead.change)
-
-    def refused(self, action: IndexAction, reason: str, destination: Destination) -> KafkaRecord:
-        """A document Elasticsearch refused, as a dead letter."""
-        change: RowChange = action.origin
-        event = dead_letter_event(
-            change, function=f"es://{action.index}", error=ValueError(reason), stage="sink"
-        )
-        return dead_letter_record(destination, event, change)
+        message = to_kafka_message(event, mode="structured")
+        return StageRecord("kafka", deployment, dead.destination.name, message, "")
 
 
-def dead_letter_record(destination: Destination, event: Any, change: RowChange) -> KafkaRecord:
-    message = to_kafka_message(event, mode="structured")
-    return KafkaRecord(
-        topic=destination.name,
-        key=message.key,
-        value=message.value,
-        headers=tuple(message.headers),
+def _unencodable(change: RowChange, error: DbusError, deployment: LoadedDeployment) -> DeadLetter:
+    return DeadLetter(
+        change=change,
+        function=f"{deployment.manifest.name} (projection result)",
+        error=str(error),
+        traceback="",
+        destination=deployment.manifest.dead_letter_route,
+        stage="projection",
+        error_type=type(error).__name__,
     )
 
 
-def document_id(change: RowChange) -> str:
-    """The Elasticsearch ``_id`` of a row: its primary key.
+def dead_letter_for_refusal(
+    message: KafkaMessage, *, sink: str, reason: str, type_prefix: str
+) -> KafkaMessage:
+    """A dead letter for an event a sink refused (a document Elasticsearch rejects)."""
+    from dbus_fn.cloudevent import from_cloudevent
+    from dbus_fn.kafka_binding import from_kafka_message
 
-    A one-column key is its JSON value as text (``42``, ``ada@example.com``); a
-    composite key is the JSON array of its values (``[7,"2024-01-01"]``). A table
-    without a primary key cannot be kept equal to an index, and is refused.
-    """
-    if not change.primary_key:
-        raise ValueError(
-            f"{change.qualified_table} has no primary key; route it to Kafka, not Elasticsearch"
-        )
-    # The key as captured: a projection may drop or rewrite the key columns.
-    text = primary_key_text(change)
-    assert text is not None
-    values = json.loads(text)
-    if len(values) == 1 and isinstance(values[0], int | str):
-        return str(values[0])
-    return text
+    change = from_cloudevent(from_kafka_message(message.key, message.value, message.headers))
+    event = dead_letter_event(
+        change, function=sink, error=ValueError(reason), stage="sink", type_prefix=type_prefix
+    )
+    return to_kafka_message(event, mode="structured")
+
+
+__all__ = ["FunctionStage", "StageCounts", "StageRecord", "dead_letter_for_refusal"]

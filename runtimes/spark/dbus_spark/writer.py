@@ -1,38 +1,40 @@
-"""The function-stage writer: a PySpark Python streaming sink named ``dbus_functions``.
+"""The sink writer: a PySpark Python streaming sink named ``dbus_functions``.
 
-``write()`` runs in each task on an executor: it feeds the task's changes through
-the function stage and the sinks, and returns only after Kafka and Elasticsearch
-have acknowledged everything (or raises, so Spark retries the task). Spark calls
-``commit()`` on the driver only when every task of the micro-batch has returned,
-and records the batch's end offsets after that: a position is committed only
-once every sink of every deployment has the data.
+``write()`` runs in each task on an executor, over the Arrow batches of encoded
+records the source's function stage produced: it hands each record to its sink
+(Kafka or Elasticsearch) and returns only after both have acknowledged
+everything, or raises so Spark retries the task. Spark calls ``commit()`` on the
+driver only when every task of the micro-batch has returned, and records the
+batch's end offsets after that: a position is committed only once every sink of
+every deployment has the data.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import pickle
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceStreamArrowWriter,
     DataSourceStreamWriter,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
-from dbus_fn.events import RowChange
-from dbus_fn.manifest import Destination
+from dbus_fn.events import BinlogPosition
+from dbus_fn.kafka_binding import KafkaMessage
 from dbus_spark.config import RuntimeConfig, load_config
-from dbus_spark.sinks.elasticsearch import ElasticsearchSink
+from dbus_spark.sinks.elasticsearch import ElasticsearchSink, document_version
 from dbus_spark.sinks.kafka import KafkaSink
 from dbus_spark.sinks.records import IndexAction, KafkaRecord
-from dbus_spark.stage import FunctionStage
+from dbus_spark.stage import StageCounts, dead_letter_for_refusal
 
 log = logging.getLogger("dbus.runtime")
 
@@ -41,79 +43,110 @@ log = logging.getLogger("dbus.runtime")
 class TaskReport(WriterCommitMessage):  # type: ignore[misc]
     """What one task did; the driver sums these into the batch's metrics."""
 
-    rows: int = 0
-    ddl: int = 0
+    records: int = 0
     kafka: int = 0
     elasticsearch: int = 0
     seconds: float = 0.0
     per_source: Counter[str] = field(default_factory=Counter)
-    delivered: Counter[str] = field(default_factory=Counter)
-    filtered: Counter[str] = field(default_factory=Counter)
-    dead: Counter[str] = field(default_factory=Counter)
+    stage: StageCounts = field(default_factory=StageCounts)
 
 
-class _Worker:
-    """Everything a Python worker process keeps between tasks: functions and clients."""
+class _Sinks:
+    """The sinks of one Python worker process, kept between tasks."""
 
     def __init__(self, config: RuntimeConfig) -> None:
         self.config = config
-        self.stage = FunctionStage(config.deployments, type_prefix=config.type_prefix)
         self.kafka = KafkaSink(config.kafka_bootstrap, topic_partitions=config.topic_partitions)
-        self._refused: list[KafkaRecord] = []
         self.elasticsearch = ElasticsearchSink(
             config.elasticsearch_url, on_refused=self._on_refused
         )
+        self._refused: list[KafkaRecord] = []
 
     def _on_refused(self, action: IndexAction, reason: str) -> None:
-        change: RowChange = action.origin
-        for deployment in self.stage.deployments:
-            if deployment.subscribes(change.qualified_table):
-                destination = Destination.parse(deployment.manifest.dead_letter_route)
-                self._refused.append(self.stage.refused(action, reason, destination))
+        message, dead_letter = action.origin
+        letter = dead_letter_for_refusal(
+            message,
+            sink=f"es://{action.index}",
+            reason=reason,
+            type_prefix=self.config.type_prefix,
+        )
+        topic = dead_letter.removeprefix("kafka://")
+        self._refused.append(KafkaRecord(topic, letter.key, letter.value, tuple(letter.headers)))
 
-    def run(self, rows: Iterator[Any]) -> TaskReport:
+    def run(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
         started = time.monotonic()
         report = TaskReport()
-        self.stage.counts.__init__()  # type: ignore[misc]
-        for row in rows:
-            report.per_source[row.source] += 1
-            if row.kind != "row":
-                report.ddl += 1
-                continue
-            report.rows += 1
-            change: RowChange = pickle.loads(row.change)
-            for record in self.stage.process(change):
-                if isinstance(record, KafkaRecord):
-                    self.kafka.write(record)
-                else:
-                    self.elasticsearch.write(record)
+        for batch in batches:
+            columns = batch.to_pydict()
+            for source, kind, destination, dead_letter, key, value, headers in zip(
+                columns["source"],
+                columns["kind"],
+                columns["destination"],
+                columns["dead_letter"],
+                columns["key"],
+                columns["value"],
+                columns["headers"],
+                strict=True,
+            ):
+                if kind == "kafka":
+                    self.kafka.write(KafkaRecord(destination, key, value, tuple(headers)))
+                elif kind == "es":
+                    self.elasticsearch.write(
+                        index_action(destination, KafkaMessage(key, value, headers), dead_letter)
+                    )
+                elif kind == "stats":
+                    report.stage.add_json(value)
+                    continue
+                report.records += 1
+                report.per_source[source] += 1
         # Elasticsearch first: documents it refuses become dead letters for Kafka.
         report.elasticsearch = self.elasticsearch.flush()
         for record in self._refused:
             self.kafka.write(record)
         self._refused.clear()
         report.kafka = self.kafka.flush()
-        counts = self.stage.counts
-        report.delivered, report.filtered, report.dead = (
-            counts.delivered,
-            counts.filtered,
-            counts.dead,
-        )
         report.seconds = time.monotonic() - started
         return report
 
 
-_workers: dict[tuple[str, float], _Worker] = {}
+def index_action(index: str, message: KafkaMessage, dead_letter: str) -> IndexAction:
+    """The Elasticsearch write of one row change's CloudEvent (Kafka binary form).
+
+    The document is the row image the event carries; its ``_id`` is the primary
+    key (a one-column key as its plain value, a composite key as its JSON array);
+    its version grows with the binlog position.
+    """
+    headers = dict(message.headers)
+    data = json.loads(message.value)
+    deleted = headers["ce_type"].endswith(b".deleted")
+    if message.key is None:
+        raise ValueError(f"a row of a table without a primary key cannot go to es://{index}")
+    key = json.loads(message.key)
+    single = len(key) == 1 and isinstance(key[0], int | str)
+    doc_id = str(key[0]) if single else message.key.decode()
+    position = BinlogPosition(headers["ce_binlogfile"].decode(), int(headers["ce_binlogpos"]))
+    return IndexAction(
+        index=index,
+        doc_id=doc_id,
+        version=document_version(position, int(headers["ce_rowindex"])),
+        op="delete" if deleted else "index",
+        document=None if deleted else data["after"],
+        column_types=data["columns"],
+        origin=(message, dead_letter),
+    )
 
 
-def _worker(config_path: str) -> _Worker:
+_sinks: dict[tuple[str, float], _Sinks] = {}
+
+
+def _worker_sinks(config_path: str) -> _Sinks:
     key = (config_path, os.stat(config_path).st_mtime)
-    worker = _workers.get(key)
-    if worker is None:
-        _workers.clear()
-        worker = _Worker(load_config(config_path))
-        _workers[key] = worker
-    return worker
+    sinks = _sinks.get(key)
+    if sinks is None:
+        _sinks.clear()
+        sinks = _Sinks(load_config(config_path))
+        _sinks[key] = sinks
+    return sinks
 
 
 class FunctionSinkDataSource(DataSource):  # type: ignore[misc]
@@ -124,42 +157,46 @@ class FunctionSinkDataSource(DataSource):  # type: ignore[misc]
         return "dbus_functions"
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return FunctionStageWriter(self.options["config"])
+        return SinkWriter(self.options["config"])
 
 
-class FunctionStageWriter(DataSourceStreamWriter):  # type: ignore[misc]
+class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     def __init__(self, config_path: str) -> None:
         self._config_path = config_path
 
-    def write(self, iterator: Iterator[Any]) -> TaskReport:
-        return _worker(self._config_path).run(iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        return _worker_sinks(self._config_path).run(iterator)
 
     def commit(self, messages: list[TaskReport | None], batchId: int) -> None:
-        reports = [m for m in messages if m is not None]
         total = TaskReport()
-        for report in reports:
-            total.rows += report.rows
-            total.ddl += report.ddl
+        for report in messages:
+            if report is None:
+                continue
+            total.records += report.records
             total.kafka += report.kafka
             total.elasticsearch += report.elasticsearch
             total.seconds = max(total.seconds, report.seconds)
             total.per_source.update(report.per_source)
-            total.delivered.update(report.delivered)
-            total.filtered.update(report.filtered)
-            total.dead.update(report.dead)
-        if total.rows or total.ddl:
+            stage = report.stage
+            total.stage.rows += stage.rows
+            total.stage.ddl += stage.ddl
+            total.stage.delivered.update(stage.delivered)
+            total.stage.filtered.update(stage.filtered)
+            total.stage.dead.update(stage.dead)
+        if total.stage.rows or total.stage.ddl or total.records:
             log.info(
-                "batch %d: rows=%d ddl=%d kafka=%d es=%d sources=%s delivered=%s "
-                "filtered=%s dead=%s task_seconds=%.3f",
+                "batch %d: rows=%d ddl=%d records=%d kafka=%d es=%d per_source=%s "
+                "delivered=%s filtered=%s dead=%s task_seconds=%.3f",
                 batchId,
-                total.rows,
-                total.ddl,
+                total.stage.rows,
+                total.stage.ddl,
+                total.records,
                 total.kafka,
                 total.elasticsearch,
                 dict(total.per_source),
-                dict(total.delivered),
-                dict(total.filtered),
-                dict(total.dead),
+                dict(total.stage.delivered),
+                dict(total.stage.filtered),
+                dict(total.stage.dead),
                 total.seconds,
             )
 
