@@ -25,9 +25,12 @@ def test_defaults_live_in_the_repository_and_use_the_usual_ports() -> None:
 
 
 def test_environment_overrides_home_and_ports(tmp_path: Path) -> None:
-    config = load_config({"DBUS_HOME": str(tmp_path), "DBUS_MARIADB_PORT": "3307"})
+    config = load_config(
+        {"DBUS_HOME": str(tmp_path), "DBUS_MARIADB_PORT": "3307", "DBUS_KAFKA_HEAP": "512m"}
+    )
     assert config.home == tmp_path
     assert config.ports["mariadb"] == 3307
+    assert dict(config.heaps) == {"zookeeper": "256m", "kafka": "512m", "elasticsearch": "1g"}
     assert config.service_dir("mariadb") == tmp_path / "services" / "mariadb"
 
 

@@ -106,9 +106,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServicesConfig:
 
     ports: dict[str, int] = {}
     owners: dict[int, str] = {}
-    for name, var, default in _PORTS:
+    for name, var, default_port in _PORTS:
         raw = env.get(var, "").strip()
-        port = _parse_port(var, raw) if raw else default
+        port = _parse_port(var, raw) if raw else default_port
         if port in owners:
             raise ConfigError(
                 f"{var} and {owners[port]} are both {port}; every service needs its own port, "
@@ -119,13 +119,13 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServicesConfig:
         ports[name] = port
 
     heaps: dict[str, str] = {}
-    for name, var, default in _HEAPS:
-        raw = env.get(var, "").strip() or default
-        if not _HEAP_PATTERN.match(raw):
+    for name, var, default_heap in _HEAPS:
+        heap = env.get(var, "").strip() or default_heap
+        if not _HEAP_PATTERN.match(heap):
             raise ConfigError(
-                f"{var}={raw!r} is not a JVM heap size; use a size like 512m or 1g, or unset it",
+                f"{var}={heap!r} is not a JVM heap size; use a size like 512m or 1g, or unset it",
                 setting=var,
             )
-        heaps[name] = raw
+        heaps[name] = heap
 
     return ServicesConfig(home=home, ports=ports, heaps=heaps, environ=env)

@@ -15,6 +15,7 @@ import logging
 import socket
 import uuid
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -179,7 +180,13 @@ class Kafka(Service):
             socket.create_connection(address, timeout=2).close()
         except OSError as exc:
             return f"cannot connect: {exc}"
-        admin = AdminClient({"bootstrap.servers": f"{address[0]}:{address[1]}", "logger": _QUIET})
+        # The stubs type config values as scalars; librdkafka's Python binding
+        # also takes a logging.Logger for "logger".
+        settings: dict[str, Any] = {
+            "bootstrap.servers": f"{address[0]}:{address[1]}",
+            "logger": _QUIET,
+        }
+        admin = AdminClient(settings)
         try:
             metadata = admin.list_topics(timeout=5)
         except KafkaException as exc:
