@@ -20,13 +20,14 @@ def _progress(message: str) -> None:
 
 
 def _show(statuses: Sequence[ServiceStatus]) -> None:
+    click.echo(f"{'SERVICE':<14} {'STATE':<8} {'PID':<12} PORT")
     for entry in statuses:
         state = "running" if entry.running else "stopped"
         pid = str(entry.pid) if entry.pid is not None else "-"
         ports = ",".join(str(port) for port in entry.ports)
         took = f" in {entry.seconds:.1f}s" if entry.action == "started" else ""
         action = f"  ({entry.action}{took})" if entry.action else ""
-        click.echo(f"{entry.name:<14} {state:<8} pid {pid:<8} port {ports:<10}{action}")
+        click.echo(f"{entry.name:<14} {state:<8} {pid:<12} {ports:<12}{action}")
 
 
 @click.group(epilog=ENV_HELP)

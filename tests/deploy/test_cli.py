@@ -1,0 +1,37 @@
+"""`dbus services` on the command line: the table it prints and its exit codes."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from dbus_deploy.cli import services
+
+
+def test_status_lists_every_service_with_state_pid_and_ports(isolated) -> None:
+    config = isolated()
+    result = CliRunner().invoke(services, ["status"], env=dict(config.environ))
+    assert result.exit_code == 0, result.output
+    header, *rows = result.output.splitlines()
+    assert header.split() == ["SERVICE", "STATE", "PID", "PORT"]
+    assert [row.split()[:3] for row in rows] == [
+        ["mariadb", "stopped", "-"],
+        ["zookeeper", "stopped", "-"],
+        ["kafka", "stopped", "-"],
+        ["elasticsearch", "stopped", "-"],
+    ]
+    kafka = rows[2].split()[3]
+    assert kafka == f"{config.ports['kafka']},{config.ports['kafka_controller']}"
+
+
+def test_down_of_nothing_running_says_so(isolated) -> None:
+    config = isolated()
+    result = CliRunner().invoke(services, ["down", "zookeeper"], env=dict(config.environ))
+    assert result.exit_code == 0, result.output
+    assert "(not running)" in result.output
+
+
+def test_an_unknown_name_is_a_usage_error(isolated) -> None:
+    config = isolated()
+    result = CliRunner().invoke(services, ["status", "redis"], env=dict(config.environ))
+    assert result.exit_code == 2
+    assert "redis" in result.output
