@@ -4,7 +4,7 @@ Debian's start scripts assume /etc and /var paths, so the server is started
 with ``java -cp`` on the packaged jars (their manifests name the rest of the
 classpath) plus an slf4j binding and log4j 1.2 for its log. The admin server
 is off (it would take port 8080) and the four-letter words used for the health
-check are allowed.
+check (``srvr``) and for people (``ruok``, ``stat``, ``mntr``, ``conf``) are allowed.
 """
 
 from __future__ import annotations
@@ -90,10 +90,16 @@ class ZooKeeper(Service):
         )
 
     def check_health(self) -> str | None:
+        # `ruok` only says the process runs; `srvr` names a mode once it serves.
         try:
             with socket.create_connection((self.config.host, self.port), timeout=2) as conn:
-                conn.sendall(b"ruok")
-                answer = conn.recv(16)
+                conn.sendall(b"srvr")
+                answer = b""
+                while chunk := conn.recv(4096):
+                    answer += chunk
         except OSError as exc:
             return f"cannot connect: {exc}"
-        return None if answer == b"imok" else f"answered {answer!r} to ruok"
+        if b"Mode: standalone" not in answer:
+            first = answer.decode(errors="replace").strip().splitlines()[:1]
+            return f"not serving yet ({first[0] if first else 'no answer'})"
+        return None
