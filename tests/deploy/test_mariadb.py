@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
+
+import pymysql
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -76,8 +79,6 @@ def test_fresh_database_is_made_for_one_test(fresh_database) -> None:
 
 
 def test_fresh_database_is_dropped_after_its_test(mariadb_service) -> None:
-    import pymysql
-
     if not _seen_databases:
         pytest.skip("runs after test_fresh_database_is_made_for_one_test")
     connection = pymysql.connect(
@@ -90,3 +91,28 @@ def test_fresh_database_is_dropped_after_its_test(mariadb_service) -> None:
         cursor.execute("SHOW DATABASES LIKE %s", [_seen_databases[0]])
         assert cursor.fetchone() is None
     connection.close()
+
+
+def test_dbus_user_can_create_a_restricted_user_for_a_test(fresh_database) -> None:
+    name = f"r_{uuid.uuid4().hex[:12]}"
+    admin = fresh_database.connect()
+    with admin.cursor() as cursor:
+        cursor.execute(f"CREATE USER '{name}'@'127.0.0.1' IDENTIFIED BY 'pw'")
+        try:
+            cursor.execute(
+                f"GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{name}'@'127.0.0.1'"
+            )
+            restricted = pymysql.connect(
+                host=fresh_database.endpoint.host,
+                port=fresh_database.endpoint.port,
+                user=name,
+                password="pw",
+            )
+            with restricted.cursor() as other:
+                other.execute("SHOW BINARY LOGS")
+                assert other.fetchall()
+                with pytest.raises(pymysql.err.OperationalError):
+                    other.execute(f"CREATE TABLE `{fresh_database.name}`.t (id INT)")
+            restricted.close()
+        finally:
+            cursor.execute(f"DROP USER '{name}'@'127.0.0.1'")
