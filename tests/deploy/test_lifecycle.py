@@ -109,3 +109,30 @@ def test_terminating_up_midway_stops_what_it_started(isolated, dbus_command) -> 
     command.communicate(timeout=120)
     assert command.returncode == 128 + signal.SIGTERM
     assert not any(entry.running for entry in status(config=config))
+
+
+def test_two_concurrent_ups_start_one_server(isolated, dbus_command) -> None:
+    config = isolated()
+    commands = [
+        subprocess.Popen(
+            [str(dbus_command), "services", "up", "mariadb"],
+            env=dict(config.environ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [command.communicate(timeout=120)[0] for command in commands]
+    assert [command.returncode for command in commands] == [0, 0]
+    actions = sorted(
+        "already running" if "already running" in out else "started" for out in outputs
+    )
+    assert actions == ["already running", "started"]
+    servers = [
+        process
+        for process in psutil.process_iter(["name", "cmdline"])
+        if process.info["name"] == "mariadbd"
+        and str(config.service_dir("mariadb")) in " ".join(process.info["cmdline"] or [])
+    ]
+    assert len(servers) == 1
