@@ -7,6 +7,7 @@ The tree under a cluster root is documented in ``docs/coordination.md`` and in
 
 from __future__ import annotations
 
+from dbus_fn.coordination._assign import Quota, assign_sources, moved_sources, quotas
 from dbus_fn.coordination._bundle import (
     Bundle,
     build_bundle,
@@ -21,6 +22,13 @@ from dbus_fn.coordination._client import (
     connect,
     ensure_cluster,
     require_cluster,
+)
+from dbus_fn.coordination._coordinator import (
+    CommitOutcome,
+    CommittedPosition,
+    Coordinator,
+    Ownership,
+    SessionState,
 )
 from dbus_fn.coordination._layout import ClusterLayout
 from dbus_fn.coordination._registry import (
@@ -40,16 +48,23 @@ __all__ = [
     "Bundle",
     "ClusterLayout",
     "ClusterStatus",
+    "CommitOutcome",
+    "CommittedPosition",
+    "Coordinator",
     "DeployResult",
     "FunctionStore",
     "FunctionSummary",
     "FunctionWatcher",
+    "Ownership",
+    "Quota",
     "RuntimeStatus",
+    "SessionState",
     "SourceReference",
     "SourceRegistry",
     "SourceStatus",
     "VersionInfo",
     "ZooKeeperSettings",
+    "assign_sources",
     "build_bundle",
     "close",
     "cluster_client",
@@ -59,5 +74,7 @@ __all__ = [
     "default_cache_dir",
     "ensure_cluster",
     "materialize",
+    "moved_sources",
+    "quotas",
     "require_cluster",
 ]

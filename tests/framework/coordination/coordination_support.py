@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kazoo.client import KazooClient
+
+from dbus_fn.coordination import SourceReference, SourceRegistry, ZooKeeperSettings
 
 
 def free_port() -> int:
@@ -55,3 +59,40 @@ def walk(client: KazooClient, path: str = "/") -> Iterator[tuple[str, bytes]]:
     yield path, data
     for child in client.get_children(path):
         yield from walk(client, f"{path.rstrip('/')}/{child}")
+
+
+def wait_until(predicate: Callable[[], bool], within: float, what: str) -> float:
+    """Seconds until ``predicate()`` held; fail after ``within`` seconds."""
+    started = time.monotonic()
+    while time.monotonic() - started < within:
+        if predicate():
+            return time.monotonic() - started
+        time.sleep(0.05)
+    raise AssertionError(f"not within {within} s: {what}")
+
+
+def register_sources(client: KazooClient, settings: ZooKeeperSettings, count: int) -> list[str]:
+    registry = SourceRegistry(client, settings)
+    names = [f"src-{i:02d}" for i in range(count)]
+    for name in names:
+        registry.add(SourceReference(name, dsn_env="DBUS_TEST_DSN", tables=("shop.*",)))
+    return names
+
+
+def assignments(client: KazooClient, settings: ZooKeeperSettings) -> dict[str, str]:
+    layout = settings.layout
+    found = {}
+    for source in client.get_children(layout.assignments):
+        data, _ = client.get(layout.assignment(source))
+        found[source] = json.loads(data)["runtime"]
+    return found
+
+
+def expire_session(client: KazooClient, hosts: str) -> None:
+    """End ``client``'s session on the server, as an expiry would: a second client
+    joins the same session and closes it. ``client`` sees LOST when it next talks."""
+    session_id, password = client.client_id
+    twin = KazooClient(hosts=hosts, client_id=(session_id, password))
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()

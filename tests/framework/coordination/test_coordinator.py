@@ -1,0 +1,214 @@
+"""Coordinators against the real ZooKeeper: sharding, failover, fencing."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from coordination_support import (
+    assignments,
+    expire_session,
+    free_port,
+    register_sources,
+    wait_until,
+)
+from kazoo.client import KazooClient
+
+from dbus_fn.coordination import Coordinator, ZooKeeperSettings
+from dbus_fn.errors import ClusterNotFoundError, FencedError, ZooKeeperUnavailableError
+from dbus_fn.events import BinlogPosition
+
+pytestmark = pytest.mark.integration
+
+SESSION = 4.0
+
+
+@pytest.fixture
+def runtimes(cluster: ZooKeeperSettings) -> Iterator[Any]:
+    made: list[Coordinator] = []
+
+    def start(runtime_id: str, capacity: float = 1.0) -> Coordinator:
+        coordinator = Coordinator(
+            cluster.hosts, cluster.cluster, runtime_id, capacity, session_timeout=SESSION
+        )
+        made.append(coordinator.start())
+        return coordinator
+
+    yield start
+    for coordinator in made:
+        coordinator.stop()
+
+
+def _balanced(client: KazooClient, settings: ZooKeeperSettings, expect: dict[str, int]) -> bool:
+    return Counter(assignments(client, settings).values()) == Counter(expect)
+
+
+def _owned_everywhere(coordinators: list[Coordinator], total: int) -> bool:
+    owned = [set(c.owned_sources()) for c in coordinators]
+    union = set().union(*owned)
+    return len(union) == total and sum(len(o) for o in owned) == total
+
+
+def test_sources_spread_over_runtimes_and_positions_commit(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any
+) -> None:
+    sources = register_sources(client, cluster, 12)
+    trio = [runtimes("rt-a"), runtimes("rt-b"), runtimes("rt-c")]
+    wait_until(
+        lambda: _balanced(client, cluster, {"rt-a": 4, "rt-b": 4, "rt-c": 4}), 10, "4 each"
+    )
+    wait_until(lambda: _owned_everywhere(trio, 12), 10, "every runtime sees its sources")
+    assert sum(c.is_leader for c in trio) == 1
+
+    owner = trio[0]
+    source, epoch = next(iter(owner.owned_sources().items()))
+    assert owner.committed_position(source) is None
+    first = BinlogPosition("binlog.000001", 1234, "0-1-7")
+    assert owner.commit_position(source, first, epoch) == "committed"
+    assert owner.commit_position(source, BinlogPosition("binlog.000001", 2000), epoch) == (
+        "committed"
+    )
+    committed = trio[1].committed_position(source)
+    assert committed is not None
+    assert committed.position == BinlogPosition("binlog.000001", 2000)
+    assert (committed.runtime, committed.epoch) == ("rt-a", epoch)
+
+    stranger = next(c for c in trio if source not in c.owned_sources())
+    with pytest.raises(FencedError, match=f"may not commit a position for source {source}"):
+        stranger.commit_position(source, first, epoch)
+    with pytest.raises(FencedError):
+        owner.commit_position(source, first, epoch + 1)
+    assert set(sources) == set(assignments(client, cluster))
+
+
+def test_a_join_and_a_leave_move_the_fewest_sources(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any
+) -> None:
+    register_sources(client, cluster, 12)
+    trio = [runtimes("rt-a"), runtimes("rt-b"), runtimes("rt-c")]
+    wait_until(lambda: _balanced(client, cluster, {"rt-a": 4, "rt-b": 4, "rt-c": 4}), 10, "4 each")
+    before = assignments(client, cluster)
+
+    runtimes("rt-d")
+    wait_until(lambda: len(set(assignments(client, cluster).values())) == 4, 10, "d gets some")
+    joined = assignments(client, cluster)
+    assert Counter(joined.values()) == {"rt-a": 3, "rt-b": 3, "rt-c": 3, "rt-d": 3}
+    assert sum(before[s] != joined[s] for s in before) == 3
+
+    leaving = next(c for c in trio if not c.is_leader)
+    leaving.stop()
+    wait_until(
+        lambda: leaving.runtime_id not in assignments(client, cluster).values(), 10, "it left"
+    )
+    left = assignments(client, cluster)
+    assert sum(joined[s] != left[s] for s in joined) == 3, "only the 3 of the runtime that left"
+
+
+def test_an_expired_session_moves_its_sources_and_fences_its_commits(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any
+) -> None:
+    register_sources(client, cluster, 6)
+    trio = [runtimes("rt-a"), runtimes("rt-b"), runtimes("rt-c")]
+    wait_until(lambda: _owned_everywhere(trio, 6), 10, "all sources owned")
+    victim = next(c for c in trio if not c.is_leader)
+    owned = victim.owned_sources()
+    source, epoch = next(iter(owned.items()))
+    assert victim.commit_position(source, BinlogPosition("binlog.000001", 100), epoch) == (
+        "committed"
+    )
+
+    killed_at = time.monotonic()
+    expire_session(victim.client, cluster.hosts)
+    survivors = [c for c in trio if c is not victim]
+    wait_until(lambda: _owned_everywhere(survivors, 6), SESSION + 10, "sources moved")
+    failover = time.monotonic() - killed_at
+    assert set(owned) <= set().union(*(set(c.owned_sources()) for c in survivors))
+
+    late = BinlogPosition("binlog.000009", 999)
+    with contextlib.suppress(FencedError):
+        # Until it hears of the expiry it is only suspended: the commit is held...
+        assert victim.commit_position(source, late, epoch) == "held"
+    # ...and dropped once it learns its session is gone; then commits are refused.
+    wait_until(lambda: victim.state != "suspended", SESSION + 10, "the victim hears of it")
+    assert victim.held_commits == {}
+    with pytest.raises(FencedError):
+        victim.commit_position(source, late, epoch)
+    new_owner = next(c for c in survivors if source in c.owned_sources())
+    committed = new_owner.committed_position(source)
+    assert committed is not None and committed.position.pos == 100
+    print(f"\nexpired session: sources owned elsewhere {failover:.2f} s later")
+
+
+def test_a_runtime_that_missed_its_reassignment_cannot_commit(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any, monkeypatch: Any
+) -> None:
+    register_sources(client, cluster, 2)
+    a, b = runtimes("rt-a"), runtimes("rt-b")
+    wait_until(lambda: _owned_everywhere([a, b], 2), 10, "both own one")
+    stale = b if a.is_leader else a
+    source, epoch = next(iter(stale.owned_sources().items()))
+    # Fault injection: this runtime stops hearing about assignments (a stalled
+    # thread), so only ZooKeeper's check can stop its commit.
+    monkeypatch.setattr(stale, "_refresh", lambda generation: None)
+    path = cluster.layout.assignment(source)
+    data, stat = client.get(path)
+    client.set(path, data.replace(stale.runtime_id.encode(), b"rt-elsewhere"), version=stat.version)
+    assert source in stale.owned_sources(), "it has not noticed"
+    with pytest.raises(FencedError, match="the source was assigned elsewhere"):
+        stale.commit_position(source, BinlogPosition("binlog.000002", 4), epoch)
+    assert client.exists(cluster.layout.position(source)) is None
+
+
+def test_leader_failover(cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any) -> None:
+    register_sources(client, cluster, 4)
+    trio = [runtimes("rt-a"), runtimes("rt-b"), runtimes("rt-c")]
+    wait_until(lambda: _owned_everywhere(trio, 4), 10, "all owned")
+    (leader,) = [c for c in trio if c.is_leader]
+    import json
+
+    term = json.loads(client.get(cluster.layout.leader)[0])["term"]
+    expire_session(leader.client, cluster.hosts)
+    others = [c for c in trio if c is not leader]
+    wait_until(lambda: any(c.is_leader for c in others), SESSION + 10, "a new leader")
+    data = json.loads(client.get(cluster.layout.leader)[0])
+    assert data["term"] == term + 1
+    assert data["runtime"] in {c.runtime_id for c in others}
+    # The old leader comes back with a new session, as a follower.
+    wait_until(lambda: leader.state == "connected" and bool(leader.owned_sources()), 20, "back")
+    assert sum(c.is_leader for c in trio) == 1
+
+
+def test_capacity_weights_the_assignment(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any
+) -> None:
+    register_sources(client, cluster, 9)
+    runtimes("big", 2.0)
+    runtimes("small", 1.0)
+    wait_until(lambda: _balanced(client, cluster, {"big": 6, "small": 3}), 10, "6 and 3")
+
+
+def test_an_unreachable_zookeeper_at_start(cluster: ZooKeeperSettings) -> None:
+    port = free_port()
+    coordinator = Coordinator(f"127.0.0.1:{port}", "test", "rt-x", connect_timeout=1)
+    unreachable = f"cannot reach ZooKeeper at 127.0.0.1:{port}"
+    with pytest.raises(ZooKeeperUnavailableError, match=unreachable):
+        coordinator.start()
+    assert coordinator.owned_sources() == {}
+
+
+def test_a_missing_cluster_at_start(settings: ZooKeeperSettings) -> None:
+    with pytest.raises(ClusterNotFoundError, match="no cluster 'test'"):
+        Coordinator(settings.hosts, "test", "rt-x").start()
+
+
+def test_a_second_runtime_with_the_same_id_is_refused(
+    cluster: ZooKeeperSettings, runtimes: Any
+) -> None:
+    runtimes("rt-a")
+    twin = Coordinator(cluster.hosts, cluster.cluster, "rt-a", session_timeout=SESSION)
+    with pytest.raises(Exception, match="runtime id rt-a is registered by another live session"):
+        twin.start(timeout=3)
