@@ -160,26 +160,17 @@ class Elasticsearch(Service):
             return
         except KeyError:
             pass
+        options = ["--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+                   "--shell", "/usr/sbin/nologin", RUN_AS]  # fmt: skip
         useradd = shutil.which("useradd", path="/usr/sbin:/usr/bin:/sbin:/bin")
         if useradd is None or os.geteuid() != 0:
             raise ToolMissingError(
                 f"the system user {RUN_AS}",
                 self.name,
-                f"Elasticsearch will not run as root; as root run: useradd --system "
-                f"--user-group --no-create-home --shell /usr/sbin/nologin {RUN_AS}",
+                f"Elasticsearch will not run as root; as root run: useradd {' '.join(options)}",
             )
         run_install_step(
-            [
-                useradd,
-                "--system",
-                "--user-group",
-                "--no-create-home",
-                "--home-dir",
-                "/nonexistent",
-                "--shell",
-                "/usr/sbin/nologin",
-                RUN_AS,
-            ],
+            [useradd, *options],
             log_file=self.config.home / "logs" / "useradd.log",
             service=self.name,
             step=f"useradd {RUN_AS}",
