@@ -142,6 +142,12 @@ class Coordinator:
         self._rebalanced_at = 0.0
         self._problem: str | None = None
         self.rebalances = 0
+        self._last_ok = 0.0  # monotonic time of the last step that talked to ZooKeeper
+        # A paused process (SIGSTOP, a long GC or swap) wakes up believing it is
+        # connected; past this age its view counts as unconfirmed until the
+        # background thread talks to ZooKeeper again. Kazoo itself declares the
+        # connection lost after 2/3 of the session timeout without an answer.
+        self._stale_after = self.settings.session_timeout * 2 / 3
         # One callable each, so re-arming a watch never piles up callbacks in kazoo.
         self._on_assignments = self._dirty("assign")
         self._on_members = self._dirty("rebalance")
@@ -213,9 +219,14 @@ class Coordinator:
         confirmed again.
         """
         with self._lock:
-            if self._state != "connected" or not self._confirmed:
+            if not self._usable():
                 return {}
             return {name: own.epoch for name, own in sorted(self._owned.items())}
+
+    def _usable(self) -> bool:
+        """Connected, ownership confirmed, and heard from ZooKeeper recently (lock held)."""
+        fresh = time.monotonic() - self._last_ok <= self._stale_after
+        return self._state == "connected" and self._confirmed and fresh
 
     @property
     def state(self) -> SessionState:
@@ -278,8 +289,9 @@ class Coordinator:
             own = self._owned.get(source)
             if own is None or own.epoch != epoch:
                 raise self._fenced(source, epoch, "it does not own the source at that epoch")
-            if self._state != "connected" or not self._confirmed:
+            if not self._usable():
                 self._pending[source] = (position, epoch)
+                self._wake.set()
                 return "held"
             self._pending.pop(source, None)
         try:
@@ -424,6 +436,7 @@ class Coordinator:
                 continue
             try:
                 self._step()
+                self._last_ok = time.monotonic()
             except (KazooException, KazooTimeout) as exc:
                 log.info("runtime %s: will retry after %s", self.runtime_id, type(exc).__name__)
                 with self._lock:
@@ -629,7 +642,7 @@ class Coordinator:
             self._position_versions.update(positions)
             self._owned = owned
             self._confirmed = True
-            self._refreshed_at = time.monotonic()
+            self._refreshed_at = self._last_ok = time.monotonic()
         if gained or lost:
             log.info(
                 "runtime %s: owns %s (gained %s, lost %s)",

@@ -1,0 +1,170 @@
+"""Chaos against the real ZooKeeper with three runtime processes.
+
+SIGKILL a runtime and the leader: their sources move within the session timeout
+plus a bounded margin. SIGSTOP a runtime past its session timeout and resume
+it: it never commits again for what it lost. Each test prints what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from coordination_support import assignments, register_sources, wait_until
+from kazoo.client import KazooClient
+
+from dbus_fn.coordination import ZooKeeperSettings
+
+pytestmark = pytest.mark.integration
+
+SESSION = 4.0
+MARGIN = 4.0
+SCRIPT = Path(__file__).with_name("runtime_process.py")
+
+
+class RuntimeProcess:
+    def __init__(self, settings: ZooKeeperSettings, runtime_id: str, logs: Path) -> None:
+        self.runtime_id = runtime_id
+        self.stdout = logs / f"{runtime_id}.out"
+        self.stderr = logs / f"{runtime_id}.err"
+        argv = [sys.executable, str(SCRIPT), settings.hosts, settings.cluster, runtime_id]
+        with self.stdout.open("w") as out, self.stderr.open("w") as err:
+            self.process = subprocess.Popen([*argv, str(SESSION)], stdout=out, stderr=err)
+
+    def lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.stdout.read_text().splitlines() if line]
+
+    def signal(self, number: int) -> float:
+        os.kill(self.process.pid, number)
+        return time.time()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def spawn(tmp_path: Path, cluster: ZooKeeperSettings) -> Iterator[Any]:
+    made: list[RuntimeProcess] = []
+
+    def start(runtime_id: str) -> RuntimeProcess:
+        made.append(RuntimeProcess(cluster, runtime_id, tmp_path))
+        return made[-1]
+
+    yield start
+    for runtime in made:
+        runtime.stop()
+
+
+def _leader(client: KazooClient, settings: ZooKeeperSettings) -> str:
+    return str(json.loads(client.get(settings.layout.leader)[0])["runtime"])
+
+
+def _three_runtimes(
+    spawn: Any, client: KazooClient, settings: ZooKeeperSettings, sources: int
+) -> dict[str, RuntimeProcess]:
+    register_sources(client, settings, sources)
+    trio = {name: spawn(name) for name in ("rt-a", "rt-b", "rt-c")}
+    share = sources // 3
+    wait_until(
+        lambda: (
+            sorted(list(assignments(client, settings).values()).count(n) for n in trio)
+            == [share] * 3
+        ),
+        30,
+        "sources spread over three runtime processes",
+    )
+    return trio
+
+
+def _gone(client: KazooClient, settings: ZooKeeperSettings, runtime_id: str, count: int) -> bool:
+    found = assignments(client, settings)
+    return len(found) == count and runtime_id not in found.values()
+
+
+@pytest.mark.parametrize("target", ["follower", "leader"])
+def test_sigkill_moves_the_sources_within_the_session_timeout(
+    target: str, spawn: Any, cluster: ZooKeeperSettings, client: KazooClient
+) -> None:
+    trio = _three_runtimes(spawn, client, cluster, 12)
+    leader = _leader(client, cluster)
+    victim_id = leader if target == "leader" else next(n for n in trio if n != leader)
+    before = assignments(client, cluster)
+    lost = {s for s, r in before.items() if r == victim_id}
+
+    killed = trio[victim_id].signal(signal.SIGKILL)
+    moved = wait_until(
+        lambda: _gone(client, cluster, victim_id, 12), SESSION + MARGIN, "sources reassigned"
+    )
+    after = assignments(client, cluster)
+    assert {s for s in before if before[s] != after[s]} == lost, "only the dead one's sources"
+    if target == "leader":
+        assert _leader(client, cluster) != victim_id
+
+    # The new owners commit them (they started from what is committed).
+    def committed_by_new_owners() -> bool:
+        for source in lost:
+            raw, _ = client.get(cluster.layout.position(source))
+            if json.loads(raw)["runtime"] != after[source]:
+                return False
+        return True
+
+    working = wait_until(committed_by_new_owners, 10, "new owners commit")
+    print(
+        f"\nSIGKILL {target} {victim_id}: {len(lost)} sources reassigned {moved:.2f} s after "
+        f"the kill (session timeout {SESSION:g} s), committed by their new owners "
+        f"{moved + working:.2f} s after; killed at {killed:.3f}"
+    )
+
+
+def test_a_paused_runtime_never_commits_after_it_lost_its_sources(
+    spawn: Any, cluster: ZooKeeperSettings, client: KazooClient
+) -> None:
+    trio = _three_runtimes(spawn, client, cluster, 6)
+    leader = _leader(client, cluster)
+    victim = trio[next(n for n in trio if n != leader)]
+    wait_until(lambda: any(line["outcomes"] for line in victim.lines()), 10, "the victim commits")
+    before = {
+        source: epoch
+        for line in victim.lines()
+        for source, (outcome, epoch) in line["outcomes"].items()
+        if outcome == "committed"
+    }
+
+    victim.signal(signal.SIGSTOP)
+    paused = wait_until(
+        lambda: _gone(client, cluster, victim.runtime_id, 6),
+        SESSION + MARGIN,
+        "its sources reassigned while it is paused",
+    )
+    resumed = victim.signal(signal.SIGCONT)
+    time.sleep(SESSION)
+
+    # After the resume it may own sources again, at a new epoch (it rejoins); at the
+    # epochs it had before the pause, no commit may succeed.
+    stale = [
+        outcome
+        for line in victim.lines()
+        if line["started"] > resumed
+        for source, (outcome, epoch) in line["outcomes"].items()
+        if before.get(source) == epoch
+    ]
+    assert stale, "it tried to commit what it had been working on"
+    assert "committed" not in stale
+    assert "flushed the held commit" not in victim.stderr.read_text()
+    for source, epoch in before.items():
+        data = json.loads(client.get(cluster.layout.position(source))[0])
+        assert data["runtime"] != victim.runtime_id or data["epoch"] > epoch
+    print(
+        f"\nSIGSTOP: sources reassigned {paused:.2f} s into the pause; after SIGCONT its "
+        f"commits at the old epochs were {sorted(set(stale))}"
+    )

@@ -1,0 +1,100 @@
+"""ZooKeeper down mid-run: commits are held, newest per source, and flushed after.
+
+These tests start a private ZooKeeper (their own DBUS_HOME and a free port, as
+tests/deploy does), so stopping and restarting it disturbs no other test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from coordination_support import free_port, register_sources, wait_until
+
+from dbus_deploy.services import ServicesConfig, down, load_config, up
+from dbus_fn.coordination import (
+    Coordinator,
+    ZooKeeperSettings,
+    close,
+    connect,
+    ensure_cluster,
+)
+from dbus_fn.events import BinlogPosition
+
+pytestmark = pytest.mark.integration
+
+PORT_VARS = (
+    "DBUS_MARIADB_PORT",
+    "DBUS_ZOOKEEPER_PORT",
+    "DBUS_KAFKA_PORT",
+    "DBUS_KAFKA_CONTROLLER_PORT",
+    "DBUS_ELASTICSEARCH_PORT",
+)
+
+
+@pytest.fixture
+def private_zookeeper(tmp_path: Path) -> Iterator[tuple[ServicesConfig, str]]:
+    env = dict(os.environ)
+    env["DBUS_HOME"] = str(tmp_path / "home")
+    ports = {var: free_port() for var in PORT_VARS}
+    env.update({var: str(port) for var, port in ports.items()})
+    config = load_config(env)
+    up(["zookeeper"], config=config)
+    try:
+        yield config, f"127.0.0.1:{ports['DBUS_ZOOKEEPER_PORT']}"
+    finally:
+        down(config=config)
+
+
+def test_commits_are_held_while_zookeeper_is_down_and_flushed_after(
+    private_zookeeper: tuple[ServicesConfig, str],
+) -> None:
+    config, hosts = private_zookeeper
+    # The session outlives the restart: a standalone server restores its sessions.
+    settings = ZooKeeperSettings(hosts=hosts, cluster="outage", session_timeout=30)
+    admin = connect(settings)
+    try:
+        ensure_cluster(admin, settings)
+        register_sources(admin, settings, 2)
+    finally:
+        close(admin)
+
+    with Coordinator("", "", "rt-a", settings=settings) as runtime:
+        wait_until(lambda: len(runtime.owned_sources()) == 2, 10, "both sources owned")
+        owned = runtime.owned_sources()
+        for source, epoch in owned.items():
+            assert runtime.commit_position(source, BinlogPosition("b.000001", 100), epoch) == (
+                "committed"
+            )
+
+        down(["zookeeper"], config=config)
+        wait_until(lambda: runtime.state == "suspended", 10, "the runtime notices")
+        assert runtime.owned_sources() == {}, "no new work while ZooKeeper is away"
+        first, second = sorted(owned)
+        for pos in (200, 300):
+            outcome = runtime.commit_position(first, BinlogPosition("b.000001", pos), owned[first])
+            assert outcome == "held"
+        assert runtime.commit_position(second, BinlogPosition("b.000002", 7), owned[second]) == (
+            "held"
+        )
+        assert runtime.held_commits == {
+            first: (BinlogPosition("b.000001", 300), owned[first]),
+            second: (BinlogPosition("b.000002", 7), owned[second]),
+        }
+
+        restarted = time.monotonic()
+        up(["zookeeper"], config=config)
+        flushed = wait_until(lambda: runtime.held_commits == {}, 30, "held commits flushed")
+        assert runtime.owned_sources() == owned, "same session, same ownership"
+        print(
+            f"\nZooKeeper restart: held commits flushed {flushed:.2f} s after `up` returned "
+            f"({time.monotonic() - restarted:.2f} s in all)"
+        )
+        for source, expected in ((first, 300), (second, 7)):
+            committed = runtime.committed_position(source)
+            assert committed is not None
+            assert committed.position.pos == expected
+            assert committed.runtime == "rt-a"
