@@ -26,6 +26,7 @@ class SourceStatus:
     name: str
     registered: bool
     owner: str | None
+    owner_running: bool
     epoch: int | None
     position: dict[str, Any] | None
     committed_by: str | None
@@ -65,6 +66,8 @@ class ClusterStatus:
                 if s.position.get("gtid"):
                     where += f"@{s.position['gtid']}"
             owner = f"{s.owner} epoch {s.epoch}" if s.owner else "unassigned"
+            if s.owner and not s.owner_running:
+                owner += " (not running)"
             gone = "" if s.registered else "  (removed)"
             out.append(f"  {s.name}  {owner}  position {where}{gone}")
         out.append(f"functions ({len(self.functions)}):")
@@ -116,6 +119,7 @@ def cluster_status(client: KazooClient, settings: ZooKeeperSettings) -> ClusterS
                 name=name,
                 registered=name in registered,
                 owner=assignment.get("runtime"),
+                owner_running=assignment.get("runtime") in {r.id for r in runtimes},
                 epoch=assignment.get("epoch"),
                 position=position.get("position"),
                 committed_by=position.get("runtime"),

@@ -106,6 +106,10 @@ def test_a_join_and_a_leave_move_the_fewest_sources(
     )
     left = assignments(client, cluster)
     assert sum(joined[s] != left[s] for s in joined) == 3, "only the 3 of the runtime that left"
+    print(
+        f"\n12 sources: 3 runtimes -> 4 moved {sum(before[s] != joined[s] for s in before)}; "
+        f"4 -> 3 moved {sum(joined[s] != left[s] for s in joined)}"
+    )
 
 
 def test_an_expired_session_moves_its_sources_and_fences_its_commits(

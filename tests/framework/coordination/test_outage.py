@@ -26,25 +26,14 @@ from dbus_fn.events import BinlogPosition
 
 pytestmark = pytest.mark.integration
 
-PORT_VARS = (
-    "DBUS_MARIADB_PORT",
-    "DBUS_ZOOKEEPER_PORT",
-    "DBUS_KAFKA_PORT",
-    "DBUS_KAFKA_CONTROLLER_PORT",
-    "DBUS_ELASTICSEARCH_PORT",
-)
-
-
 @pytest.fixture
 def private_zookeeper(tmp_path: Path) -> Iterator[tuple[ServicesConfig, str]]:
-    env = dict(os.environ)
-    env["DBUS_HOME"] = str(tmp_path / "home")
-    ports = {var: free_port() for var in PORT_VARS}
-    env.update({var: str(port) for var, port in ports.items()})
+    port = free_port()
+    env = {**os.environ, "DBUS_HOME": str(tmp_path / "home"), "DBUS_ZOOKEEPER_PORT": str(port)}
     config = load_config(env)
     up(["zookeeper"], config=config)
     try:
-        yield config, f"127.0.0.1:{ports['DBUS_ZOOKEEPER_PORT']}"
+        yield config, f"127.0.0.1:{port}"
     finally:
         down(config=config)
 

@@ -1,0 +1,97 @@
+"""`dbus cluster init|status|source` against the real ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from coordination_support import make_function, wait_until
+
+from dbus_fn.coordination import Coordinator, ZooKeeperSettings
+from dbus_fn.events import BinlogPosition
+
+pytestmark = pytest.mark.integration
+
+
+def test_init_creates_the_cluster_once(dbus: Any, settings: ZooKeeperSettings) -> None:
+    first = dbus("cluster", "init")
+    assert first.exit_code == 0
+    assert first.output == f"Created cluster 'test' (/dbus/test on ZooKeeper {settings.hosts})\n"
+    again = dbus("cluster", "init")
+    assert again.output.startswith("Found existing cluster 'test'")
+
+
+def test_sources_are_added_listed_and_removed(dbus: Any, cluster: ZooKeeperSettings) -> None:
+    assert dbus("cluster", "source", "list").output.startswith("no sources; add one with")
+    added = dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN", "--table", "shop.*")
+    assert added.exit_code == 0
+    assert added.output == "Registered source shop (DSN from env:SHOP_DSN)\n"
+    twice = dbus("cluster", "source", "add", "shop", "--dsn-env", "OTHER")
+    assert twice.exit_code == 1
+    assert "source 'shop' is already registered" in twice.output
+    assert "give --replace to change it" in twice.output
+    replaced = dbus(
+        "cluster", "source", "add", "shop", "--dsn-file", "/etc/dbus/shop.dsn", "--replace"
+    )
+    assert replaced.output == "Replaced source shop (DSN from file:/etc/dbus/shop.dsn)\n"
+    assert dbus("cluster", "source", "list").output == (
+        "shop  dsn=file:/etc/dbus/shop.dsn  tables=*\n"
+    )
+    assert dbus("cluster", "source", "remove", "shop").output == "Removed source shop\n"
+    gone = dbus("cluster", "source", "remove", "shop")
+    assert gone.exit_code == 1
+    assert "no source 'shop'" in gone.output
+
+
+def test_source_add_needs_exactly_one_reference(dbus: Any, cluster: ZooKeeperSettings) -> None:
+    neither = dbus("cluster", "source", "add", "shop")
+    assert neither.exit_code == 2
+    assert "expected exactly one of --dsn-env VAR or --dsn-file PATH" in neither.output
+    relative = dbus("cluster", "source", "add", "shop", "--dsn-file", "shop.dsn")
+    assert relative.exit_code == 2
+    assert "--dsn-file expects an absolute path" in relative.output
+
+
+def test_status_shows_runtimes_leader_assignments_positions_and_functions(
+    dbus: Any, cluster: ZooKeeperSettings, tmp_path: Path
+) -> None:
+    assert dbus("fn", "deploy", str(make_function(tmp_path / "fn"))).exit_code == 0
+    assert dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN").exit_code == 0
+    with Coordinator("", "", "rt-a", 2, settings=cluster) as runtime:
+        wait_until(lambda: "shop" in runtime.owned_sources(), 10, "shop owned")
+        epoch = runtime.owned_sources()["shop"]
+        runtime.commit_position("shop", BinlogPosition("binlog.000003", 1234, "0-1-9"), epoch)
+        result = dbus("cluster", "status")
+        as_json = json.loads(dbus("cluster", "status", "--json").output)
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0] == "cluster test (/dbus/test)"
+    assert lines[1] == f"leader rt-a  term 1  assignment epoch {epoch}"
+    assert lines[2] == "runtimes (1):"
+    assert lines[3].startswith("  rt-a  host=") and "capacity=2" in lines[3]
+    assert lines[4:] == [
+        "sources (1):",
+        f"  shop  rt-a epoch {epoch}  position binlog.000003:1234@0-1-9",
+        "functions (1):",
+        "  cfn_demo 1.0.0",
+    ]
+    assert as_json["leader"] == "rt-a"
+    assert as_json["sources"][0]["position"] == {
+        "file": "binlog.000003",
+        "pos": 1234,
+        "gtid": "0-1-9",
+    }
+    assert as_json["functions"] == {"cfn_demo": "1.0.0"}
+
+    after = dbus("cluster", "status").output.splitlines()
+    assert after[1].startswith("leader (none)")
+    assert "runtimes (0):" in after
+    assert f"  shop  rt-a epoch {epoch} (not running)  position binlog.000003:1234@0-1-9" in after
+
+
+def test_status_of_a_missing_cluster(dbus: Any, settings: ZooKeeperSettings) -> None:
+    result = dbus("cluster", "status", "--cluster", "nope")
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: no cluster 'nope'")
