@@ -20,10 +20,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pymysql
-from dbus_fn import BinlogPosition, RowChange
-from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
+
+from dbus_fn import BinlogPosition, RowChange
+from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
 
 WIDE = """CREATE TABLE wide (
   id INT PRIMARY KEY, a INT, b BIGINT, c SMALLINT UNSIGNED, d TINYINT,

@@ -349,22 +349,31 @@ class BinlogReader:
     def master_position(self) -> BinlogPosition:
         """The end of the last committed transaction on the source."""
         info = self.server_info()
-        rows = self._sql("SHOW MASTER STATUS", doing="SHOW MASTER STATUS")
-        if not rows or not rows[0][0]:
-            raise SourceError(
-                f"source {self.spec.name!r} has no binary log; enable log_bin on the server",
-                source=self.spec.name,
-            )
-        row = rows[0]
-        file, pos = str(row[0]), int(row[1])
-        gtid: str | None
-        if info.is_mariadb:
-            gtid = self._gtid_at(file, pos)
-        else:
-            gtid = str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else None
-        return BinlogPosition(file, pos, gtid)
+        for _ in range(5):
+            before = self._gtid_binlog_pos() if info.is_mariadb else None
+            rows = self._sql("SHOW MASTER STATUS", doing="SHOW MASTER STATUS")
+            if not rows or not rows[0][0]:
+                raise SourceError(
+                    f"source {self.spec.name!r} has no binary log; enable log_bin on the server",
+                    source=self.spec.name,
+                )
+            row = rows[0]
+            file, pos = str(row[0]), int(row[1])
+            if not info.is_mariadb:
+                gtid = str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else None
+                return BinlogPosition(file, pos, gtid)
+            # The same GTID state before and after: no commit slipped in between.
+            if self._gtid_binlog_pos() == before:
+                return BinlogPosition(file, pos, before)
+        return BinlogPosition(file, pos, self._gtid_at(file, pos))
+
+    def _gtid_binlog_pos(self) -> str | None:
+        rows = self._sql("SELECT @@GLOBAL.gtid_binlog_pos", doing="reading gtid_binlog_pos")
+        return str(rows[0][0]) if rows and rows[0][0] else None
 
     def _gtid_at(self, file: str, pos: int) -> str | None:
+        # NULL when the scan of the file meets an event over max_allowed_packet; the
+        # position then carries no GTID and resumes by file and offset only.
         rows = self._sql("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos), doing="BINLOG_GTID_POS")
         value = rows[0][0] if rows else None
         return str(value) if value else None
@@ -729,6 +738,11 @@ class BinlogReader:
                 if kind is HeartbeatLogEvent:
                     self._caught_up = True
                     if idle_timeout is not None and now() - last_item >= idle_timeout:
+                        return
+                    # `stop` may be where no transaction ends (a fresh binlog file after
+                    # a rotation): the server's heartbeat says it has nothing more.
+                    at = (file_sequence(event.ident or file)[1], end)
+                    if stop_at is not None and txn_gtid is None and not explicit and at >= stop_at:
                         return
                     continue
                 if kind is RotateEvent:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
 
 

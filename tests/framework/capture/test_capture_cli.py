@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from capture_support import execute
 from click.testing import CliRunner
+
 from dbus_fn.capture import BinlogReader, position_to_json
 from dbus_fn.cli import cli
 from dbus_fn.errors import DbusError

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from capture_support import execute
+
 from dbus_fn import BinlogPosition
 from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
 from dbus_fn.errors import ConfigError, PositionError, SourceAccessError, SourceError

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from capture_support import StallingProxy, execute
+
 from dbus_fn import RowChange, TransactionCommit
 from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from capture_support import execute
+
 from dbus_fn import RowChange
 from dbus_fn.capture import BinlogReader
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from capture_support import commits, execute, read_all, rows
+
 from dbus_fn import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_fn.capture import BinlogReader
 
@@ -127,3 +128,44 @@ def test_earliest_and_latest_resolve_to_real_positions(reader: BinlogReader) -> 
     latest = reader.resolve_start("latest")
     assert earliest.pos == 4 and earliest.file == reader.binary_logs()[0][0]
     assert latest == reader.master_position() or latest.file >= earliest.file
+
+
+def test_stop_where_no_transaction_ends_returns_once_the_server_is_idle(
+    fresh_database: Any, reader: BinlogReader
+) -> None:
+    """After FLUSH BINARY LOGS the source's position is in a file with no transaction."""
+    import threading
+
+    connection = fresh_database.connect()
+    execute(connection, "CREATE TABLE a (id INT PRIMARY KEY)")
+    start = reader.master_position()
+    execute(connection, "INSERT INTO a VALUES (1)", "FLUSH BINARY LOGS")
+    stop = reader.master_position()
+    found: list[Any] = []
+    worker = threading.Thread(target=lambda: found.extend(reader.read(start, stop=stop)))
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "read() did not return at a stop between transactions"
+    assert [r.row["id"] for r in rows(found)] == [1]
+
+
+def test_non_transactional_tables_commit_at_their_commit_query(
+    fresh_database: Any, reader: BinlogReader
+) -> None:
+    connection = fresh_database.connect()
+    execute(connection, "CREATE TABLE m (id INT PRIMARY KEY) ENGINE=MyISAM")
+    execute(connection, "CREATE TABLE i (id INT PRIMARY KEY) ENGINE=InnoDB")
+    start = reader.master_position()
+    execute(connection, "INSERT INTO m VALUES (1), (2)", "BEGIN", "INSERT INTO i VALUES (3)",
+            "INSERT INTO m VALUES (4)", "COMMIT")  # fmt: skip
+    items = read_all(reader, start)
+    assert [r.row["id"] for r in rows(items)] == [1, 2, 4, 3] or [
+        r.row["id"] for r in rows(items)
+    ] == [1, 2, 3, 4]
+    ours = [c for c in commits(items) if c.rows]
+    assert sum(c.rows for c in ours) == 4
+    for commit in ours:  # each is a real boundary: resuming there gives what follows
+        after = read_all(reader, commit.position, items[-1].position)
+        assert [signature(i) for i in after] == [
+            signature(i) for i in items[items.index(commit) + 1 :]
+        ]

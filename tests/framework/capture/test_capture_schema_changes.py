@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from capture_support import execute, read_all, rows, schema_changes
+
 from dbus_fn.capture import BinlogReader
 
 pytestmark = pytest.mark.integration

@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 import pytest
 from capture_support import execute
+
 from dbus_fn import Operation, RowChange, TransactionCommit
 from dbus_fn.capture import BinlogReader
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from capture_support import execute, read_all, rows
+
 from dbus_fn import Operation
 from dbus_fn.capture import BinlogReader
 
