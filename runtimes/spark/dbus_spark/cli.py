@@ -124,5 +124,5 @@ def start(
             query.stop()
     error = query.exception()
     if error is not None:
-        raise click.ClickException(f"the runtime stopped on an error: {error.desc}")
+        raise click.ClickException(f"the runtime stopped on an error: {str(error).splitlines()[0]}")
     click.echo(f"runtime stopped; positions are in {Path(config.checkpoint_dir)}")

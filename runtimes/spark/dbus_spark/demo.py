@@ -111,7 +111,7 @@ def demo(deployment: str | None, timeout: float, start_services: bool) -> None:
 def _progressed(query: Any) -> bool:
     error = query.exception()
     if error is not None:
-        raise click.ClickException(f"the runtime stopped: {error.desc.splitlines()[0]}")
+        raise click.ClickException(f"the runtime stopped: {str(error).splitlines()[0]}")
     return query.lastProgress is not None
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -191,6 +192,7 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         reader = BinlogReader(binding.spec, server_id=binding.server_id)
         counts = StageCounts()
         batcher = _Batcher(partition.source)
+        began = time.monotonic()
         try:
             for item in reader.read(
                 offset_to_position(partition.start), stop=offset_to_position(partition.end)
@@ -204,6 +206,7 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                     counts.ddl += 1
         finally:
             reader.close()
+        counts.read_seconds = time.monotonic() - began
         batcher.add_stats(counts)
         last = batcher.flush()
         if last is not None:

@@ -47,6 +47,7 @@ class StageCounts:
 
     rows: int = 0
     ddl: int = 0
+    read_seconds: float = 0.0
     delivered: Counter[str] = field(default_factory=Counter)
     filtered: Counter[str] = field(default_factory=Counter)
     dead: Counter[str] = field(default_factory=Counter)
@@ -56,6 +57,7 @@ class StageCounts:
             {
                 "rows": self.rows,
                 "ddl": self.ddl,
+                "read_seconds": self.read_seconds,
                 "delivered": self.delivered,
                 "filtered": self.filtered,
                 "dead": self.dead,
@@ -66,6 +68,7 @@ class StageCounts:
         counts = json.loads(data)
         self.rows += counts["rows"]
         self.ddl += counts["ddl"]
+        self.read_seconds = max(self.read_seconds, counts["read_seconds"])
         self.delivered.update(counts["delivered"])
         self.filtered.update(counts["filtered"])
         self.dead.update(counts["dead"])

@@ -37,6 +37,14 @@ from dbus_spark.sinks.records import IndexAction, KafkaRecord
 from dbus_spark.stage import StageCounts, dead_letter_for_refusal
 
 log = logging.getLogger("dbus.runtime")
+if not log.handlers:
+    # commit() runs in a Spark-managed Python process with no logging set up;
+    # batch metrics must still reach the runtime's log (its stderr).
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    log.addHandler(_handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
 
 
 @dataclass
@@ -180,13 +188,14 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             stage = report.stage
             total.stage.rows += stage.rows
             total.stage.ddl += stage.ddl
+            total.stage.read_seconds = max(total.stage.read_seconds, stage.read_seconds)
             total.stage.delivered.update(stage.delivered)
             total.stage.filtered.update(stage.filtered)
             total.stage.dead.update(stage.dead)
         if total.stage.rows or total.stage.ddl or total.records:
             log.info(
                 "batch %d: rows=%d ddl=%d records=%d kafka=%d es=%d per_source=%s "
-                "delivered=%s filtered=%s dead=%s task_seconds=%.3f",
+                "delivered=%s filtered=%s dead=%s read_seconds=%.3f write_seconds=%.3f",
                 batchId,
                 total.stage.rows,
                 total.stage.ddl,
@@ -197,6 +206,7 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 dict(total.stage.delivered),
                 dict(total.stage.filtered),
                 dict(total.stage.dead),
+                total.stage.read_seconds,
                 total.seconds,
             )
 

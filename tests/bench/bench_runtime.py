@@ -1,0 +1,301 @@
+"""Runtime throughput and latency, on the real services (``dbus services up``).
+
+In one run, on the same binlog of 20-column rows:
+
+* (a) bare mysql-replication decoding, rows/s (as in ``bench_capture.py``);
+* (b) the runtime end to end into Kafka (source → function stage → acknowledged
+  by the broker), rows/s, and (c) into Elasticsearch;
+* their ratios to (a);
+* latency from COMMIT to the message being readable in Kafka at a steady
+  ``--rate`` rows/s (p50, p99);
+* peak RSS of the runtime's processes (driver JVM and Python workers) while one
+  ``--big`` row transaction goes through.
+
+    .venv/bin/python tests/bench/bench_runtime.py [--rows 100000] [--rate 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pymysql
+from confluent_kafka import Consumer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_capture import WIDE, WIDE_FILL, bare, master
+
+from dbus_deploy.services import endpoints
+from dbus_fn.capture import SourceSpec, server_id_for
+from dbus_fn.events import BinlogPosition
+from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.job import spark_session, start
+
+WARM = WIDE.replace("CREATE TABLE wide", "CREATE TABLE warm")
+WARM_FILL = WIDE_FILL.replace("INSERT INTO wide", "INSERT INTO warm")
+
+
+def deployment(folder: Path, database: str, destination: str) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "bench.py").write_text(
+        textwrap.dedent(
+            f"""
+            import dbus_fn as fn
+
+            @fn.filter(tables="{database}.*")
+            def keep(event: fn.RowChange) -> bool:
+                return True
+
+            @fn.route(tables="{database}.*")
+            def there(event: fn.RowChange) -> str:
+                return "{destination}"
+            """
+        )
+    )
+    (folder / "dbus.toml").write_text(
+        f'name = "bench"\nversion = "1"\nmodule = "bench.py"\ntables = ["{database}.*"]\n'
+    )
+    return folder
+
+
+def config(
+    work: Path, dsn: str, database: str, destination: str, begin: BinlogPosition | str
+) -> RuntimeConfig:
+    local = endpoints()
+    run = uuid.uuid4().hex[:8]
+    return RuntimeConfig(
+        sources=(
+            SourceBinding(
+                SourceSpec("bench", dsn, (f"{database}.*",)),
+                server_id=server_id_for(f"bench/runtime/{run}"),
+                start=begin,
+            ),
+        ),
+        deployments=(str(deployment(work / run / "fn", database, destination)),),
+        kafka_bootstrap=local.kafka.bootstrap_servers,
+        elasticsearch_url=local.elasticsearch.url,
+        checkpoint_dir=str(work / run / "checkpoint"),
+    )
+
+
+def _processed(query: Any, since: int = 0) -> int:
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return sum(p["numInputRows"] for p in query.recentProgress if p["batchId"] >= since)
+
+
+def _wait(query: Any, rows: int, since: int = 0, timeout: float = 1800) -> None:
+    deadline = time.monotonic() + timeout
+    while _processed(query, since) < rows:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {_processed(query, since)} of {rows} rows in {timeout}s")
+        time.sleep(0.2)
+
+
+def steady_rows_per_second(spark: Any, cfg: RuntimeConfig, cursor: Any, rows: int) -> float:
+    """Rows/s of a warm runtime: busy time of the micro-batches that carry ``rows`` new rows.
+
+    The first micro-batch starts the Python workers and loads the functions
+    (seconds, once per runtime); a warm-up batch takes that cost, as a long-running
+    runtime does, and the measured rows are written after it.
+    """
+    query = start(cfg, spark=spark)
+    try:
+        cursor.execute(WARM_FILL.format(first=1, last=1000))
+        _wait(query, 1000)
+        since = query.lastProgress["batchId"] + 1
+        for first in range(1, rows + 1, 10_000):
+            cursor.execute(WIDE_FILL.format(first=first, last=min(first + 9_999, rows)))
+        _wait(query, rows, since)
+        # Each batch also carries one counters row per task: count changes only.
+        batches = [p for p in query.recentProgress if p["batchId"] >= since]
+        busy_ms = sum(p["durationMs"]["triggerExecution"] for p in batches)
+        return rows / (busy_ms / 1000)
+    finally:
+        query.stop()
+
+
+def latency(spark: Any, cfg: RuntimeConfig, dsn_settings: dict[str, Any], database: str,
+            topic: str, rate: int, seconds: float) -> list[float]:  # fmt: skip
+    """Milliseconds from COMMIT (client side, after it returned) to the message in Kafka."""
+    query = start(cfg, spark=spark)
+    committed: dict[bytes, float] = {}
+    received: dict[bytes, float] = {}
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cfg.kafka_bootstrap,
+            "group.id": f"bench-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    consumer.subscribe([topic])
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            msg = consumer.poll(0.05)
+            if msg is not None and not msg.error():
+                received.setdefault(msg.key(), time.monotonic())
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    try:
+        while query.lastProgress is None:
+            time.sleep(0.2)
+        conn = pymysql.connect(**dsn_settings, database=database, autocommit=True)
+        with conn.cursor() as cur:
+            began = time.monotonic()
+            for n in range(int(rate * seconds)):
+                due = began + n / rate
+                pause = due - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                cur.execute("INSERT INTO pulse (id, v) VALUES (%s, %s)", (n, "x"))
+                committed[f"[{n}]".encode()] = time.monotonic()
+        conn.close()
+        deadline = time.monotonic() + 60
+        while len(received) < len(committed) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        reader.join()
+        consumer.close()
+        query.stop()
+    return sorted((received[k] - t) * 1000 for k, t in committed.items() if k in received)
+
+
+def peak_rss_during(spark: Any, cfg: RuntimeConfig, rows: int) -> tuple[float, float]:
+    """Peak RSS (MiB) of the driver JVM and of the Python workers during the run."""
+    me = psutil.Process()
+    peaks = {"jvm": 0.0, "python": 0.0}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            jvm = python = 0.0
+            for child in me.children(recursive=True):
+                try:
+                    rss = child.memory_info().rss / 2**20
+                    name = child.name()
+                except psutil.Error:
+                    continue
+                if "java" in name:
+                    jvm += rss
+                else:
+                    python += rss
+            peaks["jvm"] = max(peaks["jvm"], jvm)
+            peaks["python"] = max(peaks["python"], python)
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    query = start(cfg, spark=spark)
+    try:
+        _wait(query, rows)
+    finally:
+        query.stop()
+        done.set()
+        sampler.join()
+    return peaks["jvm"], peaks["python"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--rate", type=int, default=1000, help="rows/s for the latency run")
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency run")
+    parser.add_argument("--big", type=int, default=1_000_000, help="rows in the big transaction")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["es", "latency", "big"])
+    args = parser.parse_args()
+
+    local = endpoints()
+    dsn = local.mariadb.dsn
+    spec = SourceSpec("bench", dsn, ("*.*",))
+    settings = spec.connection.pymysql_kwargs()
+    database = f"bench_{uuid.uuid4().hex[:12]}"
+    work = Path(".dbus") / "bench" / database
+    conn = pymysql.connect(**settings, autocommit=True)
+    cur = conn.cursor()
+    cur.execute(f"CREATE DATABASE {database}")
+    cur.execute(f"USE {database}")
+    spark = spark_session("local[2]", app_name="dbus-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        cur.execute(WIDE)
+        cur.execute(WARM)
+        print(f"{args.rows} rows of 20 columns")
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        begin = master(cur)
+        kafka = steady_rows_per_second(
+            spark, config(work, dsn, database, f"kafka://{topic}", "latest"), cur, args.rows
+        )
+        end = master(cur)
+        decode = max(rate(lambda: bare(settings, database, begin, end)) for _ in "12")
+        print(f"(a) bare mysql-replication decode   {decode:>12,.0f} rows/s")
+        print(f"(b) runtime end to end → Kafka      {kafka:>12,.0f} rows/s", end="")
+        print(f"   b/a {kafka / decode:.2f}")
+        if "es" not in args.skip:
+            index = f"bench-{uuid.uuid4().hex[:8]}"
+            cur.execute("TRUNCATE wide")
+            cur.execute("TRUNCATE warm")
+            es = steady_rows_per_second(
+                spark, config(work, dsn, database, f"es://{index}", "latest"), cur, args.rows
+            )
+            print(f"(c) runtime end to end → ES         {es:>12,.0f} rows/s", end="")
+            print(f"   c/a {es / decode:.2f}")
+        if "latency" not in args.skip:
+            cur.execute("CREATE TABLE pulse (id INT PRIMARY KEY, v VARCHAR(8))")
+            topic = f"bench-{uuid.uuid4().hex[:8]}"
+            cfg = config(work, dsn, database, f"kafka://{topic}", "latest")
+            lat = latency(spark, cfg, settings, database, topic, args.rate, args.seconds)
+            p50 = statistics.median(lat)
+            p99 = lat[int(len(lat) * 0.99) - 1]
+            print(
+                f"latency COMMIT → Kafka at {args.rate} rows/s: p50 {p50:.0f} ms, "
+                f"p99 {p99:.0f} ms ({len(lat)} rows)"
+            )
+        if "big" not in args.skip:
+            cur.execute(
+                "CREATE TABLE big (id INT PRIMARY KEY, a VARCHAR(32), b BIGINT, c DOUBLE)"
+            )
+            before = master(cur)
+            conn.begin()
+            for first in range(1, args.big + 1, 50_000):
+                last = min(first + 49_999, args.big)
+                cur.execute(
+                    "INSERT INTO big SELECT seq, CONCAT('row ', seq), seq * 3, seq / 7 "
+                    f"FROM seq_{first}_to_{last}"
+                )
+            conn.commit()
+            topic = f"bench-{uuid.uuid4().hex[:8]}"
+            jvm, python = peak_rss_during(
+                spark, config(work, dsn, database, f"kafka://{topic}", before), args.big
+            )
+            print(
+                f"{args.big:,}-row transaction: peak RSS driver JVM {jvm:,.0f} MiB, "
+                f"Python workers {python:,.0f} MiB"
+            )
+    finally:
+        spark.stop()
+        cur.execute(f"DROP DATABASE {database}")
+        conn.close()
+
+
+def rate(run: Any) -> float:
+    """Items per second of ``run`` (which returns how many items it handled)."""
+    began = time.perf_counter()
+    count = run()
+    return float(count) / (time.perf_counter() - began)
+
+
+if __name__ == "__main__":
+    main()
