@@ -383,7 +383,9 @@ class BinlogReader:
         rows = self._sql("SHOW BINARY LOGS", doing="SHOW BINARY LOGS")
         return [(str(r[0]), int(r[1])) for r in rows]
 
-    def resolve_start(self, start: str | BinlogPosition) -> BinlogPosition:
+    def resolve_start(
+        self, start: str | BinlogPosition, *, fill_gtid: bool = True
+    ) -> BinlogPosition:
         """Turn ``"earliest"``, ``"latest"`` or a position into a checked start position.
 
         A position that is purged, past the end, not at an event, or inside a
@@ -417,7 +419,7 @@ class BinlogReader:
             )
         if not start.file:
             return self._check_gtid_start(start)
-        return self._check_file_start(start)
+        return self._check_file_start(start, fill_gtid=fill_gtid)
 
     def _position_error(self, position: BinlogPosition, problem: str) -> PositionError:
         return PositionError(
@@ -428,7 +430,7 @@ class BinlogReader:
             position=str(position),
         )
 
-    def _check_file_start(self, start: BinlogPosition) -> BinlogPosition:
+    def _check_file_start(self, start: BinlogPosition, *, fill_gtid: bool) -> BinlogPosition:
         logs = dict(self.binary_logs())
         if start.file not in logs:
             first = min(logs, key=file_sequence) if logs else None
@@ -455,7 +457,7 @@ class BinlogReader:
                 raise self._position_error(
                     start, f"the offset is inside a transaction (at a {rows[0][2]} event)"
                 )
-        if start.gtid is None and self.server_info().is_mariadb:
+        if fill_gtid and start.gtid is None and self.server_info().is_mariadb:
             return BinlogPosition(start.file, start.pos, self._gtid_at(start.file, start.pos))
         return start
 
@@ -569,7 +571,9 @@ class BinlogReader:
         retried with backoff from the last commit, without loss or duplicates;
         configuration, privilege and position errors are raised at once.
         """
-        begin = self.resolve_start(start)
+        # Checked on every read; the GTID state is not looked up here (BINLOG_GTID_POS
+        # scans the file), so positions without one resume by file and offset only.
+        begin = self.resolve_start(start, fill_gtid=False)
         if (
             stop is not None
             and begin.file

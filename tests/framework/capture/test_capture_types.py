@@ -252,3 +252,22 @@ def test_own_decoder_equals_mysql_replication_on_every_type_except_its_known_bug
     # mysql-replication 1.0.17 gets the fraction of a negative TIME wrong
     # (-12:34:56.789 comes out as -12:34:55.211); SELECT agrees with us.
     assert differences == {(1, "tm3")}
+
+
+def test_every_captured_type_round_trips_through_its_cloudevent(
+    fresh_database: Any, reader: BinlogReader
+) -> None:
+    from dbus_fn.cloudevent import item_from_cloudevent
+    from dbus_fn.json_format import event_from_json, event_to_json
+
+    connection = fresh_database.connect()
+    execute(connection, "SET time_zone = '+00:00'")
+    definition = ", ".join(f"`{name}` {sql}" for name, (sql, _) in COLUMNS.items())
+    execute(connection, f"CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, {definition})")
+    start = reader.master_position()
+    for values in ROWS:
+        insert(connection, values)
+    execute(connection, "INSERT INTO t (id) VALUES (NULL)")
+    for change in rows(read_all(reader, start)):
+        back = item_from_cloudevent(event_from_json(event_to_json(change)))
+        assert back == change
