@@ -66,3 +66,11 @@ def is_transaction_control(statement: str) -> str | None:
     if word in ("COMMIT", "ROLLBACK") or word.startswith(("XA COMMIT", "XA ROLLBACK")):
         return "commit"
     return None
+
+
+_ACCOUNT = re.compile(r"^(?:CREATE|DROP|ALTER|RENAME)\s+(?:OR\s+REPLACE\s+)?(?:USER|ROLE)\b", re.I)
+
+
+def is_account_statement(statement: str) -> bool:
+    """``CREATE USER``, ``DROP ROLE``...: account management, not a schema change."""
+    return bool(_ACCOUNT.match(_COMMENT.sub(" ", statement + "\n").strip()))

@@ -49,7 +49,7 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from dbus_fn.capture._ddl import ddl_target, is_transaction_control
+from dbus_fn.capture._ddl import ddl_target, is_account_statement, is_transaction_control
 from dbus_fn.capture._decode import TableDecoder, compile_table
 from dbus_fn.capture._dsn import SourceSpec, database_matches
 from dbus_fn.capture._positions import (
@@ -908,6 +908,8 @@ class BinlogReader:
             if isinstance(event.schema, bytes)
             else str(event.schema)
         )
+        if is_account_statement(statement):
+            return None  # users and roles are not schema, and their statements hold hashes
         if head not in _DDL_WORDS:
             if head in _DML_WORDS and database_matches(self.spec.tables, default):
                 log.warning(

@@ -19,7 +19,7 @@ from dbus_fn.capture import (
     redact_dsn,
     server_id_for,
 )
-from dbus_fn.capture._ddl import ddl_target, is_transaction_control
+from dbus_fn.capture._ddl import ddl_target, is_account_statement, is_transaction_control
 from dbus_fn.capture._server_id import DBUS_RANGE, check_server_id
 from dbus_fn.errors import ConfigError, DsnError, SourceError
 
@@ -107,6 +107,12 @@ def test_ddl_target_reads_common_ddl_and_never_raises(
     statement: str, target: tuple[str, str | None]
 ) -> None:
     assert ddl_target(statement, "db") == target
+
+
+def test_account_statements_are_not_schema_changes() -> None:
+    assert is_account_statement("CREATE USER 'u'@'h' IDENTIFIED BY PASSWORD '*AB'")
+    assert is_account_statement("/* x */ drop role if exists r")
+    assert not is_account_statement("CREATE TABLE users (id INT)")
 
 
 def test_transaction_control_statements() -> None:
