@@ -730,6 +730,8 @@ class BinlogReader:
                     if _error_code(exc) in _TRANSIENT_CODES:
                         raise _StreamLost(str(exc)) from exc
                     raise
+                except pymysql.err.InterfaceError as exc:  # the socket is already gone
+                    raise _StreamLost(str(exc)) from exc
                 if event is None:
                     raise _StreamLost("the server ended the binlog stream")
                 if not progress.events:
