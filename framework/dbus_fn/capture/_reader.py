@@ -567,7 +567,8 @@ class BinlogReader:
         """Items strictly after ``start`` (a transaction boundary), in commit order.
 
         Stops after the ``TransactionCommit`` that reaches ``stop``, or once
-        ``idle_timeout`` seconds pass without an item. Connection faults are
+        ``idle_timeout`` seconds pass without a change to the source's tables
+        (commits of other tables still come, to move positions on). Connection faults are
         retried with backoff from the last commit, without loss or duplicates;
         configuration, privilege and position errors are raised at once.
         """
@@ -860,11 +861,13 @@ class BinlogReader:
                 )
                 progress.committed = position
                 progress.in_transaction = 0
+                rows_in_commit = txn_rows or produced
                 skip = produced = txn_rows = 0
                 explicit = False
                 txn_gtid = None
                 txn_start = end
-                last_item = progress.last_item = now()
+                if rows_in_commit:  # commits of other tables are not activity
+                    last_item = progress.last_item = now()
                 if stop_at is not None and coordinates(position) >= stop_at:
                     return
         finally:

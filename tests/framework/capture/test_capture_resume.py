@@ -169,3 +169,15 @@ def test_non_transactional_tables_commit_at_their_commit_query(
         assert [signature(i) for i in after] == [
             signature(i) for i in items[items.index(commit) + 1 :]
         ]
+
+
+def test_idle_timeout_returns_promptly_on_an_idle_source(reader: BinlogReader) -> None:
+    """Heartbeats keep the reader responsive: no items for the timeout ends the read."""
+    import time
+
+    start = reader.master_position()
+    began = time.monotonic()
+    items = list(reader.read(start, idle_timeout=1.0))
+    took = time.monotonic() - began
+    assert all(isinstance(i, TransactionCommit) and not i.rows for i in items)
+    assert took < 6, f"read() took {took:.1f}s to notice 1s of idleness"
