@@ -15,17 +15,36 @@ Guarantees and choices:
 * Items come strictly after the start position, in commit order. A position is
   only ever a transaction boundary: ``TransactionCommit.position`` is where to
   resume after that transaction; one is emitted for every transaction, also
-  those with no captured rows, so positions keep moving.
-* A fault (connection killed, server restart, network stall) reconnects with
-  backoff from the last commit and skips what was already handed out from the
-  interrupted transaction: no loss, no duplicate. A purged or invalid start is a
-  ``PositionError``, a missing privilege a ``SourceAccessError``; neither retries.
-* Column names come from the binlog (``binlog_row_metadata=FULL``, required), so
-  they are right before and after any ALTER or table swap.
+  those with no captured rows, so positions keep moving. Resume by file:pos, or
+  on MariaDB by a GTID state alone (``BinlogPosition("", 0, "0-1-42")``).
+* Every read checks its start: a purged file, an offset past the end, not at an
+  event or inside a transaction is a ``PositionError`` with the explicit choices
+  (``--from earliest|latest``; ``snapshot`` is not supported yet). Never a skip.
+* A fault (connection killed, server restart, network stall past
+  ``stall_timeout``) reconnects with backoff from the last commit and skips what
+  was already handed out from the interrupted transaction: no loss, no duplicate.
+  A missing privilege is a ``SourceAccessError`` naming the grant; an unreachable
+  source on first contact a ``SourceError``; neither is retried.
+* Column names come from the binlog (``binlog_row_metadata=FULL``, required and
+  checked, with ``binlog_format=ROW`` and ``binlog_row_image=FULL``), so they are
+  right before and after any ALTER or table swap. DDL becomes a ``SchemaChange``;
+  a statement whose table cannot be read has ``table=None`` and never stops capture.
 * Key: the primary key; a table without one is keyed by all its columns.
-* Values: see ``dbus_fn.columns``. MariaDB ``JSON`` (a ``LONGTEXT`` with a
-  ``json_valid`` check) is recognised by that check as the table is now; ``FLOAT``
-  is rounded to 6 significant digits, as the server shows it; zero dates are None.
+* Values: see ``dbus_fn.columns``; ``RowChange.column_types`` holds each column's
+  lowercase COLUMN_TYPE without display widths (``int unsigned``,
+  ``decimal(65,30)``, ``enum('a','b')``). MariaDB ``JSON`` (a ``LONGTEXT`` with a
+  ``json_valid`` check) is recognised by that check as the table is now;
+  ``FLOAT`` is rounded to 6 significant digits, as the server shows it; zero
+  dates are ``None``; ``TIMESTAMP`` is aware UTC.
+* Memory: rows are decoded one rows event at a time; transactions are streamed,
+  never buffered.
+* Lag: ``BinlogReader.lag()`` gives seconds (last event time vs now, 0 once a
+  heartbeat shows nothing waits) and bytes (source's binlog end vs read position).
+* server ids: each replication connection needs its own; ``server_id_for(name)``
+  gives a stable one in a range replicas rarely use; the source's own id and an
+  id another replica reports are refused.
+* Named sources for the CLI live in ``sources_file()`` (``$DBUS_SOURCES_FILE``,
+  ``$DBUS_HOME/sources.json`` or ``~/.config/dbus/sources.json``, mode 0600).
 """
 
 from __future__ import annotations
