@@ -1,7 +1,7 @@
 """Binlog capture: MySQL/MariaDB row changes as ``RowChange`` values, resumable.
 
 ```python
-from dbus_fn.capture import SourceSpec, BinlogReader
+from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
 
 spec = SourceSpec(name="shop", dsn="mysql://dbus:dbus@127.0.0.1:3306", tables=("shop.*",))
 reader = BinlogReader(spec, server_id=server_id_for("shop/tail"))
