@@ -42,8 +42,10 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
+    RolledBackError,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError as KazooTimeout
@@ -151,6 +153,13 @@ class Coordinator:
         # One callable each, so re-arming a watch never piles up callbacks in kazoo.
         self._on_assignments = self._dirty("assign")
         self._on_members = self._dirty("rebalance")
+
+    @classmethod
+    def from_settings(
+        cls, settings: ZooKeeperSettings, runtime_id: str, capacity: float = 1.0
+    ) -> Coordinator:
+        """A coordinator for ``settings`` (e.g. ``ZooKeeperSettings.from_env(os.environ)``)."""
+        return cls(settings.hosts, settings.cluster, runtime_id, capacity, settings=settings)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -302,6 +311,13 @@ class Coordinator:
                     self._pending.setdefault(source, (position, epoch))
                     return "held"
             raise self._fenced(source, epoch, "ZooKeeper went away and ownership with it") from None
+        except NoAuthError:
+            raise CoordinationError(
+                f"runtime {self.runtime_id}: ZooKeeper refused to write the position of "
+                f"{source} in {self.settings.where()}; its ACL needs this runtime's "
+                "credentials (DBUS_ZK_AUTH)",
+                cluster=self.settings.cluster,
+            ) from None
         return "committed"
 
     def set_capacity(self, capacity: float) -> None:
@@ -341,7 +357,8 @@ class Coordinator:
             except SessionExpiredError:
                 raise self._fenced(source, own.epoch, "its ZooKeeper session expired") from None
             check, write = results[0], results[1]
-            if isinstance(check, Exception):
+            # In a failed transaction the ops that did not fail report RolledBackError.
+            if isinstance(check, Exception) and not isinstance(check, RolledBackError):
                 with self._lock:
                     if self._owned.get(source) == own:
                         del self._owned[source]
@@ -438,6 +455,11 @@ class Coordinator:
                 self._step()
                 self._last_ok = time.monotonic()
             except (KazooException, KazooTimeout) as exc:
+                if isinstance(exc, NoAuthError):
+                    self._problem = (
+                        "ZooKeeper refused access; the cluster has digest ACLs: give its "
+                        "user:password (DBUS_ZK_AUTH)"
+                    )
                 log.info("runtime %s: will retry after %s", self.runtime_id, type(exc).__name__)
                 with self._lock:
                     self._assign_dirty = True

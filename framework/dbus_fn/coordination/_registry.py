@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
 
 from dbus_fn.coordination._bundle import Bundle, default_cache_dir, materialize
 from dbus_fn.coordination._client import ZooKeeperSettings, dump, load, now
@@ -302,7 +308,10 @@ class FunctionStore:
 
     def _commit(self, tx: Any) -> None:
         results = tx.commit()
-        failures = [r for r in results if isinstance(r, Exception)]
+        # The ops that did not fail themselves report RolledBackError.
+        failures = [
+            r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+        ]
         if any(isinstance(r, BadVersionError | NodeExistsError | NoNodeError) for r in failures):
             raise _Retry()
         if failures:

@@ -113,6 +113,8 @@ def test_sigkill_moves_the_sources_within_the_session_timeout(
     # The new owners commit them (they started from what is committed).
     def committed_by_new_owners() -> bool:
         for source in lost:
+            if client.exists(cluster.layout.position(source)) is None:
+                return False
             raw, _ = client.get(cluster.layout.position(source))
             if json.loads(raw)["runtime"] != after[source]:
                 return False

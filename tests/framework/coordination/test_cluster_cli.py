@@ -59,7 +59,7 @@ def test_status_shows_runtimes_leader_assignments_positions_and_functions(
 ) -> None:
     assert dbus("fn", "deploy", str(make_function(tmp_path / "fn"))).exit_code == 0
     assert dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN").exit_code == 0
-    with Coordinator("", "", "rt-a", 2, settings=cluster) as runtime:
+    with Coordinator.from_settings(cluster, "rt-a", 2) as runtime:
         wait_until(lambda: "shop" in runtime.owned_sources(), 10, "shop owned")
         epoch = runtime.owned_sources()["shop"]
         runtime.commit_position("shop", BinlogPosition("binlog.000003", 1234, "0-1-9"), epoch)

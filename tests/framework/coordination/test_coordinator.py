@@ -53,6 +53,18 @@ def _owned_everywhere(coordinators: list[Coordinator], total: int) -> bool:
     return len(union) == total and sum(len(o) for o in owned) == total
 
 
+def _each_owns(coordinators: list[Coordinator], count: int) -> bool:
+    return _owned_everywhere(coordinators, count * len(coordinators)) and all(
+        len(c.owned_sources()) == count for c in coordinators
+    )
+
+
+def _leader_of(coordinators: list[Coordinator]) -> Coordinator | None:
+    leaders = [c for c in coordinators if c.is_leader]
+    assert len(leaders) <= 1
+    return leaders[0] if leaders else None
+
+
 def test_sources_spread_over_runtimes_and_positions_commit(
     cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any
 ) -> None:
@@ -117,7 +129,7 @@ def test_an_expired_session_moves_its_sources_and_fences_its_commits(
 ) -> None:
     register_sources(client, cluster, 6)
     trio = [runtimes("rt-a"), runtimes("rt-b"), runtimes("rt-c")]
-    wait_until(lambda: _owned_everywhere(trio, 6), 10, "all sources owned")
+    wait_until(lambda: _each_owns(trio, 2), 10, "two sources each")
     victim = next(c for c in trio if not c.is_leader)
     owned = victim.owned_sources()
     source, epoch = next(iter(owned.items()))
@@ -152,7 +164,7 @@ def test_a_runtime_that_missed_its_reassignment_cannot_commit(
 ) -> None:
     register_sources(client, cluster, 2)
     a, b = runtimes("rt-a"), runtimes("rt-b")
-    wait_until(lambda: _owned_everywhere([a, b], 2), 10, "both own one")
+    wait_until(lambda: _each_owns([a, b], 1), 10, "one each")
     stale = b if a.is_leader else a
     source, epoch = next(iter(stale.owned_sources().items()))
     # Fault injection: this runtime stops hearing about assignments (a stalled
@@ -170,8 +182,9 @@ def test_a_runtime_that_missed_its_reassignment_cannot_commit(
 def test_leader_failover(cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any) -> None:
     register_sources(client, cluster, 4)
     trio = [runtimes("rt-a"), runtimes("rt-b"), runtimes("rt-c")]
-    wait_until(lambda: _owned_everywhere(trio, 4), 10, "all owned")
-    (leader,) = [c for c in trio if c.is_leader]
+    wait_until(lambda: _owned_everywhere(trio, 4) and bool(_leader_of(trio)), 10, "all owned")
+    leader = _leader_of(trio)
+    assert leader is not None
     import json
 
     term = json.loads(client.get(cluster.layout.leader)[0])["term"]
@@ -216,3 +229,28 @@ def test_a_second_runtime_with_the_same_id_is_refused(
     twin = Coordinator(cluster.hosts, cluster.cluster, "rt-a", session_timeout=SESSION)
     with pytest.raises(Exception, match="runtime id rt-a is registered by another live session"):
         twin.start(timeout=3)
+
+
+def test_a_position_written_behind_the_owners_back(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any
+) -> None:
+    import json
+
+    register_sources(client, cluster, 1)
+    owner = runtimes("rt-a")
+    wait_until(lambda: bool(owner.owned_sources()), 10, "owned")
+    ((source, epoch),) = owner.owned_sources().items()
+    assert owner.commit_position(source, BinlogPosition("b.000001", 10), epoch) == "committed"
+    path = cluster.layout.position(source)
+
+    # Its own write whose reply was lost (same runtime, same epoch): adopted.
+    data = json.loads(client.get(path)[0])
+    client.set(path, json.dumps({**data, "position": {"file": "b.000001", "pos": 20}}).encode())
+    assert owner.commit_position(source, BinlogPosition("b.000001", 30), epoch) == "committed"
+    assert json.loads(client.get(path)[0])["position"]["pos"] == 30
+
+    # Anybody else's write: refused, and the position stays as they left it.
+    client.set(path, json.dumps({**data, "runtime": "rt-other"}).encode())
+    with pytest.raises(FencedError, match="runtime rt-other wrote it since"):
+        owner.commit_position(source, BinlogPosition("b.000001", 40), epoch)
+    assert json.loads(client.get(path)[0])["runtime"] == "rt-other"

@@ -51,7 +51,7 @@ def test_commits_are_held_while_zookeeper_is_down_and_flushed_after(
     finally:
         close(admin)
 
-    with Coordinator("", "", "rt-a", settings=settings) as runtime:
+    with Coordinator.from_settings(settings, "rt-a") as runtime:
         wait_until(lambda: len(runtime.owned_sources()) == 2, 10, "both sources owned")
         owned = runtime.owned_sources()
         for source, epoch in owned.items():

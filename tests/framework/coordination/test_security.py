@@ -14,6 +14,7 @@ from kazoo.exceptions import NoAuthError
 
 from dbus_deploy.services import ZooKeeperEndpoint
 from dbus_fn.coordination import Coordinator, SourceRegistry, ZooKeeperSettings
+from dbus_fn.errors import CoordinationError
 from dbus_fn.events import BinlogPosition
 
 pytestmark = pytest.mark.integration
@@ -109,9 +110,14 @@ def test_digest_acls_keep_other_clients_out(
     assert dbus("fn", "deploy", str(make_function(tmp_path / "fn"))).exit_code == 0
     assert dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN").exit_code == 0
     secured = ZooKeeperSettings(
-        hosts=settings.hosts, cluster=settings.cluster, auth=f"dbus:{ZK_PASSWORD}"
+        hosts=settings.hosts,
+        cluster=settings.cluster,
+        auth=f"dbus:{ZK_PASSWORD}",
+        session_timeout=5,
     )
-    with Coordinator("", "", "rt-a", settings=secured, session_timeout=5) as coordinator:
+    with pytest.raises(CoordinationError, match="ZooKeeper refused access without credentials"):
+        Coordinator.from_settings(settings, "rt-intruder").start()
+    with Coordinator.from_settings(secured, "rt-a") as coordinator:
         wait_until(lambda: "shop" in coordinator.owned_sources(), 10, "owned under ACLs")
         epoch = coordinator.owned_sources()["shop"]
         assert coordinator.commit_position("shop", BinlogPosition("b.000001", 4), epoch) == (
