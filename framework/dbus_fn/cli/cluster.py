@@ -167,12 +167,18 @@ def init(zk: ZooKeeperOptions) -> None:
 @cluster.command("status")
 @zookeeper_options
 @click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON document.")
-def status(zk: ZooKeeperOptions, as_json: bool) -> None:
+@click.option(
+    "--lag",
+    is_flag=True,
+    help="Also ask each source how many binlog bytes follow its committed position "
+    "(needs the sources' DSN variables or files here, and dbus-fn[capture]).",
+)
+def status(zk: ZooKeeperOptions, as_json: bool, lag: bool) -> None:
     """Runtimes, leader and epoch, assignments, committed positions, active functions."""
     with zk.open() as (client, settings):
-        from dbus_fn.coordination import cluster_status
+        from dbus_fn.coordination import binlog_lag, cluster_status
 
-        report = cluster_status(client, settings)
+        report = cluster_status(client, settings, lag=binlog_lag if lag else None)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
         return

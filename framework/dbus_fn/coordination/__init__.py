@@ -30,6 +30,7 @@ from dbus_fn.coordination._coordinator import (
     Ownership,
     SessionState,
 )
+from dbus_fn.coordination._lag import binlog_lag, bytes_behind
 from dbus_fn.coordination._layout import ClusterLayout
 from dbus_fn.coordination._registry import (
     ActiveFunction,
@@ -39,7 +40,13 @@ from dbus_fn.coordination._registry import (
     VersionInfo,
 )
 from dbus_fn.coordination._sources import SourceReference, SourceRegistry
-from dbus_fn.coordination._status import ClusterStatus, RuntimeStatus, SourceStatus, cluster_status
+from dbus_fn.coordination._status import (
+    ClusterStatus,
+    LagProbe,
+    RuntimeStatus,
+    SourceStatus,
+    cluster_status,
+)
 from dbus_fn.coordination._watcher import ActiveSet, FunctionWatcher
 
 __all__ = [
@@ -55,6 +62,7 @@ __all__ = [
     "FunctionStore",
     "FunctionSummary",
     "FunctionWatcher",
+    "LagProbe",
     "Ownership",
     "Quota",
     "RuntimeStatus",
@@ -65,7 +73,9 @@ __all__ = [
     "VersionInfo",
     "ZooKeeperSettings",
     "assign_sources",
+    "binlog_lag",
     "build_bundle",
+    "bytes_behind",
     "close",
     "cluster_client",
     "cluster_status",

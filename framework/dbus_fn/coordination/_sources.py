@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -22,7 +23,11 @@ from dbus_fn.coordination._client import ZooKeeperSettings, dump, load, now
 from dbus_fn.coordination._layout import check_name
 from dbus_fn.errors import ConfigError, CoordinationError, SecretLeakError
 
+if TYPE_CHECKING:
+    from dbus_fn.capture import SourceSpec
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")  # as capture's SourceSpec checks them
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,13 @@ class SourceReference:
                 "(letters, digits, _), not the DSN itself; e.g. --dsn-env SHOP_DSN",
                 where="dsn-env",
             )
+        bad = [t for t in self.tables if not _TABLE.match(t)]
+        if bad:
+            raise ConfigError(
+                f"source {self.name}: invalid table pattern(s) {bad}: write each as db.table, "
+                "globs allowed (shop.*, *.orders)",
+                setting="tables",
+            )
         if self.dsn_file is not None:
             check_no_secrets(self.dsn_file, "dsn-file")
             if not Path(self.dsn_file).is_absolute():
@@ -56,6 +68,12 @@ class SourceReference:
                     "runtime resolves it on its own machine",
                     setting="dsn-file",
                 )
+
+    def spec(self, env: Mapping[str, str] | None = None) -> SourceSpec:
+        """The capture ``SourceSpec``, with the DSN resolved on this machine."""
+        from dbus_fn.capture import SourceSpec
+
+        return SourceSpec(self.name, self.resolve_dsn(env), self.tables or ("*.*",))
 
     @property
     def reference(self) -> str:

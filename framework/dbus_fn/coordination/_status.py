@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from dbus_fn.coordination._client import ZooKeeperSettings, load
 from dbus_fn.coordination._registry import FunctionStore
+from dbus_fn.coordination._sources import SourceReference, SourceRegistry
+from dbus_fn.errors import DbusError
+from dbus_fn.events import BinlogPosition
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,9 @@ class SourceStatus:
     position: dict[str, Any] | None
     committed_by: str | None
     committed_at: str | None
+    lag_bytes: int | None = None
+    lag_problem: str | None = None
+    """Why the lag is unknown, when it was asked for and could not be had."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +75,12 @@ class ClusterStatus:
             if s.owner and not s.owner_running:
                 owner += " (not running)"
             gone = "" if s.registered else "  (removed)"
-            out.append(f"  {s.name}  {owner}  position {where}{gone}")
+            lag = ""
+            if s.lag_bytes is not None:
+                lag = f"  lag {s.lag_bytes} bytes"
+            elif s.lag_problem:
+                lag = f"  lag unknown ({s.lag_problem})"
+            out.append(f"  {s.name}  {owner}  position {where}{gone}{lag}")
         out.append(f"functions ({len(self.functions)}):")
         out += [f"  {name} {version}" for name, version in sorted(self.functions.items())]
         return out
@@ -90,7 +101,34 @@ def _children(client: KazooClient, path: str) -> list[str]:
         return []
 
 
-def cluster_status(client: KazooClient, settings: ZooKeeperSettings) -> ClusterStatus:
+class LagProbe(Protocol):
+    """Bytes of a source's binlog after a position (``binlog_lag`` is one)."""
+
+    def __call__(self, source: SourceReference, position: BinlogPosition) -> int | None: ...
+
+
+def _lag(
+    probe: LagProbe,
+    client: KazooClient,
+    settings: ZooKeeperSettings,
+    name: str,
+    position: dict[str, Any],
+) -> tuple[int | None, str | None]:
+    from dbus_fn.capture import position_from_json
+
+    try:
+        reference = SourceRegistry(client, settings).get(name)
+        found = probe(reference, position_from_json(position))
+    except DbusError as exc:
+        # Messages of dbus errors never hold a DSN; keep the first clause.
+        return None, str(exc).split(";")[0]
+    return found, None if found is not None else "position not in the source's binlogs"
+
+
+def cluster_status(
+    client: KazooClient, settings: ZooKeeperSettings, *, lag: LagProbe | None = None
+) -> ClusterStatus:
+    """The cluster's state; with ``lag``, each committed source's distance to its end."""
     layout = settings.layout
     runtimes = []
     for runtime_id in _children(client, layout.runtimes):
@@ -114,6 +152,9 @@ def cluster_status(client: KazooClient, settings: ZooKeeperSettings) -> ClusterS
     for name in sorted(registered | assigned | committed):
         assignment = _data(client, layout.assignment(name)) if name in assigned else {}
         position = _data(client, layout.position(name)) if name in committed else {}
+        lag_bytes, lag_problem = None, None
+        if lag is not None and position.get("position") and name in registered:
+            lag_bytes, lag_problem = _lag(lag, client, settings, name, position["position"])
         sources.append(
             SourceStatus(
                 name=name,
@@ -124,6 +165,8 @@ def cluster_status(client: KazooClient, settings: ZooKeeperSettings) -> ClusterS
                 position=position.get("position"),
                 committed_by=position.get("runtime"),
                 committed_at=position.get("committed"),
+                lag_bytes=lag_bytes,
+                lag_problem=lag_problem,
             )
         )
     functions = {
