@@ -115,7 +115,7 @@ def _check_module_is_a_path(manifest: Manifest) -> None:
         raise BundleError(
             f"module = {spec!r} in {MANIFEST_FILE} is a dotted name, which a runtime cannot "
             f"import from a bundle; write the path instead, e.g. module = "
-            f"\"{spec.replace('.', '/')}.py\" or \"./{spec.replace('.', '/')}\"",
+            f'"{spec.replace(".", "/")}.py" or "./{spec.replace(".", "/")}"',
             path=str(manifest.root),
         )
 

@@ -213,9 +213,7 @@ def ensure_cluster(client: KazooClient, settings: ZooKeeperSettings) -> bool:
                 with suppress(NodeExistsError):
                     client.create(path, b"", acl=OPEN_ACL_UNSAFE)
         if client.exists(layout.root) is None:
-            data = dump(
-                {"cluster": settings.cluster, "layout": LAYOUT_VERSION, "created": now()}
-            )
+            data = dump({"cluster": settings.cluster, "layout": LAYOUT_VERSION, "created": now()})
             try:
                 client.create(layout.root, data, acl=acl)
                 created = True

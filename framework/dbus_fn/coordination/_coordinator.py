@@ -134,6 +134,7 @@ class Coordinator:
         self._owned: dict[str, Ownership] = {}
         self._position_versions: dict[str, int | None] = {}
         self._pending: dict[str, tuple[BinlogPosition, int]] = {}
+        self._server_ids: dict[str, int] = {}
         self._registered = False
         self._election_node: str | None = None
         self._leader = False
@@ -180,8 +181,10 @@ class Coordinator:
             target=self._run, name=f"dbus-coordinator-{self.runtime_id}", daemon=True
         )
         self._thread.start()
-        limit = timeout if timeout is not None else (
-            self.settings.connect_timeout + self.settings.session_timeout
+        limit = (
+            timeout
+            if timeout is not None
+            else (self.settings.connect_timeout + self.settings.session_timeout)
         )
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
@@ -320,6 +323,42 @@ class Coordinator:
             ) from None
         return "committed"
 
+    def server_id(self, source: str) -> int:
+        """The replication server id this runtime's reader of ``source`` must use.
+
+        Claimed in ZooKeeper (an ephemeral ``server_ids/<id>``), so no two live
+        readers in the cluster share one, not even the old and the new owner of
+        a source during a handoff. Stable for a (source, runtime) pair while
+        that id is free; the claim ends with the session (ask again after one).
+        """
+        from dbus_fn.capture import server_id_for
+
+        with self._lock:
+            if source in self._server_ids:
+                return self._server_ids[source]
+        client = self.client
+        session = client.client_id[0] if client.client_id else None
+        claim = dump({"runtime": self.runtime_id, "source": source})
+        for salt in range(64):
+            candidate = server_id_for(f"{source}/{self.runtime_id}", salt=salt)
+            path = self.layout.server_id(candidate)
+            try:
+                client.create(path, claim, ephemeral=True, makepath=True, acl=self.settings.acl)
+            except NodeExistsError:
+                try:
+                    raw, stat = client.get(path)
+                except NoNodeError:
+                    continue
+                if raw != claim or stat.ephemeralOwner != session:
+                    continue  # another reader's: try the next salt
+            with self._lock:
+                self._server_ids[source] = candidate
+            return candidate
+        raise CoordinationError(
+            f"runtime {self.runtime_id}: no free replication server id for {source} after 64 tries",
+            cluster=self.settings.cluster,
+        )
+
     def set_capacity(self, capacity: float) -> None:
         """Change this runtime's weight; the leader rebalances on its next pass."""
         self.capacity = float(capacity)
@@ -415,6 +454,7 @@ class Coordinator:
                 self._owned.clear()
                 self._pending.clear()
                 self._position_versions.clear()
+                self._server_ids.clear()
                 self._registered = False
                 self._election_node = None
                 self._leader = False
@@ -718,4 +758,3 @@ class Coordinator:
                 pass
             except KazooException:
                 return
-

@@ -16,6 +16,8 @@ ZooKeeper address may carry a chroot too: ``127.0.0.1:2181/team-a``)::
       assignments                           {"epoch", "leader", "term"}  bumped per decision
         <source>                            {"runtime", "epoch"}
       positions/<source>                    {"position", "epoch", "runtime", "committed"}
+      server_ids/<id>                       ephemeral {"runtime", "source"}: a claimed
+                                            replication server id
 
 Names are plain data (a function, source or runtime name); secrets are never a
 name or a value anywhere in the tree.
@@ -125,6 +127,13 @@ class ClusterLayout:
         return self._join("positions", source)
 
     @property
+    def server_ids(self) -> str:
+        return self._join("server_ids")
+
+    def server_id(self, server_id: int) -> str:
+        return self._join("server_ids", str(server_id))
+
+    @property
     def containers(self) -> tuple[str, ...]:
         """The persistent folders a cluster is made with."""
         return (
@@ -134,4 +143,5 @@ class ClusterLayout:
             self.sources,
             self.assignments,
             self.positions,
+            self.server_ids,
         )

@@ -52,9 +52,7 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def dbus(
-    zk_hosts: str, monkeypatch: pytest.MonkeyPatch, cache_dir: Path
-) -> Callable[..., object]:
+def dbus(zk_hosts: str, monkeypatch: pytest.MonkeyPatch, cache_dir: Path) -> Callable[..., object]:
     """Run ``dbus ...`` against the test's cluster; returns click's Result."""
     monkeypatch.setenv("DBUS_ZOOKEEPER", zk_hosts)
     monkeypatch.setenv("DBUS_CLUSTER", CLUSTER)

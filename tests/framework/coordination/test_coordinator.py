@@ -70,9 +70,7 @@ def test_sources_spread_over_runtimes_and_positions_commit(
 ) -> None:
     sources = register_sources(client, cluster, 12)
     trio = [runtimes("rt-a"), runtimes("rt-b"), runtimes("rt-c")]
-    wait_until(
-        lambda: _balanced(client, cluster, {"rt-a": 4, "rt-b": 4, "rt-c": 4}), 10, "4 each"
-    )
+    wait_until(lambda: _balanced(client, cluster, {"rt-a": 4, "rt-b": 4, "rt-c": 4}), 10, "4 each")
     wait_until(lambda: _owned_everywhere(trio, 12), 10, "every runtime sees its sources")
     assert sum(c.is_leader for c in trio) == 1
 
@@ -254,3 +252,28 @@ def test_a_position_written_behind_the_owners_back(
     with pytest.raises(FencedError, match="runtime rt-other wrote it since"):
         owner.commit_position(source, BinlogPosition("b.000001", 40), epoch)
     assert json.loads(client.get(path)[0])["runtime"] == "rt-other"
+
+
+def test_server_ids_are_claimed_so_no_two_readers_share_one(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any, monkeypatch: Any
+) -> None:
+    from dbus_fn.capture import server_id_for
+
+    a, b = runtimes("rt-a"), runtimes("rt-b")
+    first = a.server_id("shop")
+    assert a.server_id("shop") == first
+    assert first == server_id_for("shop/rt-a")
+    # Force a collision: b's first choice is the id a holds.
+    monkeypatch.setattr(
+        "dbus_fn.capture.server_id_for",
+        lambda name, salt=0: first if salt == 0 else server_id_for(name, salt=salt),
+    )
+    second = b.server_id("shop")
+    assert second != first
+    assert second == server_id_for("shop/rt-b", salt=1)
+    claims = sorted(client.get_children(cluster.layout.server_ids))
+    assert claims == sorted([str(first), str(second)])
+    a.stop()
+    wait_until(
+        lambda: client.get_children(cluster.layout.server_ids) == [str(second)], 10, "released"
+    )

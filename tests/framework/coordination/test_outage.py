@@ -26,6 +26,7 @@ from dbus_fn.events import BinlogPosition
 
 pytestmark = pytest.mark.integration
 
+
 @pytest.fixture
 def private_zookeeper(tmp_path: Path) -> Iterator[tuple[ServicesConfig, str]]:
     port = free_port()
