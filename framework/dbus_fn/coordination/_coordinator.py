@@ -28,6 +28,7 @@ commits are dropped; the runtime registers again with a new session.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -150,7 +151,7 @@ class Coordinator:
         # connected; past this age its view counts as unconfirmed until the
         # background thread talks to ZooKeeper again. Kazoo itself declares the
         # connection lost after 2/3 of the session timeout without an answer.
-        self._stale_after = self.settings.session_timeout * 2 / 3
+        self._stale_after = max(self.settings.session_timeout * 2 / 3, 4 * _TICK)
         # One callable each, so re-arming a watch never piles up callbacks in kazoo.
         self._on_assignments = self._dirty("assign")
         self._on_members = self._dirty("rebalance")
@@ -200,7 +201,11 @@ class Coordinator:
         )
 
     def stop(self) -> None:
-        """Leave the cluster: hand the sources back at once (the ephemeral nodes go)."""
+        """Leave the cluster: hand the sources back at once (the ephemeral nodes go).
+
+        Commit before stopping: commits still held (ZooKeeper away) are dropped,
+        and the next owner replays from the last committed position.
+        """
         self._stopping.set()
         self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -275,13 +280,10 @@ class Coordinator:
         from dbus_fn.capture import position_from_json
 
         try:
-            raw, stat = self.client.get(self.layout.position(source))
+            raw, _ = self.client.get(self.layout.position(source))
         except NoNodeError:
             return None
         data = load(raw)
-        with self._lock:
-            if source in self._owned and source not in self._pending:
-                self._position_versions[source] = stat.version
         return CommittedPosition(
             position=position_from_json(data.get("position") or {}),
             epoch=int(data.get("epoch", 0)),
@@ -550,7 +552,7 @@ class Coordinator:
                     "timeout ago); give each runtime its own id"
                 )
                 raise NodeExistsError() from None
-        node = client.create(
+        node = self._own_election_node(session) or client.create(
             self.layout.election + "/member-",
             self.runtime_id.encode(),
             ephemeral=True,
@@ -563,6 +565,23 @@ class Coordinator:
             self._problem = None
         client.get_children(self.layout.runtimes, watch=self._on_members)
         log.info("runtime %s: joined %s", self.runtime_id, self.settings.where())
+
+    def _own_election_node(self, session: int | None) -> str | None:
+        """This session's election node, if a create whose reply was lost made one.
+
+        Without this, a retried create would leave a second node of ours in the
+        queue, and a node of ours ahead of us would keep us waiting forever.
+        """
+        client = self.client
+        mine = []
+        for name in sorted(client.get_children(self.layout.election)):
+            stat = client.exists(f"{self.layout.election}/{name}")
+            if stat is not None and stat.ephemeralOwner == session:
+                mine.append(f"{self.layout.election}/{name}")
+        for extra in mine[1:]:
+            with contextlib.suppress(NoNodeError):
+                client.delete(extra)
+        return mine[0] if mine else None
 
     def _lead(self) -> None:
         client = self.client

@@ -277,3 +277,18 @@ def test_server_ids_are_claimed_so_no_two_readers_share_one(
     wait_until(
         lambda: client.get_children(cluster.layout.server_ids) == [str(second)], 10, "released"
     )
+
+
+def test_registering_again_in_one_session_reuses_the_election_node(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any
+) -> None:
+    a, b = runtimes("rt-a"), runtimes("rt-b")
+    before = sorted(client.get_children(cluster.layout.election))
+    # Fault injection: as if a create's reply had been lost and the thread retried.
+    with b._lock:
+        b._registered = False
+    b._wake.set()
+    wait_until(lambda: b._registered, 5, "registered again")
+    time.sleep(1)
+    assert sorted(client.get_children(cluster.layout.election)) == before
+    assert a.is_leader != b.is_leader
