@@ -7,6 +7,7 @@ serialise): a watcher needs one watch to see any deploy, rollback or delete.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,13 @@ from dbus_fn.coordination._bundle import Bundle, default_cache_dir, materialize
 from dbus_fn.coordination._client import ZooKeeperSettings, dump, load, now
 from dbus_fn.coordination._layout import check_name
 from dbus_fn.errors import (
+    BundleError,
     CoordinationError,
     FunctionNotFoundError,
     VersionConflictError,
 )
+
+log = logging.getLogger("dbus_fn.coordination")
 
 DeployOutcome = Literal["deployed", "already deployed", "activated"]
 _ATTEMPTS = 8
@@ -181,6 +185,10 @@ class FunctionStore:
                 try:
                     folder = materialize(self.bundle(name, version), base)
                 except FunctionNotFoundError:
+                    continue  # deleted while we read
+                except BundleError as exc:
+                    # One damaged bundle must not stop the others from running.
+                    log.warning("function %s %s is not loadable: %s", name, version, exc)
                     continue
             result.append(ActiveFunction(name, version, folder, digest))
         return result

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from coordination_support import change_code, make_function, set_version
+from kazoo.client import KazooClient
 
 from dbus_fn.coordination import ActiveSet, FunctionWatcher, ZooKeeperSettings
 from dbus_fn.registry import load_deployment
@@ -88,3 +89,24 @@ def test_a_watcher_for_a_missing_cluster(settings: ZooKeeperSettings) -> None:
 
     with pytest.raises(ClusterNotFoundError, match="no cluster 'test'"):
         FunctionWatcher.connect(settings)
+
+
+def test_a_damaged_bundle_does_not_stop_the_others(
+    dbus: Any,
+    cluster: ZooKeeperSettings,
+    client: KazooClient,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert dbus("fn", "deploy", str(make_function(tmp_path / "one"))).exit_code == 0
+    other = make_function(tmp_path / "two", "cfn_other")
+    assert dbus("fn", "deploy", str(other)).exit_code == 0
+    client.set(cluster.layout.bundle("cfn_other", "1.0.0"), b"not a zip")
+    watcher = FunctionWatcher.connect(cluster, cache_dir=tmp_path / "cache")
+    try:
+        active = watcher.poll()
+        assert active is not None
+        assert _versions(active) == {"cfn_demo": "1.0.0"}
+    finally:
+        watcher.stop()
+    assert "function cfn_other 1.0.0 is not loadable: not a valid bundle" in caplog.text
