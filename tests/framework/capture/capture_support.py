@@ -86,7 +86,7 @@ class StallingProxy:
                 if not data:
                     break
                 target.sendall(data)
-            except OSError:
+            except (OSError, ValueError):  # ValueError: select() on a socket closed meanwhile
                 break
         if not pair["stalled"]:
             for sock in pair["sockets"]:
