@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 
@@ -68,6 +68,23 @@ def _items(spec: Any, start: str, server_id: int | None, idle_timeout: float | N
             yield item
     finally:
         reader.close()
+
+
+def _write(items: Any, out: BinaryIO, max_events: int | None) -> int:
+    """Write items as JSON CloudEvents, one per line, flushed; stop at Ctrl-C."""
+    from dbus_fn.json_format import event_to_json
+
+    count = 0
+    try:
+        for item in items:
+            out.write(event_to_json(item) + b"\n")
+            out.flush()
+            count += 1
+            if max_events is not None and count >= max_events:
+                break
+    except KeyboardInterrupt:
+        pass
+    return count
 
 
 _TABLES = click.option(
@@ -146,15 +163,8 @@ def tail(
 
     SOURCE is a name from `dbus source list` or a DSN.
     """
-    from dbus_fn.json_format import event_to_json
-
-    out = sys.stdout.buffer
-    items = _items(_spec(source_name, tables), start, server_id, idle_timeout)
-    for count, item in enumerate(items, start=1):
-        out.write(event_to_json(item) + b"\n")
-        out.flush()
-        if max_events is not None and count >= max_events:
-            break
+    _write(_items(_spec(source_name, tables), start, server_id, idle_timeout), sys.stdout.buffer,
+           max_events)  # fmt: skip
 
 
 @source.command("record")
@@ -177,19 +187,9 @@ def record(
     idle_timeout: float | None,
 ) -> None:
     """Record SOURCE's changes as CloudEvents to a JSONL file the local emulator reads."""
-    from dbus_fn.json_format import event_to_json
-
     if max_events is not None and max_events < 1:
         raise ConfigError("--max-events must be at least 1", setting="max_events")
-    count = 0
     with output.open("wb") as out:
-        try:
-            for item in _items(_spec(source_name, tables), start, server_id, idle_timeout):
-                out.write(event_to_json(item) + b"\n")
-                out.flush()
-                count += 1
-                if max_events is not None and count >= max_events:
-                    break
-        except KeyboardInterrupt:
-            pass
+        count = _write(_items(_spec(source_name, tables), start, server_id, idle_timeout), out,
+                       max_events)  # fmt: skip
     click.echo(f"recorded {count} events to {output}", err=True)

@@ -54,10 +54,10 @@ def drain_until(stream: Any, seen: list[int], end: Any) -> None:
     raise AssertionError("the stream ended before the expected commit")
 
 
-def test_killed_replication_connection_resumes_mid_transaction_without_loss_or_duplicate(
-    fresh_database: Any, reader: BinlogReader
-) -> None:
-    connection = fresh_database.connect()
+def read_into_a_big_transaction(
+    connection: Any, reader: BinlogReader
+) -> tuple[Any, list[int], list[int], Any]:
+    """Writes a big transaction and reads its first rows: (stream, seen, expected, end)."""
     execute(connection, "CREATE TABLE t (id INT PRIMARY KEY, pad VARCHAR(255))")
     start = reader.master_position()
     expected = write_big_transaction(connection)
@@ -65,6 +65,14 @@ def test_killed_replication_connection_resumes_mid_transaction_without_loss_or_d
     stream = reader.read(start, idle_timeout=30)
     seen: list[int] = []
     consume(stream, seen, 50)
+    return stream, seen, expected, end
+
+
+def test_killed_replication_connection_resumes_mid_transaction_without_loss_or_duplicate(
+    fresh_database: Any, reader: BinlogReader
+) -> None:
+    connection = fresh_database.connect()
+    stream, seen, expected, end = read_into_a_big_transaction(connection, reader)
     execute(connection, f"KILL {reader.connection_id}")
     drain_until(stream, seen, end)
     stream.close()
@@ -113,13 +121,7 @@ def test_network_stall_is_detected_and_resumed_without_loss_or_duplicate(
     )
     try:
         connection = fresh_database.connect()
-        execute(connection, "CREATE TABLE t (id INT PRIMARY KEY, pad VARCHAR(255))")
-        start = reader.master_position()
-        expected = write_big_transaction(connection)
-        end = reader.master_position()
-        stream = reader.read(start, idle_timeout=30)
-        seen: list[int] = []
-        consume(stream, seen, 50)
+        stream, seen, expected, end = read_into_a_big_transaction(connection, reader)
         proxy.stall()
         drain_until(stream, seen, end)
         stream.close()

@@ -125,10 +125,8 @@ def insert(connection: Any, values: dict[str, Any]) -> None:
         )
 
 
-def test_every_column_type_equals_select_and_null_in_each(
-    fresh_database: Any, reader: BinlogReader
-) -> None:
-    connection = fresh_database.connect()
+def write_every_type(connection: Any, reader: BinlogReader) -> tuple[Any, Any]:
+    """Table ``t`` with every column type, the rows of ROWS and an all-NULL row."""
     execute(connection, "SET time_zone = '+00:00'", "SET sql_mode = 'STRICT_ALL_TABLES'")
     definition = ", ".join(f"`{name}` {sql}" for name, (sql, _) in COLUMNS.items())
     execute(connection, f"CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, {definition}) "
@@ -137,6 +135,14 @@ def test_every_column_type_equals_select_and_null_in_each(
     for values in ROWS:
         insert(connection, values)
     execute(connection, "INSERT INTO t (id) VALUES (NULL)")  # NULL in every column
+    return start, reader.master_position()
+
+
+def test_every_column_type_equals_select_and_null_in_each(
+    fresh_database: Any, reader: BinlogReader
+) -> None:
+    connection = fresh_database.connect()
+    start, _ = write_every_type(connection, reader)
     with connection.cursor() as cursor:
         cursor.execute("SELECT * FROM t ORDER BY id")
         names = [d[0] for d in cursor.description]
@@ -230,15 +236,7 @@ def normalise_library(column: str, value: Any, none_source: str | None) -> Any:
 def test_own_decoder_equals_mysql_replication_on_every_type_except_its_known_bugs(
     fresh_database: Any, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
-    execute(connection, "SET time_zone = '+00:00'")
-    definition = ", ".join(f"`{name}` {sql}" for name, (sql, _) in COLUMNS.items())
-    execute(connection, f"CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, {definition})")
-    start = reader.master_position()
-    for values in ROWS:
-        insert(connection, values)
-    execute(connection, "INSERT INTO t (id) VALUES (NULL)")
-    end = reader.master_position()
+    start, end = write_every_type(fresh_database.connect(), reader)
     ours = [c.after for c in rows(read_all(reader, start, end))]
     theirs = library_rows(reader, start, end)
     assert len(ours) == len(theirs) == 4
@@ -260,14 +258,7 @@ def test_every_captured_type_round_trips_through_its_cloudevent(
     from dbus_fn.cloudevent import item_from_cloudevent
     from dbus_fn.json_format import event_from_json, event_to_json
 
-    connection = fresh_database.connect()
-    execute(connection, "SET time_zone = '+00:00'")
-    definition = ", ".join(f"`{name}` {sql}" for name, (sql, _) in COLUMNS.items())
-    execute(connection, f"CREATE TABLE t (id INT AUTO_INCREMENT PRIMARY KEY, {definition})")
-    start = reader.master_position()
-    for values in ROWS:
-        insert(connection, values)
-    execute(connection, "INSERT INTO t (id) VALUES (NULL)")
-    for change in rows(read_all(reader, start)):
+    start, end = write_every_type(fresh_database.connect(), reader)
+    for change in rows(read_all(reader, start, end)):
         back = item_from_cloudevent(event_from_json(event_to_json(change)))
         assert back == change
