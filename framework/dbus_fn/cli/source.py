@@ -94,7 +94,7 @@ _TABLES = click.option(
 _FROM = click.option("--from", "start", default="latest", show_default=True, help=_FROM_HELP)
 _SERVER_ID = click.option(
     "--server-id", type=int, envvar="DBUS_SERVER_ID", show_envvar=True,
-    help="replication server_id (unique per connection); default: derived from the source",
+    help="replication server_id (unique per connection); default: a new one per run",
 )  # fmt: skip
 
 
