@@ -28,6 +28,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from dbus_fn.coordination._layout import (
@@ -135,6 +136,17 @@ def make_client(settings: ZooKeeperSettings, **options: Any) -> KazooClient:
         extra["auth_data"] = [("digest", settings.auth)]
         extra["default_acl"] = settings.acl
     options.setdefault("logger", KAZOO_LOGGER)
+    # kazoo's default reconnect backoff grows to an hour between attempts; a
+    # runtime must be back well within its session timeout once ZooKeeper is.
+    options.setdefault(
+        "connection_retry",
+        KazooRetry(
+            max_tries=-1,
+            delay=0.1,
+            backoff=2,
+            max_delay=max(0.5, min(2.0, settings.session_timeout / 4)),
+        ),
+    )
     return KazooClient(hosts=settings.hosts, timeout=settings.session_timeout, **extra, **options)
 
 

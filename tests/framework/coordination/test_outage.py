@@ -75,9 +75,11 @@ def test_commits_are_held_while_zookeeper_is_down_and_flushed_after(
             second: (BinlogPosition("b.000002", 7), owned[second]),
         }
 
+        # Long enough for kazoo's default backoff to reach minutes between attempts.
+        time.sleep(8)
         restarted = time.monotonic()
         up(["zookeeper"], config=config)
-        flushed = wait_until(lambda: runtime.held_commits == {}, 30, "held commits flushed")
+        flushed = wait_until(lambda: runtime.held_commits == {}, 5, "held commits flushed")
         assert runtime.owned_sources() == owned, "same session, same ownership"
         print(
             f"\nZooKeeper restart: held commits flushed {flushed:.2f} s after `up` returned "
