@@ -1,0 +1,49 @@
+"""ZooKeeper settings: flags over DBUS_* variables over defaults; bad values named."""
+
+from __future__ import annotations
+
+import pytest
+
+from dbus_fn.coordination import ClusterLayout, ZooKeeperSettings
+from dbus_fn.errors import ConfigError
+
+
+def test_defaults_then_variables_then_flags() -> None:
+    assert ZooKeeperSettings.from_env({}) == ZooKeeperSettings()
+    env = {
+        "DBUS_ZOOKEEPER": "zk1:2181,zk2:2181/team",
+        "DBUS_CLUSTER": "prod",
+        "DBUS_ZK_AUTH": "dbus:pw",
+        "DBUS_ZK_TIMEOUT": "3",
+    }
+    from_env = ZooKeeperSettings.from_env(env)
+    assert (from_env.hosts, from_env.cluster, from_env.connect_timeout) == (
+        "zk1:2181,zk2:2181/team",
+        "prod",
+        3.0,
+    )
+    assert from_env.user == "dbus" and from_env.acl is not None
+    assert "pw" not in repr(from_env)
+    flagged = ZooKeeperSettings.from_env(env, cluster="staging", auth=None)
+    assert flagged.cluster == "staging" and flagged.auth == "dbus:pw"
+    assert flagged.layout == ClusterLayout("staging", "/dbus/staging")
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"hosts": "zk1"}, "invalid ZooKeeper address 'zk1'"),
+        ({"cluster": "a/b"}, "invalid cluster 'a/b'"),
+        ({"auth": "justaname"}, "invalid ZooKeeper auth: expected user:password"),
+        ({"connect_timeout": 0}, "ZooKeeper timeouts must be positive"),
+        ({"root": "relative/root"}, "invalid cluster root 'relative/root'"),
+    ],
+)
+def test_bad_settings_are_named(values: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ZooKeeperSettings(**values)  # type: ignore[arg-type]
+
+
+def test_a_bad_timeout_variable() -> None:
+    with pytest.raises(ConfigError, match="DBUS_ZK_TIMEOUT='soon': expected seconds"):
+        ZooKeeperSettings.from_env({"DBUS_ZK_TIMEOUT": "soon"})
