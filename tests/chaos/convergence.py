@@ -1,0 +1,820 @@
+"""What the chaos tests share: a recorded workload, the runtime as a killable process, checks.
+
+The workload writes a mixed insert/update/delete load, single statements,
+multi-row statements and multi-statement transactions (some rolled back), on
+several tables. Every row has a ``ver`` column the writer bumps on each change
+and never reuses for a key, even across a delete and a re-insert, so every
+committed change is known as ``(table, key, ver, op)``. The checks prove what
+the runtime promises: every committed change is in Kafka, one key's changes
+arrive in commit order (a replay after a crash may repeat a stretch, never
+reorder it), and each Elasticsearch index equals its MySQL table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pymysql
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from elasticsearch import Elasticsearch
+from elasticsearch.helpers import scan
+
+from dbus_fn.columns import row_to_json
+from dbus_fn.kafka_binding import from_kafka_message
+
+Key = tuple[Any, ...]
+# Order of one key's changes: by version, and a delete after the change it deletes.
+_RANK = {"inserted": 0, "updated": 0, "deleted": 1}
+
+
+@dataclass(frozen=True)
+class Table:
+    """One workload table: its DDL, key columns and how to make a row's other values."""
+
+    name: str
+    ddl: str
+    key_columns: tuple[str, ...]
+    new_key: Callable[[random.Random, int], Key]
+    values: Callable[[random.Random], dict[str, Any]]
+
+
+def _name(rng: random.Random) -> str:
+    return rng.choice(["ada", "grace", "linus", "émilie", "søren", "李", "o'brien"]) + str(
+        rng.randrange(1000)
+    )
+
+
+def _moment(rng: random.Random) -> datetime:
+    return datetime(2026, 1, 1) + timedelta(
+        seconds=rng.randrange(10**8), microseconds=rng.randrange(10**6)
+    )
+
+
+TABLES: tuple[Table, ...] = (
+    Table(
+        "accounts",
+        """CREATE TABLE accounts (
+            id INT PRIMARY KEY, ver INT NOT NULL, name VARCHAR(64) NOT NULL,
+            balance DECIMAL(12, 2) NOT NULL, state ENUM('new', 'active', 'closed') NOT NULL,
+            touched DATETIME(6) NOT NULL)""",
+        ("id",),
+        lambda rng, n: (n,),
+        lambda rng: {
+            "name": _name(rng),
+            "balance": Decimal(rng.randrange(-(10**6), 10**8)) / 100,
+            "state": rng.choice(["new", "active", "closed"]),
+            "touched": _moment(rng),
+        },
+    ),
+    Table(
+        "orders",
+        """CREATE TABLE orders (
+            id BIGINT PRIMARY KEY, ver INT NOT NULL, account INT NOT NULL,
+            total DECIMAL(10, 2), note TEXT, tags SET('gift', 'rush', 'fragile'))""",
+        ("id",),
+        lambda rng, n: (10**10 + n,),
+        lambda rng: {
+            "account": rng.randrange(10**6),
+            "total": None if rng.random() < 0.1 else Decimal(rng.randrange(10**7)) / 100,
+            "note": None if rng.random() < 0.3 else "note " * rng.randrange(1, 40),
+            "tags": ",".join(t for t in ("gift", "rush", "fragile") if rng.random() < 0.4),
+        },
+    ),
+    Table(
+        "stock",
+        """CREATE TABLE stock (
+            region CHAR(2) NOT NULL, id INT NOT NULL, ver INT NOT NULL, qty INT NOT NULL,
+            price DOUBLE, PRIMARY KEY (region, id))""",
+        ("region", "id"),
+        lambda rng, n: (rng.choice(["eu", "us", "ap"]), n),
+        lambda rng: {"qty": rng.randrange(-50, 10**5), "price": rng.random() * 1000},
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Change:
+    table: str
+    key: Key
+    ver: int
+    op: str  # inserted | updated | deleted
+
+
+@dataclass
+class _TableState:
+    live: dict[Key, int] = field(default_factory=dict)  # key -> current ver
+    last: dict[Key, int] = field(default_factory=dict)  # key -> highest ver ever written
+    counter: int = 0
+
+
+class Workload:
+    """A writer thread over ``tables`` that records every change it commits."""
+
+    def __init__(
+        self,
+        connect: Callable[..., Any],
+        *,
+        seed: int,
+        tables: Sequence[Table] = TABLES,
+        pause: float = 0.02,
+        target_rows: int = 120,
+    ) -> None:
+        self._connect = connect
+        self._rng = random.Random(seed)
+        self.tables = {t.name: t for t in tables}
+        self._state = {t.name: _TableState() for t in tables}
+        self._pause = pause
+        self._target = target_rows
+        self.committed: list[Change] = []
+        self.transactions = 0
+        self.rolled_back = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def create_tables(self) -> None:
+        with self._connect().cursor() as cur:
+            for table in self.tables.values():
+                cur.execute(table.ddl)
+
+    # One transaction --------------------------------------------------------------
+
+    def _match(self, table: Table, keys: Sequence[Key]) -> tuple[str, list[Any]]:
+        if len(table.key_columns) == 1:
+            column = table.key_columns[0]
+            return f"{column} IN ({', '.join(['%s'] * len(keys))})", [k[0] for k in keys]
+        tuples = ", ".join("(" + ", ".join(["%s"] * len(k)) + ")" for k in keys)
+        return f"({', '.join(table.key_columns)}) IN ({tuples})", [v for k in keys for v in k]
+
+    def _insert(self, cur: Any, table: Table, state: _TableState, count: int) -> list[Change]:
+        rows: list[tuple[Key, int, dict[str, Any]]] = []
+        dead = [k for k in state.last if k not in state.live]
+        for _ in range(count):
+            if dead and self._rng.random() < 0.25:
+                key = dead.pop(self._rng.randrange(len(dead)))
+            else:
+                state.counter += 1
+                key = table.new_key(self._rng, state.counter)
+                if key in state.live or key in state.last or key in [r[0] for r in rows]:
+                    continue
+            rows.append((key, state.last.get(key, 0) + 1, table.values(self._rng)))
+        if not rows:
+            return []
+        columns = [*table.key_columns, "ver", *rows[0][2]]
+        placeholders = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        cur.execute(
+            f"INSERT INTO {table.name} ({', '.join(columns)}) VALUES "
+            + ", ".join([placeholders] * len(rows)),
+            [v for key, ver, values in rows for v in (*key, ver, *values.values())],
+        )
+        for key, ver, _ in rows:
+            state.live[key] = state.last[key] = ver
+        return [Change(table.name, key, ver, "inserted") for key, ver, _ in rows]
+
+    def _update(self, cur: Any, table: Table, state: _TableState, count: int) -> list[Change]:
+        keys = self._rng.sample(sorted(state.live, key=repr), min(count, len(state.live)))
+        if not keys:
+            return []
+        values = table.values(self._rng)
+        # Change a random subset of the other columns, and always the version.
+        chosen = {c: v for c, v in values.items() if self._rng.random() < 0.6}
+        where, params = self._match(table, keys)
+        assignments = ["ver = ver + 1", *(f"{c} = %s" for c in chosen)]
+        cur.execute(
+            f"UPDATE {table.name} SET {', '.join(assignments)} WHERE {where}",
+            [*chosen.values(), *params],
+        )
+        changes = []
+        for key in keys:
+            state.live[key] = state.last[key] = state.live[key] + 1
+            changes.append(Change(table.name, key, state.live[key], "updated"))
+        return changes
+
+    def _delete(self, cur: Any, table: Table, state: _TableState, count: int) -> list[Change]:
+        keys = self._rng.sample(sorted(state.live, key=repr), min(count, len(state.live)))
+        if not keys:
+            return []
+        where, params = self._match(table, keys)
+        cur.execute(f"DELETE FROM {table.name} WHERE {where}", params)
+        return [Change(table.name, key, state.live.pop(key), "deleted") for key in keys]
+
+    def _statement(self, cur: Any) -> list[Change]:
+        table = self.tables[self._rng.choice(sorted(self.tables))]
+        state = self._state[table.name]
+        count = 1 if self._rng.random() < 0.7 else self._rng.randrange(2, 12)
+        size = len(state.live)
+        roll = self._rng.random()
+        insert_share = 0.6 if size < self._target else 0.25
+        if roll < insert_share or size == 0:
+            return self._insert(cur, table, state, count)
+        if roll < insert_share + (1 - insert_share) * 0.65:
+            return self._update(cur, table, state, count)
+        return self._delete(cur, table, state, count)
+
+    def step(self, conn: Any) -> None:
+        """Run one transaction: a statement, or several, committed or rolled back."""
+        statements = 1 if self._rng.random() < 0.5 else self._rng.randrange(2, 7)
+        rollback = statements > 1 and self._rng.random() < 0.08
+        saved = (
+            {n: (dict(s.live), dict(s.last), s.counter) for n, s in self._state.items()}
+            if rollback
+            else None
+        )
+        changes: list[Change] = []
+        conn.begin()
+        with conn.cursor() as cur:
+            for _ in range(statements):
+                changes.extend(self._statement(cur))
+        if saved is not None:
+            conn.rollback()
+            for name, (live, last, counter) in saved.items():
+                self._state[name] = _TableState(live, last, counter)
+            self.rolled_back += 1
+            return
+        conn.commit()
+        self.committed.extend(changes)
+        self.transactions += 1
+
+    # The thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            conn = self._connect(autocommit=False)
+            while not self._stop.is_set():
+                self.step(conn)
+                self._stop.wait(self._rng.uniform(0, 2 * self._pause))
+        except BaseException as exc:
+            self._error = exc
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="workload", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+            assert not self._thread.is_alive(), "the workload thread did not stop within 60s"
+        if self._error is not None:
+            raise AssertionError(f"the workload failed: {self._error!r}") from self._error
+
+    def expected(self, table: str) -> set[Change]:
+        return {c for c in self.committed if c.table == table}
+
+
+@dataclass
+class Database:
+    """A database on a MariaDB endpoint; connections are closed when the test ends."""
+
+    name: str
+    endpoint: Any
+    _opened: list[Any] = field(default_factory=list, repr=False)
+
+    def connect(self, *, use_database: bool = True, **options: Any) -> Any:
+        settings: dict[str, Any] = {
+            "host": self.endpoint.host,
+            "port": self.endpoint.port,
+            "user": self.endpoint.user,
+            "password": self.endpoint.password,
+            "autocommit": True,
+            "charset": "utf8mb4",
+        }
+        if use_database:
+            settings["database"] = self.name
+        settings.update(options)
+        connection = pymysql.connect(**settings)
+        self._opened.append(connection)
+        return connection
+
+    def close(self) -> None:
+        for connection in self._opened:
+            if connection.open:
+                connection.close()
+
+
+# The function folder ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where each table goes: one fresh topic and one fresh index per table."""
+
+    database: str
+    prefix: str
+    tables: tuple[str, ...]
+
+    def topic(self, table: str) -> str:
+        return f"{self.prefix}-{table}"
+
+    def index(self, table: str) -> str:
+        return f"{self.prefix}-{table}"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.prefix}-dead"
+
+
+def new_routes(database: str, tables: Iterable[str]) -> Routes:
+    return Routes(database, f"dbus-chaos-{uuid.uuid4().hex[:12]}", tuple(tables))
+
+
+def write_function_folder(folder: Path, routes: Routes) -> Path:
+    """A deployment that sends each table to its own topic and index."""
+    folder.mkdir(parents=True)
+    db = routes.database
+    (folder / "chaos.py").write_text(
+        textwrap.dedent(
+            f'''
+            import dbus_fn as fn
+
+            @fn.route(tables="{db}.*")
+            def per_table(event: fn.RowChange) -> list[str]:
+                name = "{routes.prefix}-" + event.table
+                return ["kafka://" + name, "es://" + name]
+            '''
+        )
+    )
+    tables = ", ".join(f'"{db}.{t}"' for t in routes.tables)
+    (folder / "dbus.toml").write_text(
+        textwrap.dedent(
+            f"""
+            name = "chaos"
+            version = "1.0.0"
+            module = "chaos.py"
+            tables = [{tables}]
+            dead_letter_route = "kafka://{routes.dead_letters}"
+            """
+        )
+    )
+    return folder
+
+
+# The runtime as a process ---------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One life of the runtime process."""
+
+    number: int
+    log: Path
+    started: float  # wall clock
+    pid: int
+    killed_after: float | None = None
+    resumed_after: float | None = None
+    """Seconds from spawn to this run's first committed micro-batch (None: none)."""
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:
+        return ["?"]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+class RuntimeProcess:
+    """`dbus runtime start` in its own session, killed and restarted at will."""
+
+    def __init__(self, argv: Sequence[str], logs: Path, checkpoint: Path) -> None:
+        self.argv = list(argv)
+        self.logs = logs
+        self.checkpoint = checkpoint
+        self.runs: list[Run] = []
+        self._process: subprocess.Popen[bytes] | None = None
+        logs.mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def for_runtime(
+        cls,
+        *,
+        source_dsn: str,
+        functions: Path,
+        kafka: str,
+        elasticsearch: str,
+        checkpoint: Path,
+        logs: Path,
+        master: str = "local[2]",
+        start: str = "earliest",
+    ) -> RuntimeProcess:
+        dbus = Path(sys.executable).parent / "dbus"
+        return cls(
+            [
+                str(dbus), "runtime", "start",
+                "--source", f"chaos={source_dsn}",
+                "--functions", str(functions),
+                "--kafka", kafka,
+                "--elasticsearch", elasticsearch,
+                "--checkpoint", str(checkpoint),
+                "--from", start,
+                "--master", master,
+            ],
+            logs,
+            checkpoint,
+        )  # fmt: skip
+
+    @property
+    def current(self) -> Run:
+        return self.runs[-1]
+
+    def start(self) -> Run:
+        assert self._process is None or self._process.poll() is not None
+        number = len(self.runs) + 1
+        log = self.logs / f"runtime-{number:02d}.log"
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
+        with log.open("wb") as out:
+            self._process = subprocess.Popen(
+                self.argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        run = Run(number, log, time.time(), self._process.pid)
+        self.runs.append(run)
+        return run
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def session_members(self) -> list[psutil.Process]:
+        """Every process still in the current run's session (the CLI, the JVM, Python workers)."""
+        sid = self.current.pid
+        members = []
+        for proc in psutil.process_iter():
+            try:
+                if os.getsid(proc.pid) == sid:
+                    members.append(proc)
+            except (ProcessLookupError, PermissionError, psutil.Error):
+                continue
+        return members
+
+    def _note_resume(self) -> float | None:
+        """When did this run commit its first batch? Spark writes ``commits/<batch>``."""
+        run = self.current
+        stamps = []
+        for commit in (self.checkpoint / "commits").glob("[0-9]*"):
+            with contextlib.suppress(FileNotFoundError):
+                if commit.stat().st_mtime >= run.started:
+                    stamps.append(commit.stat().st_mtime)
+        run.resumed_after = min(stamps) - run.started if stamps else None
+        return run.resumed_after
+
+    def wait_first_commit(self, timeout: float) -> float:
+        """Wait until the current run commits a micro-batch; seconds since its spawn."""
+        deadline = time.monotonic() + timeout
+        while (resumed := self._note_resume()) is None:
+            if not self.alive():
+                raise AssertionError(f"run {self.current.number} exited:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"run {self.current.number} committed no batch within {timeout:.0f}s:\n"
+                    f"{self.tail()}"
+                )
+            time.sleep(0.2)
+        return resumed
+
+    def kill9(self) -> None:
+        """SIGKILL the run's process group, as ``kill -9 -<pgid>`` does; nothing may survive.
+
+        Survivors are looked for among the processes of the run's session and every
+        descendant seen just before the kill, so a process that left the group is
+        still found.
+        """
+        run = self.current
+        assert self._process is not None
+        try:
+            descendants = psutil.Process(run.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            descendants = []
+        run.killed_after = time.time() - run.started
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+        self._process.wait(timeout=30)
+        self.wait_gone(30, also=descendants)
+        self._note_resume()
+
+    def wait_gone(self, timeout: float, *, also: Iterable[psutil.Process] = ()) -> None:
+        """Wait until no process of the run (its session, or ``also``) is left."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = {p.pid: p for p in also if _running(p)}
+            left.update((p.pid, p) for p in self.session_members() if _running(p))
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                names = [f"{p.pid} {' '.join(_cmdline(p)[:3])}" for p in left.values()]
+                raise AssertionError(
+                    f"processes left running after run {self.current.number}: {names}"
+                )
+            time.sleep(0.2)
+
+    def stop(self, timeout: float = 60) -> None:
+        """SIGTERM (the CLI stops its query cleanly), then SIGKILL whatever is left."""
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            os.killpg(self._process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=timeout)
+        for proc in self.session_members():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(signal.SIGKILL)
+        if self._process.poll() is None:
+            self._process.wait(timeout=30)
+        self._note_resume()
+
+    def log_text(self) -> str:
+        return "\n".join(_read(run.log) for run in self.runs)
+
+    def tail(self, lines: int = 40) -> str:
+        if not self.runs:
+            return ""
+        return "\n".join(_read(self.current.log).splitlines()[-lines:])
+
+
+# Reading the sinks ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """One Kafka message as the checks see it."""
+
+    partition: int
+    offset: int
+    key: Key
+    ver: int
+    op: str
+
+
+def topic_exists(bootstrap: str, topic: str) -> bool:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return topic in admin.list_topics(timeout=30).topics
+
+
+def read_topic(bootstrap: str, topic: str, *, timeout: float = 60) -> list[Delivered]:
+    """Every message of ``topic`` up to its current end, in partition order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"dbus-chaos-check-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=30)
+        partitions = sorted(metadata.topics[topic].partitions)
+        ends: dict[int, int] = {}
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            if high > low:
+                ends[p] = high
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        messages: list[Delivered] = []
+        deadline = time.monotonic() + timeout
+        done: set[int] = set()
+        while len(done) < len(ends):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"reading {topic} took over {timeout:.0f}s")
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                raise AssertionError(f"reading {topic}: {msg.error()}")
+            if msg.offset() >= ends[msg.partition()]:
+                done.add(msg.partition())
+                continue
+            event = from_kafka_message(msg.key(), msg.value(), msg.headers())
+            op = event.get_type().rsplit(".", 1)[-1]
+            data = event.get_data()
+            image = data["after"] if data["after"] is not None else data["before"]
+            key = tuple(json.loads(msg.key()))
+            ver = image["ver"]
+            messages.append(Delivered(msg.partition(), msg.offset(), key, ver, op))
+            if msg.offset() == ends[msg.partition()] - 1:
+                done.add(msg.partition())
+    finally:
+        consumer.close()
+    return messages
+
+
+@dataclass
+class KafkaVerdict:
+    missing: list[Change]
+    unexpected: list[Delivered]
+    reordered: list[str]
+    stale_last: list[str]
+    replayed: int
+    messages: int
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.reordered or self.stale_last)
+
+    def describe(self) -> str:
+        return (
+            f"{len(self.missing)} missing (first {self.missing[:5]}), "
+            f"{len(self.unexpected)} unexpected (first {self.unexpected[:5]}), "
+            f"{len(self.reordered)} reordered (first {self.reordered[:3]}), "
+            f"{len(self.stale_last)} keys whose last message is not their last change "
+            f"(first {self.stale_last[:3]}); {self.messages} messages, {self.replayed} replayed"
+        )
+
+
+def check_topic(messages: Sequence[Delivered], expected: set[Change], table: str) -> KafkaVerdict:
+    """Every expected change present; per key, new changes only in commit order.
+
+    A batch replayed after a crash sends a stretch of a key's changes again, so a
+    key's sequence may step back to a change it already had, then repeat forward;
+    what may never happen is a change arriving before an older one it had not yet
+    delivered, or a key whose last message is not its newest change.
+    """
+    seen = {(m.key, m.ver, m.op) for m in messages}
+    wanted = {(c.key, c.ver, c.op) for c in expected}
+    missing = sorted((c for c in expected if (c.key, c.ver, c.op) not in seen), key=repr)
+    unexpected = [m for m in messages if (m.key, m.ver, m.op) not in wanted]
+    by_key: dict[Key, list[Delivered]] = defaultdict(list)
+    for m in sorted(messages, key=lambda m: (m.partition, m.offset)):
+        by_key[m.key].append(m)
+    reordered: list[str] = []
+    replayed = 0
+    for key, sequence in by_key.items():
+        if len({m.partition for m in sequence}) > 1:
+            reordered.append(f"{table} {key} spread over partitions")
+            continue
+        delivered: set[tuple[int, int]] = set()
+        newest = (-1, -1)
+        for m in sequence:
+            order = (m.ver, _RANK[m.op])
+            if order in delivered:
+                replayed += 1
+            elif order < newest:
+                reordered.append(f"{table} {key}: v{m.ver} {m.op} after v{newest[0]}")
+            delivered.add(order)
+            newest = max(newest, order)
+    stale_last = []
+    latest: dict[Key, tuple[int, int]] = {}
+    for c in expected:
+        latest[c.key] = max(latest.get(c.key, (-1, -1)), (c.ver, _RANK[c.op]))
+    for key, sequence in by_key.items():
+        last = sequence[-1]
+        if key in latest and (last.ver, _RANK[last.op]) != latest[key]:
+            stale_last.append(f"{table} {key}: ends at v{last.ver} {last.op}, newest {latest[key]}")
+    return KafkaVerdict(missing, unexpected, reordered, stale_last, replayed, len(messages))
+
+
+def column_types(conn: Any, database: str, table: str) -> dict[str, str]:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (database, table),
+        )
+        return {name: kind for name, kind in cur.fetchall()}
+
+
+def table_documents(conn: Any, database: str, table: Table) -> dict[str, dict[str, Any]]:
+    """The table as the runtime would index it: ``_id`` -> JSON document."""
+    types = column_types(conn, database, table.name)
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT * FROM `{database}`.{table.name}")
+        names = [d[0] for d in cur.description]
+        documents = {}
+        for values in cur.fetchall():
+            row = dict(zip(names, values, strict=True))
+            for name, kind in types.items():
+                # PyMySQL returns a SET as text; capture gives the members.
+                if kind.startswith("set(") and isinstance(row[name], str):
+                    row[name] = frozenset(row[name].split(",")) if row[name] else frozenset()
+            key = [row[c] for c in table.key_columns]
+            doc_id = str(key[0]) if len(key) == 1 else json.dumps(key, separators=(",", ":"))
+            documents[doc_id] = row_to_json(row, types)
+    return documents
+
+
+def index_documents(es: Elasticsearch, index: str) -> dict[str, dict[str, Any]]:
+    if not es.indices.exists(index=index):
+        return {}
+    es.indices.refresh(index=index)
+    return {hit["_id"]: hit["_source"] for hit in scan(es, index=index, size=1000)}
+
+
+def compare_index(
+    table_docs: dict[str, dict[str, Any]], index_docs: dict[str, dict[str, Any]]
+) -> list[str]:
+    """Differences between a table and its index (empty: equal, row for row)."""
+    problems = [
+        f"row {k} missing from the index" for k in sorted(table_docs.keys() - index_docs.keys())
+    ]
+    problems += [f"doc {k} not in the table" for k in sorted(index_docs.keys() - table_docs.keys())]
+    for k in sorted(table_docs.keys() & index_docs.keys()):
+        if table_docs[k] != index_docs[k]:
+            problems.append(f"doc {k}: index {index_docs[k]} != table {table_docs[k]}")
+    return problems
+
+
+@dataclass
+class Convergence:
+    kafka: dict[str, KafkaVerdict]
+    elasticsearch: dict[str, list[str]]
+    rows: dict[str, int]
+
+    @property
+    def ok(self) -> bool:
+        return all(v.ok for v in self.kafka.values()) and not any(self.elasticsearch.values())
+
+    def describe(self) -> str:
+        parts = [f"kafka {t}: {v.describe()}" for t, v in self.kafka.items() if not v.ok]
+        parts += [
+            f"es {t}: {len(p)} difference(s): {p[:5]}" for t, p in self.elasticsearch.items() if p
+        ]
+        return "; ".join(parts) or "converged"
+
+
+def check_convergence(
+    workload: Workload, routes: Routes, conn: Any, bootstrap: str, es: Elasticsearch
+) -> Convergence:
+    kafka: dict[str, KafkaVerdict] = {}
+    elasticsearch: dict[str, list[str]] = {}
+    rows: dict[str, int] = {}
+    for name, table in workload.tables.items():
+        topic = routes.topic(name)
+        messages = read_topic(bootstrap, topic) if topic_exists(bootstrap, topic) else []
+        kafka[name] = check_topic(messages, workload.expected(name), name)
+        documents = table_documents(conn, routes.database, table)
+        rows[name] = len(documents)
+        elasticsearch[name] = compare_index(documents, index_documents(es, routes.index(name)))
+    return Convergence(kafka, elasticsearch, rows)
+
+
+def wait_converged(
+    check: Callable[[], Convergence],
+    *,
+    timeout: float,
+    alive: Callable[[], bool],
+    on_timeout: Callable[[], str],
+) -> tuple[Convergence, float]:
+    """Re-check until converged; return the verdict and how long it took."""
+    began = time.monotonic()
+    while True:
+        verdict = check()
+        if verdict.ok:
+            return verdict, time.monotonic() - began
+        if time.monotonic() - began > timeout or not alive():
+            raise AssertionError(
+                f"not converged after {time.monotonic() - began:.0f}s: {verdict.describe()}\n"
+                f"runtime log tail:\n{on_timeout()}"
+            )
+        time.sleep(3)
+
+
+def delete_outputs(bootstrap: str, es_url: str, routes: Routes) -> None:
+    """Remove every topic and index the routes name."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = set(admin.list_topics(timeout=30).topics)
+    names = [routes.topic(t) for t in routes.tables] + [routes.dead_letters]
+    doomed = [t for t in names if t in existing]
+    if doomed:
+        for future in admin.delete_topics(doomed, operation_timeout=30).values():
+            future.result(timeout=60)
+    with Elasticsearch(es_url) as es:
+        for table in routes.tables:
+            es.options(ignore_status=404).indices.delete(index=routes.index(table))

@@ -1,0 +1,140 @@
+"""kill -9 the runtime again and again under load: nothing lost, every index equals its table.
+
+The runtime runs as `dbus runtime start` in its own session; the test SIGKILLs
+its whole process group (the CLI, Spark's JVM, its Python workers) at random
+moments, seeded and printed, and restarts it on the same checkpoint, while a
+writer runs a mixed workload on three tables. After the last restart catches
+up: every committed change is in its table's topic, one key's changes in commit
+order, and each table's index equals the table, value for value.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from convergence import (
+    RuntimeProcess,
+    Workload,
+    check_convergence,
+    delete_outputs,
+    new_routes,
+    read_topic,
+    topic_exists,
+    wait_converged,
+    write_function_folder,
+)
+from elasticsearch import Elasticsearch
+
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
+
+KILLS = 10
+# Where a kill lands: in Spark's start-up (before the run commits anything), or
+# in steady micro-batches, a random moment after the run's first commit.
+STARTUP_SHARE = 0.3
+KILL_IN_STARTUP = (1.0, 10.0)
+KILL_AFTER_FIRST_COMMIT = (0.0, 8.0)
+
+
+def _sleep_watching(runtime: RuntimeProcess, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not runtime.alive():
+            raise AssertionError(
+                f"run {runtime.current.number} exited by itself:\n{runtime.tail()}"
+            )
+        time.sleep(0.2)
+
+
+def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
+    chaos_database: Any,
+    kafka_service: Any,
+    elasticsearch_service: Any,
+    chaos_seed: int,
+    tmp_path: Path,
+) -> None:
+    began = time.monotonic()
+    bootstrap = kafka_service.bootstrap_servers
+    workload = Workload(chaos_database.connect, seed=chaos_seed)
+    workload.create_tables()
+    routes = new_routes(chaos_database.name, workload.tables)
+    runtime = RuntimeProcess.for_runtime(
+        source_dsn=chaos_database.endpoint.dsn,
+        functions=write_function_folder(tmp_path / "fn", routes),
+        kafka=bootstrap,
+        elasticsearch=elasticsearch_service.url,
+        checkpoint=tmp_path / "checkpoint",
+        logs=tmp_path / "logs",
+    )
+    rng = random.Random(f"kill schedule {chaos_seed}")
+    conn = chaos_database.connect()
+    es = Elasticsearch(elasticsearch_service.url, request_timeout=60)
+    writing = False
+    try:
+        runtime.start()
+        workload.start()
+        writing = True
+        for number in range(1, KILLS + 1):
+            if rng.random() < STARTUP_SHARE:
+                delay = rng.uniform(*KILL_IN_STARTUP)
+            else:
+                delay = runtime.wait_first_commit(120) + rng.uniform(*KILL_AFTER_FIRST_COMMIT)
+            _sleep_watching(runtime, delay - (time.time() - runtime.current.started))
+            runtime.kill9()
+            killed = runtime.current
+            committed = killed.resumed_after
+            print(
+                f"kill {number}: run {killed.number} after {killed.killed_after:.1f}s "
+                f"(first commit: {'-' if committed is None else f'{committed:.1f}s'})"
+            )
+            runtime.start()
+        _sleep_watching(runtime, rng.uniform(5.0, 10.0))
+        workload.stop()
+        writing = False
+        verdict, caught_up = wait_converged(
+            lambda: check_convergence(workload, routes, conn, bootstrap, es),
+            timeout=180,
+            alive=runtime.alive,
+            on_timeout=runtime.tail,
+        )
+        dead = (
+            read_topic(bootstrap, routes.dead_letters)
+            if topic_exists(bootstrap, routes.dead_letters)
+            else []
+        )
+        assert dead == [], f"{len(dead)} dead letter(s); none expected"
+        runtime.stop()
+        runtime.wait_gone(30)
+    finally:
+        if writing:
+            workload.stop()
+        runtime.stop()
+        es.close()
+        delete_outputs(bootstrap, elasticsearch_service.url, routes)
+
+    resumes = [run.resumed_after for run in runtime.runs[1:]]
+    measured = sorted(r for r in resumes if r is not None)
+    print(
+        f"kills: {KILLS}; changes committed: {len(workload.committed)} in "
+        f"{workload.transactions} transactions ({workload.rolled_back} rolled back); "
+        f"replayed messages: {sum(v.replayed for v in verdict.kafka.values())}; "
+        f"caught up {caught_up:.1f}s after the load stopped"
+    )
+    print(
+        "restart to first committed batch: "
+        + ", ".join("-" if r is None else f"{r:.1f}s" for r in resumes)
+        + (f"; median {measured[len(measured) // 2]:.1f}s" if measured else "")
+    )
+    print(
+        "per table (changes committed / Kafka messages / rows): "
+        + ", ".join(
+            f"{name} {len(workload.expected(name))}/{v.messages}/{verdict.rows[name]}"
+            for name, v in verdict.kafka.items()
+        )
+    )
+    print(f"total {time.monotonic() - began:.0f}s")
+    assert len(runtime.runs) == KILLS + 1
+    assert len(workload.committed) > 1000, "the workload was too small to prove anything"
