@@ -80,6 +80,8 @@ class MariaDB(Service):
             "collation_server": "utf8mb4_general_ci",
             "max_connections": 500,
             "innodb_buffer_pool_size": "256M",
+            # Rows over 16 MB (LONGBLOB) are written, replicated and captured whole.
+            "max_allowed_packet": "1G",
             # What binlog capture needs: full row images with column names.
             "server_id": 1,
             "log_bin": self.data / "binlog",
