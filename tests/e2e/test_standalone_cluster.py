@@ -1,0 +1,249 @@
+"""The runtime on a Spark standalone cluster: a master and a worker on loopback, from pyspark.
+
+The test starts its own master and worker (free ports, a temp state directory),
+runs `dbus runtime start --master spark://...` as a process, writes rows, reads
+them back from Kafka and Elasticsearch, and stops everything it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from confluent_kafka import Consumer
+from elasticsearch import Elasticsearch
+
+from dbus_deploy.spark import SparkClusterConfig, down, load_spark_config, status, up
+from dbus_fn.kafka_binding import from_kafka_message
+
+pytestmark = pytest.mark.e2e
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[SparkClusterConfig]:
+    env = {
+        **os.environ,
+        "DBUS_HOME": str(tmp_path / "home"),
+        "DBUS_SPARK_MASTER_PORT": str(_free_port()),
+        "DBUS_SPARK_MASTER_WEBUI_PORT": str(_free_port()),
+        "DBUS_SPARK_WORKER_PORT": str(_free_port()),
+        "DBUS_SPARK_WORKER_WEBUI_PORT": str(_free_port()),
+        "DBUS_SPARK_WORKER_CORES": "2",
+        "DBUS_SPARK_WORKER_MEMORY": "2g",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    config = load_spark_config(env)
+    pids: dict[str, int | None] = {}
+    try:
+        up(config)
+        pids = status(config)
+        yield config
+    finally:
+        stopped = down(config)
+    assert all(pids.values()) and stopped == {"worker": True, "master": True}
+    assert status(config) == {"master": None, "worker": None}
+    for pid in pids.values():
+        assert pid is not None
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _deployment(folder: Path, database: str, topic: str, index: str) -> Path:
+    folder.mkdir()
+    (folder / "catalog.py").write_text(
+        textwrap.dedent(
+            f'''
+            import dbus_fn as fn
+
+            @fn.route(tables="{database}.*")
+            def everywhere(event: fn.RowChange) -> list[str]:
+                if event.table == "probe":
+                    return ["kafka://{topic}.probe"]
+                return ["kafka://{topic}", "es://{index}"]
+            '''
+        )
+    )
+    (folder / "dbus.toml").write_text(
+        textwrap.dedent(
+            f"""
+            name = "catalog"
+            version = "1.0.0"
+            module = "catalog.py"
+            tables = ["{database}.items", "{database}.probe"]
+            dead_letter_route = "kafka://{topic}.dead"
+            """
+        )
+    )
+    return folder
+
+
+class _Reader:
+    """Reads one topic from the start, keeping what it has seen."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"{topic}-check",
+                "auto.offset.reset": "earliest",
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self._consumer.subscribe([topic])
+        self.events: list[tuple[Any, str, dict[str, Any]]] = []
+
+    def poll(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            msg = self._consumer.poll(0.2)
+            if msg is None or msg.error():
+                continue
+            event = from_kafka_message(msg.key(), msg.value(), msg.headers())
+            kind = event.get_type().rsplit(".", 1)[-1]
+            self.events.append((json.loads(msg.key()), kind, event.get_data()))
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _wait_for(
+    check: Callable[[], Any], timeout: float, what: str, alive: Callable[[], bool]
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if not alive():
+            raise AssertionError(f"the runtime exited while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_runtime_on_a_standalone_cluster_delivers_to_kafka_and_elasticsearch(
+    cluster: SparkClusterConfig,
+    services: Any,
+    fresh_database: Any,
+    kafka_topic: str,
+    es_index: str,
+    tmp_path: Path,
+) -> None:
+    began = time.monotonic()
+    conn = fresh_database.connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(32), qty INT)")
+        cur.execute("CREATE TABLE probe (id INT AUTO_INCREMENT PRIMARY KEY)")
+    folder = _deployment(tmp_path / "fn", fresh_database.name, kafka_topic, es_index)
+    dbus = Path(sys.executable).parent / "dbus"
+    log = tmp_path / "runtime.log"
+    argv = [
+        str(dbus), "runtime", "start",
+        "--source", f"src={services.mariadb.dsn}",
+        "--functions", str(folder),
+        "--kafka", services.kafka.bootstrap_servers,
+        "--elasticsearch", services.elasticsearch.url,
+        "--checkpoint", str(tmp_path / "checkpoint"),
+        "--from", "latest",
+        "--master", cluster.master_url,
+    ]  # fmt: skip
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    probes = _Reader(services.kafka.bootstrap_servers, f"{kafka_topic}.probe")
+    items = _Reader(services.kafka.bootstrap_servers, kafka_topic)
+    with log.open("wb") as out:
+        runtime = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    alive = lambda: runtime.poll() is None  # noqa: E731
+    try:
+        # "latest" is where the stream starts: probe until a probe row comes through,
+        # then every row written after it must arrive.
+        def probe_seen() -> bool:
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO probe VALUES ()")
+            probes.poll(2.0)
+            return bool(probes.events)
+
+        _wait_for(probe_seen, 240, "a probe row in Kafka", alive)
+        started = time.monotonic() - began
+
+        def executors_on_the_worker() -> bool:
+            url = f"{cluster.master_webui}/json/"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                apps = json.load(response).get("activeapps", [])
+            return any(app.get("state") == "RUNNING" for app in apps)
+
+        _wait_for(executors_on_the_worker, 30, "the runtime as a RUNNING application", alive)
+        # The worker launched executors for it (each gets a directory with its logs).
+        work = cluster.role_dir("worker") / "work"
+        assert list(work.glob("app-*/*/stderr")), f"no executor ran under {work}"
+
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO items VALUES (%s, %s, %s)",
+                [(1, "lamp", 3), (2, "desk", 1), (3, "chair", 4)],
+            )
+            cur.execute("UPDATE items SET qty = 9 WHERE id = 1")
+            cur.execute("DELETE FROM items WHERE id = 3")
+
+        def all_changes() -> bool:
+            items.poll(1.0)
+            return len(items.events) >= 5
+
+        _wait_for(all_changes, 120, "five changes of items in Kafka", alive)
+        kinds = sorted((key, kind) for key, kind, _ in items.events)
+        assert kinds == [
+            ([1], "inserted"),
+            ([1], "updated"),
+            ([2], "inserted"),
+            ([3], "deleted"),
+            ([3], "inserted"),
+        ]
+        with Elasticsearch(services.elasticsearch.url) as es:
+
+            def indexed() -> dict[str, Any] | None:
+                if not es.indices.exists(index=es_index):
+                    return None
+                es.indices.refresh(index=es_index)
+                hits = es.search(index=es_index, query={"match_all": {}})["hits"]["hits"]
+                docs = {hit["_id"]: hit["_source"] for hit in hits}
+                return docs if set(docs) == {"1", "2"} and docs["1"]["qty"] == 9 else None
+
+            docs = _wait_for(indexed, 60, "the index to hold rows 1 and 2", alive)
+        assert docs == {
+            "1": {"id": 1, "name": "lamp", "qty": 9},
+            "2": {"id": 2, "name": "desk", "qty": 1},
+        }
+    finally:
+        probes.close()
+        items.close()
+        if runtime.poll() is None:
+            # The CLI alone, as `docker stop` would: it stops its query and exits.
+            runtime.send_signal(signal.SIGTERM)
+            try:
+                runtime.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(runtime.pid, signal.SIGKILL)
+                runtime.wait(timeout=30)
+    assert runtime.returncode == 0, log.read_text()[-3000:]
+    print(
+        f"standalone cluster: first probe through {started:.1f}s after start; "
+        f"total {time.monotonic() - began:.1f}s"
+    )
