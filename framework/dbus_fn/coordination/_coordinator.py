@@ -760,7 +760,12 @@ class Coordinator:
                 with self._lock:
                     self._pending.setdefault(source, (position, epoch))
                 return
-            log.info("runtime %s: flushed the held commit of %s", self.runtime_id, source)
+            log.info(
+                "runtime %s: flushed the held commit of %s at epoch %d",
+                self.runtime_id,
+                source,
+                epoch,
+            )
 
     def _leave(self) -> None:
         client = self._client

@@ -26,7 +26,9 @@ from dbus_fn.coordination import ZooKeeperSettings
 pytestmark = pytest.mark.integration
 
 SESSION = 4.0
-MARGIN = 4.0
+# ZooKeeper expires sessions on its tick (2 s), then the leader reacts; the rest
+# is slack for a 2-core machine under load.
+MARGIN = 6.0
 SCRIPT = Path(__file__).with_name("runtime_process.py")
 
 
@@ -162,7 +164,11 @@ def test_a_paused_runtime_never_commits_after_it_lost_its_sources(
     ]
     assert stale, "it tried to commit what it had been working on"
     assert "committed" not in stale
-    assert "flushed the held commit" not in victim.stderr.read_text()
+    # A held commit may be flushed later at a new epoch (a slow step under load can
+    # make a view stale again), never at an old one.
+    log = victim.stderr.read_text()
+    for source, epoch in before.items():
+        assert f"flushed the held commit of {source} at epoch {epoch}\n" not in log
     for source, epoch in before.items():
         data = json.loads(client.get(cluster.layout.position(source))[0])
         assert data["runtime"] != victim.runtime_id or data["epoch"] > epoch
