@@ -547,20 +547,25 @@ class RuntimeProcess:
                 )
             time.sleep(0.2)
 
-    def stop(self, timeout: float = 60) -> None:
-        """SIGTERM (the CLI stops its query cleanly), then SIGKILL whatever is left."""
+    def stop(self, timeout: float = 60) -> int | None:
+        """SIGTERM the CLI (it stops its query cleanly), then SIGKILL whatever is left.
+
+        Returns the CLI's exit code (``None`` if it had to be killed).
+        """
         if self._process is None:
-            return
-        if self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGTERM)
+            return None
+        code = self._process.poll()
+        if code is None:
+            self._process.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(timeout=timeout)
+                code = self._process.wait(timeout=timeout)
         for proc in self.session_members():
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.send_signal(signal.SIGKILL)
         if self._process.poll() is None:
             self._process.wait(timeout=30)
         self._note_resume()
+        return code
 
     def log_text(self) -> str:
         return "\n".join(_read(run.log) for run in self.runs)

@@ -106,7 +106,8 @@ def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
             else []
         )
         assert dead == [], f"{len(dead)} dead letter(s); none expected"
-        runtime.stop()
+        code = runtime.stop()
+        assert code == 0, f"the runtime's last run stopped with {code}:\n{runtime.tail()}"
         runtime.wait_gone(30)
     finally:
         if writing:

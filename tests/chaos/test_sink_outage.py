@@ -1,0 +1,144 @@
+"""A sink that goes away mid-load: the runtime waits and retries, loses nothing, does not spin.
+
+Kafka, then (separately) Elasticsearch, private to this test, are stopped for 30
+seconds while a writer keeps changing three tables, then started again. The
+runtime must stay up, hold back its positions while a sink is down, retry at a
+calm pace (its log during the outage stays short), and after the outages every
+committed change is in Kafka, in order per key, and each index equals its table.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from convergence import (
+    Database,
+    RuntimeProcess,
+    Workload,
+    check_convergence,
+    new_routes,
+    wait_converged,
+    write_function_folder,
+)
+from elasticsearch import Elasticsearch
+
+from dbus_deploy.services import down, up
+
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
+
+OUTAGE = 30.0
+# What the runtime logs while a sink is away: the sinks' own retry warnings, the
+# Kafka client's connection errors, the Elasticsearch client's node failures.
+SINK_RETRY = re.compile(r"not yet acknowledged|elasticsearch .* unreachable|elasticsearch busy")
+CLIENT_NOISE = re.compile(r"^%\d\|\d|elastic_transport|Connection refused", re.MULTILINE)
+# A tight retry loop writes thousands of lines in 30 s; backoff writes a few dozen.
+MAX_LINES_PER_OUTAGE = 200
+
+
+def _log_lines(runtime: RuntimeProcess) -> list[str]:
+    return runtime.log_text().splitlines()
+
+
+def _outage(
+    name: str, services: Any, runtime: RuntimeProcess, workload: Workload
+) -> dict[str, Any]:
+    """Stop ``name`` for OUTAGE seconds under load; what the runtime logged meanwhile."""
+    committed_before = len(workload.committed)
+    lines_before = len(_log_lines(runtime))
+    stopped_at = time.monotonic()
+    down([name], config=services.config)
+    deadline = stopped_at + OUTAGE
+    while time.monotonic() < deadline:
+        assert runtime.alive(), f"the runtime exited while {name} was down:\n{runtime.tail()}"
+        time.sleep(0.5)
+    window = _log_lines(runtime)[lines_before:]
+    restarted = time.monotonic()
+    up([name], config=services.config)
+    return {
+        "sink": name,
+        "down_for": restarted - stopped_at,
+        "back_after": time.monotonic() - restarted,
+        "changes_meanwhile": len(workload.committed) - committed_before,
+        "log_lines": len(window),
+        "sink_retries": sum(1 for line in window if SINK_RETRY.search(line)),
+        "client_errors": sum(1 for line in window if CLIENT_NOISE.search(line)),
+    }
+
+
+def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop(
+    private_services: Any, chaos_seed: int, tmp_path: Path
+) -> None:
+    began = time.monotonic()
+    services = private_services("mariadb", "kafka", "elasticsearch")
+    endpoints = services.endpoints
+    database = Database("chaos", endpoints.mariadb)
+    with database.connect(use_database=False).cursor() as cur:
+        cur.execute("CREATE DATABASE chaos")
+    bootstrap = endpoints.kafka.bootstrap_servers
+    workload = Workload(database.connect, seed=chaos_seed)
+    workload.create_tables()
+    routes = new_routes(database.name, workload.tables)
+    runtime = RuntimeProcess.for_runtime(
+        source_dsn=endpoints.mariadb.dsn,
+        functions=write_function_folder(tmp_path / "fn", routes),
+        kafka=bootstrap,
+        elasticsearch=endpoints.elasticsearch.url,
+        checkpoint=tmp_path / "checkpoint",
+        logs=tmp_path / "logs",
+    )
+    es = Elasticsearch(endpoints.elasticsearch.url, request_timeout=60)
+    conn = database.connect()
+    outages: list[dict[str, Any]] = []
+    writing = False
+    try:
+        runtime.start()
+        workload.start()
+        writing = True
+        runtime.wait_first_commit(180)
+        time.sleep(5)
+        outages.append(_outage("kafka", services, runtime, workload))
+        time.sleep(15)
+        outages.append(_outage("elasticsearch", services, runtime, workload))
+        time.sleep(15)
+        workload.stop()
+        writing = False
+        verdict, caught_up = wait_converged(
+            lambda: check_convergence(workload, routes, conn, bootstrap, es),
+            timeout=300,
+            alive=runtime.alive,
+            on_timeout=runtime.tail,
+        )
+        assert runtime.alive()
+        code = runtime.stop()
+        assert code == 0, f"the runtime stopped with {code}:\n{runtime.tail()}"
+        runtime.wait_gone(30)
+    finally:
+        if writing:
+            workload.stop()
+        runtime.stop()
+        es.close()
+        database.close()
+
+    for outage in outages:
+        print(
+            "{sink} down {down_for:.0f}s (back in {back_after:.0f}s), "
+            "{changes_meanwhile} changes written meanwhile: {log_lines} runtime log lines, "
+            "{sink_retries} sink retry warnings, {client_errors} client errors".format(**outage)
+        )
+    print(
+        f"changes committed: {len(workload.committed)}; "
+        f"replayed messages: {sum(v.replayed for v in verdict.kafka.values())}; "
+        f"caught up {caught_up:.1f}s after the load stopped; "
+        f"total {time.monotonic() - began:.0f}s"
+    )
+    for outage in outages:
+        assert outage["changes_meanwhile"] > 100, f"no load during the {outage['sink']} outage"
+        assert outage["sink_retries"] >= 1, f"the runtime never noticed {outage['sink']} was down"
+        assert outage["log_lines"] <= MAX_LINES_PER_OUTAGE, (
+            f"{outage['log_lines']} log lines in {OUTAGE:.0f}s without {outage['sink']}: "
+            "a tight retry loop"
+        )
