@@ -47,10 +47,25 @@ from dbus_fn.errors import (
 _HOSTS = re.compile(
     r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}(,[A-Za-z0-9.\-\[\]:]+:\d{1,5})*(/[A-Za-z0-9_.\-/]*)?$"
 )
+
+
+class _RedactAuth(logging.Filter):
+    """kazoo logs its requests at DEBUG, the digest ``user:password`` included."""
+
+    _AUTH = re.compile(r"auth='[^']*'")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "auth=" in message:
+            record.msg, record.args = self._AUTH.sub("auth='***'", message), ()
+        return True
+
+
 # kazoo logs every failed connection attempt; it logs to this logger, which
 # stays quiet unless the application configures logging (then it propagates).
 KAZOO_LOGGER = logging.getLogger("dbus_fn.coordination.kazoo")
 KAZOO_LOGGER.addHandler(logging.NullHandler())
+KAZOO_LOGGER.addFilter(_RedactAuth())
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_SESSION_TIMEOUT = 10.0

@@ -68,9 +68,10 @@ class ClusterStatus:
         for s in self.sources:
             where = "(none)"
             if s.position:
-                where = f"{s.position.get('file', '')}:{s.position.get('pos', '')}"
-                if s.position.get("gtid"):
-                    where += f"@{s.position['gtid']}"
+                file, gtid = s.position.get("file"), s.position.get("gtid")
+                where = f"{file}:{s.position.get('pos', '')}" if file else ""
+                if gtid:
+                    where = f"{where}@{gtid}" if where else f"gtid {gtid}"
             owner = f"{s.owner} epoch {s.epoch}" if s.owner else "unassigned"
             if s.owner and not s.owner_running:
                 owner += " (not running)"

@@ -96,6 +96,7 @@ def secured_cleanup(settings: ZooKeeperSettings) -> Iterator[None]:
 
 def test_digest_acls_keep_other_clients_out(
     secured_cleanup: None,
+    caplog: pytest.LogCaptureFixture,
     dbus: Any,
     settings: ZooKeeperSettings,
     zookeeper_service: ZooKeeperEndpoint,
@@ -103,6 +104,7 @@ def test_digest_acls_keep_other_clients_out(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("DBUS_ZK_AUTH", f"dbus:{ZK_PASSWORD}")
     created = dbus("cluster", "init")
     assert created.exit_code == 0, created.output
@@ -170,3 +172,5 @@ def test_digest_acls_keep_other_clients_out(
     assert malformed.exit_code == 2
     assert "no-colon-secret" not in malformed.output
     assert "expected user:password" in malformed.output
+    assert "auth='***'" in caplog.text, "kazoo logged its auth request, redacted"
+    assert ZK_PASSWORD not in caplog.text
