@@ -681,7 +681,8 @@ class Coordinator:
             return
         self.rebalances += 1
         log.info(
-            "runtime %s: epoch %d: moved %d, unassigned %d of %d sources over %d runtimes",
+            "runtime %s: epoch %d: assigned %d (new or moved), unassigned %d; %d sources over "
+            "%d runtimes",
             self.runtime_id,
             new_epoch,
             len(changed),
