@@ -292,3 +292,32 @@ def test_registering_again_in_one_session_reuses_the_election_node(
     time.sleep(1)
     assert sorted(client.get_children(cluster.layout.election)) == before
     assert a.is_leader != b.is_leader
+
+
+def test_a_deposed_leader_cannot_write_assignments(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any, monkeypatch: Any
+) -> None:
+    register_sources(client, cluster, 4)
+    a = runtimes("rt-a")
+    b = runtimes("rt-b")
+    wait_until(lambda: _each_owns([a, b], 2), 10, "two each")
+    assert a.is_leader
+    old_node = a._election_node
+    expire_session(a.client, cluster.hosts)
+    wait_until(lambda: b.is_leader, SESSION + 10, "b leads")
+    wait_until(lambda: _each_owns([a, b], 2), 10, "a is back as a follower")
+    before = assignments(client, cluster)
+    decision = client.get(cluster.layout.assignments)[0]
+
+    # Fault injection: a acts as if it had never noticed losing the lead (its
+    # thread stalled), and its stale computation would give it every source.
+    monkeypatch.setattr(a, "_step", lambda: None)
+    with a._lock:
+        a._election_node, a._leader = old_node, True
+    monkeypatch.setattr(
+        "dbus_fn.coordination._coordinator.assign_sources",
+        lambda sources, capacities, current: dict.fromkeys(sources, "rt-a"),
+    )
+    a._rebalance()
+    assert assignments(client, cluster) == before
+    assert client.get(cluster.layout.assignments)[0] == decision
