@@ -638,7 +638,8 @@ class Coordinator:
         capacities: dict[str, float] = {}
         for runtime in client.get_children(layout.runtimes, watch=self._on_members):
             try:
-                raw, _ = client.get(layout.runtime(runtime))
+                # Watched too: a capacity change rebalances at once.
+                raw, _ = client.get(layout.runtime(runtime), watch=self._on_members)
             except NoNodeError:
                 continue
             capacities[runtime] = float(load(raw).get("capacity", 1.0))

@@ -321,3 +321,33 @@ def test_a_deposed_leader_cannot_write_assignments(
     a._rebalance()
     assert assignments(client, cluster) == before
     assert client.get(cluster.layout.assignments)[0] == decision
+
+
+def test_adding_and_removing_a_source_rebalances(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any
+) -> None:
+    from dbus_fn.coordination import SourceReference, SourceRegistry
+
+    register_sources(client, cluster, 2)
+    a, b = runtimes("rt-a"), runtimes("rt-b")
+    wait_until(lambda: _each_owns([a, b], 1), 10, "one each")
+    registry = SourceRegistry(client, cluster)
+    registry.add(SourceReference("late", dsn_env="LATE_DSN"))
+    wait_until(lambda: "late" in {**a.owned_sources(), **b.owned_sources()}, 10, "late owned")
+    before = assignments(client, cluster)
+    registry.remove("late")
+    wait_until(lambda: "late" not in assignments(client, cluster), 10, "late unassigned")
+    assert assignments(client, cluster) == {s: r for s, r in before.items() if s != "late"}
+    wait_until(lambda: "late" not in {**a.owned_sources(), **b.owned_sources()}, 10, "dropped")
+
+
+def test_a_capacity_change_rebalances(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any
+) -> None:
+    register_sources(client, cluster, 6)
+    a, b = runtimes("rt-a"), runtimes("rt-b")
+    wait_until(lambda: _each_owns([a, b], 3), 10, "three each")
+    b.set_capacity(2.0)
+    wait_until(lambda: _balanced(client, cluster, {"rt-a": 2, "rt-b": 4}), 3, "2 and 4")
+    a.set_capacity(0)
+    wait_until(lambda: _balanced(client, cluster, {"rt-b": 6}), 3, "a drained")
