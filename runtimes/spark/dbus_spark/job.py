@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -52,21 +53,26 @@ def spark_session(master: str = "local[*]", *, app_name: str = "dbus-runtime") -
     return session
 
 
-def preflight(config: RuntimeConfig) -> None:
-    """Check every source and deployment before Spark starts.
+def preflight(config: RuntimeConfig) -> RuntimeConfig:
+    """Check every source and deployment before Spark starts; pin the start positions.
 
     An unreachable source, missing privileges, a server without a ROW binlog or a
     deployment that does not load each raise one ``DbusError`` naming the fix,
-    instead of a JVM stack trace from inside the streaming query.
+    instead of a JVM stack trace from inside the streaming query. ``latest`` and
+    ``earliest`` become the positions they mean now, so a change committed after
+    ``start()`` returns is never taken for history (a checkpoint, when the query
+    has one, still wins over them).
     """
     for deployment in config.deployments:
         load_deployment(deployment)
+    bindings = []
     for binding in config.sources:
         reader = BinlogReader(binding.spec, server_id=binding.server_id)
         try:
-            reader.resolve_start(binding.start)
+            bindings.append(replace(binding, start=reader.resolve_start(binding.start)))
         finally:
             reader.close()
+    return replace(config, sources=tuple(bindings))
 
 
 def start(
@@ -80,7 +86,7 @@ def start(
 
     Sources and deployments are checked before any Spark session starts.
     """
-    preflight(config)
+    config = preflight(config)
     spark = spark or spark_session(master)
     checkpoint = Path(config.checkpoint_dir)
     path = config.save(config_path or checkpoint.parent / f"{checkpoint.name}.config.json")
