@@ -119,10 +119,20 @@ def start(
             query.awaitTermination(1.0)
     except KeyboardInterrupt:
         pass
+    except Exception:
+        # SIGTERM sent to the whole process group (a service manager's stop) also
+        # reaches Spark's JVM and Python helpers, so the query dies under us with
+        # their errors: that is the stop we were asked for, not a failure.
+        if not stop:
+            raise
     finally:
-        if query.isActive:
-            query.stop()
-    error = query.exception()
+        try:
+            if query.isActive:
+                query.stop()
+        except Exception:
+            if not stop:
+                raise
+    error = None if stop else query.exception()
     if error is not None:
         raise click.ClickException(f"the runtime stopped on an error: {str(error).splitlines()[0]}")
     click.echo(f"runtime stopped; positions are in {Path(config.checkpoint_dir)}")

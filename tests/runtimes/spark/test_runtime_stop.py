@@ -1,0 +1,93 @@
+"""Stopping `dbus runtime start` the usual ways is a clean stop, not an error.
+
+Ctrl-C in a terminal sends SIGINT to the whole foreground process group, and a
+service manager (systemd's default KillMode) sends SIGTERM to every process of
+the service: Spark's JVM and its Python helpers get the signal too, not just the
+CLI. The CLI must still stop its query and exit 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def _deployment(folder: Path, database: str, topic: str) -> Path:
+    folder.mkdir()
+    (folder / "relay.py").write_text(
+        textwrap.dedent(
+            f'''
+            import dbus_fn as fn
+
+            @fn.route(tables="{database}.t")
+            def to_kafka(event: fn.RowChange) -> str:
+                return "kafka://{topic}"
+            '''
+        )
+    )
+    (folder / "dbus.toml").write_text(
+        textwrap.dedent(
+            f"""
+            name = "relay"
+            version = "1.0.0"
+            module = "relay.py"
+            tables = ["{database}.t"]
+            """
+        )
+    )
+    return folder
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "systemd"])
+def test_a_signal_to_the_whole_process_group_stops_the_runtime_cleanly(
+    signum: int,
+    services: Any,
+    fresh_database: Any,
+    kafka_topic: str,
+    tmp_path: Path,
+) -> None:
+    with fresh_database.connect().cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    checkpoint = tmp_path / "checkpoint"
+    argv = [
+        str(Path(sys.executable).parent / "dbus"), "runtime", "start",
+        "--source", f"src={services.mariadb.dsn}",
+        "--functions", str(_deployment(tmp_path / "fn", fresh_database.name, kafka_topic)),
+        "--kafka", services.kafka.bootstrap_servers,
+        "--elasticsearch", services.elasticsearch.url,
+        "--checkpoint", str(checkpoint),
+        "--master", "local[2]",
+    ]  # fmt: skip
+    log = tmp_path / "runtime.log"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    with log.open("wb") as out:
+        runtime = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        # Running for real: the first micro-batch has committed.
+        deadline = time.monotonic() + 120
+        while not list((checkpoint / "commits").glob("[0-9]*")):
+            assert runtime.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no batch committed within 120s"
+            time.sleep(0.5)
+        os.killpg(runtime.pid, signum)
+        code = runtime.wait(timeout=90)
+    finally:
+        if runtime.poll() is None:
+            os.killpg(runtime.pid, signal.SIGKILL)
+            runtime.wait(timeout=30)
+    output = log.read_text()
+    assert "stopped on an error" not in output, output[-3000:]
+    assert code == 0, output[-3000:]
+    assert "runtime stopped" in output
