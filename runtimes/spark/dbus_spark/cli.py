@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from dbus_fn.errors import ConfigError
 from dbus_spark.settings import runtime_config
+
+if TYPE_CHECKING:
+    from dbus_spark.cluster import ClusterMember
 
 
 @click.group()
@@ -72,6 +75,32 @@ def runtime() -> None:
     help="Spark master URL. Env: DBUS_SPARK_MASTER.",
 )
 @click.option(
+    "--cluster",
+    envvar="DBUS_CLUSTER",
+    default=None,
+    help="Join this dbus cluster: ZooKeeper assigns the sources and holds the functions "
+    "(then --source and --functions are not used). Env: DBUS_CLUSTER.",
+)
+@click.option(
+    "--zookeeper",
+    envvar="DBUS_ZOOKEEPER",
+    default=None,
+    help="ZooKeeper hosts of the cluster (default 127.0.0.1:2181). Env: DBUS_ZOOKEEPER.",
+)
+@click.option(
+    "--runtime-id",
+    envvar="DBUS_RUNTIME_ID",
+    default=None,
+    help="This runtime's name in the cluster (default: host-pid). Env: DBUS_RUNTIME_ID.",
+)
+@click.option(
+    "--capacity",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="This runtime's share of the cluster's sources, relative to the others.",
+)
+@click.option(
     "--for", "run_for", type=float, default=None, help="Stop after this many seconds."
 )
 def start(
@@ -83,27 +112,47 @@ def start(
     start: str,
     trigger: float,
     master: str,
+    cluster: str | None,
+    zookeeper: str | None,
+    runtime_id: str | None,
+    capacity: float,
     run_for: float | None,
 ) -> None:
     """Run the function deployments over the sources until stopped (Ctrl-C)."""
     from dbus_spark.job import start as start_query
+    from dbus_spark.job import start_member
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    if not deployments:
-        raise ConfigError(
-            "no function folder given: pass --functions PATH (a folder with dbus.toml)",
-            setting="functions",
+    member = None
+    if cluster is not None:
+        if sources or deployments:
+            raise ConfigError(
+                "--cluster takes the sources and functions from ZooKeeper: drop --source and "
+                "--functions (register them with `dbus cluster source add` and `dbus fn deploy`)",
+                setting="cluster",
+            )
+        member = _member(
+            cluster, zookeeper, runtime_id, capacity, kafka, elasticsearch, checkpoint, start,
+            trigger,
+        )  # fmt: skip
+        query = start_member(member, master=master)
+    else:
+        if not deployments:
+            raise ConfigError(
+                "no function folder given: pass --functions PATH (a folder with dbus.toml), "
+                "or --cluster NAME to run what is deployed there",
+                setting="functions",
+            )
+        config = runtime_config(
+            sources=sources,
+            deployments=deployments,
+            kafka=kafka,
+            elasticsearch=elasticsearch,
+            checkpoint=checkpoint,
+            start=start,
+            trigger=trigger,
         )
-    config = runtime_config(
-        sources=sources,
-        deployments=deployments,
-        kafka=kafka,
-        elasticsearch=elasticsearch,
-        checkpoint=checkpoint,
-        start=start,
-        trigger=trigger,
-    )
-    query = start_query(config, master=master)
+        query = start_query(config, master=master)
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -132,7 +181,39 @@ def start(
         except Exception:
             if not stop:
                 raise
+        finally:
+            if member is not None:
+                member.stop()
     error = None if stop else query.exception()
     if error is not None:
         raise click.ClickException(f"the runtime stopped on an error: {str(error).splitlines()[0]}")
-    click.echo(f"runtime stopped; positions are in {Path(config.checkpoint_dir)}")
+    click.echo("runtime stopped")
+
+
+def _member(
+    cluster: str,
+    zookeeper: str | None,
+    runtime_id: str | None,
+    capacity: float,
+    kafka: str | None,
+    elasticsearch: str | None,
+    checkpoint: str | None,
+    start: str,
+    trigger: float,
+) -> ClusterMember:
+    import os
+    import socket
+
+    from dbus_fn.coordination import ZooKeeperSettings
+    from dbus_spark.cluster import ClusterMember
+    from dbus_spark.job import default_config_path
+    from dbus_spark.settings import member_config
+
+    settings = ZooKeeperSettings.from_env(os.environ, hosts=zookeeper, cluster=cluster)
+    name = runtime_id or f"{socket.gethostname()}-{os.getpid()}"
+    base = member_config(
+        kafka=kafka, elasticsearch=elasticsearch, checkpoint=checkpoint, trigger=trigger
+    )
+    return ClusterMember(
+        settings, name, base, default_config_path(base), capacity=capacity, start=start
+    )

@@ -29,6 +29,9 @@ class SourceBinding:
     spec: SourceSpec
     server_id: int
     start: StartPolicy = "latest"
+    epoch: int = 0
+    """Ownership epoch in a cluster (0 alone): a new epoch means "resume from
+    ``start``", the committed position, not from this runtime's checkpoint."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,7 @@ class RuntimeConfig:
                     "tables": list(b.spec.tables),
                     "server_id": b.server_id,
                     "start": _start_to_json(b.start),
+                    "epoch": b.epoch,
                 }
                 for b in self.sources
             ],
@@ -79,6 +83,7 @@ class RuntimeConfig:
                     spec=SourceSpec(name=s["name"], dsn=s["dsn"], tables=tuple(s["tables"])),
                     server_id=int(s["server_id"]),
                     start=_start_from_json(s["start"]),
+                    epoch=int(s.get("epoch", 0)),
                 )
                 for s in data["sources"]
             ),
@@ -93,11 +98,17 @@ class RuntimeConfig:
         )
 
     def save(self, path: Path) -> Path:
-        """Write the config privately (it holds DSNs) and return its path."""
+        """Write the config privately (it holds DSNs) and return its path.
+
+        The file is replaced atomically: Spark's workers re-read it when it
+        changes (new deployments, sources gained or lost) and must never see half.
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
             json.dump(self.to_json(), out)
+        os.replace(partial, path)
         return path
 
 

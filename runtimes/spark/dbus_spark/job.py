@@ -19,6 +19,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from dbus_fn.capture import BinlogReader
 from dbus_fn.registry import load_deployment
+from dbus_spark.cluster import ClusterMember, PositionCommitter
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.source import BinlogDataSource
 from dbus_spark.writer import FunctionSinkDataSource
@@ -88,13 +89,31 @@ def start(
     """
     config = preflight(config)
     spark = spark or spark_session(master)
+    path = config.save(config_path or default_config_path(config))
+    return _start_query(spark, config, path)
+
+
+def start_member(
+    member: ClusterMember, *, spark: SparkSession | None = None, master: str = "local[*]"
+) -> StreamingQuery:
+    """Start a cluster member's query: ZooKeeper gives the sources and functions."""
+    config = member.start()
+    spark = spark or spark_session(master)
+    spark.streams.addListener(PositionCommitter(member))
+    return _start_query(spark, config, member.config_path)
+
+
+def default_config_path(config: RuntimeConfig) -> Path:
     checkpoint = Path(config.checkpoint_dir)
-    path = config.save(config_path or checkpoint.parent / f"{checkpoint.name}.config.json")
+    return checkpoint.parent / f"{checkpoint.name}.config.json"
+
+
+def _start_query(spark: SparkSession, config: RuntimeConfig, path: Path) -> StreamingQuery:
     reader = spark.readStream.format("dbus_binlog").option("config", str(path)).load()
     writer = (
         reader.writeStream.format("dbus_functions")
         .option("config", str(path))
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", config.checkpoint_dir)
         .queryName("dbus")
     )
     if config.trigger_seconds > 0:
@@ -104,6 +123,6 @@ def start(
         "runtime started: sources=%s deployments=%s checkpoint=%s",
         [b.spec.name for b in config.sources],
         list(config.deployments),
-        checkpoint,
+        config.checkpoint_dir,
     )
     return query

@@ -62,17 +62,10 @@ def runtime_config(
                 setting="source",
             )
         named.append((DEFAULT_SOURCE, local.mariadb.dsn))
-    kafka = kafka or (local.kafka.bootstrap_servers if local else None)
-    elasticsearch = elasticsearch or (local.elasticsearch.url if local else None)
-    if not kafka:
-        raise ConfigError("no Kafka given: pass --kafka HOST:PORT", setting="kafka")
-    if not elasticsearch:
-        raise ConfigError(
-            "no Elasticsearch given: pass --elasticsearch http://HOST:PORT", setting="elasticsearch"
-        )
+    kafka, elasticsearch = _sinks(kafka, elasticsearch, local)
     manifests = [load_manifest(Path(d)) for d in deployments]
     tables = tuple(sorted({t for m in manifests for t in m.tables}))
-    checkpoint = checkpoint or str((home or Path(".dbus")) / "runtime" / "checkpoint")
+    checkpoint = _checkpoint(checkpoint, home)
     bindings = tuple(
         SourceBinding(
             spec=SourceSpec(name=name, dsn=dsn, tables=tables),
@@ -86,9 +79,49 @@ def runtime_config(
         deployments=tuple(str(Path(d).resolve()) for d in deployments),
         kafka_bootstrap=kafka,
         elasticsearch_url=elasticsearch,
-        checkpoint_dir=str(Path(checkpoint).resolve()),
+        checkpoint_dir=checkpoint,
         trigger_seconds=trigger,
     )
+
+
+def member_config(
+    *,
+    kafka: str | None,
+    elasticsearch: str | None,
+    checkpoint: str | None,
+    trigger: float = 0.0,
+    home: Path | None = None,
+) -> RuntimeConfig:
+    """The settings of a cluster member; ZooKeeper gives its sources and functions."""
+    local = _local_endpoints() if not (kafka and elasticsearch) else None
+    kafka, elasticsearch = _sinks(kafka, elasticsearch, local)
+    return RuntimeConfig(
+        sources=(),
+        deployments=(),
+        kafka_bootstrap=kafka,
+        elasticsearch_url=elasticsearch,
+        checkpoint_dir=_checkpoint(checkpoint, home),
+        trigger_seconds=trigger,
+    )
+
+
+def _sinks(
+    kafka: str | None, elasticsearch: str | None, local: Endpoints | None
+) -> tuple[str, str]:
+    kafka = kafka or (local.kafka.bootstrap_servers if local else None)
+    elasticsearch = elasticsearch or (local.elasticsearch.url if local else None)
+    if not kafka:
+        raise ConfigError("no Kafka given: pass --kafka HOST:PORT", setting="kafka")
+    if not elasticsearch:
+        raise ConfigError(
+            "no Elasticsearch given: pass --elasticsearch http://HOST:PORT", setting="elasticsearch"
+        )
+    return kafka, elasticsearch
+
+
+def _checkpoint(checkpoint: str | None, home: Path | None) -> str:
+    chosen = checkpoint or str((home or Path(".dbus")) / "runtime" / "checkpoint")
+    return str(Path(chosen).resolve())
 
 
 def _split(values: tuple[str, ...]) -> list[str]:

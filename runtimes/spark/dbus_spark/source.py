@@ -119,8 +119,8 @@ class _Batcher:
         return batch
 
 
-def position_to_offset(position: BinlogPosition) -> dict[str, Any]:
-    return {"file": position.file, "pos": position.pos, "gtid": position.gtid or ""}
+def position_to_offset(position: BinlogPosition, epoch: int = 0) -> dict[str, Any]:
+    return {"file": position.file, "pos": position.pos, "gtid": position.gtid or "", "epoch": epoch}
 
 
 def offset_to_position(offset: dict[str, Any]) -> BinlogPosition:
@@ -154,8 +154,19 @@ class BinlogDataSource(DataSource):  # type: ignore[misc]
 class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def __init__(self, config_path: str) -> None:
         self._config_path = config_path
+        self._config_mtime = os.stat(config_path).st_mtime
         self._config = load_config(config_path)
         self._readers: dict[str, BinlogReader] = {}
+
+    def _current(self) -> RuntimeConfig:
+        """The configuration as the runtime last wrote it (sources come and go in a cluster)."""
+        mtime = os.stat(self._config_path).st_mtime
+        if mtime != self._config_mtime:
+            self._config = load_config(self._config_path)
+            self._config_mtime = mtime
+            for name in set(self._readers) - {b.spec.name for b in self._config.sources}:
+                self._readers.pop(name).close()
+        return self._config
 
     def _reader(self, binding: SourceBinding) -> BinlogReader:
         reader = self._readers.get(binding.spec.name)
@@ -167,24 +178,33 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def initialOffset(self) -> dict[str, Any]:
         return {
-            b.spec.name: position_to_offset(self._reader(b).resolve_start(b.start))
-            for b in self._config.sources
+            b.spec.name: position_to_offset(self._reader(b).resolve_start(b.start), b.epoch)
+            for b in self._current().sources
         }
 
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: Any = None
     ) -> dict[str, Any]:
         return {
-            b.spec.name: position_to_offset(self._reader(b).master_position())
-            for b in self._config.sources
+            b.spec.name: position_to_offset(self._reader(b).master_position(), b.epoch)
+            for b in self._current().sources
         }
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[SourceRange]:
-        return [
-            SourceRange(self._config_path, name, start[name], end[name])
-            for name in end
-            if name in start and _moved(start[name], end[name])
-        ]
+        config = self._current()
+        ranges = []
+        for name, upto in end.items():
+            begin = start.get(name)
+            if begin is None or begin.get("epoch", 0) != upto.get("epoch", 0):
+                # Gained (or regained) in a cluster: resume where the last owner
+                # committed, not where this runtime's own checkpoint left off.
+                binding = next((b for b in config.sources if b.spec.name == name), None)
+                if binding is None or not isinstance(binding.start, BinlogPosition):
+                    continue
+                begin = position_to_offset(binding.start, binding.epoch)
+            if _moved(begin, upto):
+                ranges.append(SourceRange(self._config_path, name, begin, upto))
+        return ranges
 
     def read(self, partition: SourceRange) -> Iterator[pa.RecordBatch]:
         config, stage = worker_stage(partition.config_path)

@@ -1,0 +1,173 @@
+"""One runtime as a member of a dbus cluster: ZooKeeper decides what it reads and runs.
+
+The ``ClusterMember`` lives in the driver process. A control loop turns the
+coordinator's view (sources this runtime owns, at which epoch; the active
+function versions) into the runtime's private configuration file, which the
+binlog source and the function stage re-read at their next micro-batch: a
+deploy, a rollback or a moved source takes effect at a batch boundary, with no
+restart. A progress listener commits each finished batch's end positions to
+ZooKeeper, fenced by the epoch the batch read them under.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from dbus_fn.capture import BinlogReader
+from dbus_fn.coordination import Coordinator, FunctionWatcher, ZooKeeperSettings
+from dbus_fn.errors import DbusError, FencedError
+from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.source import offset_to_position
+
+log = logging.getLogger("dbus.runtime")
+
+REFRESH_SECONDS = 1.0
+
+
+class ClusterMember:
+    """Joins the cluster, keeps the runtime's configuration in step with it, commits."""
+
+    def __init__(
+        self,
+        settings: ZooKeeperSettings,
+        runtime_id: str,
+        base: RuntimeConfig,
+        config_path: Path,
+        *,
+        capacity: float = 1.0,
+        start: str = "latest",
+    ) -> None:
+        self.coordinator = Coordinator.from_settings(settings, runtime_id, capacity)
+        self._base = base
+        self.config_path = config_path
+        self._start = start
+        self._watcher: FunctionWatcher | None = None
+        self._bindings: dict[str, SourceBinding] = {}
+        self._written: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> RuntimeConfig:
+        """Join (one-line errors if ZooKeeper or the cluster is missing); write the
+        first configuration and keep it current in the background."""
+        self.coordinator.start()
+        self._watcher = self.coordinator.function_watcher(
+            cache_dir=Path(self._base.checkpoint_dir).parent / "bundles"
+        )
+        config = self.refresh()
+        self._thread = threading.Thread(target=self._loop, name="dbus-cluster", daemon=True)
+        self._thread.start()
+        return config
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._watcher is not None:
+            self._watcher.stop()
+        self.coordinator.stop()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(REFRESH_SECONDS):
+            try:
+                self.refresh()
+            except DbusError as exc:
+                log.warning("cluster: %s", exc)
+            except Exception:  # the loop must outlive one bad refresh
+                log.exception("cluster: refresh failed; trying again")
+
+    def refresh(self) -> RuntimeConfig:
+        """Write the configuration the cluster asks for now; return it."""
+        with self._lock:
+            assert self._watcher is not None
+            self._watcher.poll()
+            functions = sorted(self._watcher.current, key=lambda f: f.name)
+            state = self.coordinator.state
+            if state == "suspended":
+                # ZooKeeper is away but the session may come back: keep the current
+                # work (commits are held), start nothing new.
+                owned = {name: b.epoch for name, b in self._bindings.items()}
+            else:
+                owned = self.coordinator.owned_sources()
+            bindings = {}
+            for name, epoch in owned.items():
+                known = self._bindings.get(name)
+                bindings[name] = (
+                    known if known is not None and known.epoch == epoch
+                    else self._acquire(name, epoch)
+                )  # fmt: skip
+            self._bindings = bindings
+            config = replace(
+                self._base,
+                sources=tuple(bindings[name] for name in sorted(bindings)),
+                deployments=tuple(str(f.path) for f in functions),
+            )
+            wanted = config.to_json()
+            if wanted != self._written:
+                config.save(self.config_path)
+                self._written = wanted
+                log.info(
+                    "cluster: sources %s, functions %s",
+                    {n: b.epoch for n, b in bindings.items()},
+                    [f"{f.name}@{f.version}" for f in functions],
+                )
+            return config
+
+    def _acquire(self, source: str, epoch: int) -> SourceBinding:
+        """A source newly owned at ``epoch``: resume from its committed position."""
+        spec = self.coordinator.sources.get(source).spec()
+        server_id = self.coordinator.server_id(source)
+        committed = self.coordinator.committed_position(source)
+        if committed is not None:
+            begin = committed.position
+        else:
+            reader = BinlogReader(spec, server_id=server_id)
+            try:
+                begin = reader.resolve_start(self._start)
+            finally:
+                reader.close()
+        log.info("cluster: now reading %s from %s (epoch %d)", source, begin, epoch)
+        return SourceBinding(spec=spec, server_id=server_id, start=begin, epoch=epoch)
+
+    def commit(self, end_offsets: Mapping[str, Any]) -> None:
+        """Commit a finished batch's end positions, each under the epoch it was read at."""
+        for source, offset in end_offsets.items():
+            epoch = int(offset.get("epoch", 0))
+            try:
+                self.coordinator.commit_position(source, offset_to_position(offset), epoch)
+            except FencedError as exc:
+                # Another runtime owns it now; it resumes from the last commit.
+                log.warning("cluster: %s", exc)
+
+
+class PositionCommitter(StreamingQueryListener):  # type: ignore[misc]
+    """Commits positions when Spark reports a finished (checkpointed) micro-batch."""
+
+    def __init__(self, member: ClusterMember) -> None:
+        self._member = member
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        if not progress.numInputRows and not progress.sources:
+            return
+        for source in progress.sources:
+            if source.endOffset:
+                self._member.commit(json.loads(source.endOffset))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
