@@ -193,7 +193,9 @@ class SourceAccessError(SourceError):
 
     exit_code = 3
 
-    def __init__(self, message: str, *, source: str | None = None, grant: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, source: str | None = None, grant: str | None = None
+    ) -> None:
         super().__init__(message, source=source)
         self.grant = grant
 

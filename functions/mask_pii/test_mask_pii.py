@@ -1,5 +1,6 @@
-from dbus_fn.testing import insert, update
 from mask_pii import email_token, masked_phone
+
+from dbus_fn.testing import insert, update
 
 USER = {"id": 1, "name": "Ada", "email": "Ada.Lovelace@Example.com", "phone": "+44 20 7946 0958"}
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+
 from dbus_fn.cli import cli
 from dbus_fn.json_format import event_to_json, write_jsonl
 from dbus_fn.testing import insert

@@ -12,6 +12,17 @@ from typing import Any
 
 import pytest
 from cloudevents_spec import spec_problems
+from event_samples import (
+    COMMIT_TIME,
+    POSITION,
+    ROW,
+    assert_same_change,
+    assert_same_row,
+    row_change,
+    schema_change,
+    transaction_commit,
+)
+
 from dbus_fn import (
     CloudEvent,
     ColumnValueError,
@@ -28,16 +39,6 @@ from dbus_fn import (
     to_cloudevent,
 )
 from dbus_fn.cloudevent import EXTENSIONS, new_event
-from event_samples import (
-    COMMIT_TIME,
-    POSITION,
-    ROW,
-    assert_same_change,
-    assert_same_row,
-    row_change,
-    schema_change,
-    transaction_commit,
-)
 
 
 def structured(event: CloudEvent) -> dict[str, Any]:

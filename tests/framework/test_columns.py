@@ -9,6 +9,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from event_samples import COLUMN_TYPES, ROW, assert_same_row
+
 from dbus_fn import ColumnValueError, UnsupportedColumnTypeError
 from dbus_fn.columns import (
     from_json_value,
@@ -18,7 +20,6 @@ from dbus_fn.columns import (
     row_to_json,
     to_json_value,
 )
-from event_samples import COLUMN_TYPES, ROW, assert_same_row
 
 # (column type, Python value, JSON form) straight from the table in dbus_fn.columns.
 GOLDEN: list[tuple[str, Any, Any]] = [

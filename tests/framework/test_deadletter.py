@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 from cloudevents_spec import spec_problems
+from event_samples import assert_same_change, row_change, transaction_commit
+
 from dbus_fn import (
     EventFormatError,
     from_cloudevent,
@@ -17,7 +19,6 @@ from dbus_fn import (
 )
 from dbus_fn.deadletter import dead_letter_event, original_from_dead_letter
 from dbus_fn.json_format import event_from_json, event_to_json
-from event_samples import assert_same_change, row_change, transaction_commit
 
 
 def _failing_projection(row: dict[str, object]) -> None:

@@ -3,12 +3,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import dbus_fn as fn
 import pytest
+from fn_modules import make_module
+
+import dbus_fn as fn
 from dbus_fn.decorators import function_info, globs_overlap
 from dbus_fn.errors import FunctionValidationError
 from dbus_fn.events import Operation
-from fn_modules import make_module
 
 
 def _raises(tmp_path: Path, source: str) -> FunctionValidationError:

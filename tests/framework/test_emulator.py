@@ -3,13 +3,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fn_modules import make_module
+
 from dbus_fn.emulator import Emulator, read_event_file
 from dbus_fn.errors import EventFormatError
 from dbus_fn.events import TransactionCommit
 from dbus_fn.json_format import event_to_json, write_jsonl
 from dbus_fn.registry import deployment_from_module
 from dbus_fn.testing import delete, insert, row_change, update
-from fn_modules import make_module
 
 SOURCE = """
 import dbus_fn as fn

@@ -8,8 +8,9 @@ import pickle
 from typing import Any
 
 import pytest
-from dbus_fn import DbusError, Operation, ReadOnlyRowError, Row, RowChange
 from event_samples import ROW, assert_same_row, row_change
+
+from dbus_fn import DbusError, Operation, ReadOnlyRowError, Row, RowChange
 
 
 @pytest.mark.parametrize(

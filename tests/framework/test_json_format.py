@@ -6,6 +6,8 @@ from datetime import UTC
 from pathlib import Path
 
 import pytest
+from event_samples import assert_same_change, row_change, schema_change, transaction_commit
+
 from dbus_fn import (
     EventFormatError,
     Operation,
@@ -17,7 +19,6 @@ from dbus_fn import (
     to_cloudevent,
     write_jsonl,
 )
-from event_samples import assert_same_change, row_change, schema_change, transaction_commit
 
 
 def test_jsonl_round_trip_keeps_order_and_every_value(tmp_path: Path) -> None:

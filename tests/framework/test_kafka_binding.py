@@ -7,6 +7,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Literal
 
 import pytest
+from event_samples import ROW, assert_same_change, row_change, schema_change, transaction_commit
+
 from dbus_fn import (
     EventFormatError,
     KafkaMessage,
@@ -17,7 +19,6 @@ from dbus_fn import (
     to_cloudevent,
     to_kafka_message,
 )
-from event_samples import ROW, assert_same_change, row_change, schema_change, transaction_commit
 
 Mode = Literal["binary", "structured"]
 MODES: list[Mode] = ["binary", "structured"]

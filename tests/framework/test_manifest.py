@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from dbus_fn.errors import DestinationError, ManifestError
 from dbus_fn.manifest import Destination, Manifest, load_manifest
 

@@ -6,11 +6,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from fn_modules import make_module
+
 from dbus_fn.manifest import Destination
 from dbus_fn.pipeline import Outcome, Pipeline
 from dbus_fn.registry import LoadedDeployment, deployment_from_module
 from dbus_fn.testing import delete, insert, update
-from fn_modules import make_module
 
 ORDERS = """
 import time

@@ -5,10 +5,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fn_modules import make_module, write_module
+
 from dbus_fn.errors import FunctionValidationError, ModuleLoadError, RegistryError
 from dbus_fn.events import Operation
 from dbus_fn.registry import FunctionRegistry, deployment_from_module, load_deployment, load_module
-from fn_modules import make_module, write_module
 
 MODULE = """
 import dbus_fn as fn

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+
 from dbus_fn.events import Operation
 from dbus_fn.testing import delete, insert, row_change, update
 
