@@ -145,6 +145,12 @@ def dbus_fn_requirement() -> str:
     function folder tests against the very SDK that made it; a release gives
     ``dbus-fn==<version>``.
     """
+    # Running from a checkout (an editable install): that checkout. Tools such as
+    # tox install it from a temporary wheel, whose file URL would not outlive them.
+    checkout = Path(__file__).resolve().parents[3]
+    pyproject = checkout / "pyproject.toml"
+    if pyproject.is_file() and 'name = "dbus-fn"' in pyproject.read_text(encoding="utf-8"):
+        return str(checkout)
     try:
         dist = metadata.distribution("dbus-fn")
     except metadata.PackageNotFoundError:
@@ -152,12 +158,8 @@ def dbus_fn_requirement() -> str:
     direct = dist.read_text("direct_url.json")
     if direct:
         url = urlparse(json.loads(direct).get("url", ""))
-        if url.scheme == "file":
+        if url.scheme == "file" and Path(url2pathname(url.path)).is_dir():
             return url2pathname(url.path)
-    checkout = Path(__file__).resolve().parents[3]
-    pyproject = checkout / "pyproject.toml"
-    if pyproject.is_file() and 'name = "dbus-fn"' in pyproject.read_text(encoding="utf-8"):
-        return str(checkout)
     return f"dbus-fn=={dist.version}"
 
 
