@@ -150,7 +150,8 @@ def _master_state(config: SparkClusterConfig) -> dict[str, object] | None:
 def _worker_alive(config: SparkClusterConfig) -> bool:
     state = _master_state(config) or {}
     workers = state.get("workers", [])
-    assert isinstance(workers, list)
+    if not isinstance(workers, list):
+        return False
     return any(w.get("port") == config.worker_port and w.get("state") == "ALIVE" for w in workers)
 
 
