@@ -159,8 +159,9 @@ class Kafka(Service):
             java,
             "kafka.tools.StorageTool",
             "format",
-            "--cluster-id",
-            cluster_id,
+            # One argument: a urlsafe id may start with "-", which the tool
+            # would otherwise take for an option.
+            f"--cluster-id={cluster_id}",
             "--config",
             str(properties),
             heap="256m",

@@ -41,7 +41,7 @@ def test_positions_outside_the_version_range_are_refused(file: str, pos: int, ro
     [
         ("int", "long"),
         ("int unsigned", "long"),
-        ("bigint unsigned", "unsigned_long"),
+        ("bigint unsigned", "keyword"),
         ("decimal(65,30)", "keyword"),
         ("datetime(6)", "date"),
         ("timestamp(6)", "date"),

@@ -58,14 +58,16 @@ def document_version(position: BinlogPosition, row_index: int) -> int:
 
 
 _ES_TYPES: tuple[tuple[str, Mapping[str, Any]], ...] = (
-    ("bigint unsigned", {"type": "unsigned_long"}),
+    # Unsigned 64-bit values do not fit a long, and unsigned_long is an x-pack
+    # plugin a minimal server lacks: keep them exact as keywords.
+    ("bigint unsigned", {"type": "keyword"}),
     ("tinyint", {"type": "long"}),
     ("smallint", {"type": "long"}),
     ("mediumint", {"type": "long"}),
     ("bigint", {"type": "long"}),
     ("int", {"type": "long"}),
     ("year", {"type": "integer"}),
-    ("bit", {"type": "unsigned_long"}),
+    ("bit", {"type": "keyword"}),
     # Exact decimals travel as strings; keep them exact (sortable as keyword).
     ("decimal", {"type": "keyword"}),
     ("float", {"type": "double"}),

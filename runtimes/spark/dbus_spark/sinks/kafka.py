@@ -36,6 +36,9 @@ PRODUCER_DEFAULTS: Mapping[str, Any] = {
     # task (and so the micro-batch) is retried; nothing is acknowledged before.
     "message.timeout.ms": 300_000,
     "message.max.bytes": 64 * 1024 * 1024,
+    # A broker that is down is retried at most once a second, not five times.
+    "reconnect.backoff.ms": 1000,
+    "reconnect.backoff.max.ms": 10000,
 }
 
 
