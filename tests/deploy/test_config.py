@@ -69,3 +69,19 @@ def test_endpoints_follow_the_configured_ports(tmp_path: Path) -> None:
     assert found.kafka.bootstrap_servers == "127.0.0.1:9094"
     assert found.elasticsearch.url == "http://127.0.0.1:9201"
     assert Endpoints.from_json(found.to_json()) == found
+
+
+def test_a_checkout_another_user_cannot_reach_keeps_its_state_in_var_tmp(tmp_path: Path) -> None:
+    from dbus_deploy.services._config import _default_home
+
+    private = tmp_path / "private"
+    checkout = private / "repo"
+    checkout.mkdir(parents=True)
+    private.chmod(0o700)
+    home = _default_home(checkout)
+    assert home.parent == Path("/var/tmp")
+    assert home == _default_home(checkout)  # the same place every time
+    private.chmod(0o755)
+    tmp_path.chmod(0o755)
+    if all(p.stat().st_mode & 0o001 for p in tmp_path.parents):
+        assert _default_home(checkout) == checkout / ".dbus"

@@ -8,8 +8,10 @@ are used. Precedence: explicit argument, then environment, then default.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +51,19 @@ ENV_HELP = (
     + ", ".join(f"{env} (default {default})" for _, env, default in _HEAPS)
     + ", JAVA_HOME (the Java 17+ to run the JVM services)."
 )
+
+
+def _default_home(repo: Path) -> Path:
+    """``<repo>/.dbus``, unless another user could not reach it.
+
+    Elasticsearch runs as an unprivileged user, who must traverse every folder
+    above its state; a checkout under a private folder (``/root/...``) gets its
+    state in ``/var/tmp/dbus-<id of the checkout>`` instead, the same every time.
+    """
+    if all(folder.stat().st_mode & stat.S_IXOTH for folder in repo.parents if folder.exists()):
+        return repo / ".dbus"
+    digest = hashlib.sha1(str(repo).encode()).hexdigest()[:12]
+    return Path("/var/tmp") / f"dbus-{digest}"
 
 
 def _repo_root() -> Path:
@@ -102,7 +117,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> ServicesConfig:
     """Read the services' configuration from ``environ`` (default ``os.environ``)."""
     env = dict(os.environ if environ is None else environ)
     raw_home = env.get(HOME_ENV, "").strip()
-    home = Path(raw_home).expanduser().resolve() if raw_home else _repo_root() / ".dbus"
+    home = Path(raw_home).expanduser().resolve() if raw_home else _default_home(_repo_root())
 
     ports: dict[str, int] = {}
     owners: dict[int, str] = {}
