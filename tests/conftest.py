@@ -80,20 +80,7 @@ class FreshDatabase:
 
         Connections are closed when the test ends.
         """
-        import pymysql
-
-        settings: dict[str, Any] = {
-            "host": self.endpoint.host,
-            "port": self.endpoint.port,
-            "user": self.endpoint.user,
-            "password": self.endpoint.password,
-            "autocommit": True,
-            "charset": "utf8mb4",
-        }
-        if use_database:
-            settings["database"] = self.name
-        settings.update(options)
-        connection = pymysql.connect(**settings)
+        connection = self.endpoint.connect(self.name if use_database else None, **options)
         self._opened.append(connection)
         return connection
 

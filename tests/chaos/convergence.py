@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pymysql
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from elasticsearch import Elasticsearch
@@ -290,18 +289,7 @@ class Database:
     _opened: list[Any] = field(default_factory=list, repr=False)
 
     def connect(self, *, use_database: bool = True, **options: Any) -> Any:
-        settings: dict[str, Any] = {
-            "host": self.endpoint.host,
-            "port": self.endpoint.port,
-            "user": self.endpoint.user,
-            "password": self.endpoint.password,
-            "autocommit": True,
-            "charset": "utf8mb4",
-        }
-        if use_database:
-            settings["database"] = self.name
-        settings.update(options)
-        connection = pymysql.connect(**settings)
+        connection = self.endpoint.connect(self.name if use_database else None, **options)
         self._opened.append(connection)
         return connection
 

@@ -28,6 +28,24 @@ class MariaDBEndpoint:
         """``mysql://user:password@host:port``, the form sources are configured with."""
         return f"mysql://{self.user}:{self.password}@{self.host}:{self.port}"
 
+    def connect(self, database: str | None = None, **options: Any) -> Any:
+        """A PyMySQL connection as this endpoint's user: utf8mb4, autocommit unless
+        ``options`` say otherwise."""
+        import pymysql
+
+        settings: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            "autocommit": True,
+            "charset": "utf8mb4",
+        }
+        if database is not None:
+            settings["database"] = database
+        settings.update(options)
+        return pymysql.connect(**settings)
+
 
 @dataclass(frozen=True, slots=True)
 class ZooKeeperEndpoint:
