@@ -200,7 +200,7 @@ class Emulator:
     ) -> Iterator[EmulatedRecord]:
         """Records for the changes of a live binlog, read with the capture code.
 
-        Reads from ``start`` (``latest``, ``earliest`` or a position) until
+        Reads from ``start`` (``latest``, ``earliest``, ``snapshot`` or a position) until
         ``idle_timeout`` seconds pass without a change (``None``: until stopped).
         The reader replicates with a ``server_id`` of its own, so it never
         collides with a runtime reading the same server.

@@ -19,7 +19,10 @@ Guarantees and choices:
   on MariaDB by a GTID state alone (``BinlogPosition("", 0, "0-1-42")``).
 * Every read checks its start: a purged file, an offset past the end, not at an
   event or inside a transaction is a ``PositionError`` with the explicit choices
-  (``--from earliest|latest``; ``snapshot`` is not supported yet). Never a skip.
+  (``--from earliest|latest|snapshot``). Never a skip.
+* ``read("snapshot")`` hands out every row of the captured tables as inserts at
+  one position (MariaDB's consistent snapshot: no table locked), then a
+  ``TransactionCommit`` at that position, then the binlog from exactly there.
 * A fault (connection killed, server restart, network stall past
   ``stall_timeout``) reconnects with backoff from the last commit and skips what
   was already handed out from the interrupted transaction: no loss, no duplicate.

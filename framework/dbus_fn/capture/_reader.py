@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pymysql
+import pymysql.cursors
 from pymysql.constants.COMMAND import COM_BINLOG_DUMP
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
@@ -59,6 +60,7 @@ from dbus_fn.capture._positions import (
     parse_gtid_state,
 )
 from dbus_fn.capture._server_id import REPORT_PREFIX, check_server_id, validate_server_id
+from dbus_fn.capture._snapshot import SnapshotTable, describe_table, snapshot_rows
 from dbus_fn.errors import ConfigError, PositionError, SourceAccessError, SourceError
 from dbus_fn.events import (
     BinlogPosition,
@@ -402,8 +404,9 @@ class BinlogReader:
                 return BinlogPosition(first, 4, gtid)
             if choice == "snapshot":
                 raise PositionError(
-                    "starting from a snapshot is not supported yet; use --from earliest "
-                    "(everything still in the binlog) or --from latest (only new changes)",
+                    "a snapshot is not a position: read('snapshot') hands out the tables "
+                    "as they are, then the binlog from the snapshot's position; use "
+                    "--from earliest or --from latest where a position is needed",
                     source=self.spec.name,
                     position="snapshot",
                     choices=("earliest", "latest"),
@@ -572,6 +575,16 @@ class BinlogReader:
         retried with backoff from the last commit, without loss or duplicates;
         configuration, privilege and position errors are raised at once.
         """
+        if isinstance(start, str) and start.strip().lower() == "snapshot":
+            snapshot_end: BinlogPosition | None = None
+            for item in self.snapshot():
+                yield item
+                if isinstance(item, TransactionCommit):
+                    snapshot_end = item.position
+            assert snapshot_end is not None
+            if stop is not None and stop.file and coordinates(stop) <= coordinates(snapshot_end):
+                return
+            start = snapshot_end
         # Checked on every read; the GTID state is not looked up here (BINLOG_GTID_POS
         # scans the file), so positions without one resume by file and offset only.
         begin = self.resolve_start(start, fill_gtid=False)
@@ -636,6 +649,103 @@ class BinlogReader:
             time.sleep(delay)
             backoff = min(backoff * 2, self.max_backoff)
             self.reconnects += 1
+
+    def snapshot(self) -> Iterator[CaptureItem]:
+        """Every row of the captured tables as it is now, then where the binlog goes on.
+
+        The rows are inserts at one position (the snapshot's), in table order; a
+        ``TransactionCommit`` at that position ends the snapshot, so a reader that
+        resumes from it misses nothing the snapshot did not hold. No table is
+        locked: MariaDB's consistent snapshot gives rows and position together.
+        """
+        info = self.server_info()
+        if not info.is_mariadb:
+            raise PositionError(
+                f"source {self.spec.name!r}: a snapshot start needs MariaDB's consistent "
+                "snapshot position, which this server does not give; use --from earliest "
+                "or --from latest",
+                source=self.spec.name,
+                position="snapshot",
+                choices=("earliest", "latest"),
+            )
+        tables = self._snapshot_tables()
+        connection = self._connect(cursorclass=pymysql.cursors.SSCursor)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SET SESSION time_zone = '+00:00'")
+                cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+                cursor.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+                status = {str(k).lower(): str(v) for k, v in cursor.fetchall()}
+                cursor.execute("SELECT UTC_TIMESTAMP(6)")
+                (now,) = cursor.fetchall()[0]
+            file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+            position = BinlogPosition(file, pos, self._gtid_at(file, pos))
+            taken = now.replace(tzinfo=UTC)
+            log.info("source %s: snapshot of %d table(s) at %s", self.spec.name, len(tables),
+                     position)  # fmt: skip
+            count = 0
+            for table in tables:
+                columns = ", ".join(f"`{c.replace('`', '``')}`" for c in table.columns)
+                quoted = ".".join(f"`{n.replace('`', '``')}`" for n in (table.database,
+                                                                         table.table))  # fmt: skip
+                with connection.cursor() as cursor:
+                    cursor.execute(f"SELECT {columns} FROM {quoted}")
+                    for change in snapshot_rows(
+                        table, iter(cursor), source=self.spec.name, position=position,
+                        commit_time=taken, server_id=info.identity, first_index=count,
+                    ):  # fmt: skip
+                        count += 1
+                        yield change
+            with connection.cursor() as cursor:
+                cursor.execute("COMMIT")
+        except pymysql.err.MySQLError as exc:
+            raise self._translate(exc, doing="taking a snapshot") from None
+        finally:
+            connection.close()
+        yield TransactionCommit(
+            source=self.spec.name,
+            position=position,
+            commit_time=taken,
+            server_id=info.identity,
+            rows=count,
+        )
+
+    def _snapshot_tables(self) -> list[SnapshotTable]:
+        rows = self._sql(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+            "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
+            "('mysql', 'information_schema', 'performance_schema', 'sys') "
+            "ORDER BY TABLE_SCHEMA, TABLE_NAME",
+            doing="listing tables for a snapshot",
+        )
+        tables = []
+        for database, table in rows:
+            database, table = str(database), str(table)
+            if not self.spec.matches(database, table):
+                continue
+            columns = self._sql(
+                "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
+                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+                (database, table),
+                doing="reading columns for a snapshot",
+            )
+            key = self._sql(
+                "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+                "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+                (database, table),
+                doing="reading the primary key for a snapshot",
+            )
+            tables.append(
+                describe_table(
+                    database,
+                    table,
+                    [(str(name), str(kind)) for name, kind in columns],
+                    [str(name) for (name,) in key],
+                    self._json_columns_of(database, table),
+                )
+            )
+        return tables
 
     def _replication_refused(self, exc: BaseException) -> SourceAccessError:
         user = self.spec.connection.user

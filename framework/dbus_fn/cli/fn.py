@@ -265,7 +265,8 @@ def invoke(path: Path, event_file: Path, type_prefix: str, fail_on_dead_letter: 
     show_envvar=True,
     default="latest",
     show_default=True,
-    help="With --source: latest, earliest, file:pos or a MariaDB GTID state.",
+    help="With --source: latest, earliest, snapshot (the tables as they are, then the "
+    "binlog), file:pos or a MariaDB GTID state.",
 )
 @click.option(
     "--idle-timeout",
@@ -340,7 +341,8 @@ def _live(
     if not separator or "://" in name:
         name, dsn = "local", source
     spec = SourceSpec(name=name, dsn=dsn, tables=emulator.deployment.manifest.tables)
-    begin = start if start.strip().lower() in ("latest", "earliest") else parse_position(start)
+    choice = start.strip().lower()
+    begin = choice if choice in ("latest", "earliest", "snapshot") else parse_position(start)
     return emulator.run_source(spec, start=begin, idle_timeout=idle_timeout)
 
 

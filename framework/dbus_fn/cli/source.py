@@ -41,7 +41,10 @@ def _spec(source: str, tables: tuple[str, ...]) -> Any:
 
 
 def _start(reader: Any, value: str) -> Any:
-    if value.strip().lower() in ("latest", "earliest", "snapshot"):
+    choice = value.strip().lower()
+    if choice == "snapshot":
+        return choice  # read() hands out the tables first, then the binlog from there
+    if choice in ("latest", "earliest"):
         return reader.resolve_start(value)
     return reader.resolve_start(_capture().parse_position(value))
 
