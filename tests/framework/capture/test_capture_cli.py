@@ -100,3 +100,29 @@ def test_record_writes_cloudevents_the_emulator_reads(
     ]  # fmt: skip
     assert events[0].get_data()["after"] == {"id": 1, "s": "a"}
     assert "recorded 5 events" in result.output
+
+
+def test_record_from_snapshot_starts_with_the_tables_as_they_are(
+    runner: CliRunner, fresh_database: Any, tmp_path: Path
+) -> None:
+    connection = fresh_database.connect()
+    execute(
+        connection,
+        "CREATE TABLE o (id INT PRIMARY KEY, s VARCHAR(5))",
+        "INSERT INTO o VALUES (1, 'a'), (2, 'b')",
+        "UPDATE o SET s = 'c' WHERE id = 2",
+    )
+    added = runner.invoke(cli, ["source", "add", "snap", fresh_database.endpoint.dsn,
+                                "-t", f"{fresh_database.name}.*"])  # fmt: skip
+    assert added.exit_code == 0, added.output
+    output = tmp_path / "snapshot.jsonl"
+    result = runner.invoke(cli, [
+        "source", "record", "snap", "--output", str(output), "--max-events", "3",
+        "--from", "snapshot",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    events = list(read_jsonl(output))
+    assert [e.get_type() for e in events] == [
+        "io.dbus.row.inserted", "io.dbus.row.inserted", "io.dbus.transaction.committed",
+    ]  # fmt: skip
+    assert [e.get_data()["after"] for e in events[:2]] == [{"id": 1, "s": "a"}, {"id": 2, "s": "c"}]
