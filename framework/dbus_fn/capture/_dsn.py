@@ -21,6 +21,11 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _PATTERN = re.compile(r"^[^.\s]+\.[^.\s]+$")
 
 
+_CLIENT_SSL = 1 << 11  # the server-capability flag for TLS in the MySQL protocol
+_TLS: dict[tuple[str, int], Any] = {}
+"""Per server seen by this process: False (no TLS), or the shared TLS context."""
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionSettings:
     """Where and as whom to connect; built by ``parse_dsn``."""
@@ -38,14 +43,32 @@ class ConnectionSettings:
         return f"{self.scheme}://{self.user}{secret}@{self.host}:{self.port}"
 
     def pymysql_kwargs(self, **extra: Any) -> dict[str, Any]:
-        """Keyword arguments for ``pymysql.connect``."""
-        return {
+        """Keyword arguments for ``pymysql.connect``.
+
+        PyMySQL prefers TLS and builds a new TLS context (reading the system's
+        certificates, ~40 ms) for every connection, even to a server without TLS.
+        Once ``remember_tls`` has seen this server, its answer is reused: TLS with
+        one shared context where the server offers it, plain where it does not.
+        """
+        kwargs: dict[str, Any] = {
             "host": self.host,
             "port": self.port,
             "user": self.user,
             "password": self.password,
-            **extra,
         }
+        tls = _TLS.get((self.host, self.port))
+        if tls is False:
+            kwargs["ssl_disabled"] = True
+        elif tls is not None:
+            kwargs["ssl"] = tls
+        return {**kwargs, **extra}
+
+    def remember_tls(self, connection: Any) -> None:
+        """Note, from an open connection, whether this server speaks TLS."""
+        key = (self.host, self.port)
+        if key not in _TLS:
+            speaks_tls = bool(connection.server_capabilities & _CLIENT_SSL)
+            _TLS[key] = connection.ctx if speaks_tls and connection.ssl else False
 
     def __str__(self) -> str:
         return self.redacted

@@ -227,11 +227,13 @@ class BinlogReader:
             connect_timeout=self.connect_timeout, autocommit=True, **extra
         )
         try:
-            return pymysql.connect(**settings)
+            connection = pymysql.connect(**settings)
         except pymysql.err.MySQLError as exc:
             raise self._translate(exc, doing="connecting") from None
         except OSError as exc:
             raise self._unreachable(exc) from None
+        self.spec.connection.remember_tls(connection)
+        return connection
 
     def _unreachable(self, exc: BaseException) -> SourceError:
         return SourceError(
@@ -833,6 +835,7 @@ class BinlogReader:
         skip = progress.in_transaction
         last_item = max(last_item, progress.last_item)
         now = time.monotonic
+        failed = False
         try:
             while True:
                 try:
@@ -980,8 +983,29 @@ class BinlogReader:
                     last_item = progress.last_item = now()
                 if stop_at is not None and coordinates(position) >= stop_at:
                     return
+        except BaseException as exc:
+            # A stalled or broken connection must not be touched again; a reader
+            # that simply stopped consuming (GeneratorExit) ended cleanly.
+            failed = not isinstance(exc, GeneratorExit)
+            raise
         finally:
             stream.close()
+            if not failed and stop is not None:
+                self._end_dump_thread()
+
+    def _end_dump_thread(self) -> None:
+        """End the server's side of the replication connection just closed.
+
+        The server notices a closed replica only at its next event or heartbeat;
+        until then, the next read with the same server_id waits ~100 ms for the
+        server to kill the leftover dump thread. Ending it here makes each
+        micro-batch's read start at once.
+        """
+        thread = self.connection_id
+        if thread is None:
+            return
+        with contextlib.suppress(pymysql.err.MySQLError, OSError, SourceError):
+            self._sql(f"KILL CONNECTION {int(thread)}", doing="ending the binlog dump")
 
     def _decoder_for(self, event: Any, info: ServerInfo) -> TableDecoder | None:
         database, table = event.schema, event.table
