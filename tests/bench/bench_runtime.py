@@ -170,7 +170,21 @@ def latency(spark: Any, cfg: RuntimeConfig, dsn_settings: dict[str, Any], databa
         reader.join()
         consumer.close()
         query.stop()
+    print_phases(query)
     return sorted((received[k] - t) * 1000 for k, t in committed.items() if k in received)
+
+
+def print_phases(query: Any) -> None:
+    """Median milliseconds of each micro-batch phase (of the last 100 batches with rows)."""
+    phases: dict[str, list[int]] = {}
+    for progress in query.recentProgress:
+        if progress["numInputRows"]:
+            for phase, ms in progress["durationMs"].items():
+                phases.setdefault(phase, []).append(ms)
+    print(
+        "micro-batch phases, median ms: "
+        + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in sorted(phases.items()))
+    )
 
 
 def peak_rss_during(spark: Any, cfg: RuntimeConfig, rows: int) -> tuple[float, float]:
@@ -264,9 +278,7 @@ def main() -> None:
                 f"p99 {p99:.0f} ms ({len(lat)} rows)"
             )
         if "big" not in args.skip:
-            cur.execute(
-                "CREATE TABLE big (id INT PRIMARY KEY, a VARCHAR(32), b BIGINT, c DOUBLE)"
-            )
+            cur.execute("CREATE TABLE big (id INT PRIMARY KEY, a VARCHAR(32), b BIGINT, c DOUBLE)")
             before = master(cur)
             conn.begin()
             for first in range(1, args.big + 1, 50_000):
