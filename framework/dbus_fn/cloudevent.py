@@ -142,7 +142,8 @@ def _segment(text: str) -> str:
     return quote(text, safe="")
 
 
-def _source_path(*segments: str) -> str:
+def source_path(*segments: str) -> str:
+    """An event ``source``: ``/mysql/<source>/<db>/<table>``, each segment escaped."""
     return "/mysql/" + "/".join(_segment(segment) for segment in segments)
 
 
@@ -238,8 +239,8 @@ def row_json(change: RowChange) -> tuple[dict[str, Any], dict[str, str]]:
     return image, types
 
 
-def _utc(moment: datetime) -> datetime:
-    # Binlog timestamps are UTC seconds; a naive commit time is read as UTC.
+def utc_time(moment: datetime) -> datetime:
+    """A commit time as an aware UTC datetime (binlog timestamps are UTC seconds)."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
@@ -250,7 +251,7 @@ def _base_attributes(item: CaptureItem, source: str, kind: str, prefix: str) -> 
         "id": event_id(item),
         "source": source,
         "type": f"{prefix}.{kind}",
-        "time": _utc(item.commit_time),
+        "time": utc_time(item.commit_time),
         "datacontenttype": DATA_CONTENT_TYPE,
         DBUS_SOURCE: item.source,
         SERVER_ID: item.server_id,
@@ -290,7 +291,7 @@ def event_parts(
         types, before, after = _encoded_images(item)
         attrs = _base_attributes(
             item,
-            _source_path(item.source, item.database, item.table),
+            source_path(item.source, item.database, item.table),
             ROW_TYPES[item.op],
             type_prefix,
         )
@@ -308,12 +309,10 @@ def event_parts(
         }
     elif isinstance(item, SchemaChange):
         segments = [item.source, item.database] + ([item.table] if item.table else [])
-        attrs = _base_attributes(item, _source_path(*segments), SCHEMA_CHANGED, type_prefix)
+        attrs = _base_attributes(item, source_path(*segments), SCHEMA_CHANGED, type_prefix)
         data = {"database": item.database, "table": item.table, "statement": item.statement}
     elif isinstance(item, TransactionCommit):
-        attrs = _base_attributes(
-            item, _source_path(item.source), TRANSACTION_COMMITTED, type_prefix
-        )
+        attrs = _base_attributes(item, source_path(item.source), TRANSACTION_COMMITTED, type_prefix)
         data = {"rows": item.rows}
     else:
         raise TypeError(
@@ -414,9 +413,7 @@ def _kind_of(event_type: str, type_prefix: str | None) -> str | None:
     return None
 
 
-def item_from_cloudevent(
-    event: BaseCloudEvent, *, type_prefix: str | None = None
-) -> CaptureItem:
+def item_from_cloudevent(event: BaseCloudEvent, *, type_prefix: str | None = None) -> CaptureItem:
     """The capture item a dbus CloudEvent was made from.
 
     ``type_prefix`` (``None``: any) is the prefix the event type must carry. Raises

@@ -80,9 +80,7 @@ __all__ = [
     "to_json_value",
 ]
 
-JsonValue: TypeAlias = (
-    bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
-)
+JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
 
 ColumnKind = Literal[
     "integer",
@@ -101,10 +99,25 @@ ColumnKind = Literal[
     "json",
 ]
 
-_INTEGER_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32,
-                 "bigint": 64}
-_SPATIAL = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
-            "multipolygon", "geometrycollection", "geomcollection")
+_INTEGER_BITS = {
+    "tinyint": 8,
+    "smallint": 16,
+    "mediumint": 24,
+    "int": 32,
+    "integer": 32,
+    "bigint": 64,
+}
+_SPATIAL = (
+    "geometry",
+    "point",
+    "linestring",
+    "polygon",
+    "multipoint",
+    "multilinestring",
+    "multipolygon",
+    "geometrycollection",
+    "geomcollection",
+)
 _KINDS: dict[str, ColumnKind] = {
     **{name: "integer" for name in _INTEGER_BITS},
     "bool": "integer",
@@ -122,10 +135,24 @@ _KINDS: dict[str, ColumnKind] = {
     "datetime": "datetime",
     "timestamp": "timestamp",
     "year": "year",
-    **{name: "text" for name in ("char", "varchar", "tinytext", "text", "mediumtext",
-                                 "longtext", "uuid", "inet4", "inet6")},
-    **{name: "bytes" for name in ("binary", "varbinary", "tinyblob", "blob", "mediumblob",
-                                  "longblob", *_SPATIAL)},
+    **{
+        name: "text"
+        for name in (
+            "char",
+            "varchar",
+            "tinytext",
+            "text",
+            "mediumtext",
+            "longtext",
+            "uuid",
+            "inet4",
+            "inet6",
+        )
+    },
+    **{
+        name: "bytes"
+        for name in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", *_SPATIAL)
+    },
     "enum": "enum",
     "set": "set",
     "bit": "bit",
@@ -547,14 +574,37 @@ def _convert_row(
     return converted
 
 
+def row_encoder(
+    column_types: Mapping[str, str],
+) -> Callable[[Mapping[str, Any]], dict[str, JsonValue]]:
+    """``row_to_json`` compiled for one set of column types, for rows by the thousand.
+
+    The codecs are looked up once, not once per value; a row that does not fit
+    raises the same errors ``row_to_json`` does.
+    """
+    try:
+        encoders = {name: _codec(column_type).to_json for name, column_type in column_types.items()}
+    except UnsupportedColumnTypeError:
+        encoders = {}  # every row takes the slow path below, which names the column
+
+    def encode(row: Mapping[str, Any]) -> dict[str, JsonValue]:
+        try:
+            return {
+                name: None if value is None else encoders[name](value)
+                for name, value in row.items()
+            }
+        except (KeyError, _Mismatch):
+            return row_to_json(row, column_types)  # raises, naming the column
+
+    return encode
+
+
 def row_to_json(row: Mapping[str, Any], column_types: Mapping[str, str]) -> dict[str, JsonValue]:
     """The JSON object of a row; every column needs a type in ``column_types``."""
     return _convert_row(row, column_types, outward=True)
 
 
-def row_from_json(
-    data: Mapping[str, JsonValue], column_types: Mapping[str, str]
-) -> dict[str, Any]:
+def row_from_json(data: Mapping[str, JsonValue], column_types: Mapping[str, str]) -> dict[str, Any]:
     """The Python row of a JSON object; every column needs a type in ``column_types``."""
     return _convert_row(data, column_types, outward=False)
 

@@ -14,7 +14,7 @@ without a key (schema changes, commits, tables without a primary key) get a
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -24,14 +24,27 @@ from cloudevents.core.bindings import kafka
 from cloudevents.core.formats.json import JSONFormat
 
 from dbus_fn.cloudevent import (
+    BINLOG_FILE,
+    BINLOG_POS,
+    DATA_CONTENT_TYPE,
+    DBUS_SOURCE,
     DEFAULT_TYPE_PREFIX,
+    GTID,
     PARTITION_KEY,
+    ROW_INDEX,
+    ROW_TYPES,
+    SCHEMA_VERSION,
+    SERVER_ID,
+    TRANSACTION_ID,
     CloudEvent,
     event_parts,
     new_event,
+    source_path,
     to_cloudevent,
+    utc_time,
 )
-from dbus_fn.errors import EventFormatError
+from dbus_fn.columns import row_encoder
+from dbus_fn.errors import ColumnValueError, EventFormatError, UnsupportedColumnTypeError
 from dbus_fn.events import CaptureItem, RowChange, SchemaChange, TransactionCommit
 
 __all__ = ["KafkaMessage", "from_kafka_message", "to_kafka_message"]
@@ -84,6 +97,10 @@ def to_kafka_message(
 
 
 def _binary_message(item: CaptureItem, type_prefix: str) -> KafkaMessage:
+    if type(item) is RowChange:
+        message = _ROW_MESSAGES.encode(item, type_prefix)
+        if message is not None:
+            return message
     attrs, data = event_parts(item, type_prefix=type_prefix)
     headers: list[tuple[str, bytes]] = []
     for name, value in attrs.items():
@@ -104,6 +121,118 @@ def _binary_message(item: CaptureItem, type_prefix: str) -> KafkaMessage:
         value=json.dumps(data).encode("utf-8"),
         headers=headers,
     )
+
+
+def _header(name: str, value: str) -> tuple[str, bytes]:
+    return (_CE_PREFIX + name, value.encode("utf-8"))
+
+
+def _time_text(moment: datetime) -> str:
+    text = moment.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+class _RowMessages:
+    """The binary-mode messages of row changes, with what rows share encoded once.
+
+    Rows of one table shape share their column codecs and the ``key`` and
+    ``columns`` part of the data; rows of one transaction share most headers.
+    Only the images, the id, the position and the key are encoded per row. The
+    result is byte-equal to ``event_parts`` written out by ``_binary_message``
+    (tests/framework/test_kafka_binding.py); a row whose values do not fit their
+    declared types, or that lacks a key column, returns ``None`` and takes that
+    general path, which infers types and names problems.
+    """
+
+    _LIMIT = 512
+
+    def __init__(self) -> None:
+        self._shapes: dict[tuple[Any, ...], tuple[Callable[..., Any], str, list[Any]]] = {}
+        self._transactions: dict[tuple[Any, ...], tuple[list[Any], list[Any], str]] = {}
+
+    def _shape(self, change: RowChange, prefix: str) -> tuple[Callable[..., Any], str, list[Any]]:
+        types = change.column_types
+        key = (
+            prefix, change.source, change.database, change.table, change.op,
+            change.primary_key, change.schema_version, tuple(types.items()),
+        )  # fmt: skip
+        found = self._shapes.get(key)
+        if found is None:
+            if len(self._shapes) >= self._LIMIT:
+                self._shapes.clear()
+            tail = ", " + json.dumps({"key": list(change.primary_key), "columns": dict(types)})[1:]
+            fixed = [
+                _header("type", f"{prefix}.{ROW_TYPES[change.op]}"),
+                _header(SCHEMA_VERSION, str(change.schema_version)),
+                _header("source", source_path(change.source, change.database, change.table)),
+            ]
+            found = (row_encoder(types), tail, fixed)
+            self._shapes[key] = found
+        return found
+
+    def _transaction(self, change: RowChange) -> tuple[list[Any], list[Any], str]:
+        position = change.position
+        key = (
+            change.source, change.server_id, position.file, position.gtid,
+            change.commit_time, change.transaction_id,
+        )  # fmt: skip
+        found = self._transactions.get(key)
+        if found is None:
+            if len(self._transactions) >= self._LIMIT:
+                self._transactions.clear()
+            after_id = [
+                _header("time", _time_text(utc_time(change.commit_time))),
+                (_CONTENT_TYPE, DATA_CONTENT_TYPE.encode()),
+                _header(DBUS_SOURCE, change.source),
+                _header(SERVER_ID, change.server_id),
+                _header(BINLOG_FILE, position.file),
+            ]
+            after_pos = []
+            if position.gtid:
+                after_pos.append(_header(GTID, position.gtid))
+            if change.transaction_id:
+                after_pos.append(_header(TRANSACTION_ID, change.transaction_id))
+            found = (after_id, after_pos, f"{change.server_id}:{position.file}:")
+            self._transactions[key] = found
+        return found
+
+    def encode(self, change: RowChange, prefix: str) -> KafkaMessage | None:
+        encode, tail, fixed = self._shape(change, prefix)
+        try:
+            before = None if change.before is None else encode(change.before)
+            after = None if change.after is None else encode(change.after)
+        except (ColumnValueError, UnsupportedColumnTypeError):
+            return None
+        image = after if after is not None else before
+        assert image is not None, "a row change has at least one image"
+        after_id, after_pos, id_prefix = self._transaction(change)
+        pos = str(change.position.pos)
+        headers = [
+            _SPEC_VERSION,
+            _header("id", f"{id_prefix}{pos}:{change.row_index}"),
+            fixed[2],
+            fixed[0],
+            *after_id,
+            _header(BINLOG_POS, pos),
+            *after_pos,
+            _header(ROW_INDEX, str(change.row_index)),
+            fixed[1],
+        ]
+        key = None
+        if change.primary_key:
+            try:
+                values = [image[name] for name in change.primary_key]
+            except KeyError:
+                return None
+            text = json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+            key = text.encode("utf-8")
+            headers += [(_CE_PREFIX + "subject", key), (_CE_PREFIX + PARTITION_KEY, key)]
+        value = f'{{"before": {json.dumps(before)}, "after": {json.dumps(after)}{tail}'
+        return KafkaMessage(key=key, value=value.encode("utf-8"), headers=headers)
+
+
+_SPEC_VERSION = _header("specversion", "1.0")
+_ROW_MESSAGES = _RowMessages()
 
 
 def _header_map(
@@ -170,8 +299,12 @@ def from_kafka_message(
         # structured value that is JSON but not an object fails on attribute access.
         raise _error([str(exc)], where) from None
     data = event.get_data()
-    if binary and isinstance(data, str) and _FORMAT.JSON_CONTENT_TYPE_PATTERN.match(
-        event.get_datacontenttype() or _FORMAT.DEFAULT_CONTENT_TYPE
+    if (
+        binary
+        and isinstance(data, str)
+        and _FORMAT.JSON_CONTENT_TYPE_PATTERN.match(
+            event.get_datacontenttype() or _FORMAT.DEFAULT_CONTENT_TYPE
+        )
     ):
         # The binding falls back to text when JSON does not parse; say so instead.
         try:

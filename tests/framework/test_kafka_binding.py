@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Literal
 
 import pytest
 from event_samples import ROW, assert_same_change, row_change, schema_change, transaction_commit
 
 from dbus_fn import (
+    BinlogPosition,
     EventFormatError,
     KafkaMessage,
     Operation,
+    RowChange,
     from_cloudevent,
     from_kafka_message,
     item_from_cloudevent,
@@ -113,13 +115,30 @@ def test_missing_required_header_is_reported_not_invented() -> None:
         (None, [("content-type", b"application/cloudevents+json")], "tombstone"),
         (b"{not json", [("content-type", b"application/cloudevents+json")], "Expecting"),
         (b"[1, 2]", [("content-type", b"application/cloudevents+json")], "Kafka message"),
-        (b"{not json", [("ce_id", b"1"), ("ce_source", b"/s"), ("ce_type", b"t"),
-                        ("ce_specversion", b"1.0"), ("content-type", b"application/json")],
-         "not the JSON its content-type says"),
+        (
+            b"{not json",
+            [
+                ("ce_id", b"1"),
+                ("ce_source", b"/s"),
+                ("ce_type", b"t"),
+                ("ce_specversion", b"1.0"),
+                ("content-type", b"application/json"),
+            ],
+            "not the JSON its content-type says",
+        ),
         (b"{}", [("ce_id", b"1"), ("ce_id", b"2")], "more than once"),
         (b"{}", [("ce_id", None)], "has no value"),
-        (b"{}", [("ce_id", b"1"), ("ce_source", b"/s"), ("ce_type", b"t"),
-                 ("ce_specversion", b"1.0"), ("ce_time", b"not a time")], "Kafka message"),
+        (
+            b"{}",
+            [
+                ("ce_id", b"1"),
+                ("ce_source", b"/s"),
+                ("ce_type", b"t"),
+                ("ce_specversion", b"1.0"),
+                ("ce_time", b"not a time"),
+            ],
+            "Kafka message",
+        ),
     ],
 )
 def test_bad_messages_give_clear_errors(
@@ -183,3 +202,55 @@ def test_the_fast_binary_path_writes_what_the_cloudevents_binding_writes(item: o
     assert fast.value == reference.value
     assert dict(fast.headers) == dict(reference.headers)
     assert len(fast.headers) == len(reference.headers)
+
+
+def _assert_fast_equals_reference(change: RowChange) -> KafkaMessage:
+    fast = to_kafka_message(change)
+    reference = to_kafka_message(to_cloudevent(change), mode="binary")
+    assert (fast.key, fast.value) == (reference.key, reference.value)
+    assert dict(fast.headers) == dict(reference.headers)
+    assert len(fast.headers) == len(reference.headers)
+    return fast
+
+
+def test_the_fast_path_shares_nothing_it_should_not_between_rows() -> None:
+    """Rows of one table and of several transactions, encoded one after another (the
+    fast path caches what a shape and a transaction share), each equal to its reference."""
+    changes = [
+        row_change(
+            op,
+            position=BinlogPosition(file, pos, gtid),
+            row_index=index,
+            transaction_id=gtid,
+            commit_time=datetime(2026, 1, 1, second=pos % 60, tzinfo=UTC),
+            after=None if op is Operation.DELETE else {**ROW, "id": pos * 10 + index},
+        )
+        for file, pos, gtid in [
+            ("b.000001", 4, "0-1-1"),
+            ("b.000001", 9, None),
+            ("b.000002", 4, "0-1-3"),
+        ]
+        for index, op in enumerate(Operation)
+    ]
+    for change in changes * 2:
+        _assert_fast_equals_reference(change)
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        {**ROW, "dec": 1.5},  # a projection turned the DECIMAL into a float: inferred type
+        {**ROW, "note": "a column declared nowhere"},
+    ],
+    ids=["value-does-not-fit", "undeclared-column"],
+)
+def test_rows_the_fast_path_cannot_take_go_the_general_way(after: dict[str, object]) -> None:
+    change = row_change(Operation.INSERT, after=after)
+    fast = _assert_fast_equals_reference(change)
+    assert json.loads(fast.value)["columns"] != dict(change.column_types)
+
+
+def test_a_row_without_its_key_column_is_an_error_on_the_fast_path_too() -> None:
+    change = row_change(Operation.INSERT, after={k: v for k, v in ROW.items() if k != "id"})
+    with pytest.raises(EventFormatError, match="primary key"):
+        to_kafka_message(change)
