@@ -39,6 +39,9 @@ Guarantees and choices:
   ``json_valid`` check) is recognised by that check as the table is now;
   ``FLOAT`` is rounded to 6 significant digits, as the server shows it; zero
   dates are ``None``; ``TIMESTAMP`` is aware UTC.
+* Shards: ``read(..., shard=Shard(i, n))`` yields only the rows whose key hashes
+  to shard ``i`` of ``n`` (and every schema change and commit): ``n`` readers of
+  one range share its decoding, and one key's changes stay in one shard, in order.
 * Memory: rows are decoded one rows event at a time; transactions are streamed,
   never buffered.
 * Lag: ``BinlogReader.lag()`` gives seconds (last event time vs now, 0 once a
@@ -62,6 +65,7 @@ from dbus_fn.capture._positions import (
 )
 from dbus_fn.capture._reader import BinlogReader, CaptureLag, ServerInfo
 from dbus_fn.capture._server_id import server_id_for, validate_server_id
+from dbus_fn.capture._shard import Shard
 from dbus_fn.capture._sources import SourceStore, sources_file
 
 __all__ = [
@@ -69,6 +73,7 @@ __all__ = [
     "CaptureLag",
     "ConnectionSettings",
     "ServerInfo",
+    "Shard",
     "SourceSpec",
     "SourceStore",
     "parse_dsn",

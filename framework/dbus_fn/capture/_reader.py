@@ -60,6 +60,7 @@ from dbus_fn.capture._positions import (
     parse_gtid_state,
 )
 from dbus_fn.capture._server_id import REPORT_PREFIX, check_server_id, validate_server_id
+from dbus_fn.capture._shard import Shard
 from dbus_fn.capture._snapshot import SnapshotTable, describe_table, snapshot_rows
 from dbus_fn.errors import ConfigError, PositionError, SourceAccessError, SourceError
 from dbus_fn.events import (
@@ -568,8 +569,12 @@ class BinlogReader:
         start: str | BinlogPosition,
         stop: BinlogPosition | None = None,
         idle_timeout: float | None = None,
+        shard: Shard | None = None,
     ) -> Iterator[CaptureItem]:
         """Items strictly after ``start`` (a transaction boundary), in commit order.
+
+        With ``shard``, only the rows of that shard (by primary key; see ``Shard``)
+        and every schema change and commit.
 
         Stops after the ``TransactionCommit`` that reaches ``stop``, or once
         ``idle_timeout`` seconds pass without a change to the source's tables
@@ -580,7 +585,8 @@ class BinlogReader:
         if isinstance(start, str) and start.strip().lower() == "snapshot":
             snapshot_end: BinlogPosition | None = None
             for item in self.snapshot():
-                yield item
+                if shard is None or type(item) is not RowChange or shard.owns(item.key):
+                    yield item
                 if isinstance(item, TransactionCommit):
                     snapshot_end = item.position
             assert snapshot_end is not None
@@ -609,7 +615,7 @@ class BinlogReader:
         while True:
             progress = _Progress(committed, replay_skip)
             try:
-                yield from self._session(info, progress, stop, idle_timeout, last_item)
+                yield from self._session(info, progress, stop, idle_timeout, last_item, shard)
                 return
             except _StreamLost as exc:
                 failure: BaseException = exc.__cause__ or exc
@@ -814,8 +820,11 @@ class BinlogReader:
         stop: BinlogPosition | None,
         idle_timeout: float | None,
         last_item: float,
+        shard: Shard | None = None,
     ) -> Iterator[CaptureItem]:
         """One replication connection: yields items until stop, idle or a fault."""
+        if shard is not None and shard.count == 1:
+            shard = None
         heartbeat = self.heartbeat
         if idle_timeout is not None:
             heartbeat = max(0.05, min(heartbeat, idle_timeout / 4))
@@ -901,6 +910,11 @@ class BinlogReader:
                         if produced <= skip:
                             index += 1
                             continue
+                        if shard is not None:
+                            row = after if after is not None else image
+                            if not shard.owns([row.get(name) for name in decoder.primary_key]):
+                                index += 1
+                                continue
                         if op is Operation.INSERT:
                             before, after = None, image
                         elif op is Operation.DELETE:
