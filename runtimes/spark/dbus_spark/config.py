@@ -44,6 +44,9 @@ class RuntimeConfig:
     trigger_seconds: float = 0.0
     type_prefix: str = "io.dbus"
     topic_partitions: int = 3
+    decode_shards: int = 0
+    """Readers per busy source in one micro-batch (0: one per Spark core); see
+    ``dbus_spark.source``."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def source(self, name: str) -> SourceBinding:
@@ -72,6 +75,7 @@ class RuntimeConfig:
             "trigger_seconds": self.trigger_seconds,
             "type_prefix": self.type_prefix,
             "topic_partitions": self.topic_partitions,
+            "decode_shards": self.decode_shards,
             "extra": dict(self.extra),
         }
 
@@ -94,6 +98,7 @@ class RuntimeConfig:
             trigger_seconds=float(data.get("trigger_seconds", 0.0)),
             type_prefix=data.get("type_prefix", "io.dbus"),
             topic_partitions=int(data.get("topic_partitions", 3)),
+            decode_shards=int(data.get("decode_shards", 0)),
             extra=data.get("extra", {}),
         )
 

@@ -120,7 +120,13 @@ def default_config_path(config: RuntimeConfig) -> Path:
 
 
 def _start_query(spark: SparkSession, config: RuntimeConfig, path: Path) -> StreamingQuery:
-    reader = spark.readStream.format("dbus_binlog").option("config", str(path)).load()
+    shards = config.decode_shards or spark.sparkContext.defaultParallelism
+    reader = (
+        spark.readStream.format("dbus_binlog")
+        .option("config", str(path))
+        .option("shards", str(shards))
+        .load()
+    )
     writer = (
         reader.writeStream.format("dbus_functions")
         .option("config", str(path))

@@ -1,0 +1,54 @@
+"""How the binlog source plans a micro-batch: a task per source, or shards of a busy one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_runtime_config import _config
+
+from dbus_spark.source import SHARD_MIN_BYTES, BinlogStreamReader
+
+
+def _offset(pos: int, file: str = "bin.000001") -> dict[str, Any]:
+    return {"file": file, "pos": pos, "gtid": "", "epoch": 0}
+
+
+@pytest.fixture
+def config_path(tmp_path: Path) -> str:
+    config = _config(sources=("a=mysql://u:p@127.0.0.1:1", "b=mysql://u:p@127.0.0.1:1"))
+    return str(replace(config, checkpoint_dir=str(tmp_path / "ckpt")).save(tmp_path / "c.json"))
+
+
+def _plan(path: str, shards: int, **moves: tuple[dict[str, Any], dict[str, Any]]) -> list[Any]:
+    reader = BinlogStreamReader(path, shards=shards)
+    start = {name: begin for name, (begin, _) in moves.items()}
+    end = {name: upto for name, (_, upto) in moves.items()}
+    return [(r.source, r.shard, r.shards) for r in reader.partitions(start, end)]
+
+
+def test_a_small_range_is_one_task(config_path: str) -> None:
+    small = (_offset(4), _offset(4 + SHARD_MIN_BYTES - 1))
+    assert _plan(config_path, 2, a=small) == [("a", 0, 1)]
+
+
+def test_a_busy_source_is_read_as_one_shard_per_core(config_path: str) -> None:
+    busy = (_offset(4), _offset(4 + SHARD_MIN_BYTES))
+    assert _plan(config_path, 3, a=busy) == [("a", 0, 3), ("a", 1, 3), ("a", 2, 3)]
+    across_files = (_offset(10**6), _offset(4, "bin.000002"))
+    assert _plan(config_path, 2, a=across_files) == [("a", 0, 2), ("a", 1, 2)]
+
+
+def test_busy_sources_share_the_cores(config_path: str) -> None:
+    busy = (_offset(4), _offset(4 + 10 * SHARD_MIN_BYTES))
+    assert _plan(config_path, 2, a=busy, b=busy) == [("a", 0, 1), ("b", 0, 1)]
+    assert _plan(config_path, 4, a=busy, b=busy) == [
+        ("a", 0, 2), ("a", 1, 2), ("b", 0, 2), ("b", 1, 2),
+    ]  # fmt: skip
+
+
+def test_a_source_that_did_not_move_is_not_read(config_path: str) -> None:
+    still = (_offset(4), _offset(4))
+    assert _plan(config_path, 2, a=still) == []
