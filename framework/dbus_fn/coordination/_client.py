@@ -1,11 +1,11 @@
 """Connecting to ZooKeeper: settings, digest ACLs, and kazoo errors as ``DbusError``s.
 
 Settings are read in one place (``ZooKeeperSettings.from_env``): a flag wins over
-``DBUS_ZOOKEEPER``, ``DBUS_CLUSTER``, ``DBUS_ZK_AUTH`` and ``DBUS_ZK_TIMEOUT``,
-which win over the defaults. With ``auth`` (``user:password``) the client
-authenticates with the digest scheme and every node it creates under the
-cluster root is readable and writable by that user only; the password is never
-printed (only the user is).
+``DBUS_ZOOKEEPER``, ``DBUS_CLUSTER``, ``DBUS_ZK_AUTH``, ``DBUS_ZK_TIMEOUT`` and
+``DBUS_ZK_SESSION_TIMEOUT``, which win over the defaults. With ``auth``
+(``user:password``) the client authenticates with the digest scheme and every
+node it creates under the cluster root is readable and writable by that user
+only; the password is never printed (only the user is).
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ class ZooKeeperSettings:
     """``user:password`` for digest authentication and ACLs; never shown."""
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     session_timeout: float = DEFAULT_SESSION_TIMEOUT
+    """How long ZooKeeper keeps a silent session (and with it a runtime's sources).
+
+    The server bounds it to 2-20 of its ticks (4-40 s with the 2 s tick here)."""
     root: str | None = None
     """The cluster root; ``/dbus/<cluster>`` unless given."""
 
@@ -113,14 +116,17 @@ class ZooKeeperSettings:
             "auth": env.get("DBUS_ZK_AUTH") or None,
             "root": env.get("DBUS_ZK_ROOT") or None,
         }
-        if env.get("DBUS_ZK_TIMEOUT"):
-            try:
-                values["connect_timeout"] = float(env["DBUS_ZK_TIMEOUT"])
-            except ValueError:
-                raise ConfigError(
-                    f"DBUS_ZK_TIMEOUT={env['DBUS_ZK_TIMEOUT']!r}: expected seconds",
-                    setting="zk-timeout",
-                ) from None
+        for variable, key, setting in (
+            ("DBUS_ZK_TIMEOUT", "connect_timeout", "zk-timeout"),
+            ("DBUS_ZK_SESSION_TIMEOUT", "session_timeout", "zk-session-timeout"),
+        ):
+            if env.get(variable):
+                try:
+                    values[key] = float(env[variable])
+                except ValueError:
+                    raise ConfigError(
+                        f"{variable}={env[variable]!r}: expected seconds", setting=setting
+                    ) from None
         values.update({key: value for key, value in flags.items() if value is not None})
         return cls(**values)
 

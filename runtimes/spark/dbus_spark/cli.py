@@ -88,6 +88,15 @@ def runtime() -> None:
     help="ZooKeeper hosts of the cluster (default 127.0.0.1:2181). Env: DBUS_ZOOKEEPER.",
 )
 @click.option(
+    "--zk-session-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="DBUS_ZK_SESSION_TIMEOUT",
+    default=None,
+    help="Seconds ZooKeeper waits for a silent runtime before its sources move to the "
+    "others (default 10; the server keeps it within 2 and 20 of its ticks). "
+    "Env: DBUS_ZK_SESSION_TIMEOUT.",
+)
+@click.option(
     "--runtime-id",
     envvar="DBUS_RUNTIME_ID",
     default=None,
@@ -100,9 +109,7 @@ def runtime() -> None:
     show_default=True,
     help="This runtime's share of the cluster's sources, relative to the others.",
 )
-@click.option(
-    "--for", "run_for", type=float, default=None, help="Stop after this many seconds."
-)
+@click.option("--for", "run_for", type=float, default=None, help="Stop after this many seconds.")
 def start(
     sources: tuple[str, ...],
     deployments: tuple[str, ...],
@@ -114,6 +121,7 @@ def start(
     master: str,
     cluster: str | None,
     zookeeper: str | None,
+    zk_session_timeout: float | None,
     runtime_id: str | None,
     capacity: float,
     run_for: float | None,
@@ -132,8 +140,8 @@ def start(
                 setting="cluster",
             )
         member = _member(
-            cluster, zookeeper, runtime_id, capacity, kafka, elasticsearch, checkpoint, start,
-            trigger,
+            cluster, zookeeper, zk_session_timeout, runtime_id, capacity, kafka, elasticsearch,
+            checkpoint, start, trigger,
         )  # fmt: skip
         query = start_member(member, master=master)
     else:
@@ -193,6 +201,7 @@ def start(
 def _member(
     cluster: str,
     zookeeper: str | None,
+    session_timeout: float | None,
     runtime_id: str | None,
     capacity: float,
     kafka: str | None,
@@ -209,7 +218,9 @@ def _member(
     from dbus_spark.job import default_config_path
     from dbus_spark.settings import member_config
 
-    settings = ZooKeeperSettings.from_env(os.environ, hosts=zookeeper, cluster=cluster)
+    settings = ZooKeeperSettings.from_env(
+        os.environ, hosts=zookeeper, cluster=cluster, session_timeout=session_timeout
+    )
     name = runtime_id or f"{socket.gethostname()}-{os.getpid()}"
     base = member_config(
         kafka=kafka, elasticsearch=elasticsearch, checkpoint=checkpoint, trigger=trigger

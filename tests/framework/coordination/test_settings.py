@@ -15,17 +15,20 @@ def test_defaults_then_variables_then_flags() -> None:
         "DBUS_CLUSTER": "prod",
         "DBUS_ZK_AUTH": "dbus:pw",
         "DBUS_ZK_TIMEOUT": "3",
+        "DBUS_ZK_SESSION_TIMEOUT": "4.5",
     }
     from_env = ZooKeeperSettings.from_env(env)
-    assert (from_env.hosts, from_env.cluster, from_env.connect_timeout) == (
-        "zk1:2181,zk2:2181/team",
-        "prod",
-        3.0,
-    )
+    assert (
+        from_env.hosts,
+        from_env.cluster,
+        from_env.connect_timeout,
+        from_env.session_timeout,
+    ) == ("zk1:2181,zk2:2181/team", "prod", 3.0, 4.5)
     assert from_env.user == "dbus" and from_env.acl is not None
     assert "pw" not in repr(from_env)
-    flagged = ZooKeeperSettings.from_env(env, cluster="staging", auth=None)
+    flagged = ZooKeeperSettings.from_env(env, cluster="staging", auth=None, session_timeout=6)
     assert flagged.cluster == "staging" and flagged.auth == "dbus:pw"
+    assert flagged.session_timeout == 6
     assert flagged.layout == ClusterLayout("staging", "/dbus/staging")
 
 
@@ -44,6 +47,7 @@ def test_bad_settings_are_named(values: dict[str, object], message: str) -> None
         ZooKeeperSettings(**values)  # type: ignore[arg-type]
 
 
-def test_a_bad_timeout_variable() -> None:
-    with pytest.raises(ConfigError, match="DBUS_ZK_TIMEOUT='soon': expected seconds"):
-        ZooKeeperSettings.from_env({"DBUS_ZK_TIMEOUT": "soon"})
+@pytest.mark.parametrize("variable", ["DBUS_ZK_TIMEOUT", "DBUS_ZK_SESSION_TIMEOUT"])
+def test_a_bad_timeout_variable(variable: str) -> None:
+    with pytest.raises(ConfigError, match=f"{variable}='soon': expected seconds"):
+        ZooKeeperSettings.from_env({variable: "soon"})
