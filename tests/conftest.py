@@ -9,9 +9,12 @@ chroot, removed afterwards, so tests never see each other's data.
 
 from __future__ import annotations
 
+import os
+import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +24,11 @@ from dbus_deploy.services import (
     Endpoints,
     KafkaEndpoint,
     MariaDBEndpoint,
+    ServicesConfig,
     ZooKeeperEndpoint,
+    down,
     endpoints,
+    load_config,
     up,
 )
 from dbus_fn.errors import DbusError
@@ -145,3 +151,22 @@ def zk_root(zookeeper_service: ZooKeeperEndpoint) -> Iterator[str]:
         client.delete(root, recursive=True)
         client.stop()
         client.close()
+
+
+@pytest.fixture
+def private_zookeeper(tmp_path: Path) -> Iterator[tuple[ServicesConfig, str]]:
+    """A ZooKeeper of the test's own (its own DBUS_HOME, a free port) that it may stop
+    and start again: ``(config, hosts)``; ``down(["zookeeper"], config=config)``."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    env = {**os.environ, "DBUS_HOME": str(tmp_path / "zookeeper"), "DBUS_ZOOKEEPER_PORT": str(port)}
+    config = load_config(env)
+    try:
+        up(["zookeeper"], config=config)
+    except DbusError as exc:
+        pytest.fail(f"a private ZooKeeper did not start: {exc}", pytrace=False)
+    try:
+        yield config, f"127.0.0.1:{port}"
+    finally:
+        down(config=config)

@@ -20,9 +20,10 @@ the position node at the version this runtime last wrote. A runtime that lost a
 source, or whose session expired, cannot move its position: ``FencedError``.
 
 Connection trouble: on SUSPENDED ``owned_sources()`` is empty (start no new
-work) and commits of sources owned before are held in memory, newest per
-source; when the same session reconnects they are flushed through the same
-fenced transaction. On LOST (the session expired) all ownership and held
+work), ``kept_sources()`` still names what the runtime owned (keep that work),
+and commits of sources owned before are held in memory, newest per source;
+when the same session reconnects they are flushed through the same fenced
+transaction. On LOST (the session expired) all ownership and held
 commits are dropped; the runtime registers again with a new session.
 """
 
@@ -132,6 +133,9 @@ class Coordinator:
         self._state: SessionState = "stopped"
         self._generation = 0  # bumped on every SUSPENDED/LOST: invalidates a confirmation
         self._confirmed = False
+        # The connection dropped while this runtime's view was confirmed and fresh:
+        # it keeps the work it had until the same session confirms it again.
+        self._keeping = False
         self._owned: dict[str, Ownership] = {}
         self._position_versions: dict[str, int | None] = {}
         self._pending: dict[str, tuple[BinlogPosition, int]] = {}
@@ -237,6 +241,23 @@ class Coordinator:
         """
         with self._lock:
             if not self._usable():
+                return {}
+            return {name: own.epoch for name, own in sorted(self._owned.items())}
+
+    def kept_sources(self) -> dict[str, int]:
+        """source -> epoch of the work this runtime may go on with (not start) now.
+
+        What it owns while its view is confirmed, as ``owned_sources()``. While
+        ZooKeeper is away, and after the same session is back until this
+        runtime has read the assignments again, the sources it owned when the
+        connection dropped: it keeps that work (its commits are held). Empty if
+        the session was lost, or if the view was already stale when the
+        connection dropped: a process that was paused past its session timeout
+        wakes up to a session the server has ended, and its sources are
+        someone else's by then.
+        """
+        with self._lock:
+            if not (self._usable() or (self._keeping and self._state != "lost")):
                 return {}
             return {name: own.epoch for name, own in sorted(self._owned.items())}
 
@@ -444,6 +465,10 @@ class Coordinator:
             if self._state == "stopped":
                 return
             if state == KazooState.SUSPENDED:
+                fresh = time.monotonic() - self._last_ok <= self._stale_after
+                # A drop before the same session was confirmed again keeps what
+                # the first drop kept, if the thread has talked to ZooKeeper since.
+                self._keeping = fresh and (self._confirmed or self._keeping)
                 self._generation += 1
                 self._confirmed = False
                 self._state = "suspended"
@@ -451,6 +476,7 @@ class Coordinator:
             elif state == KazooState.LOST:
                 self._generation += 1
                 self._confirmed = False
+                self._keeping = False
                 self._state = "lost"
                 dropped = sorted(self._owned)
                 self._owned.clear()
@@ -725,6 +751,7 @@ class Coordinator:
             self._position_versions.update(positions)
             self._owned = owned
             self._confirmed = True
+            self._keeping = False
             self._refreshed_at = self._last_ok = time.monotonic()
         if gained or lost:
             log.info(

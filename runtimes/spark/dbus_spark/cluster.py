@@ -91,13 +91,14 @@ class ClusterMember:
             assert self._watcher is not None
             self._watcher.poll()
             functions = sorted(self._watcher.current, key=lambda f: f.name)
-            state = self.coordinator.state
-            if state == "suspended":
-                # ZooKeeper is away but the session may come back: keep the current
-                # work (commits are held), start nothing new.
-                owned = {name: b.epoch for name, b in self._bindings.items()}
-            else:
-                owned = self.coordinator.owned_sources()
+            # While ZooKeeper is away, and once the same session is back until the
+            # coordinator has read the assignments again, keep the current work
+            # (commits are held) and start nothing new.
+            owned = self.coordinator.owned_sources() or {
+                name: epoch
+                for name, epoch in self.coordinator.kept_sources().items()
+                if name in self._bindings and self._bindings[name].epoch == epoch
+            }
             bindings = {}
             for name, epoch in owned.items():
                 known = self._bindings.get(name)

@@ -1,20 +1,18 @@
 """ZooKeeper down mid-run: commits are held, newest per source, and flushed after.
 
-These tests start a private ZooKeeper (their own DBUS_HOME and a free port, as
-tests/deploy does), so stopping and restarting it disturbs no other test.
+These tests start a private ZooKeeper (``private_zookeeper``: their own DBUS_HOME
+and a free port, as tests/deploy does), so stopping and restarting it disturbs
+no other test.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from coordination_support import free_port, register_sources, wait_until
+from coordination_support import register_sources, wait_until
 
-from dbus_deploy.services import ServicesConfig, down, load_config, up
+from dbus_deploy.services import ServicesConfig, down, up
 from dbus_fn.coordination import (
     Coordinator,
     ZooKeeperSettings,
@@ -25,18 +23,6 @@ from dbus_fn.coordination import (
 from dbus_fn.events import BinlogPosition
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def private_zookeeper(tmp_path: Path) -> Iterator[tuple[ServicesConfig, str]]:
-    port = free_port()
-    env = {**os.environ, "DBUS_HOME": str(tmp_path / "home"), "DBUS_ZOOKEEPER_PORT": str(port)}
-    config = load_config(env)
-    up(["zookeeper"], config=config)
-    try:
-        yield config, f"127.0.0.1:{port}"
-    finally:
-        down(config=config)
 
 
 def test_commits_are_held_while_zookeeper_is_down_and_flushed_after(
@@ -63,6 +49,7 @@ def test_commits_are_held_while_zookeeper_is_down_and_flushed_after(
         down(["zookeeper"], config=config)
         wait_until(lambda: runtime.state == "suspended", 10, "the runtime notices")
         assert runtime.owned_sources() == {}, "no new work while ZooKeeper is away"
+        assert runtime.kept_sources() == owned, "but the work it has goes on"
         first, second = sorted(owned)
         for pos in (200, 300):
             outcome = runtime.commit_position(first, BinlogPosition("b.000001", pos), owned[first])
