@@ -61,6 +61,12 @@ class ColumnInfo:
     type_code: int
     column_type: str
     reader: Reader
+    width: int | None = None
+    """Bytes the value takes in a row image when that is fixed by the type."""
+
+
+# (column name, reader, fixed width or None, position in the key or -1)
+_Skim = tuple[tuple[str, Reader, int | None, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,20 +81,51 @@ class TableDecoder:
     schema_version: int
 
     def images(
-        self, data: bytes, present: bytes, present_after: bytes | None
-    ) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
-        """Yield ``(image, after_image)`` per row; ``after_image`` only for updates."""
+        self,
+        data: bytes,
+        present: bytes,
+        present_after: bytes | None,
+        owns: Callable[[list[Any]], bool] | None = None,
+    ) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+        """Yield ``(image, after_image)`` per row; ``after_image`` only for updates.
+
+        With ``owns`` (a shard's test of a row's key values), a row it does not own
+        yields ``(None, None)``: only its key columns are decoded, the others are
+        measured and stepped over, which is what makes a shard cheaper than the
+        whole source.
+        """
         first = self._selection(present)
         second = self._selection(present_after) if present_after is not None else None
         offset, end = 0, len(data)
         decode = _decode_image
+        if owns is not None:
+            skim_first = self._skim(present)
+            skim_second = self._skim(present_after) if present_after is not None else None
+            keys = len(self.primary_key)
         while offset < end:
+            if owns is not None:
+                row_end, key = _skim_image(data, offset, skim_first, keys)
+                if skim_second is not None:
+                    row_end, key = _skim_image(data, row_end, skim_second, keys)
+                if not owns(key):
+                    offset = row_end
+                    yield None, None
+                    continue
             image, offset = decode(data, offset, first)
             if second is None:
                 yield image, None
             else:
                 after, offset = decode(data, offset, second)
                 yield image, after
+
+    def _skim(self, present: bytes) -> _Skim:
+        bits = int.from_bytes(present, "little")
+        key_at = {name: i for i, name in enumerate(self.primary_key)}
+        return tuple(
+            (c.name, c.reader, c.width, key_at.get(c.name, -1))
+            for i, c in enumerate(self.columns)
+            if bits >> i & 1
+        )
 
     def _selection(self, present: bytes) -> tuple[tuple[str, Reader], ...]:
         bits = int.from_bytes(present, "little")
@@ -114,6 +151,26 @@ def _decode_image(
             image[name], offset = read(data, offset)
         bit <<= 1
     return image, offset
+
+
+def _skim_image(data: bytes, offset: int, columns: _Skim, keys: int) -> tuple[int, list[Any]]:
+    """Where one row image ends, and its key values; other fixed-width values are
+    stepped over, variable ones read (their length comes first)."""
+    width = (len(columns) + 7) >> 3
+    nulls = int.from_bytes(data[offset : offset + width], "little")
+    offset += width
+    key: list[Any] = [None] * keys
+    bit = 1
+    for _, read, size, at in columns:
+        if not nulls & bit:
+            if at < 0 and size is not None:
+                offset += size
+            else:
+                value, offset = read(data, offset)
+                if at >= 0:
+                    key[at] = value
+        bit <<= 1
+    return offset, key
 
 
 def _fixed(unpack: Callable[[bytes, int], tuple[Any, ...]], size: int) -> Reader:
@@ -142,12 +199,17 @@ def _read_float(data: bytes, offset: int) -> tuple[float, int]:
     return float(f"{_F32(data, offset)[0]:.6g}"), offset + 4
 
 
+def _decimal_size(precision: int, scale: int) -> int:
+    integral = precision - scale
+    return _DIG2BYTES[integral % 9] + 4 * (integral // 9 + scale // 9) + _DIG2BYTES[scale % 9]
+
+
 def _decimal(precision: int, scale: int) -> Reader:
     integral = precision - scale
     lead_digits, int_words = integral % 9, integral // 9
     frac_words, tail_digits = scale // 9, scale % 9
     lead_size, tail_size = _DIG2BYTES[lead_digits], _DIG2BYTES[tail_digits]
-    size = lead_size + 4 * (int_words + frac_words) + tail_size
+    size = _decimal_size(precision, scale)
 
     def read(data: bytes, offset: int) -> tuple[Decimal, int]:
         raw = bytearray(data[offset : offset + size])
@@ -478,6 +540,30 @@ def column_reader(column: Any, *, is_json: bool = False) -> tuple[str, Reader]:
     )
 
 
+_WIDTHS = {
+    FIELD_TYPE.TINY: 1, FIELD_TYPE.SHORT: 2, FIELD_TYPE.INT24: 3, FIELD_TYPE.LONG: 4,
+    FIELD_TYPE.LONGLONG: 8, FIELD_TYPE.FLOAT: 4, FIELD_TYPE.DOUBLE: 8, FIELD_TYPE.YEAR: 1,
+    FIELD_TYPE.DATE: 3, FIELD_TYPE.TIME: 3, FIELD_TYPE.DATETIME: 8, FIELD_TYPE.TIMESTAMP: 4,
+}  # fmt: skip
+_FRACTIONAL_WIDTHS = {FIELD_TYPE.TIME2: 3, FIELD_TYPE.DATETIME2: 5, FIELD_TYPE.TIMESTAMP2: 4}
+
+
+def column_width(column: Any) -> int | None:
+    """Bytes a value of this table-map column takes in a row image, if the type fixes it."""
+    code = column.type
+    if code in _WIDTHS:
+        return _WIDTHS[code]
+    if code in _FRACTIONAL_WIDTHS:
+        return _FRACTIONAL_WIDTHS[code] + (int(column.fsp) + 1) // 2
+    if code == FIELD_TYPE.NEWDECIMAL:
+        return _decimal_size(column.precision, column.decimals)
+    if code in (FIELD_TYPE.ENUM, FIELD_TYPE.SET):
+        return int(column.size)
+    if code == FIELD_TYPE.BIT:
+        return int(column.bytes)
+    return None  # strings, blobs, JSON, geometry: a length prefix says
+
+
 def compile_table(
     database: str,
     table: str,
@@ -499,7 +585,7 @@ def compile_table(
                 "set binlog_row_metadata=FULL on the source"
             )
         column_type, reader = column_reader(column, is_json=name in json_columns)
-        infos.append(ColumnInfo(name, column.type, column_type, reader))
+        infos.append(ColumnInfo(name, column.type, column_type, reader, column_width(column)))
     names = tuple(info.name for info in infos)
     # No primary key: the whole row is the key (documented in dbus_fn.capture).
     key = tuple(names[i] for i in primary_key_indexes) if primary_key_indexes else names

@@ -823,8 +823,7 @@ class BinlogReader:
         shard: Shard | None = None,
     ) -> Iterator[CaptureItem]:
         """One replication connection: yields items until stop, idle or a fault."""
-        if shard is not None and shard.count == 1:
-            shard = None
+        owns = shard.owns if shard is not None and shard.count > 1 else None
         heartbeat = self.heartbeat
         if idle_timeout is not None:
             heartbeat = max(0.05, min(heartbeat, idle_timeout / 4))
@@ -903,18 +902,13 @@ class BinlogReader:
                     txn_id = txn_gtid or f"{file}:{txn_start}"
                     index = 0
                     for image, after in decoder.images(
-                        data, event.columns_present_bitmap, after_bits
+                        data, event.columns_present_bitmap, after_bits, owns
                     ):
                         produced += 1
                         txn_rows += 1
-                        if produced <= skip:
+                        if produced <= skip or image is None:  # replayed, or another shard's
                             index += 1
                             continue
-                        if shard is not None:
-                            row = after if after is not None else image
-                            if not shard.owns([row.get(name) for name in decoder.primary_key]):
-                                index += 1
-                                continue
                         if op is Operation.INSERT:
                             before, after = None, image
                         elif op is Operation.DELETE:

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from capture_support import execute, read_all, rows
 from test_capture_resume import signature
+from test_capture_types import COLUMNS, write_every_type
 
-from dbus_fn import RowChange, SchemaChange, TransactionCommit
+from dbus_fn import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_fn.capture import BinlogReader, Shard, SourceSpec, server_id_for
 from dbus_fn.errors import ConfigError
 
@@ -53,12 +54,10 @@ def _row(change: RowChange) -> str:
     return repr(signature(change))
 
 
-def test_shards_together_yield_every_row_once_and_each_key_in_one_shard_in_order(
-    fresh_database: Any, source: SourceSpec, reader: BinlogReader
+def assert_shards_split_the_range(
+    source: SourceSpec, reader: BinlogReader, start: BinlogPosition, end: BinlogPosition
 ) -> None:
-    start = reader.master_position()
-    write_churn(fresh_database.connect())
-    end = reader.master_position()
+    """Read ``start..end`` whole and as SHARDS shards; the shards must split it exactly."""
     everything = read_all(reader, start, end)
     parts = []
     for index in range(SHARDS):
@@ -69,7 +68,6 @@ def test_shards_together_yield_every_row_once_and_each_key_in_one_shard_in_order
             shard_reader.close()
 
     all_rows = [_row(change) for change in rows(everything)]
-    assert len(all_rows) > 400
     shard_rows = [_row(change) for part in parts for change in rows(part)]
     assert Counter(shard_rows) == Counter(all_rows)
     for part in parts:
@@ -87,6 +85,34 @@ def test_shards_together_yield_every_row_once_and_each_key_in_one_shard_in_order
         for change in rows(part):
             owners.setdefault(_key(change), set()).add(index)
     assert all(len(found) == 1 for found in owners.values())
+
+
+def test_shards_together_yield_every_row_once_and_each_key_in_one_shard_in_order(
+    fresh_database: Any, source: SourceSpec, reader: BinlogReader
+) -> None:
+    start = reader.master_position()
+    write_churn(fresh_database.connect())
+    end = reader.master_position()
+    assert len(rows(read_all(reader, start, end))) > 400
+    assert_shards_split_the_range(source, reader, start, end)
+
+
+def test_shards_step_over_the_values_of_every_column_type(
+    fresh_database: Any, source: SourceSpec, reader: BinlogReader
+) -> None:
+    """A shard measures the rows it does not own instead of decoding them: every type's
+    width (and NULL in each) must be right, or the rows after it would be garbage."""
+    connection = fresh_database.connect()
+    start, _ = write_every_type(connection, reader)
+    execute(
+        connection,
+        *["INSERT INTO t SELECT NULL, " + ", ".join(f"`{n}`" for n in COLUMNS) + " FROM t"] * 3,
+        "UPDATE t SET vcs = CONCAT(COALESCE(vcs, ''), '+')",
+        "DELETE FROM t WHERE id % 3 = 0",
+    )
+    end = reader.master_position()
+    assert len(rows(read_all(reader, start, end))) > 50
+    assert_shards_split_the_range(source, reader, start, end)
 
 
 def test_one_shard_is_the_whole_source(fresh_database: Any, reader: BinlogReader) -> None:
