@@ -68,6 +68,14 @@ def runtime() -> None:
     help="Seconds between micro-batches (0: as soon as the last one ends).",
 )
 @click.option(
+    "--decode-shards",
+    type=click.IntRange(min=0),
+    default=0,
+    envvar="DBUS_DECODE_SHARDS",
+    help="Tasks that read one busy source at once, each decoding its share of the keys "
+    "(0: one per Spark core). Env: DBUS_DECODE_SHARDS.  [default: 0]",
+)
+@click.option(
     "--master",
     default="local[*]",
     show_default=True,
@@ -118,6 +126,7 @@ def start(
     checkpoint: str | None,
     start: str,
     trigger: float,
+    decode_shards: int,
     master: str,
     cluster: str | None,
     zookeeper: str | None,
@@ -141,7 +150,7 @@ def start(
             )
         member = _member(
             cluster, zookeeper, zk_session_timeout, runtime_id, capacity, kafka, elasticsearch,
-            checkpoint, start, trigger,
+            checkpoint, start, trigger, decode_shards,
         )  # fmt: skip
         query = start_member(member, master=master)
     else:
@@ -159,6 +168,7 @@ def start(
             checkpoint=checkpoint,
             start=start,
             trigger=trigger,
+            decode_shards=decode_shards,
         )
         query = start_query(config, master=master)
     stop = False
@@ -209,6 +219,7 @@ def _member(
     checkpoint: str | None,
     start: str,
     trigger: float,
+    decode_shards: int,
 ) -> ClusterMember:
     import os
     import socket
@@ -223,7 +234,11 @@ def _member(
     )
     name = runtime_id or f"{socket.gethostname()}-{os.getpid()}"
     base = member_config(
-        kafka=kafka, elasticsearch=elasticsearch, checkpoint=checkpoint, trigger=trigger
+        kafka=kafka,
+        elasticsearch=elasticsearch,
+        checkpoint=checkpoint,
+        trigger=trigger,
+        decode_shards=decode_shards,
     )
     return ClusterMember(
         settings, name, base, default_config_path(base), capacity=capacity, start=start

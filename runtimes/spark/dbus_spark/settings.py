@@ -40,6 +40,7 @@ def runtime_config(
     checkpoint: str | None,
     start: str = "latest",
     trigger: float = 0.0,
+    decode_shards: int = 0,
     home: Path | None = None,
 ) -> RuntimeConfig:
     """Resolve every setting of a runtime; raise ``ConfigError`` naming the fix."""
@@ -81,6 +82,7 @@ def runtime_config(
         elasticsearch_url=elasticsearch,
         checkpoint_dir=checkpoint,
         trigger_seconds=trigger,
+        decode_shards=decode_shards,
     )
 
 
@@ -90,6 +92,7 @@ def member_config(
     elasticsearch: str | None,
     checkpoint: str | None,
     trigger: float = 0.0,
+    decode_shards: int = 0,
     home: Path | None = None,
 ) -> RuntimeConfig:
     """The settings of a cluster member; ZooKeeper gives its sources and functions."""
@@ -102,6 +105,7 @@ def member_config(
         elasticsearch_url=elasticsearch,
         checkpoint_dir=_checkpoint(checkpoint, home),
         trigger_seconds=trigger,
+        decode_shards=decode_shards,
     )
 
 

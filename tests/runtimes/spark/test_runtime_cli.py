@@ -60,6 +60,14 @@ def test_missing_functions_is_a_usage_error() -> None:
     _assert_one_line_error(result, "--functions")
 
 
+def test_a_negative_shard_count_is_a_usage_error() -> None:
+    result = _start(
+        "--source", "shop=mysql://u:p@127.0.0.1:1", "--functions", ORDERS, "--decode-shards", "-1"
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--decode-shards" in result.stderr and "-1" in result.stderr
+
+
 def test_a_malformed_source_is_a_usage_error() -> None:
     result = _start("--source", "mysql://u:p@127.0.0.1:1", "--functions", ORDERS)
     assert result.returncode == 2
