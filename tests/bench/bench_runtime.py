@@ -187,27 +187,35 @@ def print_phases(query: Any) -> None:
     )
 
 
-def peak_rss_during(spark: Any, cfg: RuntimeConfig, rows: int) -> tuple[float, float]:
-    """Peak RSS (MiB) of the driver JVM and of the Python workers during the run."""
+def peak_rss_during(spark: Any, cfg: RuntimeConfig, rows: int) -> dict[str, float]:
+    """Peak memory (MiB) of the driver JVM and of the Python workers during the run.
+
+    RSS sums count a page once per process that maps it, and Spark's Python
+    workers are forked from daemons, so they share most of their pages; PSS
+    (proportional set size) splits each shared page among its sharers, so the
+    PSS sum is the memory the runtime really holds.
+    """
     me = psutil.Process()
-    peaks = {"jvm": 0.0, "python": 0.0}
+    peaks = dict.fromkeys(("jvm", "python_rss", "python_pss", "total_pss"), 0.0)
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            jvm = python = 0.0
+            now = dict.fromkeys(peaks, 0.0)
             for child in me.children(recursive=True):
                 try:
-                    rss = child.memory_info().rss / 2**20
+                    memory = child.memory_full_info()
                     name = child.name()
                 except psutil.Error:
                     continue
                 if "java" in name:
-                    jvm += rss
+                    now["jvm"] += memory.rss / 2**20
                 else:
-                    python += rss
-            peaks["jvm"] = max(peaks["jvm"], jvm)
-            peaks["python"] = max(peaks["python"], python)
+                    now["python_rss"] += memory.rss / 2**20
+                    now["python_pss"] += memory.pss / 2**20
+                now["total_pss"] += memory.pss / 2**20
+            for key, value in now.items():
+                peaks[key] = max(peaks[key], value)
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -219,7 +227,7 @@ def peak_rss_during(spark: Any, cfg: RuntimeConfig, rows: int) -> tuple[float, f
         query.stop()
         done.set()
         sampler.join()
-    return peaks["jvm"], peaks["python"]
+    return peaks
 
 
 def main() -> None:
@@ -289,12 +297,14 @@ def main() -> None:
                 )
             conn.commit()
             topic = f"bench-{uuid.uuid4().hex[:8]}"
-            jvm, python = peak_rss_during(
+            peaks = peak_rss_during(
                 spark, config(work, dsn, database, f"kafka://{topic}", before), args.big
             )
             print(
-                f"{args.big:,}-row transaction: peak RSS driver JVM {jvm:,.0f} MiB, "
-                f"Python workers {python:,.0f} MiB"
+                f"{args.big:,}-row transaction: peak RSS driver JVM {peaks['jvm']:,.0f} MiB, "
+                f"Python workers {peaks['python_rss']:,.0f} MiB (RSS sum), "
+                f"{peaks['python_pss']:,.0f} MiB (PSS sum); "
+                f"runtime total PSS {peaks['total_pss']:,.0f} MiB"
             )
     finally:
         spark.stop()

@@ -31,7 +31,10 @@ PRODUCER_DEFAULTS: Mapping[str, Any] = {
     "linger.ms": 5,
     "batch.size": 512 * 1024,
     "compression.type": "lz4",
-    "queue.buffering.max.messages": 200_000,
+    # The local queue holds what the broker has not acknowledged yet; bounded so a
+    # 1M-row transaction streams through in bounded memory (produce() then waits).
+    "queue.buffering.max.messages": 100_000,
+    "queue.buffering.max.kbytes": 64 * 1024,
     # A broker that is down is waited for this long before a delivery fails and the
     # task (and so the micro-batch) is retried; nothing is acknowledged before.
     "message.timeout.ms": 300_000,
