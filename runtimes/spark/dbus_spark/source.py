@@ -97,6 +97,29 @@ def worker_stage(config_path: str) -> tuple[RuntimeConfig, FunctionStage]:
     return found
 
 
+_readers: dict[tuple[str, str, int], BinlogReader] = {}
+
+
+def worker_reader(binding: SourceBinding, server_id: int) -> BinlogReader:
+    """This worker's reader of a source, kept between micro-batches.
+
+    A reader checks the server once and keeps a control connection; a new one per
+    batch would redo that each time (about a third of a small batch's read).
+    """
+    key = (binding.spec.name, binding.spec.dsn, server_id)
+    reader = _readers.get(key)
+    if reader is None:
+        reader = _readers[key] = BinlogReader(binding.spec, server_id=server_id)
+    return reader
+
+
+def _drop_reader(reader: BinlogReader) -> None:
+    for key, known in list(_readers.items()):
+        if known is reader:
+            del _readers[key]
+    reader.close()
+
+
 class _Batcher:
     """Collects stage records into Arrow record batches of bounded size."""
 
@@ -236,7 +259,7 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         if shard.index:
             # Every replication connection needs its own id.
             server_id = server_id_for(f"{server_id}/shard/{shard.index}")
-        reader = BinlogReader(binding.spec, server_id=server_id)
+        reader = worker_reader(binding, server_id)
         counts = StageCounts()
         batcher = _Batcher(partition.source)
         began = time.monotonic()
@@ -253,8 +276,9 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                             yield batch
                 elif isinstance(item, SchemaChange) and not shard.index:
                     counts.ddl += 1  # every shard sees it; count it once
-        finally:
-            reader.close()
+        except BaseException:
+            _drop_reader(reader)  # the next attempt starts from a fresh connection
+            raise
         counts.read_seconds = time.monotonic() - began
         batcher.add_stats(counts)
         last = batcher.flush()
