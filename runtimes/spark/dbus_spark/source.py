@@ -44,7 +44,7 @@ from pyspark.sql.types import (
 )
 
 from dbus_fn.capture import BinlogReader, Shard, server_id_for
-from dbus_fn.events import BinlogPosition, RowChange, SchemaChange
+from dbus_fn.events import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 
@@ -260,7 +260,8 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             # Every replication connection needs its own id.
             server_id = server_id_for(f"{server_id}/shard/{shard.index}")
         reader = worker_reader(binding, server_id)
-        counts = StageCounts()
+        counts = StageCounts(started=time.time())
+        counts.positions[partition.source] = str(offset_to_position(partition.end))
         batcher = _Batcher(partition.source)
         began = time.monotonic()
         try:
@@ -274,6 +275,8 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                         batch = batcher.add(record)
                         if batch is not None:
                             yield batch
+                elif type(item) is TransactionCommit:
+                    counts.last_commit[partition.source] = item.commit_time.timestamp()
                 elif isinstance(item, SchemaChange) and not shard.index:
                     counts.ddl += 1  # every shard sees it; count it once
         except BaseException:

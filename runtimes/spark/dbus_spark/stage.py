@@ -48,9 +48,15 @@ class StageCounts:
     rows: int = 0
     ddl: int = 0
     read_seconds: float = 0.0
+    started: float = 0.0
+    """Epoch seconds the earliest read began."""
     delivered: Counter[str] = field(default_factory=Counter)
     filtered: Counter[str] = field(default_factory=Counter)
     dead: Counter[str] = field(default_factory=Counter)
+    positions: dict[str, str] = field(default_factory=dict)
+    """Per source, the position the batch read up to."""
+    last_commit: dict[str, float] = field(default_factory=dict)
+    """Per source, the commit time (epoch seconds) of the newest transaction read."""
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -58,20 +64,46 @@ class StageCounts:
                 "rows": self.rows,
                 "ddl": self.ddl,
                 "read_seconds": self.read_seconds,
+                "started": self.started,
                 "delivered": self.delivered,
                 "filtered": self.filtered,
                 "dead": self.dead,
+                "positions": self.positions,
+                "last_commit": self.last_commit,
             }
         ).encode()
 
     def add_json(self, data: bytes) -> None:
+        self.add(StageCounts.from_json(data))
+
+    @classmethod
+    def from_json(cls, data: bytes) -> StageCounts:
         counts = json.loads(data)
-        self.rows += counts["rows"]
-        self.ddl += counts["ddl"]
-        self.read_seconds = max(self.read_seconds, counts["read_seconds"])
-        self.delivered.update(counts["delivered"])
-        self.filtered.update(counts["filtered"])
-        self.dead.update(counts["dead"])
+        return cls(
+            rows=counts["rows"],
+            ddl=counts["ddl"],
+            read_seconds=counts["read_seconds"],
+            started=counts.get("started", 0.0),
+            delivered=Counter(counts["delivered"]),
+            filtered=Counter(counts["filtered"]),
+            dead=Counter(counts["dead"]),
+            positions=counts.get("positions", {}),
+            last_commit=counts.get("last_commit", {}),
+        )
+
+    def add(self, other: StageCounts) -> None:
+        """Fold another task's counts into these (the shards of one source included)."""
+        self.rows += other.rows
+        self.ddl += other.ddl
+        self.read_seconds = max(self.read_seconds, other.read_seconds)
+        if other.started:
+            self.started = min(self.started or other.started, other.started)
+        self.delivered.update(other.delivered)
+        self.filtered.update(other.filtered)
+        self.dead.update(other.dead)
+        self.positions.update(other.positions)
+        for source, moment in other.last_commit.items():
+            self.last_commit[source] = max(self.last_commit.get(source, 0.0), moment)
 
 
 class FunctionStage:

@@ -55,6 +55,8 @@ class TaskReport(WriterCommitMessage):  # type: ignore[misc]
     kafka: int = 0
     elasticsearch: int = 0
     seconds: float = 0.0
+    started: float = 0.0
+    """Epoch seconds the task began writing."""
     per_source: Counter[str] = field(default_factory=Counter)
     stage: StageCounts = field(default_factory=StageCounts)
 
@@ -83,7 +85,7 @@ class _Sinks:
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
         started = time.monotonic()
-        report = TaskReport()
+        report = TaskReport(started=time.time())
         for batch in batches:
             columns = batch.to_pydict()
             for source, kind, destination, dead_letter, key, value, headers in zip(
@@ -184,30 +186,34 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             total.kafka += report.kafka
             total.elasticsearch += report.elasticsearch
             total.seconds = max(total.seconds, report.seconds)
+            began = [t for t in (total.started, report.started, report.stage.started) if t]
+            total.started = min(began, default=0.0)
             total.per_source.update(report.per_source)
-            stage = report.stage
-            total.stage.rows += stage.rows
-            total.stage.ddl += stage.ddl
-            total.stage.read_seconds = max(total.stage.read_seconds, stage.read_seconds)
-            total.stage.delivered.update(stage.delivered)
-            total.stage.filtered.update(stage.filtered)
-            total.stage.dead.update(stage.dead)
-        if total.stage.rows or total.stage.ddl or total.records:
+            total.stage.add(report.stage)
+        stage = total.stage
+        if stage.rows or stage.ddl or total.records:
+            now = time.time()
             log.info(
                 "batch %d: rows=%d ddl=%d records=%d kafka=%d es=%d per_source=%s "
-                "delivered=%s filtered=%s dead=%s read_seconds=%.3f write_seconds=%.3f",
+                "delivered=%s filtered=%s dead=%s read_seconds=%.3f write_seconds=%.3f "
+                "batch_seconds=%.3f positions=%s lag_seconds=%s",
                 batchId,
-                total.stage.rows,
-                total.stage.ddl,
+                stage.rows,
+                stage.ddl,
                 total.records,
                 total.kafka,
                 total.elasticsearch,
                 dict(total.per_source),
-                dict(total.stage.delivered),
-                dict(total.stage.filtered),
-                dict(total.stage.dead),
-                total.stage.read_seconds,
+                dict(stage.delivered),
+                dict(stage.filtered),
+                dict(stage.dead),
+                stage.read_seconds,
                 total.seconds,
+                now - total.started if total.started else 0.0,
+                stage.positions,
+                # How far behind its source each sink is as the batch commits: the
+                # newest change it now holds was committed this long ago.
+                {source: round(now - moment, 3) for source, moment in stage.last_commit.items()},
             )
 
     def abort(self, messages: list[TaskReport | None], batchId: int) -> None:

@@ -1,0 +1,83 @@
+"""Per-batch metrics: what the driver logs when a micro-batch commits."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from dbus_spark.stage import StageCounts
+from dbus_spark.writer import SinkWriter, TaskReport
+
+
+@pytest.fixture
+def lines() -> Iterator[list[str]]:
+    """The runtime log's lines (its logger writes to stderr and does not propagate)."""
+    found: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            found.append(record.getMessage())
+
+    handler = Collect()
+    logger = logging.getLogger("dbus.runtime")
+    logger.addHandler(handler)
+    try:
+        yield found
+    finally:
+        logger.removeHandler(handler)
+
+
+def _task(source: str, rows: int, *, started: float, committed: float) -> TaskReport:
+    counts = StageCounts(
+        rows=rows,
+        read_seconds=0.25,
+        started=started,
+        delivered=Counter({"orders": rows}),
+        positions={source: "bin.000003:4096 (0-1-9)"},
+        last_commit={source: committed},
+    )
+    # Each task's counts travel to the driver as JSON, as the stats record does.
+    return TaskReport(
+        records=rows,
+        kafka=rows,
+        per_source=Counter({source: rows}),
+        started=started + 0.5,
+        stage=StageCounts.from_json(counts.to_json()),
+    )
+
+
+def test_a_batch_logs_rows_per_source_and_deployment_duration_positions_and_lag(
+    lines: list[str],
+) -> None:
+    now = time.time()
+    reports = [
+        _task("shop", 30, started=now - 2.0, committed=now - 5.0),  # two shards of shop
+        _task("shop", 12, started=now - 1.5, committed=now - 3.0),
+        _task("billing", 5, started=now - 1.0, committed=now - 1.0),
+        None,  # a task that failed reports nothing
+    ]
+    SinkWriter("/nonexistent/config.json").commit(reports, 7)
+    (line,) = lines
+    assert line.startswith("batch 7: rows=47 ")
+    assert "per_source={'shop': 42, 'billing': 5}" in line
+    assert "delivered={'orders': 47}" in line
+    assert (
+        "positions={'shop': 'bin.000003:4096 (0-1-9)', 'billing': 'bin.000003:4096 (0-1-9)'}"
+        in line
+    )
+    batch = float(re.search(r"batch_seconds=([0-9.]+)", line)[1])  # type: ignore[index]
+    assert 2.0 <= batch < 10
+    lag = re.search(r"lag_seconds=\{'shop': ([0-9.]+), 'billing': ([0-9.]+)\}", line)
+    assert lag is not None
+    assert 3.0 <= float(lag[1]) < 10  # the newest of the two shards' commits
+    assert 1.0 <= float(lag[2]) < 10
+
+
+def test_an_empty_batch_logs_nothing(lines: list[str]) -> None:
+    SinkWriter("/nonexistent/config.json").commit([TaskReport()], 8)
+    assert lines == []
