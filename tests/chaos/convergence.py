@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -396,10 +396,17 @@ def _read(path: Path) -> str:
 class RuntimeProcess:
     """`dbus runtime start` in its own session, killed and restarted at will."""
 
-    def __init__(self, argv: Sequence[str], logs: Path, checkpoint: Path) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        logs: Path,
+        checkpoint: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.argv = list(argv)
         self.logs = logs
         self.checkpoint = checkpoint
+        self.env = dict(env or {})
         self.runs: list[Run] = []
         self._process: subprocess.Popen[bytes] | None = None
         logs.mkdir(parents=True, exist_ok=True)
@@ -433,6 +440,43 @@ class RuntimeProcess:
             checkpoint,
         )  # fmt: skip
 
+    @classmethod
+    def for_member(
+        cls,
+        *,
+        runtime_id: str,
+        cluster: str,
+        zookeeper: str,
+        session_timeout: float,
+        kafka: str,
+        elasticsearch: str,
+        folder: Path,
+        env: Mapping[str, str],
+        master: str = "local[1]",
+        start: str = "earliest",
+    ) -> RuntimeProcess:
+        """A cluster member: ZooKeeper gives its sources and functions; ``env`` holds
+        what the sources' ``dsn_env`` variables name. Its checkpoint and logs go in
+        ``folder``."""
+        dbus = Path(sys.executable).parent / "dbus"
+        return cls(
+            [
+                str(dbus), "runtime", "start",
+                "--cluster", cluster,
+                "--zookeeper", zookeeper,
+                "--zk-session-timeout", str(session_timeout),
+                "--runtime-id", runtime_id,
+                "--kafka", kafka,
+                "--elasticsearch", elasticsearch,
+                "--checkpoint", str(folder / "checkpoint"),
+                "--from", start,
+                "--master", master,
+            ],
+            folder / "logs",
+            folder / "checkpoint",
+            env,
+        )  # fmt: skip
+
     @property
     def current(self) -> Run:
         return self.runs[-1]
@@ -446,6 +490,7 @@ class RuntimeProcess:
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
             "SPARK_LOCAL_IP": "127.0.0.1",
+            **self.env,
         }
         with log.open("wb") as out:
             self._process = subprocess.Popen(
@@ -519,6 +564,14 @@ class RuntimeProcess:
         self._process.wait(timeout=30)
         self.wait_gone(30, also=descendants)
         self._note_resume()
+
+    def pause(self) -> None:
+        """SIGSTOP the run's process group: the CLI, Spark's JVM and its Python workers
+        all freeze, as in a VM pause or a swap storm."""
+        os.killpg(self.current.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.current.pid, signal.SIGCONT)
 
     def wait_gone(self, timeout: float, *, also: Iterable[psutil.Process] = ()) -> None:
         """Wait until no process of the run (its session, or ``also``) is left."""
@@ -627,6 +680,12 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 60) -> list[Deliv
     finally:
         consumer.close()
     return messages
+
+
+def dead_letters(bootstrap: str, routes: Routes) -> list[Delivered]:
+    """What the routes' dead-letter topic holds (nothing if it was never made)."""
+    topic = routes.dead_letters
+    return read_topic(bootstrap, topic) if topic_exists(bootstrap, topic) else []
 
 
 @dataclass

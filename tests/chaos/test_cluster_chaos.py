@@ -1,0 +1,480 @@
+"""Chaos for a cluster of runtimes: ZooKeeper moves the sources, nothing is lost.
+
+Three `dbus runtime start --cluster` processes share four sources (one table of
+a private MariaDB each) through a private ZooKeeper, with a short session
+timeout, while a writer changes the four tables. Each test does one thing to
+them mid-load: SIGKILL a runtime, SIGKILL the leader, SIGSTOP a runtime past its
+session timeout and resume it, or stop ZooKeeper and start it again. It checks
+what the coordination promises for that fault (the sources move within the
+session timeout plus a bounded margin; a runtime that lost its session never
+commits for what it lost; while ZooKeeper is away the runtimes keep their work
+and hold their commits), and then, after the load stops, that every committed
+change is in its table's topic, one key's changes in commit order, and each
+index equals its table. `pytest -s` shows what was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from confluent_kafka import Consumer, TopicPartition
+from convergence import (
+    TABLES,
+    Database,
+    RuntimeProcess,
+    Table,
+    Workload,
+    check_convergence,
+    dead_letters,
+    delete_outputs,
+    new_routes,
+    topic_exists,
+    wait_converged,
+    write_function_folder,
+)
+from elasticsearch import Elasticsearch
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+
+from dbus_deploy.services import ServicesConfig, down, up
+from dbus_fn.cli import cli
+from dbus_fn.coordination import ZooKeeperSettings, close, cluster_status, connect
+from dbus_spark.config import load_config
+
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
+
+CLUSTER = "chaos"
+RUNTIMES = ("rt-a", "rt-b", "rt-c")
+DSN_VARIABLE = "DBUS_CHAOS_DSN"
+# ZooKeeper's least session timeout: two of its 2 s ticks.
+SESSION = 4.0
+# ZooKeeper expires a session on its tick (up to 2 s late) and the leader then
+# reassigns at once; the rest is slack for a 2-core machine under load.
+MARGIN = 6.0
+LOAD_BEFORE = 4.0  # seconds of load before the fault
+LOAD_AFTER = 6.0  # and after the runtimes have recovered from it
+ZOOKEEPER_DOWN = 8.0  # twice the session timeout
+
+LEDGER = Table(
+    "ledger",
+    """CREATE TABLE ledger (
+        id INT PRIMARY KEY, ver INT NOT NULL, amount BIGINT NOT NULL,
+        booked DATETIME NOT NULL, memo VARCHAR(200))""",
+    ("id",),
+    lambda rng, n: (n,),
+    lambda rng: {
+        "amount": rng.randrange(-(10**12), 10**12),
+        "booked": datetime(2026, 1, 1, rng.randrange(24), rng.randrange(60)),
+        "memo": None if rng.random() < 0.2 else f"memo {rng.randrange(10**6)}",
+    },
+)
+# One source per table: four sources over three runtimes, two of them with one each.
+SOURCE_TABLES = (*TABLES, LEDGER)
+
+
+def _source(table: str) -> str:
+    return f"src-{table}"
+
+
+def wait_until(check: Callable[[], bool], within: float, what: str) -> float:
+    """Seconds until ``check()`` held (ZooKeeper away counts as not yet); fail after
+    ``within`` seconds."""
+    began = time.monotonic()
+    while time.monotonic() - began < within:
+        try:
+            if check():
+                return time.monotonic() - began
+        except KazooException:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"not within {within:g} s: {what}")
+
+
+def _after(position: dict[str, Any], other: dict[str, Any]) -> bool:
+    return (position["file"], int(position["pos"])) > (other["file"], int(other["pos"]))
+
+
+@dataclass(frozen=True)
+class PositionWrite:
+    """One write to ``positions/<source>`` as a data watch saw it."""
+
+    seen: float  # monotonic
+    source: str
+    version: int
+    runtime: str
+    epoch: int
+
+
+class PositionWrites:
+    """Every write to the positions of ``sources`` that ZooKeeper reports (a data watch
+    each). A watch re-reads after it fires, so two writes in one round trip show as
+    one: ``gaps`` counts the versions not seen."""
+
+    def __init__(self, client: KazooClient, settings: ZooKeeperSettings, sources: Iterable[str]):
+        self.seen: list[PositionWrite] = []
+        for source in sources:
+            client.DataWatch(settings.layout.position(source), self._recorder(source))
+
+    def _recorder(self, source: str) -> Callable[[bytes | None, Any], None]:
+        def record(data: bytes | None, stat: Any) -> None:
+            if data:
+                found = json.loads(data)
+                self.seen.append(
+                    PositionWrite(
+                        time.monotonic(),
+                        source,
+                        stat.version,
+                        str(found.get("runtime")),
+                        int(found.get("epoch", 0)),
+                    )
+                )
+
+        return record
+
+    @property
+    def gaps(self) -> int:
+        missed = 0
+        for source in {w.source for w in self.seen}:
+            versions = sorted({w.version for w in self.seen if w.source == source})
+            missed += versions[-1] - versions[0] + 1 - len(versions)
+        return missed
+
+
+@dataclass
+class ChaosCluster:
+    """The runtimes, the ZooKeeper they share, the load, and how to look at them."""
+
+    zookeeper: ServicesConfig  # the private ZooKeeper's: stop and start it with this
+    settings: ZooKeeperSettings
+    client: KazooClient
+    runtimes: dict[str, RuntimeProcess]
+    database: Database
+    workload: Workload
+    routes: Any
+    bootstrap: str
+    es: Elasticsearch
+    killed: set[str] = field(default_factory=set)
+
+    @property
+    def sources(self) -> list[str]:
+        return [_source(t.name) for t in SOURCE_TABLES]
+
+    def assignments(self) -> dict[str, tuple[str | None, int | None, bool]]:
+        """source -> (owner, epoch, whether the owner is a running member)."""
+        status = cluster_status(self.client, self.settings)
+        return {s.name: (s.owner, s.epoch, s.owner_running) for s in status.sources}
+
+    def owned_by(self, runtime_id: str) -> dict[str, int]:
+        """source -> epoch of what ``runtime_id`` is assigned."""
+        return {
+            source: epoch
+            for source, (owner, epoch, _) in self.assignments().items()
+            if owner == runtime_id and epoch is not None
+        }
+
+    def leader(self) -> tuple[str, int]:
+        data = json.loads(self.client.get(self.settings.layout.leader)[0])
+        return str(data["runtime"]), int(data["term"])
+
+    def follower_with_sources(self) -> str:
+        leader, _ = self.leader()
+        return next(r for r in RUNTIMES if r != leader and self.owned_by(r))
+
+    def position(self, source: str) -> dict[str, Any]:
+        """``positions/<source>``: position, epoch, runtime, committed (empty: none yet)."""
+        path = self.settings.layout.position(source)
+        return json.loads(self.client.get(path)[0]) if self.client.exists(path) else {}
+
+    def committed_by_owners(self, sources: Iterable[str]) -> bool:
+        """Each source's position was last committed by its owner, at its epoch."""
+        assigned = self.assignments()
+        for source in sources:
+            owner, epoch, running = assigned[source]
+            found = self.position(source)
+            if not running or (found.get("runtime"), found.get("epoch")) != (owner, epoch):
+                return False
+        return True
+
+    def alive(self) -> bool:
+        return all(p.alive() for r, p in self.runtimes.items() if r not in self.killed)
+
+    def tails(self) -> str:
+        return "\n".join(f"--- {r}:\n{p.tail(25)}" for r, p in self.runtimes.items())
+
+    def run_load(self, seconds: float) -> None:
+        """Let the load run; every runtime not killed must stay up."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            assert self.alive(), f"a runtime exited by itself:\n{self.tails()}"
+            time.sleep(0.2)
+
+    def wait_moved(self, victim: str, lost: dict[str, int], since: float) -> tuple[float, float]:
+        """Wait until the ``lost`` sources are owned by running runtimes other than
+        ``victim`` (within the session timeout plus the margin), then until their new
+        owners have committed them; seconds from ``since`` to each."""
+
+        def moved() -> bool:
+            assigned = self.assignments()
+            return all(assigned[s][0] != victim and assigned[s][2] for s in lost)
+
+        wait_until(
+            moved,
+            SESSION + MARGIN - (time.monotonic() - since),
+            f"the sources of {victim} ({', '.join(sorted(lost))}) owned by a running runtime",
+        )
+        moved_after = time.monotonic() - since
+        wait_until(
+            lambda: self.committed_by_owners(lost), 60, "the new owners commit what they took"
+        )
+        return moved_after, time.monotonic() - since
+
+    def converge(self) -> str:
+        """Stop the load; wait until every change is in Kafka and each index equals its
+        table; no dead letters. A summary of what it took."""
+        self.workload.stop()
+        conn = self.database.connect()
+        verdict, caught_up = wait_converged(
+            lambda: check_convergence(self.workload, self.routes, conn, self.bootstrap, self.es),
+            timeout=180,
+            alive=self.alive,
+            on_timeout=self.tails,
+        )
+        letters = dead_letters(self.bootstrap, self.routes)
+        assert letters == [], f"{len(letters)} dead letter(s); none expected"
+        return (
+            f"{len(self.workload.committed)} changes in {self.workload.transactions} "
+            f"transactions, {sum(v.replayed for v in verdict.kafka.values())} replayed "
+            f"messages; converged {caught_up:.1f} s after the load stopped"
+        )
+
+
+def _dbus(settings: ZooKeeperSettings, *args: str) -> None:
+    """Run a `dbus` command against the test's cluster."""
+    env = {"DBUS_ZOOKEEPER": settings.hosts, "DBUS_CLUSTER": settings.cluster}
+    result = CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+
+
+def _delivered(bootstrap: str, topics: Iterable[str]) -> int:
+    """How many messages the topics hold (their partitions' end offsets)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"dbus-chaos-{uuid.uuid4()}"})
+    try:
+        total = 0
+        for topic in topics:
+            if not topic_exists(bootstrap, topic):
+                continue
+            for partition in consumer.list_topics(topic, timeout=30).topics[topic].partitions:
+                _, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=30
+                )
+                total += high
+        return total
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def cluster(
+    chaos_database: Database,
+    private_zookeeper: tuple[ServicesConfig, str],
+    kafka_service: Any,
+    elasticsearch_service: Any,
+    chaos_seed: int,
+    tmp_path: Path,
+) -> Iterator[ChaosCluster]:
+    """Three runtimes working on four sources, the load running for a while."""
+    zookeeper, hosts = private_zookeeper
+    settings = ZooKeeperSettings(hosts=hosts, cluster=CLUSTER)
+    workload = Workload(chaos_database.connect, seed=chaos_seed, tables=SOURCE_TABLES)
+    workload.create_tables()
+    routes = new_routes(chaos_database.name, workload.tables)
+    _dbus(settings, "cluster", "init")
+    for table in SOURCE_TABLES:
+        pattern = f"{chaos_database.name}.{table.name}"
+        _dbus(settings, "cluster", "source", "add", _source(table.name),
+              "--dsn-env", DSN_VARIABLE, "--table", pattern)  # fmt: skip
+    _dbus(settings, "fn", "deploy", str(write_function_folder(tmp_path / "fn", routes)))
+    runtimes = {
+        runtime_id: RuntimeProcess.for_member(
+            runtime_id=runtime_id,
+            cluster=CLUSTER,
+            zookeeper=settings.hosts,
+            session_timeout=SESSION,
+            kafka=kafka_service.bootstrap_servers,
+            elasticsearch=elasticsearch_service.url,
+            folder=tmp_path / runtime_id,
+            env={DSN_VARIABLE: chaos_database.endpoint.dsn},
+        )
+        for runtime_id in RUNTIMES
+    }
+    client = connect(settings)
+    es = Elasticsearch(elasticsearch_service.url, request_timeout=60)
+    cluster = ChaosCluster(
+        zookeeper, settings, client, runtimes, chaos_database, workload, routes,
+        kafka_service.bootstrap_servers, es,
+    )  # fmt: skip
+    try:
+        began = time.monotonic()
+        for runtime in runtimes.values():
+            runtime.start()
+
+        def working() -> bool:
+            assert cluster.alive(), f"a runtime exited while starting:\n{cluster.tails()}"
+            owners = {owner for owner, _, _ in cluster.assignments().values()}
+            return owners == set(RUNTIMES) and cluster.committed_by_owners(cluster.sources)
+
+        wait_until(working, 240, "every runtime working on its sources")
+        print(
+            f"\n{len(RUNTIMES)} runtimes working on {len(cluster.sources)} sources "
+            f"{time.monotonic() - began:.0f} s after their start: {cluster.assignments()}"
+        )
+        workload.start()
+        cluster.run_load(LOAD_BEFORE)
+        yield cluster
+    finally:
+        workload.stop()
+        for runtime in runtimes.values():
+            if runtime.alive():
+                runtime.resume()  # a stopped process cannot take SIGTERM
+        for runtime in runtimes.values():
+            runtime.stop()
+        close(client)
+        cluster.es.close()
+        delete_outputs(kafka_service.bootstrap_servers, elasticsearch_service.url, routes)
+
+
+def _sigkill(cluster: ChaosCluster, victim: str, role: str) -> None:
+    """SIGKILL ``victim`` mid-load: its sources, and only its, move within the bound."""
+    before = cluster.assignments()
+    lost = cluster.owned_by(victim)
+    changes = len(cluster.workload.committed)
+    killed = time.monotonic()
+    cluster.runtimes[victim].kill9()
+    cluster.killed.add(victim)
+    moved, working = cluster.wait_moved(victim, lost, killed)
+    print(
+        f"SIGKILL {role} {victim}: {', '.join(sorted(lost))} owned elsewhere {moved:.2f} s "
+        f"after the kill (session timeout {SESSION:g} s), committed by their new owners "
+        f"{working:.2f} s after"
+    )
+    after = cluster.assignments()
+    unmoved = {s: after[s][:2] for s in before if s not in lost}
+    assert unmoved == {s: before[s][:2] for s in unmoved}, "a source that was not lost moved"
+    cluster.run_load(LOAD_AFTER)
+    assert len(cluster.workload.committed) > changes, "no change was written after the kill"
+
+
+def test_sigkill_of_a_runtime_moves_its_sources_and_loses_nothing(
+    cluster: ChaosCluster,
+) -> None:
+    _sigkill(cluster, cluster.follower_with_sources(), "runtime")
+    print(cluster.converge())
+
+
+def test_sigkill_of_the_leader_elects_another_and_loses_nothing(
+    cluster: ChaosCluster,
+) -> None:
+    victim, term = cluster.leader()
+    _sigkill(cluster, victim, "leader")
+    leader, new_term = cluster.leader()
+    assert leader != victim and leader in RUNTIMES
+    assert new_term > term
+    print(f"{leader} leads at term {new_term}")
+    print(cluster.converge())
+
+
+def _binds(config: Path, sources: dict[str, int]) -> list[str]:
+    """Which of ``sources`` the runtime's configuration still reads at that epoch."""
+    return [b.spec.name for b in load_config(config).sources if sources.get(b.spec.name) == b.epoch]
+
+
+def test_a_runtime_paused_past_its_session_never_commits_what_it_lost(
+    cluster: ChaosCluster,
+) -> None:
+    victim = cluster.follower_with_sources()
+    runtime = cluster.runtimes[victim]
+    config = runtime.checkpoint.with_name(f"{runtime.checkpoint.name}.config.json")
+    lost = cluster.owned_by(victim)
+    assert sorted(_binds(config, lost)) == sorted(lost)
+    writes = PositionWrites(cluster.client, cluster.settings, lost)
+
+    paused = time.monotonic()
+    runtime.pause()
+    moved, working = cluster.wait_moved(victim, lost, paused)
+    moved_at = paused + moved
+    log_before = len(runtime.log_text())
+    runtime.resume()
+    dropped = wait_until(
+        lambda: not _binds(config, lost), SESSION, "the resumed runtime stops reading what it lost"
+    )
+    print(
+        f"SIGSTOP runtime {victim}: {', '.join(sorted(lost))} owned elsewhere {moved:.2f} s "
+        f"into the pause (session timeout {SESSION:g} s), committed by their new owners "
+        f"{working:.2f} s in; after SIGCONT it stopped reading them within {dropped:.2f} s"
+    )
+    rejoined = wait_until(
+        lambda: victim in {r for r, _, running in cluster.assignments().values() if running},
+        SESSION + MARGIN,
+        "the resumed runtime joins again and is given sources",
+    )
+    cluster.run_load(LOAD_AFTER)
+
+    stale = [
+        w
+        for w in writes.seen
+        if w.seen > moved_at and w.runtime == victim and w.epoch <= lost[w.source]
+    ]
+    assert stale == [], "the resumed runtime committed for sources it had lost"
+    log = runtime.log_text()[log_before:]
+    assert "ZooKeeper session lost" in log, "the resumed runtime did not notice its lost session"
+    for source, epoch in lost.items():
+        assert f"flushed the held commit of {source} at epoch {epoch}\n" not in log
+    print(
+        f"it was given sources again {rejoined:.2f} s later; position writes watched: "
+        f"{len(writes.seen)} ({writes.gaps} versions unseen), none by it at a lost epoch"
+    )
+    print(cluster.converge())
+
+
+def test_zookeeper_restart_mid_load_holds_commits_and_loses_nothing(
+    cluster: ChaosCluster,
+) -> None:
+    before = cluster.assignments()
+    positions = {s: cluster.position(s)["position"] for s in cluster.sources}
+    logs = {r: len(p.log_text()) for r, p in cluster.runtimes.items()}
+    topics = [cluster.routes.topic(t.name) for t in SOURCE_TABLES]
+    delivered = _delivered(cluster.bootstrap, topics)
+
+    down(["zookeeper"], config=cluster.zookeeper)
+    stopped = time.monotonic()
+    cluster.run_load(ZOOKEEPER_DOWN)
+    delivered_meanwhile = _delivered(cluster.bootstrap, topics) - delivered
+    up(["zookeeper"], config=cluster.zookeeper)
+    back = time.monotonic()
+    advanced = wait_until(
+        lambda: all(_after(cluster.position(s)["position"], positions[s]) for s in positions),
+        60,
+        "every source's position advances once ZooKeeper is back",
+    )
+    assert delivered_meanwhile > 0, "the runtimes stopped working while ZooKeeper was away"
+    assert cluster.assignments() == before, "the sessions outlive the restart: nothing moves"
+    for runtime_id, process in cluster.runtimes.items():
+        log = process.log_text()[logs[runtime_id] :]
+        assert "flushed the held commit" in log, f"{runtime_id} held no commit"
+        assert "dropped a held commit" not in log
+        assert "ZooKeeper session lost" not in log
+    cluster.run_load(LOAD_AFTER)
+    print(
+        f"ZooKeeper down {back - stopped:.1f} s: {delivered_meanwhile} messages delivered "
+        f"meanwhile; every position advanced {advanced:.2f} s after it was back"
+    )
+    print(cluster.converge())
