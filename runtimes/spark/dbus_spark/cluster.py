@@ -30,6 +30,8 @@ from dbus_spark.source import offset_to_position
 log = logging.getLogger("dbus.runtime")
 
 REFRESH_SECONDS = 1.0
+# Sources moved away lately, kept readable for micro-batches planned before the move.
+RETIRED_KEPT = 32
 
 
 class ClusterMember:
@@ -51,6 +53,7 @@ class ClusterMember:
         self._start = start
         self._watcher: FunctionWatcher | None = None
         self._bindings: dict[str, SourceBinding] = {}
+        self._retired: list[SourceBinding] = []
         self._written: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -106,11 +109,16 @@ class ClusterMember:
                     known if known is not None and known.epoch == epoch
                     else self._acquire(name, epoch)
                 )  # fmt: skip
+            for name, old in self._bindings.items():
+                if name not in bindings or bindings[name].epoch != old.epoch:
+                    # A micro-batch planned before the move may still read it.
+                    self._retired = [*self._retired, old][-RETIRED_KEPT:]
             self._bindings = bindings
             config = replace(
                 self._base,
                 sources=tuple(bindings[name] for name in sorted(bindings)),
                 deployments=tuple(str(f.path) for f in functions),
+                retired=tuple(self._retired),
             )
             wanted = config.to_json()
             if wanted != self._written:

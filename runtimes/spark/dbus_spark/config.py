@@ -47,27 +47,22 @@ class RuntimeConfig:
     decode_shards: int = 0
     """Readers per busy source in one micro-batch (0: one per Spark core); see
     ``dbus_spark.source``."""
+    retired: tuple[SourceBinding, ...] = ()
+    """Sources a cluster moved away from this runtime lately: a micro-batch planned
+    before the move still reads its range as planned."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def source(self, name: str) -> SourceBinding:
-        for binding in self.sources:
-            if binding.spec.name == name:
+    def source(self, name: str, *, epoch: int | None = None) -> SourceBinding:
+        """The source called ``name`` (at ``epoch``: also one moved away since)."""
+        for binding in (*self.sources, *self.retired):
+            if binding.spec.name == name and epoch in (None, binding.epoch):
                 return binding
         raise ConfigError(f"source {name!r} is not configured in this runtime", setting="sources")
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "sources": [
-                {
-                    "name": b.spec.name,
-                    "dsn": b.spec.dsn,
-                    "tables": list(b.spec.tables),
-                    "server_id": b.server_id,
-                    "start": _start_to_json(b.start),
-                    "epoch": b.epoch,
-                }
-                for b in self.sources
-            ],
+            "sources": [_binding_to_json(b) for b in self.sources],
+            "retired": [_binding_to_json(b) for b in self.retired],
             "deployments": list(self.deployments),
             "kafka_bootstrap": self.kafka_bootstrap,
             "elasticsearch_url": self.elasticsearch_url,
@@ -82,15 +77,8 @@ class RuntimeConfig:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RuntimeConfig:
         return cls(
-            sources=tuple(
-                SourceBinding(
-                    spec=SourceSpec(name=s["name"], dsn=s["dsn"], tables=tuple(s["tables"])),
-                    server_id=int(s["server_id"]),
-                    start=_start_from_json(s["start"]),
-                    epoch=int(s.get("epoch", 0)),
-                )
-                for s in data["sources"]
-            ),
+            sources=tuple(_binding_from_json(s) for s in data["sources"]),
+            retired=tuple(_binding_from_json(s) for s in data.get("retired", ())),
             deployments=tuple(data["deployments"]),
             kafka_bootstrap=data["kafka_bootstrap"],
             elasticsearch_url=data["elasticsearch_url"],
@@ -122,6 +110,26 @@ def load_config(path: str | Path) -> RuntimeConfig:
         return RuntimeConfig.from_json(json.loads(Path(path).read_text()))
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot read runtime config {path}: {exc}", setting="config") from exc
+
+
+def _binding_to_json(binding: SourceBinding) -> dict[str, Any]:
+    return {
+        "name": binding.spec.name,
+        "dsn": binding.spec.dsn,
+        "tables": list(binding.spec.tables),
+        "server_id": binding.server_id,
+        "start": _start_to_json(binding.start),
+        "epoch": binding.epoch,
+    }
+
+
+def _binding_from_json(data: Mapping[str, Any]) -> SourceBinding:
+    return SourceBinding(
+        spec=SourceSpec(name=data["name"], dsn=data["dsn"], tables=tuple(data["tables"])),
+        server_id=int(data["server_id"]),
+        start=_start_from_json(data["start"]),
+        epoch=int(data.get("epoch", 0)),
+    )
 
 
 def _start_to_json(start: StartPolicy) -> Any:

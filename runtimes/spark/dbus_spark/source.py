@@ -253,7 +253,11 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def read(self, partition: SourceRange) -> Iterator[pa.RecordBatch]:
         config, stage = worker_stage(partition.config_path)
-        binding = config.source(partition.source)
+        epoch = int(partition.end.get("epoch", 0))
+        # As planned, even if a cluster moved the source away since: the batch's
+        # position commit is then refused (fenced), and the new owner reads the
+        # range again from the last committed position.
+        binding = config.source(partition.source, epoch=epoch)
         shard = Shard(partition.shard, partition.shards)
         server_id = binding.server_id
         if shard.index:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,18 @@ def test_decode_shards_default_to_one_per_core_and_survive_the_config_file(tmp_p
     assert _config().decode_shards == 0  # resolved to Spark's cores when the query starts
     config = _config(decode_shards=3)
     assert load_config(config.save(tmp_path / "c.json")).decode_shards == 3
+
+
+def test_a_source_moved_away_stays_readable_at_its_old_epoch(tmp_path: Path) -> None:
+    """A micro-batch planned before a cluster moved a source reads it as planned."""
+    config = _config()
+    (binding,) = config.sources
+    moved = replace(config, sources=(replace(binding, epoch=9),), retired=(binding,))
+    loaded = load_config(moved.save(tmp_path / "c.json"))
+    assert loaded.source("shop", epoch=0) == binding
+    assert loaded.source("shop", epoch=9).epoch == 9
+    assert loaded.source("shop").epoch == 9  # without an epoch: the one read now
+    gone = replace(config, sources=(), retired=(binding,))
+    assert gone.source("shop", epoch=0) == binding
+    with pytest.raises(ConfigError, match="not configured"):
+        gone.source("shop", epoch=3)
