@@ -25,7 +25,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -812,6 +812,14 @@ class Convergence:
     @property
     def ok(self) -> bool:
         return all(v.ok for v in self.kafka.values()) and not any(self.elasticsearch.values())
+
+    def tolerating_stale_last(self, tables: Iterable[str]) -> Convergence:
+        """This verdict with, for ``tables``, keys whose last message is older than their
+        newest change accepted: what a runtime paused past its session leaves (its
+        in-flight batch lands after the new owner's; docs/coordination.md, Limits)."""
+        names = set(tables)
+        kafka = {t: replace(v, stale_last=[]) if t in names else v for t, v in self.kafka.items()}
+        return replace(self, kafka=kafka)
 
     def describe(self) -> str:
         parts = [f"kafka {t}: {v.describe()}" for t, v in self.kafka.items() if not v.ok]

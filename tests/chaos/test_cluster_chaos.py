@@ -29,6 +29,7 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 from convergence import (
     TABLES,
+    Convergence,
     Database,
     RuntimeProcess,
     Table,
@@ -237,13 +238,26 @@ class ChaosCluster:
         )
         return moved_after, time.monotonic() - since
 
-    def converge(self) -> str:
+    def converge(self, *, stale_last_allowed: Iterable[str] = ()) -> str:
         """Stop the load; wait until every change is in Kafka and each index equals its
-        table; no dead letters. A summary of what it took."""
+        table; no dead letters. A summary of what it took.
+
+        ``stale_last_allowed``: tables whose keys may end on an older message than their
+        newest change (only ever after a pause past the session; see
+        ``Convergence.tolerating_stale_last``); how many did is in the summary.
+        """
         self.workload.stop()
         conn = self.database.connect()
+        allowed = list(stale_last_allowed)
+        stale: list[str] = []
+
+        def check() -> Convergence:
+            full = check_convergence(self.workload, self.routes, conn, self.bootstrap, self.es)
+            stale[:] = [k for t in allowed for k in full.kafka[t].stale_last]
+            return full.tolerating_stale_last(allowed)
+
         verdict, caught_up = wait_converged(
-            lambda: check_convergence(self.workload, self.routes, conn, self.bootstrap, self.es),
+            check,
             timeout=180,
             alive=self.alive,
             on_timeout=self.tails,
@@ -254,6 +268,7 @@ class ChaosCluster:
             f"{len(self.workload.committed)} changes in {self.workload.transactions} "
             f"transactions, {sum(v.replayed for v in verdict.kafka.values())} replayed "
             f"messages; converged {caught_up:.1f} s after the load stopped"
+            + (f"; {len(stale)} key(s) ending on a stale message: {stale[:3]}" if allowed else "")
         )
 
 
@@ -442,7 +457,10 @@ def test_a_runtime_paused_past_its_session_never_commits_what_it_lost(
         f"it was given sources again {rejoined:.2f} s later; position writes watched: "
         f"{len(writes.seen)} ({writes.gaps} versions unseen), none by it at a lost epoch"
     )
-    print(cluster.converge())
+    # Its batch in flight when paused reaches Kafka when it wakes, possibly after the
+    # new owner's newer messages (nothing is lost; Elasticsearch, with its external
+    # versions, stays exact). Fencing that needs the sink's help: docs/coordination.md.
+    print(cluster.converge(stale_last_allowed=[s.removeprefix("src-") for s in lost]))
 
 
 def test_zookeeper_restart_mid_load_holds_commits_and_loses_nothing(
