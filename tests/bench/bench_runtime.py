@@ -11,7 +11,7 @@ In one run, on the same binlog of 20-column rows:
 * peak RSS of the runtime's processes (driver JVM and Python workers) while one
   ``--big`` row transaction goes through.
 
-    .venv/bin/python tests/bench/bench_runtime.py [--rows 100000] [--rate 1000]
+    .venv/bin/python tests/bench/bench_runtime.py [--rows 100000] [--rate 1000] [--decode-shards N]
 """
 
 from __future__ import annotations
@@ -67,7 +67,12 @@ def deployment(folder: Path, database: str, destination: str) -> Path:
 
 
 def config(
-    work: Path, dsn: str, database: str, destination: str, begin: BinlogPosition | str
+    work: Path,
+    dsn: str,
+    database: str,
+    destination: str,
+    begin: BinlogPosition | str,
+    shards: int = 0,
 ) -> RuntimeConfig:
     local = endpoints()
     run = uuid.uuid4().hex[:8]
@@ -83,6 +88,7 @@ def config(
         kafka_bootstrap=local.kafka.bootstrap_servers,
         elasticsearch_url=local.elasticsearch.url,
         checkpoint_dir=str(work / run / "checkpoint"),
+        decode_shards=shards,
     )
 
 
@@ -237,6 +243,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency run")
     parser.add_argument("--big", type=int, default=1_000_000, help="rows in the big transaction")
     parser.add_argument("--skip", nargs="*", default=[], choices=["es", "latency", "big"])
+    parser.add_argument(
+        "--decode-shards", type=int, default=0, help="readers per busy source (0: one per core)"
+    )
     args = parser.parse_args()
 
     local = endpoints()
@@ -258,7 +267,10 @@ def main() -> None:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         begin = master(cur)
         kafka = steady_rows_per_second(
-            spark, config(work, dsn, database, f"kafka://{topic}", "latest"), cur, args.rows
+            spark,
+            config(work, dsn, database, f"kafka://{topic}", "latest", args.decode_shards),
+            cur,
+            args.rows,
         )
         end = master(cur)
         decode = max(rate(lambda: bare(settings, database, begin, end)) for _ in "12")
@@ -270,14 +282,17 @@ def main() -> None:
             cur.execute("TRUNCATE wide")
             cur.execute("TRUNCATE warm")
             es = steady_rows_per_second(
-                spark, config(work, dsn, database, f"es://{index}", "latest"), cur, args.rows
+                spark,
+                config(work, dsn, database, f"es://{index}", "latest", args.decode_shards),
+                cur,
+                args.rows,
             )
             print(f"(c) runtime end to end → ES         {es:>12,.0f} rows/s", end="")
             print(f"   c/a {es / decode:.2f}")
         if "latency" not in args.skip:
             cur.execute("CREATE TABLE pulse (id INT PRIMARY KEY, v VARCHAR(8))")
             topic = f"bench-{uuid.uuid4().hex[:8]}"
-            cfg = config(work, dsn, database, f"kafka://{topic}", "latest")
+            cfg = config(work, dsn, database, f"kafka://{topic}", "latest", args.decode_shards)
             lat = latency(spark, cfg, settings, database, topic, args.rate, args.seconds)
             p50 = statistics.median(lat)
             p99 = lat[int(len(lat) * 0.99) - 1]
@@ -298,7 +313,9 @@ def main() -> None:
             conn.commit()
             topic = f"bench-{uuid.uuid4().hex[:8]}"
             peaks = peak_rss_during(
-                spark, config(work, dsn, database, f"kafka://{topic}", before), args.big
+                spark,
+                config(work, dsn, database, f"kafka://{topic}", before, args.decode_shards),
+                args.big,
             )
             print(
                 f"{args.big:,}-row transaction: peak RSS driver JVM {peaks['jvm']:,.0f} MiB, "
