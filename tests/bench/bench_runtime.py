@@ -244,7 +244,10 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=1_000_000, help="rows in the big transaction")
     parser.add_argument("--skip", nargs="*", default=[], choices=["es", "latency", "big"])
     parser.add_argument(
-        "--decode-shards", type=int, default=0, help="readers per busy source (0: one per core)"
+        "--decode-shards",
+        type=int,
+        default=0,
+        help="readers per busy source (0: the runtime's default)",
     )
     args = parser.parse_args()
 

@@ -73,7 +73,7 @@ def runtime() -> None:
     default=0,
     envvar="DBUS_DECODE_SHARDS",
     help="Tasks that read one busy source at once, each decoding its share of the keys "
-    "(0: one per Spark core). Env: DBUS_DECODE_SHARDS.  [default: 0]",
+    "(0: one per two Spark cores). Env: DBUS_DECODE_SHARDS.  [default: 0]",
 )
 @click.option(
     "--master",

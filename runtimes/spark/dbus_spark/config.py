@@ -45,7 +45,7 @@ class RuntimeConfig:
     type_prefix: str = "io.dbus"
     topic_partitions: int = 3
     decode_shards: int = 0
-    """Readers per busy source in one micro-batch (0: one per Spark core); see
+    """Readers per busy source in one micro-batch (0: one per two Spark cores); see
     ``dbus_spark.source``."""
     retired: tuple[SourceBinding, ...] = ()
     """Sources a cluster moved away from this runtime lately: a micro-batch planned

@@ -8,7 +8,7 @@ several sources are read in parallel by executors.
 
 One busy source is read by several tasks at once: a range of at least
 ``SHARD_MIN_BYTES`` becomes up to ``shards`` partitions (the reader option;
-one per Spark core by default, shared among the sources that moved), each
+one per two Spark cores by default, shared among the sources that moved), each
 reading the whole range and keeping only the rows of its key shard
 (``dbus_fn.capture.Shard``). Decoding and the function stage, the costly part,
 are split; every key's changes stay in one task, in commit order, so per-key

@@ -82,7 +82,7 @@ def test_an_unreadable_config_file_names_the_file(tmp_path: Path) -> None:
 
 
 def test_decode_shards_default_to_one_per_core_and_survive_the_config_file(tmp_path: Path) -> None:
-    assert _config().decode_shards == 0  # resolved to Spark's cores when the query starts
+    assert _config().decode_shards == 0  # resolved from Spark's cores when the query starts
     config = _config(decode_shards=3)
     assert load_config(config.save(tmp_path / "c.json")).decode_shards == 3
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from test_runtime_config import _config
 
+from dbus_spark.job import default_decode_shards
 from dbus_spark.source import SHARD_MIN_BYTES, BinlogStreamReader
 
 
@@ -52,3 +53,8 @@ def test_busy_sources_share_the_cores(config_path: str) -> None:
 def test_a_source_that_did_not_move_is_not_read(config_path: str) -> None:
     still = (_offset(4), _offset(4))
     assert _plan(config_path, 2, a=still) == []
+
+
+@pytest.mark.parametrize(("cores", "shards"), [(1, 1), (2, 1), (3, 1), (8, 4)])
+def test_by_default_a_busy_source_gets_a_shard_per_two_cores(cores: int, shards: int) -> None:
+    assert default_decode_shards(cores) == shards
