@@ -30,8 +30,6 @@ from dbus_spark.source import offset_to_position
 log = logging.getLogger("dbus.runtime")
 
 REFRESH_SECONDS = 1.0
-# Sources moved away lately, kept readable for micro-batches planned before the move.
-RETIRED_KEPT = 32
 
 
 class ClusterMember:
@@ -53,7 +51,7 @@ class ClusterMember:
         self._start = start
         self._watcher: FunctionWatcher | None = None
         self._bindings: dict[str, SourceBinding] = {}
-        self._retired: list[SourceBinding] = []
+        self._generations = 0
         self._written: dict[str, Any] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -109,16 +107,11 @@ class ClusterMember:
                     known if known is not None and known.epoch == epoch
                     else self._acquire(name, epoch)
                 )  # fmt: skip
-            for name, old in self._bindings.items():
-                if name not in bindings or bindings[name].epoch != old.epoch:
-                    # A micro-batch planned before the move may still read it.
-                    self._retired = [*self._retired, old][-RETIRED_KEPT:]
             self._bindings = bindings
             config = replace(
                 self._base,
                 sources=tuple(bindings[name] for name in sorted(bindings)),
                 deployments=tuple(str(f.path) for f in functions),
-                retired=tuple(self._retired),
             )
             wanted = config.to_json()
             if wanted != self._written:
@@ -144,13 +137,29 @@ class ClusterMember:
                 begin = reader.resolve_start(self._start)
             finally:
                 reader.close()
-        log.info("cluster: now reading %s from %s (epoch %d)", source, begin, epoch)
-        return SourceBinding(spec=spec, server_id=server_id, start=begin, epoch=epoch)
+        self._generations += 1
+        log.info(
+            "cluster: now reading %s from %s (epoch %d, generation %d)",
+            source, begin, epoch, self._generations,
+        )  # fmt: skip
+        return SourceBinding(
+            spec=spec, server_id=server_id, start=begin, epoch=epoch, generation=self._generations
+        )
 
     def commit(self, end_offsets: Mapping[str, Any]) -> None:
-        """Commit a finished batch's end positions, each under the epoch it was read at."""
+        """Commit a finished batch's end positions, each under the epoch it was read at.
+
+        A position read under an earlier generation is not committed: that batch
+        read nothing of the source (see ``dbus_spark.source``), or this runtime has
+        since taken it up again from its committed position.
+        """
+        with self._lock:
+            generations = {name: b.generation for name, b in self._bindings.items()}
         for source, offset in end_offsets.items():
             epoch = int(offset.get("epoch", 0))
+            if generations.get(source) != int(offset.get("generation", 0)):
+                log.info("cluster: not committing %s, read under an earlier hold of it", source)
+                continue
             try:
                 self.coordinator.commit_position(source, offset_to_position(offset), epoch)
             except FencedError as exc:

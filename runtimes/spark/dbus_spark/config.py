@@ -32,6 +32,11 @@ class SourceBinding:
     epoch: int = 0
     """Ownership epoch in a cluster (0 alone): a new epoch means "resume from
     ``start``", the committed position, not from this runtime's checkpoint."""
+    generation: int = 0
+    """Which of this runtime's acquisitions of the source (a cluster member counts
+    them, 0 alone). A micro-batch planned under another generation reads nothing
+    and its position is not committed: the source moved away, or came back after
+    this runtime lost sight of it, and is read again from ``start``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,22 +52,24 @@ class RuntimeConfig:
     decode_shards: int = 0
     """Readers per busy source in one micro-batch (0: one per two Spark cores); see
     ``dbus_spark.source``."""
-    retired: tuple[SourceBinding, ...] = ()
-    """Sources a cluster moved away from this runtime lately: a micro-batch planned
-    before the move still reads its range as planned."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def source(self, name: str, *, epoch: int | None = None) -> SourceBinding:
-        """The source called ``name`` (at ``epoch``: also one moved away since)."""
-        for binding in (*self.sources, *self.retired):
-            if binding.spec.name == name and epoch in (None, binding.epoch):
+    def source(self, name: str) -> SourceBinding:
+        for binding in self.sources:
+            if binding.spec.name == name:
                 return binding
         raise ConfigError(f"source {name!r} is not configured in this runtime", setting="sources")
+
+    def reads(self, name: str, epoch: int, generation: int) -> bool:
+        """Whether this runtime reads ``name`` now as it did when a batch was planned."""
+        return any(
+            b.spec.name == name and (b.epoch, b.generation) == (epoch, generation)
+            for b in self.sources
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "sources": [_binding_to_json(b) for b in self.sources],
-            "retired": [_binding_to_json(b) for b in self.retired],
             "deployments": list(self.deployments),
             "kafka_bootstrap": self.kafka_bootstrap,
             "elasticsearch_url": self.elasticsearch_url,
@@ -78,7 +85,6 @@ class RuntimeConfig:
     def from_json(cls, data: Mapping[str, Any]) -> RuntimeConfig:
         return cls(
             sources=tuple(_binding_from_json(s) for s in data["sources"]),
-            retired=tuple(_binding_from_json(s) for s in data.get("retired", ())),
             deployments=tuple(data["deployments"]),
             kafka_bootstrap=data["kafka_bootstrap"],
             elasticsearch_url=data["elasticsearch_url"],
@@ -120,6 +126,7 @@ def _binding_to_json(binding: SourceBinding) -> dict[str, Any]:
         "server_id": binding.server_id,
         "start": _start_to_json(binding.start),
         "epoch": binding.epoch,
+        "generation": binding.generation,
     }
 
 
@@ -129,6 +136,7 @@ def _binding_from_json(data: Mapping[str, Any]) -> SourceBinding:
         server_id=int(data["server_id"]),
         start=_start_from_json(data["start"]),
         epoch=int(data.get("epoch", 0)),
+        generation=int(data.get("generation", 0)),
     )
 
 

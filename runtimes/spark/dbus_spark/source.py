@@ -43,7 +43,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dbus_fn.capture import BinlogReader, Shard, server_id_for
+from dbus_fn.capture import BinlogReader, Shard, SourceSpec, server_id_for
 from dbus_fn.events import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
@@ -80,6 +80,7 @@ BATCH_ROWS = 2048
 SHARD_MIN_BYTES = 256 * 1024
 
 _stages: dict[tuple[str, float], tuple[RuntimeConfig, FunctionStage]] = {}
+_readers: dict[tuple[SourceSpec, int], BinlogReader] = {}
 
 
 def worker_stage(config_path: str) -> tuple[RuntimeConfig, FunctionStage]:
@@ -94,10 +95,11 @@ def worker_stage(config_path: str) -> tuple[RuntimeConfig, FunctionStage]:
         config = load_config(config_path)
         found = (config, FunctionStage(config.deployments, type_prefix=config.type_prefix))
         _stages[key] = found
+        known = {b.spec for b in config.sources}
+        for spec, server_id in list(_readers):
+            if spec not in known:
+                _readers.pop((spec, server_id)).close()  # a source gone, or changed
     return found
-
-
-_readers: dict[tuple[str, str, int], BinlogReader] = {}
 
 
 def worker_reader(binding: SourceBinding, server_id: int) -> BinlogReader:
@@ -106,7 +108,7 @@ def worker_reader(binding: SourceBinding, server_id: int) -> BinlogReader:
     A reader checks the server once and keeps a control connection; a new one per
     batch would redo that each time (about a third of a small batch's read).
     """
-    key = (binding.spec.name, binding.spec.dsn, server_id)
+    key = (binding.spec, server_id)  # the whole spec: its tables decide what is read
     reader = _readers.get(key)
     if reader is None:
         reader = _readers[key] = BinlogReader(binding.spec, server_id=server_id)
@@ -153,8 +155,21 @@ class _Batcher:
         return batch
 
 
-def position_to_offset(position: BinlogPosition, epoch: int = 0) -> dict[str, Any]:
-    return {"file": position.file, "pos": position.pos, "gtid": position.gtid or "", "epoch": epoch}
+def position_to_offset(
+    position: BinlogPosition, binding: SourceBinding | None = None
+) -> dict[str, Any]:
+    """A source's offset: its position, and the hold (epoch, generation) it was read under."""
+    return {
+        "file": position.file,
+        "pos": position.pos,
+        "gtid": position.gtid or "",
+        "epoch": binding.epoch if binding else 0,
+        "generation": binding.generation if binding else 0,
+    }
+
+
+def _hold(offset: dict[str, Any]) -> tuple[int, int]:
+    return int(offset.get("epoch", 0)), int(offset.get("generation", 0))
 
 
 def offset_to_position(offset: dict[str, Any]) -> BinlogPosition:
@@ -215,7 +230,7 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def initialOffset(self) -> dict[str, Any]:
         return {
-            b.spec.name: position_to_offset(self._reader(b).resolve_start(b.start), b.epoch)
+            b.spec.name: position_to_offset(self._reader(b).resolve_start(b.start), b)
             for b in self._current().sources
         }
 
@@ -223,7 +238,7 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self, start: dict[str, Any] | None = None, limit: Any = None
     ) -> dict[str, Any]:
         return {
-            b.spec.name: position_to_offset(self._reader(b).master_position(), b.epoch)
+            b.spec.name: position_to_offset(self._reader(b).master_position(), b)
             for b in self._current().sources
         }
 
@@ -232,13 +247,13 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         moved = []
         for name, upto in end.items():
             begin = start.get(name)
-            if begin is None or begin.get("epoch", 0) != upto.get("epoch", 0):
+            if begin is None or _hold(begin) != _hold(upto):
                 # Gained (or regained) in a cluster: resume where the last owner
                 # committed, not where this runtime's own checkpoint left off.
                 binding = next((b for b in config.sources if b.spec.name == name), None)
                 if binding is None or not isinstance(binding.start, BinlogPosition):
                     continue
-                begin = position_to_offset(binding.start, binding.epoch)
+                begin = position_to_offset(binding.start, binding)
             if _moved(begin, upto):
                 moved.append((name, begin, upto))
         split = max(1, self._shards // max(1, len(moved)))
@@ -253,11 +268,19 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def read(self, partition: SourceRange) -> Iterator[pa.RecordBatch]:
         config, stage = worker_stage(partition.config_path)
-        epoch = int(partition.end.get("epoch", 0))
-        # As planned, even if a cluster moved the source away since: the batch's
-        # position commit is then refused (fenced), and the new owner reads the
-        # range again from the last committed position.
-        binding = config.source(partition.source, epoch=epoch)
+        if not config.reads(partition.source, *_hold(partition.end)):
+            # Planned before a cluster moved the source away (or before this runtime
+            # lost sight of it): read nothing, so nothing stale reaches the sinks. The
+            # batch's position is not committed; whoever holds the source now reads
+            # the range from the committed position.
+            log.info("dbus_binlog: %s moved away since this batch was planned", partition.source)
+            batcher = _Batcher(partition.source)
+            batcher.add_stats(StageCounts())
+            last = batcher.flush()
+            if last is not None:
+                yield last
+            return
+        binding = config.source(partition.source)
         shard = Shard(partition.shard, partition.shards)
         server_id = binding.server_id
         if shard.index:

@@ -87,16 +87,15 @@ def test_decode_shards_default_to_one_per_core_and_survive_the_config_file(tmp_p
     assert load_config(config.save(tmp_path / "c.json")).decode_shards == 3
 
 
-def test_a_source_moved_away_stays_readable_at_its_old_epoch(tmp_path: Path) -> None:
-    """A micro-batch planned before a cluster moved a source reads it as planned."""
+def test_a_batch_reads_a_source_only_under_the_hold_it_was_planned_with(tmp_path: Path) -> None:
+    """A micro-batch planned before a cluster moved a source away, or before this
+    runtime took it up again, must not read it (see dbus_spark.source)."""
     config = _config()
     (binding,) = config.sources
-    moved = replace(config, sources=(replace(binding, epoch=9),), retired=(binding,))
-    loaded = load_config(moved.save(tmp_path / "c.json"))
-    assert loaded.source("shop", epoch=0) == binding
-    assert loaded.source("shop", epoch=9).epoch == 9
-    assert loaded.source("shop").epoch == 9  # without an epoch: the one read now
-    gone = replace(config, sources=(), retired=(binding,))
-    assert gone.source("shop", epoch=0) == binding
-    with pytest.raises(ConfigError, match="not configured"):
-        gone.source("shop", epoch=3)
+    held = replace(config, sources=(replace(binding, epoch=4, generation=2),))
+    loaded = load_config(held.save(tmp_path / "c.json"))
+    assert loaded.sources[0].generation == 2
+    assert loaded.reads("shop", 4, 2)
+    assert not loaded.reads("shop", 4, 1)  # taken up again since
+    assert not loaded.reads("shop", 3, 2)  # another epoch
+    assert not replace(loaded, sources=()).reads("shop", 4, 2)  # moved away

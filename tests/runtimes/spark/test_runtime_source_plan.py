@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from test_runtime_config import _config
 
+from dbus_fn.capture import SourceSpec
+from dbus_spark.config import SourceBinding
 from dbus_spark.job import default_decode_shards
-from dbus_spark.source import SHARD_MIN_BYTES, BinlogStreamReader
+from dbus_spark.source import SHARD_MIN_BYTES, BinlogStreamReader, worker_reader
 
 
 def _offset(pos: int, file: str = "bin.000001") -> dict[str, Any]:
@@ -58,3 +60,19 @@ def test_a_source_that_did_not_move_is_not_read(config_path: str) -> None:
 @pytest.mark.parametrize(("cores", "shards"), [(1, 1), (2, 1), (3, 1), (8, 4)])
 def test_by_default_a_busy_source_gets_a_shard_per_two_cores(cores: int, shards: int) -> None:
     assert default_decode_shards(cores) == shards
+
+
+def test_a_worker_keeps_one_reader_per_source_spec() -> None:
+    """Two queries may name their sources alike: the tables decide what a reader reads,
+    so a kept reader is only reused for the very same spec (a reader kept by name read
+    another test's database, and delivered nothing)."""
+    first = SourceBinding(SourceSpec("src", "mysql://u:p@127.0.0.1:1", ("a.*",)), server_id=7)
+    other = replace(first, spec=replace(first.spec, tables=("b.*",)))
+    kept = worker_reader(first, 7)
+    try:
+        assert worker_reader(first, 7) is kept
+        assert worker_reader(other, 7) is not kept
+        assert worker_reader(first, 8) is not kept
+    finally:
+        for reader in {kept, worker_reader(other, 7), worker_reader(first, 8)}:
+            reader.close()
