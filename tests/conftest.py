@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import socket
+import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,3 +171,39 @@ def private_zookeeper(tmp_path: Path) -> Iterator[tuple[ServicesConfig, str]]:
         yield config, f"127.0.0.1:{port}"
     finally:
         down(config=config)
+
+
+FunctionFolder = Callable[..., Path]
+
+
+@pytest.fixture
+def function_folder(tmp_path: Path) -> FunctionFolder:
+    """Write a function folder as an author would: ``<name>.py`` and its ``dbus.toml``.
+
+    ``function_folder(name, code, tables, dead_letter=None, version="1.0.0")`` returns
+    the folder; ``code`` is dedented.
+    """
+
+    def write(
+        name: str,
+        code: str,
+        tables: Sequence[str],
+        *,
+        dead_letter: str | None = None,
+        version: str = "1.0.0",
+    ) -> Path:
+        folder = tmp_path / f"fn-{name}"
+        folder.mkdir()
+        (folder / f"{name}.py").write_text(textwrap.dedent(code))
+        manifest = [
+            f'name = "{name}"',
+            f'version = "{version}"',
+            f'module = "{name}.py"',
+            "tables = [" + ", ".join(f'"{table}"' for table in tables) + "]",
+        ]
+        if dead_letter is not None:
+            manifest.append(f'dead_letter_route = "{dead_letter}"')
+        (folder / "dbus.toml").write_text("\n".join(manifest) + "\n")
+        return folder
+
+    return write

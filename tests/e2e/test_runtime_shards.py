@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -25,26 +24,6 @@ KEYS = 200
 ROUNDS = 12
 
 
-def _deployment(folder: Path, database: str, topic: str, index: str) -> Path:
-    folder.mkdir()
-    (folder / "counters.py").write_text(
-        textwrap.dedent(
-            f'''
-            import dbus_fn as fn
-
-            @fn.route(tables="{database}.counters")
-            def both(event: fn.RowChange) -> list[str]:
-                return ["kafka://{topic}", "es://{index}"]
-            '''
-        )
-    )
-    (folder / "dbus.toml").write_text(
-        f'name = "counters"\nversion = "1"\nmodule = "counters.py"\n'
-        f'tables = ["{database}.counters"]\n'
-    )
-    return folder
-
-
 def _history() -> dict[int, list[tuple[str, int]]]:
     """Each key's changes, in commit order, as the workload below makes them."""
     ver = dict.fromkeys(range(1, KEYS + 1), 0)
@@ -61,7 +40,13 @@ def _history() -> dict[int, list[tuple[str, int]]]:
 
 
 def test_two_shards_deliver_every_change_once_per_key_in_commit_order(
-    spark: Any, services: Any, fresh_database: Any, kafka_topic: str, es_index: str, tmp_path: Path
+    spark: Any,
+    services: Any,
+    fresh_database: Any,
+    kafka_topic: str,
+    es_index: str,
+    tmp_path: Path,
+    function_folder: Any,
 ) -> None:
     conn = fresh_database.connect()
     with conn.cursor() as cur:
@@ -84,7 +69,18 @@ def test_two_shards_deliver_every_change_once_per_key_in_commit_order(
         table = {str(i): {"id": i, "ver": v, "pad": p} for i, v, p in cur.fetchall()}
     expected = _history()
 
-    folder = _deployment(tmp_path / "fn", fresh_database.name, kafka_topic, es_index)
+    counters = f"{fresh_database.name}.counters"
+    folder = function_folder(
+        "counters",
+        f'''
+        import dbus_fn as fn
+
+        @fn.route(tables="{counters}")
+        def both(event: fn.RowChange) -> list[str]:
+            return ["kafka://{kafka_topic}", "es://{es_index}"]
+        ''',
+        [counters],
+    )
     config = runtime_config(
         sources=(f"src={services.mariadb.dsn}",),
         deployments=(str(folder),),

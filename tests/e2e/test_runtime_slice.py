@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -32,37 +31,6 @@ CREATE TABLE items (
 """
 
 
-def _deployment(folder: Path, database: str, topic: str, index: str) -> Path:
-    folder.mkdir()
-    (folder / "catalog.py").write_text(
-        textwrap.dedent(
-            f'''
-            import dbus_fn as fn
-
-            @fn.projection(tables="{database}.items")
-            def shout(event: fn.RowChange) -> dict:
-                return {{**event.row, "name": event.row["name"].upper()}}
-
-            @fn.route(tables="{database}.items")
-            def everywhere(event: fn.RowChange) -> list[str]:
-                return ["kafka://{topic}", "es://{index}"]
-            '''
-        )
-    )
-    (folder / "dbus.toml").write_text(
-        textwrap.dedent(
-            f'''
-            name = "catalog"
-            version = "1.0.0"
-            module = "catalog.py"
-            tables = ["{database}.items"]
-            dead_letter_route = "kafka://{topic}.dead"
-            '''
-        )
-    )
-    return folder
-
-
 def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -76,11 +44,33 @@ def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 @pytest.fixture
 def runtime(
-    spark: Any, services: Any, fresh_database: Any, kafka_topic: str, es_index: str, tmp_path: Path
+    spark: Any,
+    services: Any,
+    fresh_database: Any,
+    kafka_topic: str,
+    es_index: str,
+    tmp_path: Path,
+    function_folder: Any,
 ) -> Iterator[RuntimeConfig]:
     with fresh_database.connect().cursor() as cur:
         cur.execute(ITEMS)
-    folder = _deployment(tmp_path / "fn", fresh_database.name, kafka_topic, es_index)
+    items = f"{fresh_database.name}.items"
+    folder = function_folder(
+        "catalog",
+        f'''
+        import dbus_fn as fn
+
+        @fn.projection(tables="{items}")
+        def shout(event: fn.RowChange) -> dict:
+            return {{**event.row, "name": event.row["name"].upper()}}
+
+        @fn.route(tables="{items}")
+        def everywhere(event: fn.RowChange) -> list[str]:
+            return ["kafka://{kafka_topic}", "es://{es_index}"]
+        ''',
+        [items],
+        dead_letter=f"kafka://{kafka_topic}.dead",
+    )
     config = runtime_config(
         sources=(f"src={services.mariadb.dsn}",),
         deployments=(str(folder),),

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -63,35 +62,6 @@ def cluster(tmp_path: Path) -> Iterator[SparkClusterConfig]:
     for pid in pids.values():
         assert pid is not None
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-
-
-def _deployment(folder: Path, database: str, topic: str, index: str) -> Path:
-    folder.mkdir()
-    (folder / "catalog.py").write_text(
-        textwrap.dedent(
-            f'''
-            import dbus_fn as fn
-
-            @fn.route(tables="{database}.*")
-            def everywhere(event: fn.RowChange) -> list[str]:
-                if event.table == "probe":
-                    return ["kafka://{topic}.probe"]
-                return ["kafka://{topic}", "es://{index}"]
-            '''
-        )
-    )
-    (folder / "dbus.toml").write_text(
-        textwrap.dedent(
-            f"""
-            name = "catalog"
-            version = "1.0.0"
-            module = "catalog.py"
-            tables = ["{database}.items", "{database}.probe"]
-            dead_letter_route = "kafka://{topic}.dead"
-            """
-        )
-    )
-    return folder
 
 
 class _Reader:
@@ -145,13 +115,27 @@ def test_runtime_on_a_standalone_cluster_delivers_to_kafka_and_elasticsearch(
     kafka_topic: str,
     es_index: str,
     tmp_path: Path,
+    function_folder: Any,
 ) -> None:
     began = time.monotonic()
     conn = fresh_database.connect()
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(32), qty INT)")
         cur.execute("CREATE TABLE probe (id INT AUTO_INCREMENT PRIMARY KEY)")
-    folder = _deployment(tmp_path / "fn", fresh_database.name, kafka_topic, es_index)
+    folder = function_folder(
+        "catalog",
+        f'''
+        import dbus_fn as fn
+
+        @fn.route(tables="{fresh_database.name}.*")
+        def everywhere(event: fn.RowChange) -> list[str]:
+            if event.table == "probe":
+                return ["kafka://{kafka_topic}.probe"]
+            return ["kafka://{kafka_topic}", "es://{es_index}"]
+        ''',
+        [f"{fresh_database.name}.items", f"{fresh_database.name}.probe"],
+        dead_letter=f"kafka://{kafka_topic}.dead",
+    )
     dbus = Path(sys.executable).parent / "dbus"
     log = tmp_path / "runtime.log"
     argv = [

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -22,32 +21,6 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-def _deployment(folder: Path, database: str, topic: str) -> Path:
-    folder.mkdir()
-    (folder / "relay.py").write_text(
-        textwrap.dedent(
-            f'''
-            import dbus_fn as fn
-
-            @fn.route(tables="{database}.t")
-            def to_kafka(event: fn.RowChange) -> str:
-                return "kafka://{topic}"
-            '''
-        )
-    )
-    (folder / "dbus.toml").write_text(
-        textwrap.dedent(
-            f"""
-            name = "relay"
-            version = "1.0.0"
-            module = "relay.py"
-            tables = ["{database}.t"]
-            """
-        )
-    )
-    return folder
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "systemd"])
 def test_a_signal_to_the_whole_process_group_stops_the_runtime_cleanly(
     signum: int,
@@ -55,14 +28,26 @@ def test_a_signal_to_the_whole_process_group_stops_the_runtime_cleanly(
     fresh_database: Any,
     kafka_topic: str,
     tmp_path: Path,
+    function_folder: Any,
 ) -> None:
     with fresh_database.connect().cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    relay = function_folder(
+        "relay",
+        f'''
+        import dbus_fn as fn
+
+        @fn.route(tables="{fresh_database.name}.t")
+        def to_kafka(event: fn.RowChange) -> str:
+            return "kafka://{kafka_topic}"
+        ''',
+        [f"{fresh_database.name}.t"],
+    )
     checkpoint = tmp_path / "checkpoint"
     argv = [
         str(Path(sys.executable).parent / "dbus"), "runtime", "start",
         "--source", f"src={services.mariadb.dsn}",
-        "--functions", str(_deployment(tmp_path / "fn", fresh_database.name, kafka_topic)),
+        "--functions", str(relay),
         "--kafka", services.kafka.bootstrap_servers,
         "--elasticsearch", services.elasticsearch.url,
         "--checkpoint", str(checkpoint),
