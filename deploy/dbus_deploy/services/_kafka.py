@@ -121,6 +121,10 @@ class Kafka(Service):
             "transaction.state.log.replication.factor": 1,
             "transaction.state.log.min.isr": 1,
             "transaction.state.log.num.partitions": 10,
+            # A transaction left open longer than its timeout (a writer paused past
+            # its hold) is aborted within a second of it, not ten: the runtime's
+            # handoff time is the transaction timeout plus this interval.
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000,
             "share.coordinator.state.topic.replication.factor": 1,
             "share.coordinator.state.topic.min.isr": 1,
             "auto.create.topics.enable": "true",

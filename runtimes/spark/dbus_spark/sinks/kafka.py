@@ -5,6 +5,20 @@ producer is expensive to start and holds connections). Ordering: with
 ``enable.idempotence`` the broker keeps per-partition order even with several
 requests in flight, and the key is the row's primary key, so one row's changes
 stay in order.
+
+Fenced writes (a cluster member's, ``WriteFence``): the producer is transactional
+and a task's messages go out in transactions of at most ``CHUNK_SECONDS`` /
+``CHUNK_RECORDS``. Before committing one, the sink confirms with ZooKeeper that
+its runtime still holds the source at the epoch the batch was read under (a
+confirmation serves ``hold_seconds``). A transaction left open longer than its
+timeout, as by a runtime paused past its session, is aborted by the broker, so
+whatever it wrote becomes visible no later than ``hold_seconds`` + transaction
+timeout + the broker's abort scan after the last confirmation: the cluster's
+leader hands the source to a new owner only after that long (``handoff``), so a
+paused runtime can never put older changes after the new owner's. Consumers read
+with ``isolation.level=read_committed``. A hold found lost drops the rest of the
+task's messages (the new owner re-sends from the committed position); a hold
+that cannot be confirmed (ZooKeeper away) waits, and so does a broker that is down.
 """
 
 from __future__ import annotations
@@ -12,13 +26,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from dbus_fn.errors import DbusError
+from dbus_fn.errors import DbusError, ServiceError
 from dbus_spark.sinks.records import KafkaRecord
 
 log = logging.getLogger(__name__)
@@ -45,6 +60,53 @@ PRODUCER_DEFAULTS: Mapping[str, Any] = {
 }
 
 
+# A fenced task commits its messages at least this often, so a transaction stays
+# well inside its timeout and a failed one is re-sent from memory.
+CHUNK_SECONDS = 0.5
+CHUNK_RECORDS = 20_000
+# Kafka's default; what a broker that will not say is assumed to use.
+DEFAULT_ABORT_SCAN_SECONDS = 10.0
+_RETRY_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFence:
+    """How a cluster member's writes are fenced; see the module docstring."""
+
+    transactional_id: str
+    """One per producer (so per worker process): a transaction never waits on another's."""
+    transaction_timeout: float
+    hold_seconds: float
+    confirm: Callable[[str, int], float | None]
+    """``(source, epoch)`` -> the monotonic time the hold was confirmed at, ``None``
+    when it is gone; raises ``ServiceError`` when ZooKeeper cannot say."""
+
+
+def abort_scan_seconds(bootstrap: str, timeout: float = 10.0) -> float:
+    """How often the broker aborts transactions past their timeout (its
+    ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        brokers = admin.list_topics(timeout=timeout).brokers
+        found = []
+        for broker in brokers:
+            resource = ConfigResource(ConfigResource.Type.BROKER, str(broker))
+            for future in admin.describe_configs([resource]).values():
+                entry = future.result(timeout=timeout).get(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+                )
+                if entry is not None and entry.value:
+                    found.append(int(entry.value) / 1000)
+    except (KafkaException, ValueError) as exc:
+        log.warning(
+            "kafka: cannot read the brokers' transaction abort interval (%s); assuming %gs",
+            exc,
+            DEFAULT_ABORT_SCAN_SECONDS,
+        )
+        return DEFAULT_ABORT_SCAN_SECONDS
+    return max(found, default=DEFAULT_ABORT_SCAN_SECONDS)
+
+
 class KafkaSinkError(DbusError, RuntimeError):
     """Kafka did not acknowledge a message; the batch must not commit."""
 
@@ -63,10 +125,20 @@ class KafkaSink:
         topic_partitions: int = 3,
         create_topics: bool = True,
         settings: Mapping[str, Any] | None = None,
+        fence: WriteFence | None = None,
     ) -> None:
         self._bootstrap = bootstrap
         self._config = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(settings or {})}
-        self._producer = Producer(self._config)
+        self._fence = fence
+        if fence is not None:
+            timeout_ms = int(fence.transaction_timeout * 1000)
+            self._config |= {
+                "transactional.id": fence.transactional_id,
+                "transaction.timeout.ms": timeout_ms,
+                # A message not delivered within the transaction's time fails it; the
+                # chunk is then sent again in a new transaction.
+                "message.timeout.ms": timeout_ms,
+            }
         self._topic_partitions = topic_partitions
         self._create_topics = create_topics
         self._known_topics: set[str] = set()
@@ -74,6 +146,33 @@ class KafkaSink:
         self._pending = 0
         self._sent = 0
         self._lock = threading.Lock()
+        self._producer = self._new_producer()
+        # Fenced writes: the hold the records belong to, the open transaction's
+        # records (sent again if it fails), and when each hold was last confirmed.
+        self._hold: tuple[str, int] | None = None
+        self._lost = False
+        self.fenced = 0
+        """Records dropped because their source's hold was lost (reset by ``flush``)."""
+        self._chunk: list[KafkaRecord] = []
+        self._chunk_began = 0.0
+        self._committed = 0
+        self._confirmed: dict[tuple[str, int], float] = {}
+
+    def _new_producer(self) -> Producer:
+        producer = Producer(self._config)
+        if self._fence is not None:
+            while True:
+                try:
+                    producer.init_transactions(self._fence.transaction_timeout * 5)
+                    break
+                except KafkaException as exc:
+                    if not exc.args[0].retriable():
+                        raise KafkaSinkError(
+                            f"Kafka refused a transactional producer: {exc.args[0].str()}; "
+                            "check the broker's transaction settings and ACLs"
+                        ) from exc
+                    self._waiting("no transactional producer yet", exc.args[0].str())
+        return producer
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         with self._lock:
@@ -119,7 +218,34 @@ class KafkaSink:
                         ) from exc
         self._known_topics |= missing
 
+    def hold(self, source: str, epoch: int) -> None:
+        """The records that follow were read from ``source`` while held at ``epoch``."""
+        self._hold = (source, epoch)
+        self._lost = False
+
     def write(self, record: KafkaRecord) -> None:
+        if self._fence is None:
+            self._produce(record)
+            return
+        if self._lost:
+            self.fenced += 1
+            return
+        if not self._chunk:
+            self._producer.begin_transaction()
+            self._chunk_began = time.monotonic()
+        self._chunk.append(record)
+        try:
+            self._produce(record)
+        except KafkaException:
+            self._commit_chunk()  # the transaction failed; it is sent again there
+            return
+        if (
+            len(self._chunk) >= CHUNK_RECORDS
+            or time.monotonic() - self._chunk_began >= CHUNK_SECONDS
+        ):
+            self._commit_chunk()
+
+    def _produce(self, record: KafkaRecord) -> None:
         if record.topic not in self._known_topics:
             self.ensure_topics([record.topic])
         while True:
@@ -139,7 +265,8 @@ class KafkaSink:
             self._pending += 1
         self._producer.poll(0)
 
-    def flush(self) -> int:
+    def _drain(self) -> list[str]:
+        """Wait until every message handed over is delivered or failed; the failures."""
         started = time.monotonic()
         while True:
             remaining = self._producer.flush(5.0)
@@ -153,6 +280,18 @@ class KafkaSink:
             )
         with self._lock:
             errors, self._errors = self._errors, []
+        return errors
+
+    def flush(self) -> int:
+        if self._fence is not None:
+            if self._chunk:
+                self._commit_chunk()
+            sent, self._committed = self._committed, 0
+            with self._lock:
+                self._sent = 0
+            return sent
+        errors = self._drain()
+        with self._lock:
             sent, self._sent = self._sent, 0
         if errors:
             raise KafkaSinkError(
@@ -161,5 +300,94 @@ class KafkaSink:
             )
         return sent
 
+    def _commit_chunk(self) -> None:
+        """Commit the open transaction once the hold is confirmed; on any failure send
+        the chunk again in a new one (nothing is acknowledged before it commits)."""
+        assert self._fence is not None
+        while True:
+            try:
+                errors = self._drain()
+                if errors:
+                    raise _Resend(f"Kafka refused {len(errors)} message(s), first: {errors[0]}")
+                if not self._holds():
+                    self._producer.abort_transaction(self._fence.transaction_timeout * 5)
+                    self._drop_lost()
+                    return
+                self._producer.commit_transaction(self._fence.transaction_timeout * 5)
+                self._committed += len(self._chunk)
+                self._chunk.clear()
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                self._waiting("a transaction failed", error.str())
+                if error.fatal():
+                    # Fenced: the broker aborted a transaction left open past its
+                    # timeout (this process was paused or starved). Start over.
+                    self._producer = self._new_producer()
+                elif not error.retriable() or error.txn_requires_abort():
+                    self._abort()
+                else:
+                    continue  # a commit that may still succeed: ask again
+            except _Resend as exc:
+                self._waiting("a transaction failed", str(exc))
+                self._abort()
+            except ServiceError as exc:
+                # The hold cannot be confirmed: wait (the open transaction may time
+                # out meanwhile; the chunk is then sent again).
+                self._waiting("the source's hold cannot be confirmed", str(exc))
+                continue
+            self._resend()
+
+    def _holds(self) -> bool:
+        """Whether the current hold was confirmed recently enough to commit now."""
+        assert self._fence is not None and self._hold is not None
+        confirmed = self._confirmed.get(self._hold)
+        if confirmed is not None and time.monotonic() - confirmed <= self._fence.hold_seconds:
+            return True
+        at = self._fence.confirm(*self._hold)
+        if at is None:
+            self._confirmed.pop(self._hold, None)
+            return False
+        self._confirmed = {self._hold: at}
+        return True
+
+    def _drop_lost(self) -> None:
+        assert self._hold is not None
+        self.fenced += len(self._chunk)
+        self._chunk.clear()
+        self._lost = True
+        log.warning(
+            "kafka: %s is no longer held by this runtime at epoch %d; its uncommitted "
+            "messages are dropped (the new owner sends them from the committed position)",
+            *self._hold,
+        )
+
+    def _abort(self) -> None:
+        assert self._fence is not None
+        try:
+            self._producer.abort_transaction(self._fence.transaction_timeout * 5)
+        except KafkaException as exc:
+            if exc.args[0].fatal():
+                self._producer = self._new_producer()
+            # Otherwise the next begin_transaction() says what is wrong.
+        with self._lock:
+            self._errors.clear()
+
+    def _resend(self) -> None:
+        time.sleep(_RETRY_SECONDS)
+        self._producer.begin_transaction()
+        self._chunk_began = time.monotonic()
+        for record in self._chunk:
+            self._produce(record)
+
+    def _waiting(self, what: str, why: str) -> None:
+        log.warning("kafka: %s (%s; broker %s); trying again", what, why, self._bootstrap)
+
     def close(self) -> None:
+        if self._fence is not None and self._chunk:
+            self._abort()
         self._producer.flush(30)
+
+
+class _Resend(Exception):
+    """The open transaction cannot commit; send its chunk again."""

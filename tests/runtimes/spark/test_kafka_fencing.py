@@ -1,0 +1,199 @@
+"""Fenced Kafka writes against the real broker: what a read_committed consumer sees.
+
+A cluster member's Kafka sink writes in transactions and commits one only while its
+source's hold is confirmed. The hold is given here as a function, so each test can
+say what ZooKeeper would answer (held, gone, or no answer); the broker, its
+transaction timeout and its abort scan are real. The broker of ``dbus services``
+aborts transactions past their timeout within a second
+(``transaction.abort.timed.out.transaction.cleanup.interval.ms``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from dbus_deploy.services import KafkaEndpoint
+from dbus_fn.errors import ZooKeeperUnavailableError
+from dbus_spark.sinks.kafka import (
+    DEFAULT_ABORT_SCAN_SECONDS,
+    KafkaSink,
+    WriteFence,
+    abort_scan_seconds,
+)
+from dbus_spark.sinks.records import KafkaRecord
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 1.0  # the transaction timeout of these tests' sinks, seconds
+SCAN = 1.0  # the test broker's abort scan interval
+
+
+class Hold:
+    """What ZooKeeper answers about the hold, call by call."""
+
+    def __init__(self, *answers: str) -> None:
+        self.answers = list(answers)
+        self.asked = 0
+
+    def __call__(self, source: str, epoch: int) -> float | None:
+        self.asked += 1
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if answer == "unreachable":
+            raise ZooKeeperUnavailableError("ZooKeeper did not answer", hosts="127.0.0.1:1")
+        return time.monotonic() if answer == "held" else None
+
+
+@pytest.fixture
+def make_sink(kafka_service: KafkaEndpoint) -> Iterator[Callable[..., KafkaSink]]:
+    sinks: list[KafkaSink] = []
+
+    def make(hold: Hold, *, hold_seconds: float = 0.0) -> KafkaSink:
+        fence = WriteFence(
+            transactional_id=f"dbus-test-{uuid.uuid4().hex}",
+            transaction_timeout=TIMEOUT,
+            hold_seconds=hold_seconds,
+            confirm=hold,
+        )
+        sink = KafkaSink(kafka_service.bootstrap_servers, fence=fence)
+        sinks.append(sink)
+        return sink
+
+    yield make
+    for sink in sinks:
+        sink.close()
+
+
+def write(sink: KafkaSink, topic: str, count: int, tag: str = "v") -> list[bytes]:
+    """Hand ``count`` records (five keys) to ``sink``; their values."""
+    values = [f"{tag}{i}".encode() for i in range(count)]
+    for i, value in enumerate(values):
+        sink.write(KafkaRecord(topic, b"k%d" % (i % 5), value))
+    return values
+
+
+def read(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[bytes]:
+    """Every message of ``topic`` a consumer with ``isolation`` sees, partition by partition."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"dbus-test-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        seen: dict[int, list[bytes]] = {p: [] for p in partitions}
+        ended: set[int] = set()
+        deadline = time.monotonic() + 30
+        while len(ended) < len(partitions):
+            assert time.monotonic() < deadline, f"reading {topic} took over 30 s"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                ended.add(msg.partition())
+                continue
+            seen[msg.partition()].append(msg.value())
+        return [value for p in partitions for value in seen[p]]
+    finally:
+        consumer.close()
+
+
+def test_committed_chunks_are_seen_once_in_order_per_key(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint
+) -> None:
+    hold = Hold("held")
+    sink = make_sink(hold)
+    sink.hold("shop", 3)
+    sent = write(sink, kafka_topic, 200)
+    assert sink.flush() == 200
+    assert hold.asked >= 1
+    seen = read(kafka_service.bootstrap_servers, kafka_topic)
+    assert sorted(seen) == sorted(sent)
+    for key in range(5):  # each key's messages in the order written
+        mine = [v for v in seen if int(v[1:]) % 5 == key]
+        assert mine == sorted(mine, key=lambda v: int(v[1:]))
+
+
+def test_a_lost_hold_drops_the_open_chunk_and_the_rest_of_the_task(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint
+) -> None:
+    hold = Hold("lost", "held")
+    sink = make_sink(hold)
+    sink.hold("shop", 3)
+    write(sink, kafka_topic, 30, "stale")
+    assert sink.flush() == 0
+    assert sink.fenced == 30
+    write(sink, kafka_topic, 10, "later")  # same task, hold already lost
+    assert sink.flush() == 0
+    assert sink.fenced == 40
+    assert hold.asked == 1, "a hold known lost is not asked about again in the same task"
+    sink.fenced = 0
+    sink.hold("shop", 4)  # the next task, under a new hold
+    write(sink, kafka_topic, 10, "new")
+    assert sink.flush() == 10
+    seen = read(kafka_service.bootstrap_servers, kafka_topic)
+    assert sorted(seen) == sorted(f"new{i}".encode() for i in range(10))
+    uncommitted = read(kafka_service.bootstrap_servers, kafka_topic, "read_uncommitted")
+    assert len(uncommitted) == 40, "the dropped chunk reached the broker, but aborted"
+
+
+def test_a_transaction_left_open_past_its_timeout_is_aborted_and_sent_again(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint
+) -> None:
+    # The hold was confirmed just before a pause (a SIGSTOP, a long GC) and is
+    # still held after it: the broker has aborted the open transaction meanwhile,
+    # and the sink sends the chunk again with a new producer.
+    hold = Hold("held")
+    sink = make_sink(hold, hold_seconds=60.0)
+    sink.hold("shop", 3)
+    sent = write(sink, kafka_topic, 20)
+    time.sleep(TIMEOUT + SCAN + 1.5)
+    assert sink.flush() == 20
+    seen = read(kafka_service.bootstrap_servers, kafka_topic)
+    assert sorted(seen) == sorted(sent)
+    uncommitted = read(kafka_service.bootstrap_servers, kafka_topic, "read_uncommitted")
+    assert len(uncommitted) == 40, "the first transaction was not aborted by the broker"
+
+
+def test_a_paused_writer_whose_hold_moved_makes_nothing_visible(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint
+) -> None:
+    hold = Hold("held", "lost")
+    sink = make_sink(hold, hold_seconds=TIMEOUT)
+    sink.hold("shop", 3)
+    write(sink, kafka_topic, 20, "ok")
+    assert sink.flush() == 20
+    write(sink, kafka_topic, 20, "stale")
+    time.sleep(TIMEOUT + SCAN + 1.5)  # paused past the hold; the source moved meanwhile
+    assert sink.flush() == 0
+    assert sink.fenced == 20
+    seen = read(kafka_service.bootstrap_servers, kafka_topic)
+    assert sorted(seen) == sorted(f"ok{i}".encode() for i in range(20))
+
+
+def test_a_hold_zookeeper_cannot_confirm_is_waited_for(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint
+) -> None:
+    hold = Hold("unreachable", "unreachable", "held")
+    sink = make_sink(hold)
+    sink.hold("shop", 3)
+    sent = write(sink, kafka_topic, 10)
+    assert sink.flush() == 10
+    assert hold.asked == 3
+    seen = read(kafka_service.bootstrap_servers, kafka_topic)
+    assert sorted(seen) == sorted(sent)
+
+
+def test_the_abort_scan_is_read_from_the_broker(kafka_service: KafkaEndpoint) -> None:
+    assert abort_scan_seconds(kafka_service.bootstrap_servers) == SCAN
+    assert abort_scan_seconds("127.0.0.1:1", timeout=1.0) == DEFAULT_ABORT_SCAN_SECONDS
