@@ -30,6 +30,7 @@ from dbus_fn.coordination._coordinator import (
     Ownership,
     SessionState,
 )
+from dbus_fn.coordination._hold import HoldCheck
 from dbus_fn.coordination._lag import binlog_lag, bytes_behind
 from dbus_fn.coordination._layout import ClusterLayout
 from dbus_fn.coordination._registry import (
@@ -62,6 +63,7 @@ __all__ = [
     "FunctionStore",
     "FunctionSummary",
     "FunctionWatcher",
+    "HoldCheck",
     "LagProbe",
     "Ownership",
     "Quota",

@@ -190,9 +190,13 @@ def close(client: KazooClient) -> None:
         client.close()
 
 
-def unavailable(settings: ZooKeeperSettings) -> ZooKeeperUnavailableError:
+def unavailable(
+    settings: ZooKeeperSettings, within: float | None = None
+) -> ZooKeeperUnavailableError:
+    """No answer from ZooKeeper in ``within`` seconds (default: the connect timeout)."""
+    seconds = settings.connect_timeout if within is None else within
     return ZooKeeperUnavailableError(
-        f"cannot reach ZooKeeper at {settings.hosts} within {settings.connect_timeout:g} s; "
+        f"cannot reach ZooKeeper at {settings.hosts} within {seconds:g} s; "
         "start it (`dbus services up zookeeper`) or give its address with --zookeeper "
         "or DBUS_ZOOKEEPER",
         hosts=settings.hosts,

@@ -12,7 +12,11 @@ background thread:
 * the leader assigns sources (``assign_sources``: sticky, weighted) whenever
   runtimes or sources change, and writes the whole decision with a new epoch in
   one transaction before anyone acts on it;
-* every runtime watches ``assignments`` and owns what names it.
+* every runtime watches ``assignments`` and owns what names it;
+* a runtime with ``handoff`` h > 0 (its writes may stay in flight h seconds
+  after a confirmed hold, see ``HoldCheck``) gives a source up in two steps:
+  the leader releases it (the assignment names no runtime) and assigns it to
+  the next owner only h seconds later (``_handoff``).
 
 A commit is one transaction: the source's assignment node must still be at the
 version this runtime read (so it still names this runtime, at this epoch) and
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import socket
 import threading
@@ -61,6 +66,13 @@ from dbus_fn.coordination._client import (
     load,
     now,
     require_cluster,
+)
+from dbus_fn.coordination._handoff import (
+    Assigned,
+    Waiting,
+    live_waiting,
+    plan_handoffs,
+    seconds,
 )
 from dbus_fn.coordination._layout import check_name
 from dbus_fn.coordination._sources import SourceRegistry
@@ -111,6 +123,7 @@ class Coordinator:
         session_timeout: float = 10.0,
         connect_timeout: float = 10.0,
         settings: ZooKeeperSettings | None = None,
+        handoff: float = 0.0,
     ) -> None:
         self.settings = settings or ZooKeeperSettings(
             hosts=zk_hosts,
@@ -124,6 +137,10 @@ class Coordinator:
         if not capacity >= 0:
             raise CoordinationError(f"capacity must be >= 0, got {capacity!r}")
         self.capacity = float(capacity)
+        if not (handoff >= 0 and math.isfinite(handoff)):
+            raise CoordinationError(f"handoff must be finite seconds >= 0, got {handoff!r}")
+        # Seconds this runtime's writes may stay in flight after a confirmed hold.
+        self.handoff = float(handoff)
         self.layout = self.settings.layout
         self._client: KazooClient | None = None
         self._lock = threading.RLock()
@@ -150,6 +167,10 @@ class Coordinator:
         self._rebalanced_at = 0.0
         self._problem: str | None = None
         self.rebalances = 0
+        # Leader memory of handoffs: sources that may have a new owner only at
+        # their due time, and the first due one (the thread wakes for it).
+        self._waiting: dict[str, Waiting] = {}
+        self._handoff_due: float | None = None
         self._last_ok = 0.0  # monotonic time of the last step that talked to ZooKeeper
         # A paused process (SIGSTOP, a long GC or swap) wakes up believing it is
         # connected; past this age its view counts as unconfirmed until the
@@ -162,10 +183,21 @@ class Coordinator:
 
     @classmethod
     def from_settings(
-        cls, settings: ZooKeeperSettings, runtime_id: str, capacity: float = 1.0
+        cls,
+        settings: ZooKeeperSettings,
+        runtime_id: str,
+        capacity: float = 1.0,
+        handoff: float = 0.0,
     ) -> Coordinator:
         """A coordinator for ``settings`` (e.g. ``ZooKeeperSettings.from_env(os.environ)``)."""
-        return cls(settings.hosts, settings.cluster, runtime_id, capacity, settings=settings)
+        return cls(
+            settings.hosts,
+            settings.cluster,
+            runtime_id,
+            capacity,
+            settings=settings,
+            handoff=handoff,
+        )
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -510,9 +542,18 @@ class Coordinator:
 
     # -- the background thread ---------------------------------------------
 
+    def _pause(self) -> float:
+        """Until the next tick, or the next handoff the leader must finish if sooner."""
+        with self._lock:
+            due = self._handoff_due if self._leader else None
+        if due is None:
+            return _TICK
+        # A floor, so a rebalance that keeps failing is retried, not spun on.
+        return min(_TICK, max(0.05, due - time.monotonic()))
+
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self._wake.wait(_TICK)
+            self._wake.wait(self._pause())
             self._wake.clear()
             if self._stopping.is_set():
                 break
@@ -544,8 +585,11 @@ class Coordinator:
         now_ = time.monotonic()
         with self._lock:
             refresh = self._assign_dirty or now_ - self._refreshed_at > _RESYNC
+            due = self._handoff_due
             rebalance = self._leader and (
-                self._rebalance_dirty or now_ - self._rebalanced_at > _RESYNC
+                self._rebalance_dirty
+                or now_ - self._rebalanced_at > _RESYNC
+                or (due is not None and now_ >= due)
             )
         if rebalance:
             self._rebalance()
@@ -559,6 +603,7 @@ class Coordinator:
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
                 "capacity": self.capacity,
+                "handoff": self.handoff,
                 "started": now(),
             }
         )
@@ -662,27 +707,42 @@ class Coordinator:
             return
         layout = self.layout
         capacities: dict[str, float] = {}
+        handoffs: dict[str, float] = {}
         for runtime in client.get_children(layout.runtimes, watch=self._on_members):
             try:
                 # Watched too: a capacity change rebalances at once.
                 raw, _ = client.get(layout.runtime(runtime), watch=self._on_members)
             except NoNodeError:
                 continue
-            capacities[runtime] = float(load(raw).get("capacity", 1.0))
+            member = load(raw)
+            capacities[runtime] = float(member.get("capacity", 1.0))
+            handoffs[runtime] = seconds(member.get("handoff", 0.0))
         sources = client.get_children(layout.sources, watch=self._on_members)
         raw, decision_stat = client.get(layout.assignments)
         epoch = int(load(raw).get("epoch", 0))
-        current: dict[str, tuple[str, Any]] = {}
+        current: dict[str, Assigned] = {}
         for source in client.get_children(layout.assignments):
             try:
                 data, stat = client.get(layout.assignment(source))
             except NoNodeError:
                 continue
-            current[source] = (str(load(data).get("runtime", "")), stat)
-        wanted = assign_sources(sources, capacities, {s: r for s, (r, _) in current.items()})
-        changed = {s: r for s, r in wanted.items() if s not in current or current[s][0] != r}
-        dropped = [s for s in current if s not in wanted]
-        if not changed and not dropped:
+            found = load(data)
+            current[source] = Assigned(
+                runtime=str(found.get("runtime", "")),
+                epoch=int(found.get("epoch", 0)),
+                handoff=seconds(found.get("handoff", 0.0)),
+                version=stat.version,
+            )
+        # A released source counts as unowned: it goes wherever there is room.
+        owners = {s: held.runtime for s, held in current.items() if held.runtime}
+        wanted = assign_sources(sources, capacities, owners)
+        started = time.monotonic()
+        with self._lock:
+            self._waiting = live_waiting(self._waiting, current, started)
+            plan = plan_handoffs(current, wanted, handoffs, self._waiting, started)
+            self._waiting.update(plan.learned)
+            self._handoff_due = plan.next_due
+        if not (plan.assign or plan.release or plan.delete):
             return
         tx = client.transaction()
         tx.check(mine, 0)
@@ -692,28 +752,64 @@ class Coordinator:
             dump({"epoch": new_epoch, "leader": self.runtime_id, "term": self._term}),
             version=decision_stat.version,
         )
-        for source, runtime in sorted(changed.items()):
-            value = dump({"runtime": runtime, "epoch": new_epoch})
+        values = {
+            source: {"runtime": runtime, "epoch": new_epoch, "handoff": handoffs.get(runtime, 0.0)}
+            for source, runtime in plan.assign.items()
+        }
+        released = now()
+        for source, (_, handoff) in plan.release.items():
+            values[source] = {
+                "runtime": "",
+                "epoch": new_epoch,
+                "handoff": handoff,
+                "released": released,
+            }
+        for source, value in sorted(values.items()):
             if source in current:
-                tx.set_data(layout.assignment(source), value, version=current[source][1].version)
+                path = layout.assignment(source)
+                tx.set_data(path, dump(value), version=current[source].version)
             else:
-                tx.create(layout.assignment(source), value, acl=self.settings.acl)
-        for source in dropped:
-            tx.delete(layout.assignment(source), version=current[source][1].version)
+                tx.create(layout.assignment(source), dump(value), acl=self.settings.acl)
+        for source in sorted(plan.delete):
+            tx.delete(layout.assignment(source), version=current[source].version)
         results = tx.commit()
         if any(isinstance(r, Exception) for r in results):
             with self._lock:
                 self._rebalance_dirty = True
             self._wake.set()
             return
+        committed = time.monotonic()
+        with self._lock:
+            for source in plan.assign:
+                self._waiting.pop(source, None)
+            # The old owner's hold certainly ended no later than this commit.
+            for source, (_, handoff) in plan.release.items():
+                self._waiting[source] = Waiting(new_epoch, committed + handoff)
+            for source, handoff in plan.delete.items():
+                if handoff > 0:
+                    self._waiting[source] = Waiting(None, committed + handoff)
+            dues = [committed + handoff for _, handoff in plan.release.values()]
+            if plan.next_due is not None:
+                dues.append(plan.next_due)
+            self._handoff_due = min(dues, default=None)
         self.rebalances += 1
+        for source, (owner, handoff) in sorted(plan.release.items()):
+            log.info(
+                "runtime %s: released %s from %s at epoch %d; handing off in %g s",
+                self.runtime_id,
+                source,
+                owner,
+                new_epoch,
+                handoff,
+            )
         log.info(
-            "runtime %s: epoch %d: assigned %d (new or moved), unassigned %d; %d sources over "
-            "%d runtimes",
+            "runtime %s: epoch %d: assigned %d (new or moved), released %d, unassigned %d; "
+            "%d sources over %d runtimes",
             self.runtime_id,
             new_epoch,
-            len(changed),
-            len(dropped),
+            len(plan.assign),
+            len(plan.release),
+            len(plan.delete),
             len(wanted),
             len(capacities),
         )

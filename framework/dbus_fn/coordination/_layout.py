@@ -9,12 +9,13 @@ ZooKeeper address may carry a chroot too: ``127.0.0.1:2181/team-a``)::
           versions/<version>                manifest, content hash, size, files, created
             bundle                          the zip itself (immutable)
           active                            "<version>"
-      runtimes/<runtime-id>                 ephemeral: host, pid, capacity, started
+      runtimes/<runtime-id>                 ephemeral: host, pid, capacity, handoff, started
       election/member-<seq>                 ephemeral sequential; the lowest is the leader
       leader                                {"runtime", "term", "since"}
       sources/<name>                        {"dsn_env" | "dsn_file", "tables", "added"}
       assignments                           {"epoch", "leader", "term"}  bumped per decision
-        <source>                            {"runtime", "epoch"}
+        <source>                            {"runtime", "epoch", "handoff"}; released:
+                                            {"runtime": "", "epoch", "handoff", "released"}
       positions/<source>                    {"position", "epoch", "runtime", "committed"}
       server_ids/<id>                       ephemeral {"runtime", "source"}: a claimed
                                             replication server id

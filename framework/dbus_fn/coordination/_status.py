@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import calendar
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -37,6 +39,27 @@ class SourceStatus:
     lag_bytes: int | None = None
     lag_problem: str | None = None
     """Why the lag is unknown, when it was asked for and could not be had."""
+    released: str | None = None
+    """When the leader released the source from its last owner (UTC); it has no
+    owner until the handoff has passed."""
+    handoff: float | None = None
+    """The handoff of the assignment: of its owner, or of the owner it was released from."""
+    handoff_left: float | None = None
+    """Seconds of a released source's handoff still to go, by this machine's clock."""
+
+    def owner_text(self) -> str:
+        if self.released is not None:
+            left = ""
+            if self.handoff_left is not None:
+                left = f", ~{self.handoff_left:.1f} s left" if self.handoff_left > 0 else ", due"
+            return (
+                f"- epoch {self.epoch} handing off (released {self.released}, "
+                f"handoff {self.handoff or 0:g} s{left})"
+            )
+        if not self.owner:
+            return "unassigned"
+        owner = f"{self.owner} epoch {self.epoch}"
+        return owner if self.owner_running else owner + " (not running)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +95,7 @@ class ClusterStatus:
                 where = f"{file}:{s.position.get('pos', '')}" if file else ""
                 if gtid:
                     where = f"{where}@{gtid}" if where else f"gtid {gtid}"
-            owner = f"{s.owner} epoch {s.epoch}" if s.owner else "unassigned"
-            if s.owner and not s.owner_running:
-                owner += " (not running)"
+            owner = s.owner_text()
             gone = "" if s.registered else "  (removed)"
             lag = ""
             if s.lag_bytes is not None:
@@ -126,6 +147,17 @@ def _lag(
     return found, None if found is not None else "position not in the source's binlogs"
 
 
+def _left(released: str | None, handoff: object) -> float | None:
+    """Seconds until ``released`` + ``handoff`` (0 once passed); None if unknown."""
+    if released is None or not isinstance(handoff, (int, float)):
+        return None
+    try:
+        at = calendar.timegm(time.strptime(released, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return None
+    return max(0.0, at + handoff - time.time())
+
+
 def cluster_status(
     client: KazooClient, settings: ZooKeeperSettings, *, lag: LagProbe | None = None
 ) -> ClusterStatus:
@@ -153,6 +185,8 @@ def cluster_status(
     for name in sorted(registered | assigned | committed):
         assignment = _data(client, layout.assignment(name)) if name in assigned else {}
         position = _data(client, layout.position(name)) if name in committed else {}
+        released = assignment.get("released") if not assignment.get("runtime") else None
+        handoff = assignment.get("handoff")
         lag_bytes, lag_problem = None, None
         if lag is not None and position.get("position") and name in registered:
             lag_bytes, lag_problem = _lag(lag, client, settings, name, position["position"])
@@ -160,7 +194,7 @@ def cluster_status(
             SourceStatus(
                 name=name,
                 registered=name in registered,
-                owner=assignment.get("runtime"),
+                owner=assignment.get("runtime") or None,
                 owner_running=assignment.get("runtime") in {r.id for r in runtimes},
                 epoch=assignment.get("epoch"),
                 position=position.get("position"),
@@ -168,6 +202,9 @@ def cluster_status(
                 committed_at=position.get("committed"),
                 lag_bytes=lag_bytes,
                 lag_problem=lag_problem,
+                released=released,
+                handoff=handoff,
+                handoff_left=_left(released, handoff),
             )
         )
     functions = {

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from coordination_support import SESSION
 from kazoo.client import KazooClient
 
 from dbus_deploy.services import ZooKeeperEndpoint
 from dbus_fn.cli import cli
-from dbus_fn.coordination import ZooKeeperSettings, close, connect, ensure_cluster
+from dbus_fn.coordination import Coordinator, ZooKeeperSettings, close, connect, ensure_cluster
 
 CLUSTER = "test"
 
@@ -42,6 +43,29 @@ def cluster(client: KazooClient, settings: ZooKeeperSettings) -> ZooKeeperSettin
     """The test's cluster, created."""
     ensure_cluster(client, settings)
     return settings
+
+
+@pytest.fixture
+def runtimes(cluster: ZooKeeperSettings) -> Iterator[Callable[..., Coordinator]]:
+    """Start Coordinators in the test's cluster (session timeout ``SESSION``); all
+    are stopped after the test."""
+    made: list[Coordinator] = []
+
+    def start(runtime_id: str, capacity: float = 1.0, handoff: float = 0.0) -> Coordinator:
+        coordinator = Coordinator(
+            cluster.hosts,
+            cluster.cluster,
+            runtime_id,
+            capacity,
+            session_timeout=SESSION,
+            handoff=handoff,
+        )
+        made.append(coordinator.start())
+        return coordinator
+
+    yield start
+    for coordinator in made:
+        coordinator.stop()
 
 
 @pytest.fixture

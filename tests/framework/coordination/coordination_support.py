@@ -12,6 +12,9 @@ from kazoo.client import KazooClient
 
 from dbus_fn.coordination import SourceReference, SourceRegistry, ZooKeeperSettings
 
+SESSION = 4.0
+"""The session timeout of the test runtimes (the server's minimum is two 2 s ticks)."""
+
 
 def free_port() -> int:
     """A port nothing listens on (bound once, then released)."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from coordination_support import (
+    SESSION,
     assignments,
     expire_session,
     free_port,
@@ -23,24 +23,6 @@ from dbus_fn.errors import ClusterNotFoundError, FencedError, ZooKeeperUnavailab
 from dbus_fn.events import BinlogPosition
 
 pytestmark = pytest.mark.integration
-
-SESSION = 4.0
-
-
-@pytest.fixture
-def runtimes(cluster: ZooKeeperSettings) -> Iterator[Any]:
-    made: list[Coordinator] = []
-
-    def start(runtime_id: str, capacity: float = 1.0) -> Coordinator:
-        coordinator = Coordinator(
-            cluster.hosts, cluster.cluster, runtime_id, capacity, session_timeout=SESSION
-        )
-        made.append(coordinator.start())
-        return coordinator
-
-    yield start
-    for coordinator in made:
-        coordinator.stop()
 
 
 def _balanced(client: KazooClient, settings: ZooKeeperSettings, expect: dict[str, int]) -> bool:
