@@ -29,7 +29,6 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 from convergence import (
     TABLES,
-    Convergence,
     Database,
     RuntimeProcess,
     Table,
@@ -49,7 +48,8 @@ from kazoo.exceptions import KazooException
 from dbus_deploy.services import ServicesConfig, down, up
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings, close, cluster_status, connect
-from dbus_spark.config import load_config
+from dbus_spark.cluster import handoff_seconds
+from dbus_spark.config import WriteFencing, load_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
@@ -58,8 +58,11 @@ RUNTIMES = ("rt-a", "rt-b", "rt-c")
 DSN_VARIABLE = "DBUS_CHAOS_DSN"
 # ZooKeeper's least session timeout: two of its 2 s ticks.
 SESSION = 4.0
-# ZooKeeper expires a session on its tick (up to 2 s late) and the leader then
-# reassigns at once; the rest is slack for a 2-core machine under load.
+# ZooKeeper expires a session on its tick (up to 2 s late); the leader releases
+# the runtime's sources and gives them to new owners a handoff later (the runtime
+# advertises it: hold + Kafka transaction timeout + the test broker's 1 s abort
+# scan); the rest is slack for a 2-core machine under load.
+HANDOFF = handoff_seconds(WriteFencing(ZooKeeperSettings(), "any"), abort_scan=1.0)
 MARGIN = 6.0
 LOAD_BEFORE = 4.0  # seconds of load before the fault
 LOAD_AFTER = 6.0  # and after the runtimes have recovered from it
@@ -220,7 +223,7 @@ class ChaosCluster:
 
     def wait_moved(self, victim: str, lost: dict[str, int], since: float) -> tuple[float, float]:
         """Wait until the ``lost`` sources are owned by running runtimes other than
-        ``victim`` (within the session timeout plus the margin), then until their new
+        ``victim`` (within the session timeout, the handoff and the margin), then until their new
         owners have committed them; seconds from ``since`` to each."""
 
         def moved() -> bool:
@@ -229,7 +232,7 @@ class ChaosCluster:
 
         wait_until(
             moved,
-            SESSION + MARGIN - (time.monotonic() - since),
+            SESSION + HANDOFF + MARGIN - (time.monotonic() - since),
             f"the sources of {victim} ({', '.join(sorted(lost))}) owned by a running runtime",
         )
         moved_after = time.monotonic() - since
@@ -238,26 +241,14 @@ class ChaosCluster:
         )
         return moved_after, time.monotonic() - since
 
-    def converge(self, *, stale_last_allowed: Iterable[str] = ()) -> str:
-        """Stop the load; wait until every change is in Kafka and each index equals its
-        table; no dead letters. A summary of what it took.
-
-        ``stale_last_allowed``: tables whose keys may end on an older message than their
-        newest change (only ever after a pause past the session; see
-        ``Convergence.tolerating_stale_last``); how many did is in the summary.
-        """
+    def converge(self) -> str:
+        """Stop the load; wait until every change is in Kafka, no key ends on an older
+        message than its newest change, and each index equals its table; no dead
+        letters. A summary of what it took."""
         self.workload.stop()
         conn = self.database.connect()
-        allowed = list(stale_last_allowed)
-        stale: list[str] = []
-
-        def check() -> Convergence:
-            full = check_convergence(self.workload, self.routes, conn, self.bootstrap, self.es)
-            stale[:] = [k for t in allowed for k in full.kafka[t].stale_last]
-            return full.tolerating_stale_last(allowed)
-
         verdict, caught_up = wait_converged(
-            check,
+            lambda: check_convergence(self.workload, self.routes, conn, self.bootstrap, self.es),
             timeout=180,
             alive=self.alive,
             on_timeout=self.tails,
@@ -268,7 +259,6 @@ class ChaosCluster:
             f"{len(self.workload.committed)} changes in {self.workload.transactions} "
             f"transactions, {sum(v.replayed for v in verdict.kafka.values())} replayed "
             f"messages; converged {caught_up:.1f} s after the load stopped"
-            + (f"; {len(stale)} key(s) ending on a stale message: {stale[:3]}" if allowed else "")
         )
 
 
@@ -438,7 +428,7 @@ def test_a_runtime_paused_past_its_session_never_commits_what_it_lost(
     )
     rejoined = wait_until(
         lambda: victim in {r for r, _, running in cluster.assignments().values() if running},
-        SESSION + MARGIN,
+        SESSION + HANDOFF + MARGIN,
         "the resumed runtime joins again and is given sources",
     )
     cluster.run_load(LOAD_AFTER)
@@ -457,10 +447,9 @@ def test_a_runtime_paused_past_its_session_never_commits_what_it_lost(
         f"it was given sources again {rejoined:.2f} s later; position writes watched: "
         f"{len(writes.seen)} ({writes.gaps} versions unseen), none by it at a lost epoch"
     )
-    # Its batch in flight when paused reaches Kafka when it wakes, possibly after the
-    # new owner's newer messages (nothing is lost; Elasticsearch, with its external
-    # versions, stays exact). Fencing that needs the sink's help: docs/coordination.md.
-    print(cluster.converge(stale_last_allowed=[s.removeprefix("src-") for s in lost]))
+    # Its batch in flight when paused wakes to a transaction the broker aborted and a
+    # hold it no longer has: no key may end on an older message than the new owner's.
+    print(cluster.converge())
 
 
 def test_zookeeper_restart_mid_load_holds_commits_and_loses_nothing(

@@ -7,6 +7,10 @@ binlog source and the function stage re-read at their next micro-batch: a
 deploy, a rollback or a moved source takes effect at a batch boundary, with no
 restart. A progress listener commits each finished batch's end positions to
 ZooKeeper, fenced by the epoch the batch read them under.
+
+Its Kafka writes are fenced too (``WriteFencing``; ``dbus_spark.sinks.kafka``
+explains how): the member advertises a ``handoff`` time, and the leader gives a
+source it released to a new owner only that long after.
 """
 
 from __future__ import annotations
@@ -24,12 +28,24 @@ from pyspark.sql.streaming import StreamingQueryListener
 from dbus_fn.capture import BinlogReader
 from dbus_fn.coordination import Coordinator, FunctionWatcher, ZooKeeperSettings
 from dbus_fn.errors import DbusError, FencedError
-from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.config import RuntimeConfig, SourceBinding, WriteFencing
+from dbus_spark.sinks.kafka import abort_scan_seconds
 from dbus_spark.source import offset_to_position
 
 log = logging.getLogger("dbus.runtime")
 
 REFRESH_SECONDS = 1.0
+# Past the hold, the transaction and the broker's abort scan: for clock rates and
+# the last round trips.
+HANDOFF_MARGIN = 0.5
+
+
+def handoff_seconds(fencing: WriteFencing, abort_scan: float) -> float:
+    """How long after a release a source's old owner may still make Kafka writes
+    visible: a confirmed hold lets a worker commit for ``hold_seconds``, and a
+    transaction begun by then is committed or aborted within its timeout plus the
+    broker's abort scan."""
+    return fencing.hold_seconds + fencing.transaction_timeout + abort_scan + HANDOFF_MARGIN
 
 
 class ClusterMember:
@@ -45,8 +61,12 @@ class ClusterMember:
         capacity: float = 1.0,
         start: str = "latest",
     ) -> None:
-        self.coordinator = Coordinator.from_settings(settings, runtime_id, capacity)
-        self._base = base
+        fencing = WriteFencing(settings, runtime_id)
+        self.handoff = handoff_seconds(fencing, abort_scan_seconds(base.kafka_bootstrap))
+        self.coordinator = Coordinator.from_settings(
+            settings, runtime_id, capacity, handoff=self.handoff
+        )
+        self._base = replace(base, fencing=fencing)
         self.config_path = config_path
         self._start = start
         self._watcher: FunctionWatcher | None = None
@@ -63,6 +83,11 @@ class ClusterMember:
         self.coordinator.start()
         self._watcher = self.coordinator.function_watcher(
             cache_dir=Path(self._base.checkpoint_dir).parent / "bundles"
+        )
+        log.info(
+            "cluster: Kafka writes are transactional and fenced; a source this runtime "
+            "releases moves %.1f s later",
+            self.handoff,
         )
         config = self.refresh()
         self._thread = threading.Thread(target=self._loop, name="dbus-cluster", daemon=True)

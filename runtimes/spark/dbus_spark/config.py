@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dbus_fn.capture import SourceSpec
+from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
 
@@ -40,6 +41,44 @@ class SourceBinding:
 
 
 @dataclass(frozen=True, slots=True)
+class WriteFencing:
+    """A cluster member's Kafka writes are fenced by its holds (``dbus_spark.sinks.kafka``)."""
+
+    zookeeper: ZooKeeperSettings
+    runtime_id: str
+    transaction_timeout: float = 2.0
+    """Kafka transaction timeout, seconds: a transaction open longer is aborted."""
+    hold_seconds: float = 2.0
+    """How long one confirmation of a hold lets a worker commit Kafka transactions
+    (so how long writing goes on while ZooKeeper is away)."""
+
+    def to_json(self) -> dict[str, Any]:
+        zk = self.zookeeper
+        return {
+            "zookeeper": {
+                "hosts": zk.hosts,
+                "cluster": zk.cluster,
+                "auth": zk.auth,
+                "root": zk.root,
+                "connect_timeout": zk.connect_timeout,
+                "session_timeout": zk.session_timeout,
+            },
+            "runtime_id": self.runtime_id,
+            "transaction_timeout": self.transaction_timeout,
+            "hold_seconds": self.hold_seconds,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WriteFencing:
+        return cls(
+            zookeeper=ZooKeeperSettings(**data["zookeeper"]),
+            runtime_id=data["runtime_id"],
+            transaction_timeout=float(data["transaction_timeout"]),
+            hold_seconds=float(data["hold_seconds"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     sources: tuple[SourceBinding, ...]
     deployments: tuple[str, ...]
@@ -52,6 +91,8 @@ class RuntimeConfig:
     decode_shards: int = 0
     """Readers per busy source in one micro-batch (0: one per two Spark cores); see
     ``dbus_spark.source``."""
+    fencing: WriteFencing | None = None
+    """Set in a cluster member: Kafka writes are transactional and fenced."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def source(self, name: str) -> SourceBinding:
@@ -78,6 +119,7 @@ class RuntimeConfig:
             "type_prefix": self.type_prefix,
             "topic_partitions": self.topic_partitions,
             "decode_shards": self.decode_shards,
+            "fencing": self.fencing.to_json() if self.fencing else None,
             "extra": dict(self.extra),
         }
 
@@ -93,6 +135,7 @@ class RuntimeConfig:
             type_prefix=data.get("type_prefix", "io.dbus"),
             topic_partitions=int(data.get("topic_partitions", 3)),
             decode_shards=int(data.get("decode_shards", 0)),
+            fencing=WriteFencing.from_json(data["fencing"]) if data.get("fencing") else None,
             extra=data.get("extra", {}),
         )
 

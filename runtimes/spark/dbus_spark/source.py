@@ -17,11 +17,14 @@ order in Kafka holds with no merge.
 The function stage runs inside the read (see ``dbus_spark.stage``): each output
 row is one encoded record (a CloudEvent in the Kafka binary binding and where it
 goes), sent to Spark as Arrow batches; the last row of a partition carries the
-stage's counters (``kind = "stats"``).
+stage's counters (``kind = "stats"``). In a cluster member the first row names
+the epoch the source was held at (``kind = "hold"``): the writer's Kafka
+transactions are fenced by it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -53,7 +56,7 @@ log = logging.getLogger(__name__)
 SCHEMA = StructType(
     [
         StructField("source", StringType(), False),
-        StructField("kind", StringType(), False),  # "kafka", "es" or "stats"
+        StructField("kind", StringType(), False),  # "kafka", "es", "stats" or "hold"
         StructField("deployment", StringType(), False),
         StructField("destination", StringType(), False),
         StructField("dead_letter", StringType(), False),
@@ -140,9 +143,17 @@ class _Batcher:
         return self.flush() if len(self._columns[0]) >= BATCH_ROWS else None
 
     def add_stats(self, counts: StageCounts) -> None:
-        row = (self.source, "stats", "", "", "", None, counts.to_json(), None)
-        for column, value in zip(self._columns, row, strict=True):
-            column.append(value)
+        self._add_marker("stats", counts.to_json())
+
+    def add_hold(self, epoch: int) -> None:
+        """First row of a cluster member's partition: the epoch its source was read
+        at, which the writer's Kafka transactions are fenced by."""
+        self._add_marker("hold", json.dumps({"epoch": epoch}).encode())
+
+    def _add_marker(self, kind: str, value: bytes) -> None:
+        row = (self.source, kind, "", "", "", None, value, None)
+        for column, value_ in zip(self._columns, row, strict=True):
+            column.append(value_)
 
     def flush(self) -> pa.RecordBatch | None:
         if not self._columns[0]:
@@ -290,6 +301,8 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         counts = StageCounts(started=time.time())
         counts.positions[partition.source] = str(offset_to_position(partition.end))
         batcher = _Batcher(partition.source)
+        if binding.epoch:
+            batcher.add_hold(binding.epoch)
         began = time.monotonic()
         try:
             for item in reader.read(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,11 +29,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from dbus_fn.coordination import HoldCheck
 from dbus_fn.events import BinlogPosition
 from dbus_fn.kafka_binding import KafkaMessage
-from dbus_spark.config import RuntimeConfig, load_config
+from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink, document_version
-from dbus_spark.sinks.kafka import KafkaSink
+from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.records import IndexAction, KafkaRecord
 from dbus_spark.stage import StageCounts, dead_letter_for_refusal
 
@@ -54,6 +56,8 @@ class TaskReport(WriterCommitMessage):  # type: ignore[misc]
     records: int = 0
     kafka: int = 0
     elasticsearch: int = 0
+    fenced: int = 0
+    """Kafka messages dropped because the source's hold was lost mid-task."""
     seconds: float = 0.0
     started: float = 0.0
     """Epoch seconds the task began writing."""
@@ -66,7 +70,14 @@ class _Sinks:
 
     def __init__(self, config: RuntimeConfig) -> None:
         self.config = config
-        self.kafka = KafkaSink(config.kafka_bootstrap, topic_partitions=config.topic_partitions)
+        self._check: HoldCheck | None = None
+        fence = None
+        if config.fencing is not None:
+            self._check = HoldCheck(config.fencing.zookeeper, config.fencing.runtime_id)
+            fence = _write_fence(config.fencing, self._check)
+        self.kafka = KafkaSink(
+            config.kafka_bootstrap, topic_partitions=config.topic_partitions, fence=fence
+        )
         self.elasticsearch = ElasticsearchSink(
             config.elasticsearch_url, on_refused=self._on_refused
         )
@@ -107,6 +118,9 @@ class _Sinks:
                 elif kind == "stats":
                     report.stage.add_json(value)
                     continue
+                elif kind == "hold":
+                    self.kafka.hold(source, int(json.loads(value)["epoch"]))
+                    continue
                 report.records += 1
                 report.per_source[source] += 1
         # Elasticsearch first: documents it refuses become dead letters for Kafka.
@@ -115,6 +129,7 @@ class _Sinks:
             self.kafka.write(record)
         self._refused.clear()
         report.kafka = self.kafka.flush()
+        report.fenced, self.kafka.fenced = self.kafka.fenced, 0
         report.seconds = time.monotonic() - started
         return report
 
@@ -146,16 +161,40 @@ def index_action(index: str, message: KafkaMessage, dead_letter: str) -> IndexAc
     )
 
 
-_sinks: dict[tuple[str, float], _Sinks] = {}
+def _write_fence(fencing: WriteFencing, check: HoldCheck) -> WriteFence:
+    zk = fencing.zookeeper
+    return WriteFence(
+        # One per worker process: its transactions never wait on another's.
+        transactional_id=(
+            f"dbus/{zk.cluster}/{fencing.runtime_id}/{socket.gethostname()}/{os.getpid()}"
+        ),
+        transaction_timeout=fencing.transaction_timeout,
+        hold_seconds=fencing.hold_seconds,
+        confirm=check.confirm,
+    )
+
+
+_configs: dict[tuple[str, float], RuntimeConfig] = {}
+_sinks: dict[tuple[object, ...], _Sinks] = {}
 
 
 def _worker_sinks(config_path: str) -> _Sinks:
-    key = (config_path, os.stat(config_path).st_mtime)
+    """This worker process's sinks. They outlive configuration changes that do not
+    touch them (sources and functions come and go in a cluster): a producer, above
+    all a transactional one, is slow to start."""
+    mtime = os.stat(config_path).st_mtime
+    config = _configs.get((config_path, mtime))
+    if config is None:
+        _configs.clear()
+        config = _configs[(config_path, mtime)] = load_config(config_path)
+    key = (
+        config.kafka_bootstrap, config.elasticsearch_url, config.topic_partitions,
+        config.type_prefix, config.fencing,
+    )  # fmt: skip
     sinks = _sinks.get(key)
     if sinks is None:
         _sinks.clear()
-        sinks = _Sinks(load_config(config_path))
-        _sinks[key] = sinks
+        sinks = _sinks[key] = _Sinks(config)
     return sinks
 
 
@@ -185,12 +224,20 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             total.records += report.records
             total.kafka += report.kafka
             total.elasticsearch += report.elasticsearch
+            total.fenced += report.fenced
             total.seconds = max(total.seconds, report.seconds)
             began = [t for t in (total.started, report.started, report.stage.started) if t]
             total.started = min(began, default=0.0)
             total.per_source.update(report.per_source)
             total.stage.add(report.stage)
         stage = total.stage
+        if total.fenced:
+            log.warning(
+                "batch %d: %d Kafka message(s) not sent: their source's hold was lost "
+                "mid-batch; the new owner sends them from the committed position",
+                batchId,
+                total.fenced,
+            )
         if stage.rows or stage.ddl or total.records:
             now = time.time()
             log.info(

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
-from dbus_spark.config import RuntimeConfig, load_config
+from dbus_spark.cluster import HANDOFF_MARGIN, handoff_seconds
+from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.settings import runtime_config
 
 ORDERS = str(Path(__file__).resolve().parents[3] / "functions" / "orders")
@@ -99,3 +101,26 @@ def test_a_batch_reads_a_source_only_under_the_hold_it_was_planned_with(tmp_path
     assert not loaded.reads("shop", 4, 1)  # taken up again since
     assert not loaded.reads("shop", 3, 2)  # another epoch
     assert not replace(loaded, sources=()).reads("shop", 4, 2)  # moved away
+
+
+def test_a_members_write_fencing_survives_the_private_config_file(tmp_path: Path) -> None:
+    """Worker processes learn from the config file how to confirm holds, digest
+    credentials included: the file is private, and the credentials are not shown."""
+    zookeeper = ZooKeeperSettings(
+        hosts="127.0.0.1:2181", cluster="prod", auth="dbus:s3cret", session_timeout=6.0
+    )
+    fencing = WriteFencing(zookeeper, "rt-a", transaction_timeout=3.0, hold_seconds=1.5)
+    config = replace(_config(), fencing=fencing)
+    path = config.save(tmp_path / "c.json")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    loaded = load_config(path)
+    assert loaded.fencing == fencing
+    assert loaded.fencing is not None and loaded.fencing.zookeeper.auth == "dbus:s3cret"
+    assert "s3cret" not in repr(loaded)
+    assert load_config(_config().save(tmp_path / "alone.json")).fencing is None
+
+
+def test_the_handoff_covers_the_hold_the_transaction_and_the_abort_scan() -> None:
+    fencing = WriteFencing(ZooKeeperSettings(), "rt-a", transaction_timeout=2.0, hold_seconds=2.0)
+    assert handoff_seconds(fencing, abort_scan=1.0) == 2.0 + 2.0 + 1.0 + HANDOFF_MARGIN
+    assert handoff_seconds(fencing, abort_scan=10.0) == 2.0 + 2.0 + 10.0 + HANDOFF_MARGIN
