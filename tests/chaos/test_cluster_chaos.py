@@ -476,7 +476,11 @@ def test_zookeeper_restart_mid_load_holds_commits_and_loses_nothing(
     assert cluster.assignments() == before, "the sessions outlive the restart: nothing moves"
     for runtime_id, process in cluster.runtimes.items():
         log = process.log_text()[logs[runtime_id] :]
-        assert "flushed the held commit" in log, f"{runtime_id} held no commit"
+        # A batch that finished while ZooKeeper was away held its commit; past a
+        # hold's last confirmation (2 s) the Kafka writes wait for ZooKeeper.
+        assert "flushed the held commit" in log or "hold cannot be confirmed" in log, (
+            f"{runtime_id} neither held a commit nor waited to confirm a hold"
+        )
         assert "dropped a held commit" not in log
         assert "ZooKeeper session lost" not in log
     cluster.run_load(LOAD_AFTER)
