@@ -378,24 +378,26 @@ class Coordinator:
             ) from None
         return "committed"
 
-    def server_id(self, source: str) -> int:
-        """The replication server id this runtime's reader of ``source`` must use.
+    def server_id(self, source: str, shard: int = 0) -> int:
+        """The replication server id this runtime's reader of ``source`` must use;
+        ``shard`` > 0: the id of that key shard's extra connection (``--decode-shards``).
 
         Claimed in ZooKeeper (an ephemeral ``server_ids/<id>``), so no two live
         readers in the cluster share one, not even the old and the new owner of
-        a source during a handoff. Stable for a (source, runtime) pair while
+        a source during a handoff. Stable for a (source, shard, runtime) while
         that id is free; the claim ends with the session (ask again after one).
         """
         from dbus_fn.capture import server_id_for
 
+        reader = f"{source}/shard/{shard}" if shard else source
         with self._lock:
-            if source in self._server_ids:
-                return self._server_ids[source]
+            if reader in self._server_ids:
+                return self._server_ids[reader]
         client = self.client
         session = client.client_id[0] if client.client_id else None
-        claim = dump({"runtime": self.runtime_id, "source": source})
+        claim = dump({"runtime": self.runtime_id, "source": source, "shard": shard})
         for salt in range(64):
-            candidate = server_id_for(f"{source}/{self.runtime_id}", salt=salt)
+            candidate = server_id_for(f"{reader}/{self.runtime_id}", salt=salt)
             path = self.layout.server_id(candidate)
             try:
                 client.create(path, claim, ephemeral=True, makepath=True, acl=self.settings.acl)
@@ -404,13 +406,13 @@ class Coordinator:
                     raw, stat = client.get(path)
                 except NoNodeError:
                     continue
-                if raw != claim or stat.ephemeralOwner != session:
+                if load(raw) != load(claim) or stat.ephemeralOwner != session:
                     continue  # another reader's: try the next salt
             with self._lock:
-                self._server_ids[source] = candidate
+                self._server_ids[reader] = candidate
             return candidate
         raise CoordinationError(
-            f"runtime {self.runtime_id}: no free replication server id for {source} after 64 tries",
+            f"runtime {self.runtime_id}: no free replication server id for {reader} after 64 tries",
             cluster=self.settings.cluster,
         )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
@@ -28,7 +29,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from dbus_fn.capture import BinlogReader
 from dbus_fn.coordination import Coordinator, FunctionWatcher, ZooKeeperSettings
 from dbus_fn.errors import DbusError, FencedError
-from dbus_spark.config import RuntimeConfig, SourceBinding, WriteFencing
+from dbus_spark.config import RuntimeConfig, SourceBinding, WriteFencing, default_decode_shards
 from dbus_spark.sinks.kafka import abort_scan_seconds
 from dbus_spark.source import offset_to_position
 
@@ -67,6 +68,9 @@ class ClusterMember:
             settings, runtime_id, capacity, handoff=self.handoff
         )
         self._base = replace(base, fencing=fencing)
+        # Key shards' connections get claimed server ids too: as many as a local
+        # query uses (local[*]); a query on more cores derives the rest.
+        self._shards = base.decode_shards or default_decode_shards(os.cpu_count() or 1)
         self.config_path = config_path
         self._start = start
         self._watcher: FunctionWatcher | None = None
@@ -153,6 +157,7 @@ class ClusterMember:
         """A source newly owned at ``epoch``: resume from its committed position."""
         spec = self.coordinator.sources.get(source).spec()
         server_id = self.coordinator.server_id(source)
+        shard_ids = tuple(self.coordinator.server_id(source, i) for i in range(1, self._shards))
         committed = self.coordinator.committed_position(source)
         if committed is not None:
             begin = committed.position
@@ -168,7 +173,12 @@ class ClusterMember:
             source, begin, epoch, self._generations,
         )  # fmt: skip
         return SourceBinding(
-            spec=spec, server_id=server_id, start=begin, epoch=epoch, generation=self._generations
+            spec=spec,
+            server_id=server_id,
+            start=begin,
+            epoch=epoch,
+            generation=self._generations,
+            shard_server_ids=shard_ids,
         )
 
     def commit(self, end_offsets: Mapping[str, Any]) -> None:

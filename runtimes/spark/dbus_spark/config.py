@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dbus_fn.capture import SourceSpec
+from dbus_fn.capture import SourceSpec, server_id_for
 from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
@@ -38,6 +38,24 @@ class SourceBinding:
     them, 0 alone). A micro-batch planned under another generation reads nothing
     and its position is not committed: the source moved away, or came back after
     this runtime lost sight of it, and is read again from ``start``."""
+    shard_server_ids: tuple[int, ...] = ()
+    """Server ids of the extra connections of key shards 1, 2, ... as claimed in a
+    cluster; a shard past them (or any, alone) derives its id from ``server_id``."""
+
+    def reader_server_id(self, shard: int) -> int:
+        """The replication server id of key shard ``shard``'s connection."""
+        if not shard:
+            return self.server_id
+        if shard <= len(self.shard_server_ids):
+            return self.shard_server_ids[shard - 1]
+        return server_id_for(f"{self.server_id}/shard/{shard}")
+
+
+def default_decode_shards(cores: int) -> int:
+    """One key shard per two Spark cores: each shard is a reader and a writer process,
+    and together they keep two cores busy. Measured on 2 cores (bench_runtime.py):
+    one shard 0.69 of bare decode, two shards 0.68, so two only cost memory there."""
+    return max(1, cores // 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +188,7 @@ def _binding_to_json(binding: SourceBinding) -> dict[str, Any]:
         "start": _start_to_json(binding.start),
         "epoch": binding.epoch,
         "generation": binding.generation,
+        "shard_server_ids": list(binding.shard_server_ids),
     }
 
 
@@ -180,6 +199,7 @@ def _binding_from_json(data: Mapping[str, Any]) -> SourceBinding:
         start=_start_from_json(data["start"]),
         epoch=int(data.get("epoch", 0)),
         generation=int(data.get("generation", 0)),
+        shard_server_ids=tuple(int(i) for i in data.get("shard_server_ids", ())),
     )
 
 

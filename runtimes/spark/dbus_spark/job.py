@@ -20,7 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 from dbus_fn.capture import BinlogReader
 from dbus_fn.registry import load_deployment
 from dbus_spark.cluster import ClusterMember, PositionCommitter
-from dbus_spark.config import RuntimeConfig
+from dbus_spark.config import RuntimeConfig, default_decode_shards
 from dbus_spark.source import BinlogDataSource
 from dbus_spark.writer import FunctionSinkDataSource
 
@@ -114,13 +114,6 @@ def start_member(
     spark = spark or spark_session(master)
     spark.streams.addListener(PositionCommitter(member))
     return _start_query(spark, config, member.config_path)
-
-
-def default_decode_shards(cores: int) -> int:
-    """One key shard per two Spark cores: each shard is a reader and a writer process,
-    and together they keep two cores busy. Measured on 2 cores (bench_runtime.py):
-    one shard 0.69 of bare decode, two shards 0.68, so two only cost memory there."""
-    return max(1, cores // 2)
 
 
 def default_config_path(config: RuntimeConfig) -> Path:

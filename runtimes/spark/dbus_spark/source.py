@@ -46,7 +46,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dbus_fn.capture import BinlogReader, Shard, SourceSpec, server_id_for
+from dbus_fn.capture import BinlogReader, Shard, SourceSpec
 from dbus_fn.events import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
@@ -293,11 +293,8 @@ class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             return
         binding = config.source(partition.source)
         shard = Shard(partition.shard, partition.shards)
-        server_id = binding.server_id
-        if shard.index:
-            # Every replication connection needs its own id.
-            server_id = server_id_for(f"{server_id}/shard/{shard.index}")
-        reader = worker_reader(binding, server_id)
+        # Every replication connection needs its own id.
+        reader = worker_reader(binding, binding.reader_server_id(shard.index))
         counts = StageCounts(started=time.time())
         counts.positions[partition.source] = str(offset_to_position(partition.end))
         batcher = _Batcher(partition.source)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections import Counter
 from typing import Any
@@ -259,6 +260,25 @@ def test_server_ids_are_claimed_so_no_two_readers_share_one(
     wait_until(
         lambda: client.get_children(cluster.layout.server_ids) == [str(second)], 10, "released"
     )
+
+
+def test_each_key_shard_of_a_reader_claims_its_own_server_id(
+    cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any
+) -> None:
+    from dbus_fn.capture import server_id_for
+
+    a, b = runtimes("rt-a"), runtimes("rt-b")
+    ids = [a.server_id("shop", shard) for shard in range(3)]
+    assert ids[0] == server_id_for("shop/rt-a")
+    assert ids[1] == server_id_for("shop/shard/1/rt-a")
+    assert len(set(ids)) == 3
+    assert [a.server_id("shop", shard) for shard in range(3)] == ids  # stable
+    others = [b.server_id("shop", shard) for shard in range(3)]
+    assert not set(others) & set(ids)
+    claims = {int(c) for c in client.get_children(cluster.layout.server_ids)}
+    assert claims == set(ids) | set(others)
+    raw, _ = client.get(cluster.layout.server_id(ids[2]))
+    assert json.loads(raw) == {"runtime": "rt-a", "source": "shop", "shard": 2}
 
 
 def test_registering_again_in_one_session_reuses_the_election_node(

@@ -124,3 +124,16 @@ def test_the_handoff_covers_the_hold_the_transaction_and_the_abort_scan() -> Non
     fencing = WriteFencing(ZooKeeperSettings(), "rt-a", transaction_timeout=2.0, hold_seconds=2.0)
     assert handoff_seconds(fencing, abort_scan=1.0) == 2.0 + 2.0 + 1.0 + HANDOFF_MARGIN
     assert handoff_seconds(fencing, abort_scan=10.0) == 2.0 + 2.0 + 10.0 + HANDOFF_MARGIN
+
+
+def test_key_shards_read_with_the_server_ids_claimed_for_them(tmp_path: Path) -> None:
+    (binding,) = _config().sources
+    claimed = replace(binding, shard_server_ids=(71, 72))
+    loaded = load_config(replace(_config(), sources=(claimed,)).save(tmp_path / "c.json"))
+    (again,) = loaded.sources
+    assert [again.reader_server_id(i) for i in range(3)] == [binding.server_id, 71, 72]
+    # Past the claimed ones (a query on more cores), and alone: derived, all distinct.
+    derived = [binding.reader_server_id(i) for i in range(4)]
+    assert derived[0] == binding.server_id
+    assert derived[3] == again.reader_server_id(3)
+    assert len(set(derived)) == 4

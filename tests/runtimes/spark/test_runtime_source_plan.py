@@ -10,8 +10,7 @@ import pytest
 from test_runtime_config import _config
 
 from dbus_fn.capture import SourceSpec
-from dbus_spark.config import SourceBinding
-from dbus_spark.job import default_decode_shards
+from dbus_spark.config import SourceBinding, default_decode_shards
 from dbus_spark.source import SHARD_MIN_BYTES, BinlogStreamReader, worker_reader
 
 
