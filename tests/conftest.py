@@ -12,13 +12,17 @@ from __future__ import annotations
 import os
 import socket
 import textwrap
-import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
+from scratch import (
+    FreshDatabase,
+    scratch_database,
+    scratch_index,
+    scratch_topic,
+    scratch_zk_root,
+)
 
 from dbus_deploy.services import (
     ElasticsearchEndpoint,
@@ -41,10 +45,6 @@ def _ensure(*names: str) -> Endpoints:
     except DbusError as exc:
         pytest.fail(f"local services unavailable: {exc}", pytrace=False)
     return endpoints()
-
-
-def _unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:16]}"
 
 
 @pytest.fixture(scope="session")
@@ -74,84 +74,32 @@ def services() -> Endpoints:
     return _ensure("mariadb", "zookeeper", "kafka", "elasticsearch")
 
 
-@dataclass
-class FreshDatabase:
-    """A database that exists for one test, and how to connect to it."""
-
-    name: str
-    endpoint: MariaDBEndpoint
-    _opened: list[Any] = field(default_factory=list, repr=False)
-
-    def connect(self, *, use_database: bool = True, **options: Any) -> Any:
-        """A new PyMySQL connection as the ``dbus`` user (autocommit unless told otherwise).
-
-        Connections are closed when the test ends.
-        """
-        connection = self.endpoint.connect(self.name if use_database else None, **options)
-        self._opened.append(connection)
-        return connection
-
-
 @pytest.fixture
 def fresh_database(mariadb_service: MariaDBEndpoint) -> Iterator[FreshDatabase]:
     """A new uuid-named MariaDB database, dropped after the test."""
-    database = FreshDatabase(name=_unique("dbus_test"), endpoint=mariadb_service)
-    admin = database.connect(use_database=False)
-    with admin.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE `{database.name}`")
-    try:
+    with scratch_database(mariadb_service) as database:
         yield database
-    finally:
-        for connection in database._opened[1:]:
-            if connection.open:
-                connection.close()
-        with admin.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE IF EXISTS `{database.name}`")
-        admin.close()
 
 
 @pytest.fixture
 def kafka_topic(kafka_service: KafkaEndpoint) -> Iterator[str]:
     """A new uuid-named Kafka topic (3 partitions), deleted after the test."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": kafka_service.bootstrap_servers})
-    topic = _unique("dbus-test").replace("_", "-")
-    for future in admin.create_topics([NewTopic(topic, num_partitions=3)]).values():
-        future.result(timeout=30)
-    try:
+    with scratch_topic(kafka_service) as topic:
         yield topic
-    finally:
-        for future in admin.delete_topics([topic], operation_timeout=30).values():
-            future.result(timeout=60)
 
 
 @pytest.fixture
 def es_index(elasticsearch_service: ElasticsearchEndpoint) -> Iterator[str]:
     """A fresh uuid-named index name (not created), deleted after the test."""
-    from elasticsearch import Elasticsearch
-
-    index = _unique("dbus-test").replace("_", "-")
-    yield index
-    with Elasticsearch(elasticsearch_service.url) as client:
-        client.options(ignore_status=404).indices.delete(index=index)
+    with scratch_index(elasticsearch_service) as index:
+        yield index
 
 
 @pytest.fixture
 def zk_root(zookeeper_service: ZooKeeperEndpoint) -> Iterator[str]:
     """A fresh uuid-named chroot path (created), deleted recursively after the test."""
-    from kazoo.client import KazooClient
-
-    root = "/" + _unique("dbus_test")
-    client = KazooClient(hosts=zookeeper_service.hosts)
-    client.start(timeout=30)
-    try:
-        client.ensure_path(root)
+    with scratch_zk_root(zookeeper_service) as root:
         yield root
-    finally:
-        client.delete(root, recursive=True)
-        client.stop()
-        client.close()
 
 
 @pytest.fixture

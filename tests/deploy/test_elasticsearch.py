@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psutil
 import pytest
 from elasticsearch import ConflictError, Elasticsearch
+from scratch import scratch_index
 
-from dbus_deploy.services import status
+from dbus_deploy.services import ElasticsearchEndpoint, status
 
 pytestmark = pytest.mark.integration
 
@@ -54,15 +57,10 @@ def test_server_does_not_run_as_root() -> None:
     assert psutil.Process(elasticsearch.pid).username() == "dbus-es"
 
 
-_seen_indices: list[str] = []
-
-
-def test_es_index_is_made_for_one_test(client, es_index) -> None:
-    client.indices.create(index=es_index)
-    _seen_indices.append(es_index)
-
-
-def test_es_index_is_deleted_after_its_test(client) -> None:
-    if not _seen_indices:
-        pytest.skip("runs after test_es_index_is_made_for_one_test")
-    assert not client.indices.exists(index=_seen_indices[0])
+def test_es_index_is_made_for_one_test_and_deleted_after_it(
+    client: Any, elasticsearch_service: ElasticsearchEndpoint
+) -> None:
+    with scratch_index(elasticsearch_service) as index:
+        client.indices.create(index=index)
+        assert client.indices.exists(index=index)
+    assert not client.indices.exists(index=index)

@@ -7,6 +7,9 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
+from scratch import scratch_topic
+
+from dbus_deploy.services import KafkaEndpoint
 
 pytestmark = pytest.mark.integration
 
@@ -49,20 +52,15 @@ def test_kafka_topic_is_fresh_and_has_three_partitions(kafka_service, kafka_topi
     assert len(metadata.topics[kafka_topic].partitions) == 3
 
 
-_seen_topics: list[str] = []
-
-
-def test_kafka_topic_is_made_for_one_test(kafka_topic) -> None:
-    _seen_topics.append(kafka_topic)
-
-
-def test_kafka_topic_is_deleted_after_its_test(kafka_service) -> None:
-    if not _seen_topics:
-        pytest.skip("runs after test_kafka_topic_is_made_for_one_test")
+def test_kafka_topic_is_made_for_one_test_and_deleted_after_it(
+    kafka_service: KafkaEndpoint,
+) -> None:
     admin = AdminClient({"bootstrap.servers": kafka_service.bootstrap_servers})
+    with scratch_topic(kafka_service) as topic:
+        assert topic in admin.list_topics(timeout=10).topics
     # Deletion completes asynchronously in the controller; give it a moment.
     for _ in range(20):
-        if _seen_topics[0] not in admin.list_topics(timeout=10).topics:
+        if topic not in admin.list_topics(timeout=10).topics:
             return
         time.sleep(0.5)
-    pytest.fail(f"topic {_seen_topics[0]} still exists after its test")
+    pytest.fail(f"topic {topic} still exists after its test")

@@ -6,6 +6,9 @@ import uuid
 
 import pymysql
 import pytest
+from scratch import scratch_database
+
+from dbus_deploy.services import MariaDBEndpoint
 
 pytestmark = pytest.mark.integration
 
@@ -71,26 +74,25 @@ def test_fresh_database_is_empty_and_writes_reach_the_binlog(fresh_database) -> 
     assert after.startswith("0-1-")
 
 
-_seen_databases: list[str] = []
+def test_fresh_database_is_made_for_one_test_and_dropped_after_it(
+    mariadb_service: MariaDBEndpoint,
+) -> None:
+    with scratch_database(mariadb_service) as database:
+        database.connect().close()
+        assert _database_exists(mariadb_service, database.name)
+    assert not _database_exists(mariadb_service, database.name)
 
 
-def test_fresh_database_is_made_for_one_test(fresh_database) -> None:
-    _seen_databases.append(fresh_database.name)
-
-
-def test_fresh_database_is_dropped_after_its_test(mariadb_service) -> None:
-    if not _seen_databases:
-        pytest.skip("runs after test_fresh_database_is_made_for_one_test")
+def _database_exists(endpoint: MariaDBEndpoint, name: str) -> bool:
     connection = pymysql.connect(
-        host=mariadb_service.host,
-        port=mariadb_service.port,
-        user=mariadb_service.user,
-        password=mariadb_service.password,
+        host=endpoint.host, port=endpoint.port, user=endpoint.user, password=endpoint.password
     )
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW DATABASES LIKE %s", [_seen_databases[0]])
-        assert cursor.fetchone() is None
-    connection.close()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW DATABASES LIKE %s", [name])
+            return cursor.fetchone() is not None
+    finally:
+        connection.close()
 
 
 def test_dbus_user_can_create_a_restricted_user_for_a_test(fresh_database) -> None:

@@ -7,8 +7,9 @@ import socket
 import psutil
 import pytest
 from kazoo.client import KazooClient
+from scratch import scratch_zk_root
 
-from dbus_deploy.services import status
+from dbus_deploy.services import ZooKeeperEndpoint, status
 
 pytestmark = pytest.mark.integration
 
@@ -42,20 +43,16 @@ def test_four_letter_words_work_and_admin_server_is_off(zookeeper_service) -> No
     assert listening == {int(port)}, "only the client port; the admin server (8080) is off"
 
 
-_seen_roots: list[str] = []
-
-
-def test_zk_root_is_made_for_one_test(zk_root) -> None:
-    _seen_roots.append(zk_root)
-
-
-def test_zk_root_is_deleted_after_its_test(zookeeper_service) -> None:
-    if not _seen_roots:
-        pytest.skip("runs after test_zk_root_is_made_for_one_test")
+def test_zk_root_is_made_for_one_test_and_deleted_after_it(
+    zookeeper_service: ZooKeeperEndpoint,
+) -> None:
     client = KazooClient(hosts=zookeeper_service.hosts)
     client.start(timeout=30)
     try:
-        assert client.exists(_seen_roots[0]) is None
+        with scratch_zk_root(zookeeper_service) as root:
+            client.create(f"{root}/child", b"x")
+            assert client.exists(root) is not None
+        assert client.exists(root) is None
     finally:
         client.stop()
         client.close()

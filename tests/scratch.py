@@ -1,0 +1,106 @@
+"""Each test's own scratch space in the real services: a database, a Kafka topic, an
+Elasticsearch index, a ZooKeeper chroot, uuid-named and removed when the block ends.
+
+The fixtures of ``tests/conftest.py`` wrap these; ``tests/deploy`` checks them here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from dbus_deploy.services import (
+    ElasticsearchEndpoint,
+    KafkaEndpoint,
+    MariaDBEndpoint,
+    ZooKeeperEndpoint,
+)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+@dataclass
+class FreshDatabase:
+    """A database that exists for one test, and how to connect to it."""
+
+    name: str
+    endpoint: MariaDBEndpoint
+    _opened: list[Any] = field(default_factory=list, repr=False)
+
+    def connect(self, *, use_database: bool = True, **options: Any) -> Any:
+        """A new PyMySQL connection as the ``dbus`` user (autocommit unless told otherwise).
+
+        Connections are closed when the test ends.
+        """
+        connection = self.endpoint.connect(self.name if use_database else None, **options)
+        self._opened.append(connection)
+        return connection
+
+
+@contextmanager
+def scratch_database(endpoint: MariaDBEndpoint) -> Iterator[FreshDatabase]:
+    """A new uuid-named MariaDB database, dropped (with its connections closed) after."""
+    database = FreshDatabase(name=unique("dbus_test"), endpoint=endpoint)
+    admin = database.connect(use_database=False)
+    with admin.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE `{database.name}`")
+    try:
+        yield database
+    finally:
+        for connection in database._opened[1:]:
+            if connection.open:
+                connection.close()
+        with admin.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{database.name}`")
+        admin.close()
+
+
+@contextmanager
+def scratch_topic(endpoint: KafkaEndpoint) -> Iterator[str]:
+    """A new uuid-named Kafka topic (3 partitions), deleted after."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": endpoint.bootstrap_servers})
+    topic = unique("dbus-test").replace("_", "-")
+    for future in admin.create_topics([NewTopic(topic, num_partitions=3)]).values():
+        future.result(timeout=30)
+    try:
+        yield topic
+    finally:
+        for future in admin.delete_topics([topic], operation_timeout=30).values():
+            future.result(timeout=60)
+
+
+@contextmanager
+def scratch_index(endpoint: ElasticsearchEndpoint) -> Iterator[str]:
+    """A fresh uuid-named index name (not created), deleted after."""
+    from elasticsearch import Elasticsearch
+
+    index = unique("dbus-test").replace("_", "-")
+    try:
+        yield index
+    finally:
+        with Elasticsearch(endpoint.url) as client:
+            client.options(ignore_status=404).indices.delete(index=index)
+
+
+@contextmanager
+def scratch_zk_root(endpoint: ZooKeeperEndpoint) -> Iterator[str]:
+    """A fresh uuid-named chroot path (created), deleted recursively after."""
+    from kazoo.client import KazooClient
+
+    root = "/" + unique("dbus_test")
+    client = KazooClient(hosts=endpoint.hosts)
+    client.start(timeout=30)
+    try:
+        client.ensure_path(root)
+        yield root
+    finally:
+        client.delete(root, recursive=True)
+        client.stop()
+        client.close()
