@@ -41,20 +41,24 @@ class FreshDatabase:
         self._opened.append(connection)
         return connection
 
+    def close(self) -> None:
+        """Close every connection this handed out that is still open."""
+        for connection in self._opened:
+            if connection.open:
+                connection.close()
+
 
 @contextmanager
 def scratch_database(endpoint: MariaDBEndpoint) -> Iterator[FreshDatabase]:
     """A new uuid-named MariaDB database, dropped (with its connections closed) after."""
     database = FreshDatabase(name=unique("dbus_test"), endpoint=endpoint)
-    admin = database.connect(use_database=False)
+    admin = endpoint.connect(None)
     with admin.cursor() as cursor:
         cursor.execute(f"CREATE DATABASE `{database.name}`")
     try:
         yield database
     finally:
-        for connection in database._opened[1:]:
-            if connection.open:
-                connection.close()
+        database.close()  # first: an open transaction would hold up the DROP
         with admin.cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS `{database.name}`")
         admin.close()

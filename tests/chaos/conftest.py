@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from convergence import Database
+from scratch import FreshDatabase
 
 from dbus_deploy.services import Endpoints, ServicesConfig, down, endpoints, load_config, up
 from dbus_fn.errors import DbusError
@@ -91,9 +91,9 @@ def private_mariadb(private_services: Callable[..., PrivateServices]) -> Private
 
 
 @pytest.fixture
-def chaos_database(private_mariadb: PrivateServices) -> Iterator[Database]:
+def chaos_database(private_mariadb: PrivateServices) -> Iterator[FreshDatabase]:
     """A database on a private MariaDB, whose binlog holds only this test's changes."""
-    database = Database("chaos", private_mariadb.endpoints.mariadb)
+    database = FreshDatabase("chaos", private_mariadb.endpoints.mariadb)
     with database.connect(use_database=False).cursor() as cur:
         cur.execute("CREATE DATABASE chaos")
     yield database

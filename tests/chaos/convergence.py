@@ -280,25 +280,6 @@ class Workload:
         return {c for c in self.committed if c.table == table}
 
 
-@dataclass
-class Database:
-    """A database on a MariaDB endpoint; connections are closed when the test ends."""
-
-    name: str
-    endpoint: Any
-    _opened: list[Any] = field(default_factory=list, repr=False)
-
-    def connect(self, *, use_database: bool = True, **options: Any) -> Any:
-        connection = self.endpoint.connect(self.name if use_database else None, **options)
-        self._opened.append(connection)
-        return connection
-
-    def close(self) -> None:
-        for connection in self._opened:
-            if connection.open:
-                connection.close()
-
-
 # The function folder ------------------------------------------------------------
 
 

@@ -29,7 +29,6 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, TopicPartition
 from convergence import (
     TABLES,
-    Database,
     RuntimeProcess,
     Table,
     Workload,
@@ -44,6 +43,7 @@ from convergence import (
 from elasticsearch import Elasticsearch
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
+from scratch import FreshDatabase
 
 from dbus_deploy.services import ServicesConfig, down, up
 from dbus_fn.cli import cli
@@ -161,7 +161,7 @@ class ChaosCluster:
     settings: ZooKeeperSettings
     client: KazooClient
     runtimes: dict[str, RuntimeProcess]
-    database: Database
+    database: FreshDatabase
     workload: Workload
     routes: Any
     bootstrap: str
@@ -289,7 +289,7 @@ def _delivered(bootstrap: str, topics: Iterable[str]) -> int:
 
 @pytest.fixture
 def cluster(
-    chaos_database: Database,
+    chaos_database: FreshDatabase,
     private_zookeeper: tuple[ServicesConfig, str],
     kafka_service: Any,
     elasticsearch_service: Any,

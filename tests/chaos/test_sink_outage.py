@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from convergence import (
-    Database,
     RuntimeProcess,
     Workload,
     check_convergence,
@@ -25,6 +24,7 @@ from convergence import (
     write_function_folder,
 )
 from elasticsearch import Elasticsearch
+from scratch import FreshDatabase
 
 from dbus_deploy.services import down, up
 
@@ -79,7 +79,7 @@ def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop
     began = time.monotonic()
     services = private_services("mariadb", "kafka", "elasticsearch")
     endpoints = services.endpoints
-    database = Database("chaos", endpoints.mariadb)
+    database = FreshDatabase("chaos", endpoints.mariadb)
     with database.connect(use_database=False).cursor() as cur:
         cur.execute("CREATE DATABASE chaos")
     bootstrap = endpoints.kafka.bootstrap_servers
