@@ -6,6 +6,7 @@ The fixtures of ``tests/conftest.py`` wrap these; ``tests/deploy`` checks them h
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,23 +46,30 @@ class FreshDatabase:
         """Close every connection this handed out that is still open."""
         for connection in self._opened:
             if connection.open:
-                connection.close()
+                with contextlib.suppress(Exception):  # one the server dropped
+                    connection.close()
 
 
 @contextmanager
 def scratch_database(endpoint: MariaDBEndpoint) -> Iterator[FreshDatabase]:
     """A new uuid-named MariaDB database, dropped (with its connections closed) after."""
     database = FreshDatabase(name=unique("dbus_test"), endpoint=endpoint)
-    admin = endpoint.connect(None)
-    with admin.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE `{database.name}`")
+    _admin(endpoint, f"CREATE DATABASE `{database.name}`")
     try:
         yield database
     finally:
         database.close()  # first: an open transaction would hold up the DROP
-        with admin.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE IF EXISTS `{database.name}`")
-        admin.close()
+        _admin(endpoint, f"DROP DATABASE IF EXISTS `{database.name}`")
+
+
+def _admin(endpoint: MariaDBEndpoint, statement: str) -> None:
+    """Run one statement on a connection of its own: a test may restart the server."""
+    connection = endpoint.connect(None)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(statement)
+    finally:
+        connection.close()
 
 
 @contextmanager

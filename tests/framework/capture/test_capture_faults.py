@@ -93,7 +93,7 @@ def test_restarted_server_resumes_from_the_last_commit_without_loss_or_duplicate
     consume(stream, seen, 50)
     dbus = shutil.which("dbus", path=str(Path(sys.prefix, "bin")))
     subprocess.run([str(dbus), "services", "restart", "mariadb"], check=True, timeout=120)
-    for opened in fresh_database._opened:  # the fixture drops the database through these
+    for opened in fresh_database._opened:  # the fixture closes these when the test ends
         with contextlib.suppress(Exception):
             opened.close()  # closes the dead socket (and raises: the server went away)
         opened.connect()
