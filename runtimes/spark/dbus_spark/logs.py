@@ -30,7 +30,16 @@ LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 LIBRDKAFKA_LOGGER = "dbus.runtime.librdkafka"
 """Where librdkafka's lines go (confluent-kafka maps their syslog levels to logging's)."""
 
-_CLIENT_LOGGERS = ("elastic_transport", "elasticsearch")
+# The Python clients under the runtime that log through Python logging already:
+# Elasticsearch's transport, ZooKeeper's (kazoo, which the coordination package
+# hands a logger of its own) and Spark's bridge (py4j).
+_CLIENT_LOGGERS = (
+    "elastic_transport",
+    "elasticsearch",
+    "kazoo",
+    "dbus_fn.coordination.kazoo",
+    "py4j",
+)
 
 # The JVM prints this before any logging exists, and no flag turns it off; Spark's
 # launcher always enables the incubating vector module.
@@ -43,11 +52,12 @@ def verbose() -> bool:
 
 
 def set_verbose(on: bool) -> None:
-    """Make this process, and the Spark workers it starts from now on, verbose or quiet."""
-    if on:
-        os.environ[VERBOSE_ENV] = "1"
-    else:
-        os.environ.pop(VERBOSE_ENV, None)
+    """Make this process, and the Spark workers it starts from now on, verbose or quiet.
+
+    An application's choice (the CLI's): it sets the client libraries' loggers
+    here, and in the workers, which see it in their environment.
+    """
+    os.environ[VERBOSE_ENV] = "1" if on else "0"
     route_client_logs()
 
 
@@ -63,14 +73,11 @@ def client_log_level() -> int:
     return logging.INFO if verbose() else logging.ERROR
 
 
-def route_client_logs() -> logging.Logger:
-    """Set the client libraries' loggers to this process's level; returns librdkafka's."""
+def route_client_logs() -> None:
+    """Set the client libraries' loggers to ``client_log_level()`` in this process."""
     level = client_log_level()
-    for name in _CLIENT_LOGGERS:
+    for name in (*_CLIENT_LOGGERS, LIBRDKAFKA_LOGGER):
         logging.getLogger(name).setLevel(level)
-    librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER)
-    librdkafka.setLevel(level)
-    return librdkafka
 
 
 def kafka_config(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,9 +85,15 @@ def kafka_config(settings: Mapping[str, Any]) -> dict[str, Any]:
 
     Without a ``logger``, librdkafka prints ``%4|...`` lines straight to stderr,
     whatever the level; with one, they become records of ``LIBRDKAFKA_LOGGER``.
-    Producers and consumers hand them over in ``poll()``/``flush()``.
+    Producers and consumers hand them over in ``poll()``/``flush()``. In a Spark
+    worker, where the clients are made, this also applies the application's
+    ``set_verbose`` choice to the other clients' loggers.
     """
-    return {**settings, "logger": route_client_logs()}
+    if VERBOSE_ENV in os.environ:
+        route_client_logs()
+    librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER)
+    librdkafka.setLevel(client_log_level())
+    return {**settings, "logger": librdkafka}
 
 
 def spark_log_level() -> str:
@@ -117,8 +130,8 @@ def launch_gateway(conf: SparkConf) -> JavaGateway | None:
         os.close(write_end)
 
 
-def _forward_stderr(read_end: int) -> None:
+def _forward_stderr(read_end: int, out: int = 2) -> None:
     with open(read_end, "rb") as pipe:
         for line in pipe:
             if not line.startswith(_JVM_NOISE):
-                os.write(2, line)
+                os.write(out, line)
