@@ -146,6 +146,7 @@ def start(
     """Run the function deployments over the sources until stopped (Ctrl-C)."""
     from dbus_spark.job import start as start_query
     from dbus_spark.job import start_member
+    from dbus_spark.job import stop as stop_query
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     member = None
@@ -203,7 +204,7 @@ def start(
     finally:
         try:
             if query.isActive:
-                query.stop()
+                stop_query(query)
         except Exception:
             if not stop:
                 raise

@@ -137,19 +137,24 @@ def start_member(
     return _start_query(spark, config, member.config_path)
 
 
-def stop(query: StreamingQuery, spark: SparkSession, *, timeout: float = 30.0) -> None:
+def stop(
+    query: StreamingQuery, spark: SparkSession | None = None, *, timeout: float = 5.0
+) -> None:
     """Stop the query between micro-batches, waiting up to ``timeout`` for one in flight.
 
     A batch the stop interrupts is aborted and replayed from its start positions
     next time; Spark reports that abort as errors. Quiet, those are silenced for
     the stop: they are the stop that was asked for. ``query.exception()`` still
-    tells a query that failed.
+    tells a query that failed. ``spark``: the query's session (default: the active one).
     """
     deadline = time.monotonic() + timeout
     while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    if not logs.verbose():
-        spark.sparkContext.setLogLevel("OFF")
+    spark = spark or SparkSession.getActiveSession()
+    if spark is None or logs.verbose():
+        query.stop()
+        return
+    spark.sparkContext.setLogLevel("OFF")
     try:
         query.stop()
     finally:
