@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
-from dbus_deploy.services._process import last_log_line, log_sizes
+from dbus_deploy.services._process import last_log_line, log_sizes, running_pid
 
 
 def test_prefers_the_last_error_line_over_the_last_line(tmp_path: Path) -> None:
@@ -52,3 +54,23 @@ def test_uses_the_next_log_when_the_first_is_missing_or_empty(tmp_path: Path) ->
     assert last_log_line(tmp_path / "missing.log", empty, other) == (
         "Could not reserve enough space for object heap"
     )
+
+
+def test_knows_a_service_whose_state_directory_is_reached_through_a_symlink(
+    tmp_path: Path,
+) -> None:
+    real = tmp_path / "state" / "mariadb"
+    real.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "state")
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", f"--defaults-file={real}/my.cnf"]
+    )
+    try:
+        pid_file = real / "mariadb.pid"
+        pid_file.write_text(f"{process.pid}\n")
+        assert running_pid(pid_file, tmp_path / "link" / "mariadb") == process.pid
+        assert running_pid(pid_file, real) == process.pid
+        assert running_pid(pid_file, tmp_path / "elsewhere") is None
+    finally:
+        process.kill()
+        process.wait()

@@ -39,19 +39,10 @@ CLUSTER = "dbus-dev"
 
 class Elasticsearch(Service):
     name = "elasticsearch"
+    log_name = "elasticsearch.out"
+    other_logs = (f"{CLUSTER}.log",)
     start_timeout = 180.0
     stop_grace = 60.0
-
-    @property
-    def log_file(self) -> Path:
-        return self.logs / "elasticsearch.out"
-
-    def diagnostic_logs(self) -> list[Path]:
-        return [self.log_file, self.logs / f"{CLUSTER}.log"]
-
-    @property
-    def pom_dir(self) -> Path:
-        return self.config.repo / "deploy" / "services" / "elasticsearch"
 
     @property
     def distribution(self) -> Path:

@@ -47,15 +47,8 @@ _QUIET.propagate = False
 
 class Kafka(Service):
     name = "kafka"
+    log_name = "kafka.log"
     start_timeout = 120.0
-
-    @property
-    def log_file(self) -> Path:
-        return self.logs / "kafka.log"
-
-    @property
-    def pom_dir(self) -> Path:
-        return self.config.repo / "deploy" / "services" / "kafka"
 
     @property
     def jars(self) -> Path:

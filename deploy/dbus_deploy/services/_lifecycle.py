@@ -164,8 +164,8 @@ def _wait_healthy(
             reason = service.check_health()
             if reason is None:
                 ready[name] = time.monotonic() - started_at
-                verb = "healthy after" if process is not None else "already running, healthy in"
-                progress(f"{name}: {verb} {ready[name]:.1f}s")
+                if process is not None:  # one already running is reported by the caller
+                    progress(f"{name}: healthy after {ready[name]:.1f}s")
                 del pending[name]
                 continue
             if time.monotonic() - started_at > service.start_timeout:

@@ -36,6 +36,8 @@ GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'localhost' WITH GRANT OPTION;
 
 class MariaDB(Service):
     name = "mariadb"
+    log_name = "mariadb.err"
+    other_logs = ("mariadbd.out",)
     start_timeout = 60.0
     stop_grace = 60.0
 
@@ -52,13 +54,6 @@ class MariaDB(Service):
             return socket
         digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:16]
         return Path(tempfile.gettempdir()) / f"dbus-mariadb-{digest}.sock"
-
-    @property
-    def log_file(self) -> Path:
-        return self.logs / "mariadb.err"
-
-    def diagnostic_logs(self) -> list[Path]:
-        return [self.log_file, self.logs / "mariadbd.out"]
 
     def apt_packages(self) -> dict[str, str]:
         if MARIADBD.exists() and INSTALL_DB.exists():

@@ -122,10 +122,12 @@ def running_pid(pid_file: Path, marker: Path) -> int | None:
         if process.status() == psutil.STATUS_ZOMBIE:
             return None
         # The process must predate its pid file (a reused pid is newer) and be
-        # started from this service's directory.
+        # started from this service's directory, under whichever of its names
+        # (a state directory reached through a symlink has two).
         if process.create_time() > written + 1.0:
             return None
-        if str(marker) not in " ".join(process.cmdline()):
+        cmdline = " ".join(process.cmdline())
+        if str(marker) not in cmdline and str(marker.resolve()) not in cmdline:
             return None
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None

@@ -19,6 +19,10 @@ class Service(ABC):
     """One local service: how to install it, start it and tell that it is healthy."""
 
     name: ClassVar[str]
+    log_name: ClassVar[str]
+    """The log in ``logs/`` that explains a failed start."""
+    other_logs: ClassVar[tuple[str, ...]] = ()
+    """More logs in ``logs/`` that may explain it, after ``log_name``."""
     start_timeout: ClassVar[float] = 90.0
     stop_grace: ClassVar[float] = 30.0
 
@@ -34,6 +38,11 @@ class Service(ABC):
     @property
     def port(self) -> int:
         return self.config.ports[self.name]
+
+    @property
+    def pom_dir(self) -> Path:
+        """The service's recipe in the checkout, ``deploy/services/<name>/`` (a Maven pom)."""
+        return self.config.repo / "deploy" / "services" / self.name
 
     def ports(self) -> list[tuple[int, str]]:
         """``(port, environment variable)`` for every port the service listens on."""
@@ -55,13 +64,13 @@ class Service(ABC):
         """``None`` when the service answers as it should, else why not (yet)."""
 
     @property
-    @abstractmethod
     def log_file(self) -> Path:
         """The log that explains a failed start."""
+        return self.logs / self.log_name
 
     def diagnostic_logs(self) -> list[Path]:
         """Logs to search for the last meaningful line, most telling first."""
-        return [self.log_file]
+        return [self.log_file, *(self.logs / name for name in self.other_logs)]
 
     def _make_dirs(self) -> None:
         for directory in (self.data, self.logs, self.conf, self.run):

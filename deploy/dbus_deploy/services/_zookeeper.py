@@ -33,11 +33,8 @@ log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] -
 
 class ZooKeeper(Service):
     name = "zookeeper"
+    log_name = "zookeeper.log"
     start_timeout = 60.0
-
-    @property
-    def log_file(self) -> Path:
-        return self.logs / "zookeeper.log"
 
     def apt_packages(self) -> dict[str, str]:
         if all(jar.exists() for jar in _JARS):

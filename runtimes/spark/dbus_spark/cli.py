@@ -118,6 +118,13 @@ def runtime() -> None:
     help="This runtime's share of the cluster's sources, relative to the others.",
 )
 @click.option("--for", "run_for", type=float, default=None, help="Stop after this many seconds.")
+@click.option(
+    "--verbose",
+    is_flag=True,
+    envvar="DBUS_VERBOSE",
+    help="Also show Spark's warnings and the Kafka and Elasticsearch clients' warnings "
+    "and notices. Env: DBUS_VERBOSE.",
+)
 def start(
     sources: tuple[str, ...],
     deployments: tuple[str, ...],
@@ -134,10 +141,12 @@ def start(
     runtime_id: str | None,
     capacity: float,
     run_for: float | None,
+    verbose: bool,
 ) -> None:
     """Run the function deployments over the sources until stopped (Ctrl-C)."""
     from dbus_spark.job import start as start_query
     from dbus_spark.job import start_member
+    from dbus_spark.job import stop as stop_query
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     member = None
@@ -152,7 +161,7 @@ def start(
             cluster, zookeeper, zk_session_timeout, runtime_id, capacity, kafka, elasticsearch,
             checkpoint, start, trigger, decode_shards,
         )  # fmt: skip
-        query = start_member(member, master=master)
+        query = start_member(member, master=master, verbose=verbose)
     else:
         if not deployments:
             raise ConfigError(
@@ -170,7 +179,7 @@ def start(
             trigger=trigger,
             decode_shards=decode_shards,
         )
-        query = start_query(config, master=master)
+        query = start_query(config, master=master, verbose=verbose)
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -195,7 +204,7 @@ def start(
     finally:
         try:
             if query.isActive:
-                query.stop()
+                stop_query(query)
         except Exception:
             if not stop:
                 raise

@@ -9,6 +9,7 @@ out), and prints what arrived in Kafka and in Elasticsearch.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from pathlib import Path
@@ -50,13 +51,29 @@ def _repo_root() -> Path:
     show_default=True,
     help="Start the local services first, or use the ones `dbus services up` already started.",
 )
-def demo(deployment: str | None, timeout: float, start_services: bool) -> None:
+@click.option(
+    "--verbose",
+    is_flag=True,
+    envvar="DBUS_VERBOSE",
+    help="Also show the runtime's log, Spark's warnings and the Kafka and Elasticsearch "
+    "clients' warnings and notices. Env: DBUS_VERBOSE.",
+)
+def demo(deployment: str | None, timeout: float, start_services: bool, verbose: bool) -> None:
     """Start the local services and run the runtime with an example function."""
+    from dbus_spark import logs
+
+    # The demo's output is its results; the runtime's log is for --verbose. Set
+    # before the runtime's modules load: its Spark workers inherit it.
+    logs.set_verbose(verbose)
+    if not verbose:
+        os.environ[logs.RUNTIME_LOG_ENV] = "ERROR"
+
     import pymysql
 
     from dbus_deploy.services import endpoints, up
     from dbus_spark.job import spark_session
     from dbus_spark.job import start as start_query
+    from dbus_spark.job import stop as stop_query
     from dbus_spark.settings import runtime_config
 
     started = time.monotonic()
@@ -86,8 +103,6 @@ def demo(deployment: str | None, timeout: float, start_services: bool) -> None:
     )
     click.echo("== runtime (Spark local mode)")
     spark = spark_session()
-    # The demo's output is the results; Spark's own warnings are for the runtime log.
-    spark.sparkContext.setLogLevel("ERROR")
     query = start_query(config, spark=spark)
     try:
         _wait(lambda: _progressed(query), timeout, "the runtime's first micro-batch")
@@ -103,7 +118,7 @@ def demo(deployment: str | None, timeout: float, start_services: bool) -> None:
         gone = ids["deleted"]
         click.echo(f"   es     {INDEX}/_doc/{gone} deleted: {gone not in {d for d, _ in docs}}")
     finally:
-        query.stop()
+        stop_query(query, spark)
         spark.stop()
     click.echo(f"== done in {time.monotonic() - started:.1f}s")
 
@@ -152,16 +167,19 @@ def _read_kafka(
     from confluent_kafka import Consumer
 
     from dbus_fn.kafka_binding import from_kafka_message
+    from dbus_spark.logs import kafka_config
 
     # Message keys are the primary key as a JSON array, e.g. [42].
     wanted = {json.dumps([i]) for i in ids["all"]}
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"dbus-demo-{run}",
-            "auto.offset.reset": "earliest",
-            "topic.metadata.refresh.interval.ms": 1000,
-        }
+        kafka_config(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"dbus-demo-{run}",
+                "auto.offset.reset": "earliest",
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
     )
     consumer.subscribe([TOPICS])
     found: list[tuple[str, str, str, Any]] = []
@@ -178,7 +196,9 @@ def _read_kafka(
         found.append((msg.topic(), key, event.get_type(), event.get_data()))
     consumer.close()
     if not found:
-        raise click.ClickException("no change arrived in Kafka; see the runtime log above")
+        raise click.ClickException(
+            "no change arrived in Kafka; run again with --verbose to see the runtime's log"
+        )
     return found
 
 
@@ -201,5 +221,8 @@ def _read_elasticsearch(url: str, ids: dict[str, Any], timeout: float) -> list[t
         time.sleep(1.0)
     es.close()
     if not docs:
-        raise click.ClickException("no document arrived in Elasticsearch; see the runtime log")
+        raise click.ClickException(
+            "no document arrived in Elasticsearch; run again with --verbose to see the "
+            "runtime's log"
+        )
     return docs

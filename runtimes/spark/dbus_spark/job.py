@@ -11,14 +11,17 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from dbus_fn.capture import BinlogReader
 from dbus_fn.registry import load_deployment
+from dbus_spark import logs
 from dbus_spark.cluster import ClusterMember, PositionCommitter
 from dbus_spark.config import RuntimeConfig, default_decode_shards
 from dbus_spark.source import BinlogDataSource
@@ -27,41 +30,53 @@ from dbus_spark.writer import FunctionSinkDataSource
 log = logging.getLogger("dbus.runtime")
 
 
-def spark_session(master: str = "local[*]", *, app_name: str = "dbus-runtime") -> SparkSession:
-    """A Spark session whose Python workers run this interpreter."""
+_SPARK_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("spark.ui.enabled", "false"),
+    ("spark.ui.showConsoleProgress", "false"),
+    # Spark binds to loopback only, like every service here.
+    ("spark.driver.bindAddress", "127.0.0.1"),
+    ("spark.driver.host", "127.0.0.1"),
+    ("spark.sql.shuffle.partitions", "4"),
+    # Keep Python workers alive between tasks: functions and clients load once.
+    ("spark.python.worker.reuse", "true"),
+    ("spark.sql.streaming.noDataMicroBatches.enabled", "false"),
+    ("spark.driver.memory", "1g"),
+    # Hadoop's FileContext-based checkpoint writer forks `chmod` for every file it
+    # writes when Hadoop's native library is absent (pyspark's jars lack it). The
+    # FileSystem-based writer keeps write-then-rename atomicity with fewer forks,
+    # and the raw local file system writes no .crc side files.
+    (
+        "spark.sql.streaming.checkpointFileManagerClass",
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager",
+    ),
+    ("spark.hadoop.fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem"),
+)
+
+
+def spark_session(
+    master: str = "local[*]", *, app_name: str = "dbus-runtime", verbose: bool | None = None
+) -> SparkSession:
+    """A Spark session whose Python workers run this interpreter.
+
+    Spark logs its errors only, unless ``verbose`` (``None``: as ``DBUS_VERBOSE``
+    says); see ``dbus_spark.logs``.
+    """
+    if verbose is not None:
+        logs.set_verbose(verbose)
     # Workers must import the same dbus and the same functions as the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # Spark binds to loopback only, like every service here.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "4")
-        # Keep Python workers alive between tasks: functions and clients load once.
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        # The default checkpoint writer goes through Hadoop's FileContext, which
-        # forks `chmod` for every file it writes when Hadoop's native library is
-        # absent (it is, in pyspark's jars): ~130 ms of every micro-batch. The
-        # FileSystem-based writer gives the same write-then-rename atomicity with
-        # fewer forks, and the raw local file system skips the .crc side files
-        # (and their forks) too: ~35 ms left (tests/bench/bench_runtime.py prints
-        # the per-phase times).
-        .config(
-            "spark.sql.streaming.checkpointFileManagerClass",
-            "org.apache.spark.sql.execution.streaming.checkpointing."
-            "FileSystemBasedCheckpointFileManager",
-        )
-        .config("spark.hadoop.fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
-    )
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(_SPARK_SETTINGS)
+    conf.set("spark.driver.extraJavaOptions", logs.spark_java_options())
+    conf.set(f"spark.executorEnv.{logs.VERBOSE_ENV}", "1" if logs.verbose() else "0")
+    if SparkContext._gateway is None:
+        gateway = logs.launch_gateway(conf)
+        if gateway is not None:
+            SparkContext(conf=conf, gateway=gateway)
+    session = SparkSession.builder.config(conf=conf).getOrCreate()
+    session.sparkContext.setLogLevel(logs.spark_log_level())
     session.dataSource.register(BinlogDataSource)
     session.dataSource.register(FunctionSinkDataSource)
     return session
@@ -95,25 +110,55 @@ def start(
     spark: SparkSession | None = None,
     master: str = "local[*]",
     config_path: Path | None = None,
+    verbose: bool | None = None,
 ) -> StreamingQuery:
     """Start the runtime's query; returns at once, the query runs in the background.
 
     Sources and deployments are checked before any Spark session starts.
+    ``verbose`` is the new session's (see ``spark_session``).
     """
     config = preflight(config)
-    spark = spark or spark_session(master)
+    spark = spark or spark_session(master, verbose=verbose)
     path = config.save(config_path or default_config_path(config))
     return _start_query(spark, config, path)
 
 
 def start_member(
-    member: ClusterMember, *, spark: SparkSession | None = None, master: str = "local[*]"
+    member: ClusterMember,
+    *,
+    spark: SparkSession | None = None,
+    master: str = "local[*]",
+    verbose: bool | None = None,
 ) -> StreamingQuery:
     """Start a cluster member's query: ZooKeeper gives the sources and functions."""
     config = member.start()
-    spark = spark or spark_session(master)
+    spark = spark or spark_session(master, verbose=verbose)
     spark.streams.addListener(PositionCommitter(member))
     return _start_query(spark, config, member.config_path)
+
+
+def stop(
+    query: StreamingQuery, spark: SparkSession | None = None, *, timeout: float = 5.0
+) -> None:
+    """Stop the query between micro-batches, waiting up to ``timeout`` for one in flight.
+
+    A batch the stop interrupts is aborted and replayed from its start positions
+    next time; Spark reports that abort as errors. Quiet, those are silenced for
+    the stop: they are the stop that was asked for. ``query.exception()`` still
+    tells a query that failed. ``spark``: the query's session (default: the active one).
+    """
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    spark = spark or SparkSession.getActiveSession()
+    if spark is None or logs.verbose():
+        query.stop()
+        return
+    spark.sparkContext.setLogLevel("OFF")
+    try:
+        query.stop()
+    finally:
+        spark.sparkContext.setLogLevel(logs.spark_log_level())
 
 
 def default_config_path(config: RuntimeConfig) -> Path:

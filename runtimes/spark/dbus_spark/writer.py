@@ -33,6 +33,7 @@ from dbus_fn.coordination import HoldCheck
 from dbus_fn.events import BinlogPosition
 from dbus_fn.kafka_binding import KafkaMessage
 from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
+from dbus_spark.logs import runtime_log_level
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink, document_version
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.records import IndexAction, KafkaRecord
@@ -45,7 +46,7 @@ if not log.handlers:
     _handler = logging.StreamHandler()
     _handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
     log.addHandler(_handler)
-    log.setLevel(logging.INFO)
+    log.setLevel(runtime_log_level())
     log.propagate = False
 
 

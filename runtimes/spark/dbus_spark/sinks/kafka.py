@@ -34,6 +34,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from dbus_fn.errors import DbusError, ServiceError
+from dbus_spark.logs import kafka_config
 from dbus_spark.sinks.records import KafkaRecord
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class WriteFence:
 def abort_scan_seconds(bootstrap: str, timeout: float = 10.0) -> float:
     """How often the broker aborts transactions past their timeout (its
     ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_config({"bootstrap.servers": bootstrap}))
     try:
         brokers = admin.list_topics(timeout=timeout).brokers
         found = []
@@ -128,7 +129,9 @@ class KafkaSink:
         fence: WriteFence | None = None,
     ) -> None:
         self._bootstrap = bootstrap
-        self._config = {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(settings or {})}
+        self._config = kafka_config(
+            {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(settings or {})}
+        )
         self._fence = fence
         if fence is not None:
             timeout_ms = int(fence.transaction_timeout * 1000)
@@ -187,7 +190,7 @@ class KafkaSink:
         missing = set(topics) - self._known_topics
         if not missing:
             return
-        admin = AdminClient({"bootstrap.servers": self._bootstrap})
+        admin = AdminClient(kafka_config({"bootstrap.servers": self._bootstrap}))
         existing = set(admin.list_topics(timeout=30).topics)
         to_create = sorted(missing - existing)
         if to_create and not self._create_topics:

@@ -1,0 +1,137 @@
+"""How much the runtime and the libraries under it print: quiet unless asked to be verbose.
+
+Quiet, the default, shows the runtime's own log, Spark's errors and the client
+libraries' errors. Verbose (``--verbose``, or ``DBUS_VERBOSE=1``) adds Spark's
+warnings and the clients' warnings and notices. Both settings travel as
+environment variables because Spark's Python workers, where the sinks run, are
+separate processes that inherit the environment of the JVM the driver starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from py4j.java_gateway import JavaGateway
+    from pyspark import SparkConf
+
+VERBOSE_ENV = "DBUS_VERBOSE"
+RUNTIME_LOG_ENV = "DBUS_RUNTIME_LOG"
+"""Level of the runtime's own log (``dbus.runtime``): INFO unless set, as by ``dbus demo``."""
+
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
+"""Spark's log4j2 configuration: to stderr, at the level in ``-Ddbus.spark.level``."""
+
+LIBRDKAFKA_LOGGER = "dbus.runtime.librdkafka"
+"""Where librdkafka's lines go (confluent-kafka maps their syslog levels to logging's)."""
+
+# The Python clients under the runtime that log through Python logging already:
+# Elasticsearch's transport, ZooKeeper's (kazoo, which the coordination package
+# hands a logger of its own) and Spark's bridge (py4j).
+_CLIENT_LOGGERS = (
+    "elastic_transport",
+    "elasticsearch",
+    "kazoo",
+    "dbus_fn.coordination.kazoo",
+    "py4j",
+)
+
+# The JVM prints this before any logging exists, and no flag turns it off; Spark's
+# launcher always enables the incubating vector module.
+_JVM_NOISE = (b"WARNING: Using incubator modules:",)
+
+
+def verbose() -> bool:
+    """Whether this process (and the Spark it starts) should be verbose."""
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def set_verbose(on: bool) -> None:
+    """Make this process, and the Spark workers it starts from now on, verbose or quiet.
+
+    An application's choice (the CLI's): it sets the client libraries' loggers
+    here, and in the workers, which see it in their environment.
+    """
+    os.environ[VERBOSE_ENV] = "1" if on else "0"
+    route_client_logs()
+
+
+def runtime_log_level() -> int:
+    """The level of the runtime's own log: ``DBUS_RUNTIME_LOG`` (a level name), else INFO."""
+    name = os.environ.get(RUNTIME_LOG_ENV, "").strip().upper()
+    level = logging.getLevelName(name) if name else logging.INFO
+    return level if isinstance(level, int) else logging.INFO
+
+
+def client_log_level() -> int:
+    """Client libraries show errors; verbose, their warnings and notices too."""
+    return logging.INFO if verbose() else logging.ERROR
+
+
+def route_client_logs() -> None:
+    """Set the client libraries' loggers to ``client_log_level()`` in this process."""
+    level = client_log_level()
+    for name in (*_CLIENT_LOGGERS, LIBRDKAFKA_LOGGER):
+        logging.getLogger(name).setLevel(level)
+
+
+def kafka_config(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A confluent-kafka client configuration whose log lines go through Python logging.
+
+    Without a ``logger``, librdkafka prints ``%4|...`` lines straight to stderr,
+    whatever the level; with one, they become records of ``LIBRDKAFKA_LOGGER``.
+    Producers and consumers hand them over in ``poll()``/``flush()``. In a Spark
+    worker, where the clients are made, this also applies the application's
+    ``set_verbose`` choice to the other clients' loggers.
+    """
+    if VERBOSE_ENV in os.environ:
+        route_client_logs()
+    librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER)
+    librdkafka.setLevel(client_log_level())
+    return {**settings, "logger": librdkafka}
+
+
+def spark_log_level() -> str:
+    """Spark's own log level: ERROR, or WARN when verbose."""
+    return "WARN" if verbose() else "ERROR"
+
+
+def spark_java_options() -> str:
+    """JVM options that make Spark log through ``LOG4J2_CONFIG`` at ``spark_log_level()``."""
+    return (
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()} "
+        f"-Ddbus.spark.level={spark_log_level().lower()}"
+    )
+
+
+def launch_gateway(conf: SparkConf) -> JavaGateway | None:
+    """Start Spark's JVM with its stderr filtered of start-up noise; ``None`` if not ours to start.
+
+    Verbose, or under ``spark-submit`` (which started the JVM already), pyspark
+    starts it as usual. Otherwise everything the JVM writes to stderr still
+    reaches this process's stderr, less the lines in ``_JVM_NOISE``.
+    """
+    if verbose() or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return None
+    from pyspark.java_gateway import launch_gateway as launch
+
+    read_end, write_end = os.pipe()
+    threading.Thread(
+        target=_forward_stderr, args=(read_end,), name="dbus-spark-stderr", daemon=True
+    ).start()
+    try:
+        return launch(conf, popen_kwargs={"stderr": write_end})
+    finally:
+        os.close(write_end)
+
+
+def _forward_stderr(read_end: int, out: int = 2) -> None:
+    with open(read_end, "rb") as pipe:
+        for line in pipe:
+            if not line.startswith(_JVM_NOISE):
+                os.write(out, line)

@@ -1,0 +1,80 @@
+"""How much the runtime and its client libraries print, quiet and verbose."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from dbus_spark import logs
+
+
+@pytest.fixture(autouse=True)
+def _restore(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # set_verbose() writes the environment itself: let monkeypatch own the variable.
+    monkeypatch.setenv(logs.VERBOSE_ENV, "")
+    monkeypatch.delenv(logs.VERBOSE_ENV)
+    monkeypatch.delenv(logs.RUNTIME_LOG_ENV, raising=False)
+    names = (*logs._CLIENT_LOGGERS, logs.LIBRDKAFKA_LOGGER)
+    levels = {name: logging.getLogger(name).level for name in names}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_kafka_clients_log_through_python_logging_errors_only_when_quiet() -> None:
+    config = logs.kafka_config({"bootstrap.servers": "127.0.0.1:9092"})
+    assert config["bootstrap.servers"] == "127.0.0.1:9092"
+    librdkafka = config["logger"]
+    assert librdkafka.name == logs.LIBRDKAFKA_LOGGER
+    assert not librdkafka.isEnabledFor(logging.WARNING)
+    assert librdkafka.isEnabledFor(logging.ERROR)
+
+
+def test_verbose_shows_the_clients_warnings_and_notices_and_spark_warnings() -> None:
+    logs.set_verbose(True)
+    assert os.environ[logs.VERBOSE_ENV] == "1"
+    assert logs.kafka_config({})["logger"].isEnabledFor(logging.INFO)
+    assert logging.getLogger("elastic_transport.transport").isEnabledFor(logging.WARNING)
+    assert logs.spark_log_level() == "WARN"
+    assert "-Ddbus.spark.level=warn" in logs.spark_java_options()
+    logs.set_verbose(False)
+    assert os.environ[logs.VERBOSE_ENV] == "0"
+    assert not logging.getLogger("elastic_transport.transport").isEnabledFor(logging.WARNING)
+    assert logs.spark_log_level() == "ERROR"
+
+
+def test_spark_logs_through_the_packaged_log4j2_file() -> None:
+    assert logs.LOG4J2_CONFIG.is_file()
+    assert f"-Dlog4j2.configurationFile={logs.LOG4J2_CONFIG.as_uri()}" in (
+        logs.spark_java_options()
+    )
+
+
+def test_the_runtime_log_level_comes_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert logs.runtime_log_level() == logging.INFO
+    monkeypatch.setenv(logs.RUNTIME_LOG_ENV, "error")
+    assert logs.runtime_log_level() == logging.ERROR
+    monkeypatch.setenv(logs.RUNTIME_LOG_ENV, "nonsense")
+    assert logs.runtime_log_level() == logging.INFO
+
+
+def test_the_jvm_stderr_filter_drops_only_the_incubator_warning() -> None:
+    jvm_read, jvm_write = os.pipe()
+    seen_read, seen_write = os.pipe()
+    forward = threading.Thread(target=logs._forward_stderr, args=(jvm_read, seen_write))
+    forward.start()
+    os.write(jvm_write, b"WARNING: Using incubator modules: jdk.incubator.vector\n")
+    os.write(jvm_write, b"26/11/23 ERROR SparkContext: something real\n")
+    os.close(jvm_write)
+    forward.join(timeout=10)
+    os.close(seen_write)
+    with open(seen_read, "rb") as seen:
+        assert seen.read() == b"26/11/23 ERROR SparkContext: something real\n"
