@@ -17,16 +17,7 @@ destination: the whole event, not a part of it, and nothing of it is delivered.
 The next event and every other deployment go on. These user errors are counted
 apart from failures of the framework itself.
 
-Time budget. A per-call budget must hold where the runtime calls us: inside a
-Spark executor's Python worker, not necessarily in the main thread, so
-``signal.setitimer`` is out, and a thread cannot be killed. Instead a watchdog
-thread (one per pipeline with a budget) samples which call is running; when one
-call has run longer than the budget it raises ``_Overrun`` inside the calling
-thread with ``PyThreadState_SetAsyncExc``. That interrupts Python code at once,
-and code blocked in C (``time.sleep``, a socket read) as soon as it returns to
-Python; the event is dead-lettered either way. Sampling makes the budget exact to
-a tick (a tenth of the budget, at most 50 ms), and costs the hot path two
-attribute stores per call instead of a system call.
+Time budget: ``timeout`` in ``dbus.toml`` bounds each call; ``_budget`` enforces it.
 
 Speed. The chain of functions for each (database, table, operation) is resolved
 once and cached; functions are called directly, not through pluggy's hook caller,
@@ -35,16 +26,14 @@ and per-function counters are derived from per-chain counts at ``stats()`` time.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import threading
-import time
-import traceback
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
+from typing import Any, NamedTuple
 
+from dbus_fn._budget import Budget, Overrun, disarm, start_watchdog
+from dbus_fn._failures import first_line, missing_image_hint, short, user_traceback
 from dbus_fn.context import Counters, FunctionContext, function_logger
 from dbus_fn.decorators import FunctionInfo
 from dbus_fn.errors import (
@@ -55,6 +44,7 @@ from dbus_fn.errors import (
 )
 from dbus_fn.events import Operation, Row, RowChange
 from dbus_fn.manifest import Destination
+from dbus_fn.outcomes import DeadLetter, Delivery, FunctionStats, Outcome, PipelineStats
 from dbus_fn.registry import LoadedDeployment
 
 __all__ = [
@@ -72,118 +62,25 @@ log = logging.getLogger(__name__)
 _INSERT = Operation.INSERT
 _UPDATE = Operation.UPDATE
 _DESTINATION_CACHE_LIMIT = 10_000
-_TRACEBACK_FRAMES = 6
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One payload for one destination.
+class _Step(NamedTuple):
+    """One function of a chain, ready to call."""
 
-    ``change`` is the event as captured; ``payload`` is the row to deliver: the
-    last projection's result, or the row as captured (``after``, or ``before``
-    for a delete) when no projection applies.
-    """
-
-    destination: Destination
-    change: RowChange
-    payload: Mapping[str, Any]
-
-    def projected(self) -> RowChange:
-        """The change as delivered: the payload as its row image.
-
-        With projections, the other image of an update (``before``) is dropped:
-        it did not go through the projections, and projections exist to remove
-        or rewrite columns (PII, say) that it would still carry.
-        """
-        change = self.change
-        if self.payload is change.row:
-            return change
-        image = self.payload if isinstance(self.payload, Row) else Row(self.payload)
-        types = _projected_types(change, image)
-        if change.op is Operation.DELETE:
-            return replace(change, before=image, column_types=types)
-        return replace(change, before=None, after=image, column_types=types)
+    function: Any
+    takes_context: bool
+    info: FunctionInfo
+    slot: int
+    """Where the step stands in its chain: its slot in the chain's counts."""
 
 
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """An event a function could not process, and why.
+class _Failed:
+    """What ``Pipeline._call`` returns for a call that raised: the dead-letter outcome."""
 
-    ``error`` is one line naming the function (``module:qualname (file:line)``),
-    what was expected and what arrived; ``traceback`` is a short summary of the
-    user's frames. ``user_error`` is ``False`` only for failures of dbus itself.
-    """
+    __slots__ = ("outcome",)
 
-    change: RowChange
-    function: str
-    error: str
-    traceback: str
-    destination: Destination
-    stage: str = "function"
-    """``filter``, ``projection``, ``route``, ``deployment`` or ``framework``."""
-    user_error: bool = True
-    error_type: str = ""
-    """The class name of the error, e.g. ``FunctionTimeoutError``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What became of one row change in one deployment."""
-
-    deliveries: list[Delivery]
-    dead_letters: list[DeadLetter]
-    filtered: bool
-
-    @property
-    def delivered(self) -> bool:
-        return bool(self.deliveries)
-
-    @property
-    def destinations(self) -> list[str]:
-        """Where the deliveries go, as ``scheme://name`` strs: handy in tests."""
-        return [str(delivery.destination) for delivery in self.deliveries]
-
-
-@dataclass(frozen=True, slots=True)
-class FunctionStats:
-    """What one function did since the pipeline started."""
-
-    name: str
-    kind: str
-    calls: int
-    passed: int
-    filtered: int
-    dead: int
-    timeouts: int
-    counters: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class PipelineStats:
-    """Counts of one pipeline: events in, delivered, filtered, dead-lettered."""
-
-    events_in: int
-    delivered: int
-    filtered: int
-    dead_lettered: int
-    ignored: int
-    """Events of a table or operation the deployment does not subscribe to."""
-    user_errors: int
-    framework_errors: int
-    timeouts: int
-    functions: Mapping[str, FunctionStats]
-
-
-class _Overrun(BaseException):
-    """Raised inside a user's function by the watchdog; never escapes the pipeline.
-
-    A ``BaseException`` so that a function's ``except Exception`` does not
-    swallow it.
-    """
-
-
-_Step = tuple[Any, bool, FunctionInfo, int]
-"""(callable, takes_context, info, index of the step in its chain)."""
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
 
 
 class _Chain:
@@ -208,7 +105,8 @@ class _Chain:
     ) -> None:
         infos = (*filters, *projections, *routes)
         steps = [
-            (info.function, info.takes_context, info, index) for index, info in enumerate(infos)
+            _Step(info.function, info.takes_context, info, index)
+            for index, info in enumerate(infos)
         ]
         self.steps: tuple[FunctionInfo, ...] = infos
         self.filters: tuple[_Step, ...] = tuple(steps[: len(filters)])
@@ -231,54 +129,6 @@ class _TableChains:
         self.insert = insert
         self.update = update
         self.delete = delete
-
-
-class _Budget:
-    """What the watchdog watches: which call is running, and since which call count."""
-
-    __slots__ = ("__weakref__", "calls", "closed", "fired", "seconds", "step", "thread")
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.calls = 0
-        self.step: _Step | None = None
-        self.thread = 0
-        self.fired = 0
-        self.closed = False
-
-
-def _watch(budget_ref: weakref.ReferenceType[_Budget], tick: float) -> None:
-    """The watchdog loop: interrupt a call that has run longer than the budget."""
-    last_calls = -1
-    since = 0.0
-    while True:
-        time.sleep(tick)
-        budget = budget_ref()
-        if budget is None or budget.closed:
-            return
-        calls, step = budget.calls, budget.step
-        now = time.monotonic()
-        if step is None:
-            last_calls = -1
-        elif calls != last_calls:
-            last_calls, since = calls, now
-        elif now - since >= budget.seconds and budget.calls == calls and budget.step is step:
-            budget.fired = calls
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(budget.thread), ctypes.py_object(_Overrun)
-            )
-        del budget
-
-
-def _disarm(budget: _Budget) -> None:
-    """Forget an interrupt: handled, or swallowed by the function.
-
-    The watchdog may have raised again while the first interrupt unwound; a
-    pending one would go off later in the caller's code, so it is cleared (a
-    NULL exception clears the thread's pending asynchronous exception).
-    """
-    budget.fired = 0
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(budget.thread), None)
 
 
 class Pipeline:
@@ -305,10 +155,10 @@ class Pipeline:
         self._ignored = 0
         self._user_errors = 0
         self._framework_errors = 0
-        self._budget: _Budget | None = None
+        self._budget: Budget | None = None
         self._watchdog: threading.Thread | None = None
         if manifest.timeout:
-            self._budget = _Budget(manifest.timeout)
+            self._budget = Budget(manifest.timeout)
 
     # -- the hot path ---------------------------------------------------------
 
@@ -337,7 +187,7 @@ class Pipeline:
         budget.thread = threading.get_ident()
         try:
             outcome = self._run(chain, change, budget)
-        except _Overrun:
+        except Overrun:
             # Landed after the function returned, in our own code: still its overrun.
             outcome = self._late_overrun(chain, change, budget)
         except Exception as exc:
@@ -347,23 +197,35 @@ class Pipeline:
             outcome = self._late_overrun(chain, change, budget)
         return outcome
 
-    def _run(self, chain: _Chain, change: RowChange, budget: _Budget | None) -> Outcome:
+    def _call(
+        self, chain: _Chain, change: RowChange, step: _Step, event: RowChange, budget: Budget | None
+    ) -> Any:
+        """Call one function on ``event`` under the budget; a failure comes back ``_Failed``."""
+        if budget is not None:
+            budget.calls += 1
+            budget.step = step
+        try:
+            result = (
+                step.function(event, self._context(step.info, event))
+                if step.takes_context
+                else step.function(event)
+            )
+        except BaseException as exc:
+            return _Failed(self._raised(chain, change, step, exc, budget))
+        if budget is not None:
+            budget.step = None
+        return result
+
+    def _run(self, chain: _Chain, change: RowChange, budget: Budget | None) -> Outcome:
+        call = self._call
         for step in chain.filters:
-            if budget is not None:
-                budget.calls += 1
-                budget.step = step
-            try:
-                kept = (
-                    step[0](change, self._context(step[2], change)) if step[1] else step[0](change)
-                )
-            except BaseException as exc:
-                return self._raised(chain, change, step, exc, budget)
-            if budget is not None:
-                budget.step = None
+            kept = call(chain, change, step, change, budget)
             if kept is not True:
                 if kept is False:
-                    chain.filtered[step[3]] += 1
+                    chain.filtered[step.slot] += 1
                     return Outcome([], [], True)
+                if type(kept) is _Failed:
+                    return kept.outcome
                 return self._wrong(
                     chain,
                     change,
@@ -378,20 +240,10 @@ class Pipeline:
         for step in chain.projections:
             if payload is not None:
                 current = _projected(current, payload)
-            if budget is not None:
-                budget.calls += 1
-                budget.step = step
-            try:
-                result = (
-                    step[0](current, self._context(step[2], current))
-                    if step[1]
-                    else step[0](current)
-                )
-            except BaseException as exc:
-                return self._raised(chain, change, step, exc, budget)
-            if budget is not None:
-                budget.step = None
+            result = call(chain, change, step, current, budget)
             if type(result) is not dict and not isinstance(result, Mapping):
+                if type(result) is _Failed:
+                    return result.outcome
                 return self._wrong(
                     chain,
                     change,
@@ -407,17 +259,7 @@ class Pipeline:
 
         destinations: list[Destination] = []
         for step in chain.routes:
-            if budget is not None:
-                budget.calls += 1
-                budget.step = step
-            try:
-                named = (
-                    step[0](change, self._context(step[2], change)) if step[1] else step[0](change)
-                )
-            except BaseException as exc:
-                return self._raised(chain, change, step, exc, budget)
-            if budget is not None:
-                budget.step = None
+            named = call(chain, change, step, change, budget)
             if named is None:
                 continue
             if type(named) is str:
@@ -425,6 +267,8 @@ class Pipeline:
                 if type(found) is str:
                     return self._bad_route(chain, change, step, named, found)
                 destinations.append(found)  # type: ignore[arg-type]
+            elif type(named) is _Failed:
+                return named.outcome
             else:
                 failure = self._route_items(named, destinations)
                 if failure is not None:
@@ -485,14 +329,14 @@ class Pipeline:
         else:
             return (
                 f"expected a destination str (kafka://topic, es://index), a list of "
-                f"them, or None, got {type(named).__name__} {_short(named)}"
+                f"them, or None, got {type(named).__name__} {short(named)}"
             )
         for item in items:
             text = str(item) if isinstance(item, Destination) else item
             if not isinstance(text, str):
                 return (
                     f"expected destination strs in the list, got "
-                    f"{type(item).__name__} {_short(item)}"
+                    f"{type(item).__name__} {short(item)}"
                 )
             destination = self._destinations.get(text) or self._destination(text)
             if isinstance(destination, str):
@@ -520,15 +364,15 @@ class Pipeline:
         change: RowChange,
         step: _Step,
         exc: BaseException,
-        budget: _Budget | None,
+        budget: Budget | None,
     ) -> Outcome:
-        info = step[2]
+        info = step.info
         if budget is not None:
             budget.step = None
-        if isinstance(exc, _Overrun):
+        if isinstance(exc, Overrun):
             assert budget is not None
-            _disarm(budget)
-            chain.timeouts[step[3]] += 1
+            disarm(budget)
+            chain.timeouts[step.slot] += 1
             return self._timed_out(chain, change, step, budget.seconds)
         if isinstance(exc, KeyboardInterrupt):
             raise exc
@@ -541,34 +385,35 @@ class Pipeline:
         else:
             message = (
                 f"{info.describe()} raised {type(exc).__name__}: "
-                f"{_first_line(exc)}; expected it to return without raising"
-                + _missing_image_hint(change, exc)
+                f"{first_line(exc)}; expected it to return without raising"
+                + missing_image_hint(change, exc)
             )
         error = FunctionError(message, function=info.name, location=info.location, stage=info.kind)
         error.__cause__ = exc
-        return self._dead(chain, change, step[3], info.name, info.kind, error, _user_traceback(exc))
+        summary = user_traceback(exc)
+        return self._dead(chain, change, step.slot, info.name, info.kind, error, summary)
 
     def _wrong(
         self, chain: _Chain, change: RowChange, step: _Step, got: object, expected: str, hint: str
     ) -> Outcome:
-        info = step[2]
+        info = step.info
         message = (
-            f"{info.describe()} returned {type(got).__name__} {_short(got)}; "
+            f"{info.describe()} returned {type(got).__name__} {short(got)}; "
             f"expected {expected}; {hint}"
         )
         error = FunctionError(message, function=info.name, location=info.location, stage=info.kind)
-        return self._dead(chain, change, step[3], info.name, info.kind, error, "")
+        return self._dead(chain, change, step.slot, info.name, info.kind, error, "")
 
     def _bad_route(
         self, chain: _Chain, change: RowChange, step: _Step, named: object, why: str
     ) -> Outcome:
-        info = step[2]
-        message = f"{info.describe()} returned {_short(named)}: {why}"
+        info = step.info
+        message = f"{info.describe()} returned {short(named)}: {why}"
         error = FunctionError(message, function=info.name, location=info.location, stage="route")
-        return self._dead(chain, change, step[3], info.name, "route", error, "")
+        return self._dead(chain, change, step.slot, info.name, "route", error, "")
 
     def _timed_out(self, chain: _Chain, change: RowChange, step: _Step, seconds: float) -> Outcome:
-        info = step[2]
+        info = step.info
         message = (
             f"{info.describe()} timed out: expected it to finish within {seconds:g} s "
             f"(timeout in dbus.toml), got a call still running after {seconds:g} s"
@@ -576,13 +421,18 @@ class Pipeline:
         error = FunctionTimeoutError(
             message, function=info.name, location=info.location, stage=info.kind, budget=seconds
         )
-        return self._dead(chain, change, step[3], info.name, info.kind, error, "")
+        return self._dead(chain, change, step.slot, info.name, info.kind, error, "")
 
-    def _late_overrun(self, chain: _Chain, change: RowChange, budget: _Budget) -> Outcome:
-        step = budget.step or (chain.filters + chain.projections + chain.routes)[-1]
+    def _late_overrun(self, chain: _Chain, change: RowChange, budget: Budget) -> Outcome:
+        running = budget.step
+        step = (
+            running
+            if isinstance(running, _Step)
+            else (chain.filters + chain.projections + chain.routes)[-1]
+        )
         budget.step = None
-        _disarm(budget)
-        chain.timeouts[step[3]] += 1
+        disarm(budget)
+        chain.timeouts[step.slot] += 1
         return self._timed_out(chain, change, step, budget.seconds)
 
     def _no_route(self, chain: _Chain, change: RowChange) -> Outcome:
@@ -622,12 +472,12 @@ class Pipeline:
         """A failure of dbus itself: counted apart, the event still dead-lettered."""
         self._framework_errors += 1
         log.exception("dbus pipeline failure on %s.%s", change.database, change.table)
-        message = f"dbus failed on this event: {type(exc).__name__}: {_first_line(exc)}"
+        message = f"dbus failed on this event: {type(exc).__name__}: {first_line(exc)}"
         dead = DeadLetter(
             change,
             "dbus_fn",
             message,
-            _user_traceback(exc, skip=0),
+            user_traceback(exc, skip=0),
             self._dead_route,
             "framework",
             False,
@@ -637,15 +487,8 @@ class Pipeline:
 
     # -- the watchdog ---------------------------------------------------------
 
-    def _start_watchdog(self, budget: _Budget) -> None:
-        tick = min(budget.seconds / 10, 0.05)
-        self._watchdog = threading.Thread(
-            target=_watch,
-            args=(weakref.ref(budget), tick),
-            name=f"dbus-fn-watchdog-{self._manifest.name}",
-            daemon=True,
-        )
-        self._watchdog.start()
+    def _start_watchdog(self, budget: Budget) -> None:
+        self._watchdog = start_watchdog(budget, f"dbus-fn-watchdog-{self._manifest.name}")
 
     def close(self) -> None:
         """Let the watchdog thread end (within a tick; not waited for). The pipeline
@@ -717,60 +560,3 @@ def _projected(change: RowChange, row: Mapping[str, Any]) -> RowChange:
     if change.op is Operation.DELETE:
         return replace(change, before=image)
     return replace(change, after=image)
-
-
-def _projected_types(change: RowChange, payload: Mapping[str, Any]) -> dict[str, str]:
-    """The column types that still describe a projected row.
-
-    A column keeps its MySQL type when the projection left a value of the same
-    Python type (a masked e-mail is still a ``varchar``) or NULL; a column it
-    added or changed the kind of (a SET turned into a list, a flattened JSON key)
-    loses it, and its JSON form is inferred from the value.
-    """
-    original = change.row
-    kept: dict[str, str] = {}
-    for column, column_type in change.column_types.items():
-        if column not in payload:
-            continue
-        value, before = payload[column], original.get(column)
-        if value is None or (before is not None and type(value) is type(before)):
-            kept[column] = column_type
-    return kept
-
-
-def _missing_image_hint(change: RowChange, exc: BaseException) -> str:
-    """The likeliest cause of a ``NoneType`` error: reading the image an operation lacks."""
-    if not isinstance(exc, AttributeError | TypeError) or "NoneType" not in str(exc):
-        return ""
-    if change.op is Operation.DELETE:
-        missing = "event.after is None for a delete"
-    elif change.op is Operation.INSERT:
-        missing = "event.before is None for an insert"
-    else:
-        return ""
-    return (
-        f"; hint: {missing}: read event.row (the row as it is, or as it was before a "
-        "delete), or limit the function with operations=[...]"
-    )
-
-
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else "(no message)"
-
-
-def _user_traceback(exc: BaseException, *, skip: int = 1) -> str:
-    """The last frames of ``exc``'s traceback, skipping the pipeline's own frame."""
-    tb = exc.__traceback__
-    for _ in range(skip):
-        if tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-    frames = traceback.extract_tb(tb)[-_TRACEBACK_FRAMES:]
-    lines = [f"{f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames]
-    lines.append(f"{type(exc).__name__}: {_first_line(exc)}")
-    return "\n".join(lines)
