@@ -64,8 +64,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
 
+from dbus_fn.column_types import ColumnKind, ColumnType, parse_column_type
 from dbus_fn.errors import ColumnValueError, UnsupportedColumnTypeError
 
 __all__ = [
@@ -82,169 +83,6 @@ __all__ = [
 
 JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
 
-ColumnKind = Literal[
-    "integer",
-    "decimal",
-    "float",
-    "date",
-    "time",
-    "datetime",
-    "timestamp",
-    "year",
-    "text",
-    "bytes",
-    "enum",
-    "set",
-    "bit",
-    "json",
-]
-
-_INTEGER_BITS = {
-    "tinyint": 8,
-    "smallint": 16,
-    "mediumint": 24,
-    "int": 32,
-    "integer": 32,
-    "bigint": 64,
-}
-_SPATIAL = (
-    "geometry",
-    "point",
-    "linestring",
-    "polygon",
-    "multipoint",
-    "multilinestring",
-    "multipolygon",
-    "geometrycollection",
-    "geomcollection",
-)
-_KINDS: dict[str, ColumnKind] = {
-    **{name: "integer" for name in _INTEGER_BITS},
-    "bool": "integer",
-    "boolean": "integer",
-    "decimal": "decimal",
-    "numeric": "decimal",
-    "dec": "decimal",
-    "fixed": "decimal",
-    "float": "float",
-    "double": "float",
-    "double precision": "float",
-    "real": "float",
-    "date": "date",
-    "time": "time",
-    "datetime": "datetime",
-    "timestamp": "timestamp",
-    "year": "year",
-    **{
-        name: "text"
-        for name in (
-            "char",
-            "varchar",
-            "tinytext",
-            "text",
-            "mediumtext",
-            "longtext",
-            "uuid",
-            "inet4",
-            "inet6",
-        )
-    },
-    **{
-        name: "bytes"
-        for name in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", *_SPATIAL)
-    },
-    "enum": "enum",
-    "set": "set",
-    "bit": "bit",
-    "json": "json",
-}
-_NUMERIC_KINDS = frozenset({"integer", "decimal", "float"})
-
-_COMMENT = re.compile(r"/\*.*?\*/", re.S)
-_TYPE = re.compile(
-    r"\s*(?P<name>[a-z][a-z0-9_]*(?:\s+precision)?)\s*(?:\((?P<args>.*)\))?"
-    r"(?P<attrs>(?:\s+(?:unsigned|signed|zerofill))*)\s*",
-    re.I | re.S,
-)
-_MEMBER = re.compile(r"\s*'((?:[^']|'')*)'\s*(?:,|$)", re.S)
-
-
-@dataclass(frozen=True, slots=True)
-class ColumnType:
-    """A parsed column type string.
-
-    ``name`` is the lowercase base type (``"int"``, ``"varchar"``, ``"enum"``),
-    ``kind`` the family that decides the Python value and JSON form, ``args`` the
-    parenthesised arguments (numbers as strings; members for ``enum``/``set``).
-    """
-
-    text: str
-    name: str
-    kind: ColumnKind
-    args: tuple[str, ...] = ()
-    unsigned: bool = False
-
-    @property
-    def bits(self) -> int | None:
-        """Width in bits of an integer or ``bit`` column, else ``None``."""
-        if self.kind == "bit":
-            return int(self.args[0]) if self.args else 1
-        if self.kind == "integer":
-            return _INTEGER_BITS.get(self.name, 8)
-        return None
-
-
-def _unsupported(text: str, why: str) -> UnsupportedColumnTypeError:
-    return UnsupportedColumnTypeError(
-        f"column type {text!r} is not supported: {why}; expected a lowercase MySQL "
-        "COLUMN_TYPE such as 'int unsigned', 'varchar(255)' or \"enum('a','b')\" "
-        "(the table in dbus_fn.columns lists every type)",
-        column_type=text,
-    )
-
-
-@lru_cache(maxsize=4096)
-def parse_column_type(column_type: str) -> ColumnType:
-    """Parse a ``COLUMN_TYPE`` string; raise ``UnsupportedColumnTypeError`` if unknown."""
-    if not isinstance(column_type, str):
-        raise _unsupported(repr(column_type), f"a {type(column_type).__name__}, not a string")
-    match = _TYPE.fullmatch(_COMMENT.sub(" ", column_type))
-    if match is None:
-        raise _unsupported(column_type, "it does not read as 'name[(args)] [unsigned]'")
-    name = " ".join(match["name"].lower().split())
-    kind = _KINDS.get(name)
-    if kind is None:
-        raise _unsupported(column_type, f"dbus has no JSON mapping for type {name!r}")
-    attrs = match["attrs"].lower().split()
-    unsigned = "unsigned" in attrs or "zerofill" in attrs
-    if attrs and kind not in _NUMERIC_KINDS:
-        raise _unsupported(column_type, f"{' '.join(attrs)!r} applies to numeric types only")
-    raw_args = match["args"]
-    args: tuple[str, ...] = ()
-    if kind in ("enum", "set"):
-        args = _parse_members(column_type, raw_args or "")
-    elif raw_args is not None:
-        args = tuple(part.strip() for part in raw_args.split(","))
-        if not all(part.isdigit() for part in args):
-            raise _unsupported(column_type, f"arguments ({raw_args}) are not numbers")
-    parsed = ColumnType(text=column_type, name=name, kind=kind, args=args, unsigned=unsigned)
-    if kind == "bit" and not 1 <= (parsed.bits or 0) <= 64:
-        raise _unsupported(column_type, "bit width must be 1 to 64")
-    return parsed
-
-
-def _parse_members(text: str, raw: str) -> tuple[str, ...]:
-    members: list[str] = []
-    position = 0
-    while position < len(raw):
-        match = _MEMBER.match(raw, position)
-        if match is None:
-            raise _unsupported(text, "members must be quoted like ('a','b')")
-        members.append(match[1].replace("''", "'"))
-        position = match.end()
-    return tuple(members)
-
-
 class _Mismatch(Exception):
     """Internal: a codec saw a value of the wrong form; carries what it expected."""
 
@@ -257,6 +95,23 @@ class _Mismatch(Exception):
 class _Codec:
     to_json: Callable[[Any], JsonValue]
     from_json: Callable[[Any], Any]
+
+
+def _iso_text_reader(
+    pattern: re.Pattern[str], parse: Callable[[str], Any], form: str, real: str
+) -> Callable[[Any], Any]:
+    """A reader of ISO date/time text: ``form`` names the shape ``pattern`` wants, ``real``
+    what an impossible calendar value (February 30) should have been."""
+
+    def read(value: Any) -> Any:
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise _Mismatch(form)
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise _Mismatch(real) from exc
+
+    return read
 
 
 def _is_int(value: object) -> bool:
@@ -321,13 +176,12 @@ def _date_to_json(value: Any) -> str:
 _DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
-def _date_from_json(value: Any) -> date:
-    if not isinstance(value, str) or not _DATE_TEXT.fullmatch(value):
-        raise _Mismatch('a date string "YYYY-MM-DD"')
-    try:
-        return date.fromisoformat(value)
-    except ValueError as exc:
-        raise _Mismatch('a real calendar date "YYYY-MM-DD"') from exc
+_date_from_json = _iso_text_reader(
+    _DATE_TEXT,
+    date.fromisoformat,
+    'a date string "YYYY-MM-DD"',
+    'a real calendar date "YYYY-MM-DD"',
+)
 
 
 def _fraction(microseconds: int) -> str:
@@ -378,13 +232,12 @@ _NAIVE_TEXT = re.compile(_DATETIME_TEXT)
 _UTC_TEXT = re.compile(_DATETIME_TEXT + "Z")
 
 
-def _datetime_from_json(value: Any) -> datetime:
-    if not isinstance(value, str) or not _NAIVE_TEXT.fullmatch(value):
-        raise _Mismatch('a datetime string "YYYY-MM-DDTHH:MM:SS[.ffffff]"')
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise _Mismatch("a real calendar date and time") from exc
+_datetime_from_json = _iso_text_reader(
+    _NAIVE_TEXT,
+    datetime.fromisoformat,
+    'a datetime string "YYYY-MM-DDTHH:MM:SS[.ffffff]"',
+    "a real calendar date and time",
+)
 
 
 def _timestamp_to_json(value: Any) -> str:
@@ -394,13 +247,12 @@ def _timestamp_to_json(value: Any) -> str:
     return _datetime_text(utc.replace(tzinfo=None)) + "Z"
 
 
-def _timestamp_from_json(value: Any) -> datetime:
-    if not isinstance(value, str) or not _UTC_TEXT.fullmatch(value):
-        raise _Mismatch('a UTC timestamp string "YYYY-MM-DDTHH:MM:SS[.ffffff]Z"')
-    try:
-        return datetime.fromisoformat(value[:-1]).replace(tzinfo=UTC)
-    except ValueError as exc:
-        raise _Mismatch("a real calendar date and time") from exc
+_timestamp_from_json = _iso_text_reader(
+    _UTC_TEXT,
+    lambda text: datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC),
+    'a UTC timestamp string "YYYY-MM-DDTHH:MM:SS[.ffffff]Z"',
+    "a real calendar date and time",
+)
 
 
 def _year_value(value: Any) -> int:
