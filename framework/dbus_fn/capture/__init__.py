@@ -63,7 +63,8 @@ from dbus_fn.capture._positions import (
     position_from_json,
     position_to_json,
 )
-from dbus_fn.capture._reader import BinlogReader, CaptureLag, ServerInfo
+from dbus_fn.capture._reader import BinlogReader
+from dbus_fn.capture._server import CaptureLag, ServerInfo
 from dbus_fn.capture._server_id import server_id_for, validate_server_id
 from dbus_fn.capture._shard import Shard
 from dbus_fn.capture._sources import SourceStore, sources_file

@@ -15,13 +15,30 @@ binlog's (integer display widths dropped, MariaDB JSON recognised by its check).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dbus_fn.events import BinlogPosition, Operation, Row, RowChange
+import pymysql
+import pymysql.cursors
+
+from dbus_fn.errors import PositionError
+from dbus_fn.events import (
+    BinlogPosition,
+    CaptureItem,
+    Operation,
+    Row,
+    RowChange,
+    TransactionCommit,
+)
+
+if TYPE_CHECKING:
+    from dbus_fn.capture._reader import BinlogReader
+
+log = logging.getLogger("dbus_fn.capture")
 
 _DISPLAY_WIDTH = re.compile(r"^(tinyint|smallint|mediumint|int|bigint|year)\(\d+\)")
 
@@ -127,3 +144,101 @@ def describe_table(
 
 
 __all__ = ["SnapshotTable", "binlog_column_type", "describe_table", "snapshot_rows"]
+
+
+def read_snapshot(reader: BinlogReader) -> Iterator[CaptureItem]:
+    """Every row of the captured tables as it is now, then where the binlog goes on.
+
+    The rows are inserts at one position (the snapshot's), in table order; a
+    ``TransactionCommit`` at that position ends the snapshot, so a reader that
+    resumes from it misses nothing the snapshot did not hold. No table is
+    locked: MariaDB's consistent snapshot gives rows and position together.
+    """
+    info = reader.server_info()
+    if not info.is_mariadb:
+        raise PositionError(
+            f"source {reader.spec.name!r}: a snapshot start needs MariaDB's consistent "
+            "snapshot position, which this server does not give; use --from earliest "
+            "or --from latest",
+            source=reader.spec.name,
+            position="snapshot",
+            choices=("earliest", "latest"),
+        )
+    tables = snapshot_tables(reader)
+    connection = reader._connect(cursorclass=pymysql.cursors.SSCursor)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION time_zone = '+00:00'")
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            cursor.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+            status = {str(k).lower(): str(v) for k, v in cursor.fetchall()}
+            cursor.execute("SELECT UTC_TIMESTAMP(6)")
+            (now,) = cursor.fetchall()[0]
+        file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+        position = BinlogPosition(file, pos, reader._gtid_at(file, pos))
+        taken = now.replace(tzinfo=UTC)
+        log.info("source %s: snapshot of %d table(s) at %s", reader.spec.name, len(tables),
+                 position)  # fmt: skip
+        count = 0
+        for table in tables:
+            columns = ", ".join(f"`{c.replace('`', '``')}`" for c in table.columns)
+            quoted = ".".join(f"`{n.replace('`', '``')}`" for n in (table.database,
+                                                                     table.table))  # fmt: skip
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT {columns} FROM {quoted}")
+                for change in snapshot_rows(
+                    table, iter(cursor), source=reader.spec.name, position=position,
+                    commit_time=taken, server_id=info.identity, first_index=count,
+                ):  # fmt: skip
+                    count += 1
+                    yield change
+        with connection.cursor() as cursor:
+            cursor.execute("COMMIT")
+    except pymysql.err.MySQLError as exc:
+        raise reader._translate(exc, doing="taking a snapshot") from None
+    finally:
+        connection.close()
+    yield TransactionCommit(
+        source=reader.spec.name,
+        position=position,
+        commit_time=taken,
+        server_id=info.identity,
+        rows=count,
+    )
+
+def snapshot_tables(reader: BinlogReader) -> list[SnapshotTable]:
+    rows = reader._sql(
+        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+        "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
+        "('mysql', 'information_schema', 'performance_schema', 'sys') "
+        "ORDER BY TABLE_SCHEMA, TABLE_NAME",
+        doing="listing tables for a snapshot",
+    )
+    tables = []
+    for database, table in rows:
+        database, table = str(database), str(table)
+        if not reader.spec.matches(database, table):
+            continue
+        columns = reader._sql(
+            "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (database, table),
+            doing="reading columns for a snapshot",
+        )
+        key = reader._sql(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+            (database, table),
+            doing="reading the primary key for a snapshot",
+        )
+        tables.append(
+            describe_table(
+                database,
+                table,
+                [(str(name), str(kind)) for name, kind in columns],
+                [str(name) for (name,) in key],
+                reader._json_columns_of(database, table),
+            )
+        )
+    return tables

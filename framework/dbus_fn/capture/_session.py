@@ -1,0 +1,445 @@
+"""One replication connection of a binlog reader: the read loop and what it decodes."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pymysql
+from pymysql.constants.COMMAND import COM_BINLOG_DUMP
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    TableMapEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
+
+from dbus_fn.capture._ddl import ddl_target, is_account_statement, is_transaction_control
+from dbus_fn.capture._decode import TableDecoder, compile_table
+from dbus_fn.capture._dsn import SourceSpec, database_matches
+from dbus_fn.capture._positions import (
+    coordinates,
+    file_sequence,
+    format_gtid_state,
+    parse_gtid_state,
+)
+from dbus_fn.capture._server import TRANSIENT_CODES, ServerInfo, error_code
+from dbus_fn.capture._shard import Shard
+from dbus_fn.errors import SourceError
+from dbus_fn.events import (
+    BinlogPosition,
+    CaptureItem,
+    Operation,
+    RowChange,
+    SchemaChange,
+    TransactionCommit,
+)
+
+if TYPE_CHECKING:
+    from dbus_fn.capture._reader import BinlogReader
+
+log = logging.getLogger("dbus_fn.capture")
+
+ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
+ONLY_EVENTS = [
+    *ROWS_EVENTS,
+    TableMapEvent,
+    QueryEvent,
+    XidEvent,
+    XAPrepareEvent,
+    GtidEvent,
+    MariadbGtidEvent,
+    RotateEvent,
+    HeartbeatLogEvent,
+]
+# Errors that mean the connection went away, not that the request was wrong.
+DDL_WORDS = ("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")
+DML_WORDS = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD")
+
+
+class StreamLost(Exception):
+    """The replication connection dropped; raised instead of the library's reconnect."""
+
+
+class GtidDumpStream(BinLogStreamReader):  # type: ignore[misc]
+    """mysql-replication with a MariaDB GTID dump request of the right length."""
+
+    def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:
+        cursor = self._stream_connection.cursor()
+        cursor.execute("SET @slave_connect_state = %s", (self.auto_position,))
+        cursor.execute("SET @slave_gtid_strict_mode = 1")
+        cursor.execute("SET @slave_gtid_ignore_duplicates = 0")
+        cursor.close()
+        server_id = self._BinLogStreamReader__server_id
+        # position 4, flags 0 (blocking), our server_id, empty file name
+        body = bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", 4, 0, server_id)
+        return struct.pack("<i", len(body)) + body
+
+
+@dataclass(slots=True)
+class Progress:
+    """What a session got to, so a reconnect resumes exactly there."""
+
+    committed: BinlogPosition
+    in_transaction: int
+    last_item: float = 0.0
+    events: int = 0
+
+
+class ReadSession:
+    """One replication connection of a ``BinlogReader``, from its resume position on.
+
+    ``items()`` hands out what the connection reads; ``progress`` records how far
+    it got, so the reader's reconnect resumes exactly there after a fault.
+    """
+
+    def __init__(
+        self,
+        reader: BinlogReader,
+        info: ServerInfo,
+        progress: Progress,
+        stop: BinlogPosition | None,
+        idle_timeout: float | None,
+        last_item: float,
+        shard: Shard | None = None,
+    ) -> None:
+        self.reader = reader
+        self.info = info
+        self.progress = progress
+        self.stop = stop
+        self.idle_timeout = idle_timeout
+        self.last_item = last_item
+        self.shard = shard
+
+    def open_stream(self, resume: BinlogPosition, heartbeat: float) -> Any:
+        made: list[bool] = []
+
+        def connect(**settings: Any) -> Any:
+            if "db" in settings:  # the library's ctl connection; PyMySQL deprecates `db`
+                settings["database"] = settings.pop("db")
+            else:  # the stream: a second one is the library reconnecting on its own
+                if made:
+                    raise StreamLost("connection lost")
+                made.append(True)
+                self.reader._stream_logged_in = False
+                connection = pymysql.connect(**settings)
+                self.reader._stream_logged_in = True
+                return connection
+            return pymysql.connect(**settings)
+
+        settings = self.reader.spec.connection.pymysql_kwargs(
+            connect_timeout=self.reader.connect_timeout, read_timeout=self.reader.stall_timeout
+        )
+        common: dict[str, Any] = {
+            "connection_settings": settings,
+            "server_id": self.reader.server_id,
+            "blocking": True,
+            "only_events": ONLY_EVENTS,
+            "slave_heartbeat": heartbeat,
+            "report_slave": (self.reader._report_host, "", "", 0),
+            "pymysql_wrapper": connect,
+            "enable_logging": False,
+        }
+        if resume.file:
+            return BinLogStreamReader(
+                resume_stream=True,
+                log_file=resume.file,
+                log_pos=resume.pos,
+                is_mariadb=False,
+                **common,
+            )
+        return GtidDumpStream(is_mariadb=True, auto_position=resume.gtid, **common)
+
+    def items(self) -> Iterator[CaptureItem]:
+        """Yield items until ``stop``, idle or a fault (raised as ``StreamLost``)."""
+        reader, info, progress = self.reader, self.info, self.progress
+        stop, idle_timeout, shard = self.stop, self.idle_timeout, self.shard
+        last_item = self.last_item
+        owns = shard.owns if shard is not None and shard.count > 1 else None
+        heartbeat = reader.heartbeat
+        if idle_timeout is not None:
+            heartbeat = max(0.05, min(heartbeat, idle_timeout / 4))
+        resume = progress.committed
+        stream = self.open_stream(resume, heartbeat)
+        source, server = reader.spec.name, info.identity
+        stop_at = coordinates(stop) if stop is not None and stop.file else None
+        gtid_state = parse_gtid_state(resume.gtid) if info.is_mariadb else {}
+        tables: dict[int, TableDecoder | None] = {}
+        file = resume.file
+        txn_gtid: str | None = None
+        txn_time = datetime.now(UTC)
+        txn_start = resume.pos
+        txn_rows = 0
+        explicit = False
+        produced = 0  # items of the current transaction, counting skipped ones
+        skip = progress.in_transaction
+        last_item = max(last_item, progress.last_item)
+        now = time.monotonic
+        failed = False
+        try:
+            while True:
+                try:
+                    event = stream.fetchone()
+                except pymysql.err.OperationalError as exc:
+                    if error_code(exc) in TRANSIENT_CODES:
+                        raise StreamLost(str(exc)) from exc
+                    raise
+                except pymysql.err.InterfaceError as exc:  # the socket is already gone
+                    raise StreamLost(str(exc)) from exc
+                if event is None:
+                    raise StreamLost("the server ended the binlog stream")
+                if not progress.events:
+                    reader._connected_once = True
+                    reader.connection_id = stream._stream_connection.thread_id()
+                progress.events += 1
+                kind = type(event)
+                packet = event.packet
+                end = packet.log_pos
+                if kind is HeartbeatLogEvent:
+                    reader._caught_up = True
+                    if idle_timeout is not None and now() - last_item >= idle_timeout:
+                        return
+                    # `stop` may be where no transaction ends (a fresh binlog file after
+                    # a rotation): the server's heartbeat says it has nothing more.
+                    at = (file_sequence(event.ident or file)[1], end)
+                    if stop_at is not None and txn_gtid is None and not explicit and at >= stop_at:
+                        return
+                    continue
+                if kind is RotateEvent:
+                    file = event.next_binlog
+                    if event.timestamp:
+                        tables.clear()
+                    reader._read_file, reader._read_pos = file, event.position
+                    continue
+                reader._caught_up = False
+                reader._read_file, reader._read_pos = file, end
+                reader._last_event_time = event.timestamp
+                if kind is TableMapEvent:
+                    tables[event.table_id] = self.decoder_for(event, info)
+                    continue
+                if kind in ROWS_EVENTS:
+                    decoder = tables.get(event.table_id)
+                    if decoder is None:
+                        continue
+                    data = packet.read(event.event_size - packet.read_bytes)
+                    position = BinlogPosition(file, end - packet.event_size, txn_gtid)
+                    after_bits = None
+                    if kind is WriteRowsEvent:
+                        op = Operation.INSERT
+                    elif kind is DeleteRowsEvent:
+                        op = Operation.DELETE
+                    else:
+                        op = Operation.UPDATE
+                        after_bits = event.columns_present_bitmap2
+                    txn_id = txn_gtid or f"{file}:{txn_start}"
+                    index = 0
+                    for image, after in decoder.images(
+                        data, event.columns_present_bitmap, after_bits, owns
+                    ):
+                        produced += 1
+                        txn_rows += 1
+                        if produced <= skip or image is None:  # replayed, or another shard's
+                            index += 1
+                            continue
+                        if op is Operation.INSERT:
+                            before, after = None, image
+                        elif op is Operation.DELETE:
+                            before = image
+                        else:
+                            before = image
+                        yield RowChange(
+                            source,
+                            decoder.database,
+                            decoder.table,
+                            op,
+                            before,
+                            after,
+                            decoder.primary_key,
+                            position,
+                            txn_time,
+                            server,
+                            index,
+                            txn_id,
+                            decoder.column_types,
+                            decoder.schema_version,
+                        )
+                        index += 1
+                        progress.in_transaction = produced
+                        last_item = progress.last_item = now()
+                    continue
+                if kind is MariadbGtidEvent or kind is GtidEvent:
+                    txn_gtid = event.gtid
+                    txn_time = datetime.fromtimestamp(event.timestamp, UTC)
+                    txn_start = end - packet.event_size
+                    txn_rows = produced = 0
+                    explicit = False
+                    if stop_at is not None and (file_sequence(file)[1], txn_start) >= stop_at:
+                        return  # a start by GTID alone can be at or past `stop`
+                    continue
+                commit = kind is XidEvent or kind is XAPrepareEvent
+                if kind is QueryEvent:
+                    statement = event.query
+                    control = is_transaction_control(statement)
+                    if control == "begin":
+                        explicit = True
+                        continue
+                    if control == "commit":
+                        commit = True
+                    else:
+                        change = self.schema_change(
+                            event, statement, file, end, txn_gtid, txn_time, server
+                        )
+                        if change is not None:
+                            produced += 1
+                            if produced > skip:
+                                yield change
+                                progress.in_transaction = produced
+                                last_item = progress.last_item = now()
+                        commit = not explicit
+                if not commit:
+                    continue
+                if txn_gtid is not None and info.is_mariadb:
+                    domain = int(txn_gtid.split("-", 1)[0])
+                    gtid = parse_gtid_state(txn_gtid)[domain]
+                    gtid_state[domain] = gtid
+                state = format_gtid_state(gtid_state) if info.is_mariadb else txn_gtid
+                position = BinlogPosition(file, end, state)
+                yield TransactionCommit(
+                    source,
+                    position,
+                    txn_time,
+                    server,
+                    txn_gtid or f"{file}:{txn_start}",
+                    txn_rows,
+                )
+                progress.committed = position
+                progress.in_transaction = 0
+                rows_in_commit = txn_rows or produced
+                skip = produced = txn_rows = 0
+                explicit = False
+                txn_gtid = None
+                txn_start = end
+                if rows_in_commit:  # commits of other tables are not activity
+                    last_item = progress.last_item = now()
+                if stop_at is not None and coordinates(position) >= stop_at:
+                    return
+        except BaseException as exc:
+            # A stalled or broken connection must not be touched again; a reader
+            # that simply stopped consuming (GeneratorExit) ended cleanly.
+            failed = not isinstance(exc, GeneratorExit)
+            raise
+        finally:
+            stream.close()
+            if not failed and stop is not None:
+                self.end_dump_thread()
+
+    def end_dump_thread(self) -> None:
+        """End the server's side of the replication connection just closed.
+
+        The server notices a closed replica only at its next event or heartbeat;
+        until then, the next read with the same server_id waits ~100 ms for the
+        server to kill the leftover dump thread. Ending it here makes each
+        micro-batch's read start at once.
+        """
+        thread = self.reader.connection_id
+        if thread is None:
+            return
+        with contextlib.suppress(pymysql.err.MySQLError, OSError, SourceError):
+            self.reader._sql(f"KILL CONNECTION {int(thread)}", doing="ending the binlog dump")
+
+    def decoder_for(self, event: Any, info: ServerInfo) -> TableDecoder | None:
+        database, table = event.schema, event.table
+        if not self.reader.spec.matches(database, table):
+            return None
+        raw = event.packet.packet._data
+        key = bytes(raw[20 : 20 + event.event_size])
+        decoder = self.reader._decoders.get(key)
+        if decoder is None:
+            json_columns: frozenset[str] = frozenset()
+            if info.is_mariadb and any(
+                c.type == 252 and getattr(c, "length_size", 0) == 4 for c in event.columns
+            ):
+                json_columns = self.reader._json_columns_of(database, table)
+            metadata = event.optional_metadata
+            key_indexes = list(metadata.simple_primary_key_list or [])
+            key_indexes += [
+                i for i in (metadata.primary_keys_with_prefix or {}) if i not in key_indexes
+            ]
+            decoder = compile_table(database, table, event.columns, key_indexes, json_columns)
+            if len(self.reader._decoders) > 4096:
+                self.reader._decoders.clear()
+            self.reader._decoders[key] = decoder
+        return decoder
+
+    def schema_change(
+        self,
+        event: Any,
+        statement: str,
+        file: str,
+        end: int,
+        gtid: str | None,
+        when: datetime,
+        server: str,
+    ) -> SchemaChange | None:
+        head = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else ""
+        default = (
+            event.schema.decode(errors="replace")
+            if isinstance(event.schema, bytes)
+            else str(event.schema)
+        )
+        if is_account_statement(statement):
+            return None  # users and roles are not schema, and their statements hold hashes
+        if head not in DDL_WORDS:
+            if head in DML_WORDS and database_matches(self.reader.spec.tables, default):
+                log.warning(
+                    "source %s: a statement-logged change at %s:%s is not captured "
+                    "(every session must write binlog_format=ROW): %.80s",
+                    self.reader.spec.name, file, end, statement,
+                )  # fmt: skip
+            return None
+        database, table = ddl_target(statement, default)
+        # Decoders are keyed by the table map, which changes with the table; JSON
+        # column lookups are by name and must be redone.
+        self.reader._json_columns = {
+            k: v
+            for k, v in self.reader._json_columns.items()
+            if k[0] != database or table not in (None, k[1])
+        }
+        if table is not None:
+            spec = self.reader.spec
+            if not spec.matches(database, table) and not renames_into(spec, statement):
+                return None
+        elif not database_matches(self.reader.spec.tables, database):
+            return None
+        return SchemaChange(
+            self.reader.spec.name,
+            database,
+            table,
+            statement,
+            BinlogPosition(file, end, gtid),
+            when,
+            server,
+        )
+
+
+def renames_into(spec: SourceSpec, statement: str) -> bool:
+    """Whether a RENAME/ALTER ... RENAME names a captured table anywhere (copy-and-swap)."""
+    names = re.findall(r"(`(?:[^`]|``)+`|[\w$]+)\s*\.\s*(`(?:[^`]|``)+`|[\w$]+)", statement)
+    return any(spec.matches(d.strip("`"), t.strip("`")) for d, t in names)

@@ -1,0 +1,125 @@
+"""Where a read starts: ``earliest``, ``latest`` or a position, checked against the server.
+
+A position that is purged, past the end, not at an event, or inside a
+transaction raises ``PositionError``: capture never moves to another position on
+its own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pymysql
+
+from dbus_fn.capture._positions import file_sequence, parse_gtid_state
+from dbus_fn.capture._server import error_code
+from dbus_fn.errors import ConfigError, PositionError
+from dbus_fn.events import BinlogPosition
+
+if TYPE_CHECKING:
+    from dbus_fn.capture._reader import BinlogReader
+
+NO_ROWS_FROM = ("Table_map", "Write_rows", "Update_rows", "Delete_rows", "Xid")
+"""Events a transaction cannot start at: a position there is inside one."""
+
+
+def resolve_start(
+    reader: BinlogReader, start: str | BinlogPosition, *, fill_gtid: bool = True
+) -> BinlogPosition:
+    """Turn ``"earliest"``, ``"latest"`` or a position into a checked start position."""
+    if isinstance(start, str):
+        choice = start.strip().lower()
+        if choice == "latest":
+            return reader.master_position()
+        if choice == "earliest":
+            first = reader.binary_logs()[0][0]
+            gtid = reader._gtid_at(first, 4) if reader.server_info().is_mariadb else None
+            return BinlogPosition(first, 4, gtid)
+        if choice == "snapshot":
+            raise PositionError(
+                "a snapshot is not a position: read('snapshot') hands out the tables "
+                "as they are, then the binlog from the snapshot's position; use "
+                "--from earliest or --from latest where a position is needed",
+                source=reader.spec.name,
+                position="snapshot",
+                choices=("earliest", "latest"),
+            )
+        raise ConfigError(
+            f"invalid start {start!r}: expected earliest, latest, snapshot or a position",
+            setting="from",
+        )
+    if not isinstance(start, BinlogPosition):
+        raise ConfigError(
+            f"invalid start {start!r}: expected earliest, latest or a BinlogPosition",
+            setting="from",
+        )
+    if not start.file:
+        return check_gtid_start(reader, start)
+    return check_file_start(reader, start, fill_gtid=fill_gtid)
+
+
+def position_error(reader: BinlogReader, position: BinlogPosition, problem: str) -> PositionError:
+    return PositionError(
+        f"cannot start source {reader.spec.name!r} at {position}: {problem}; "
+        "choose explicitly: --from earliest (oldest binlog still on the server), "
+        "--from latest (skip to now) or --from snapshot",
+        source=reader.spec.name,
+        position=str(position),
+    )
+
+
+def check_file_start(
+    reader: BinlogReader, start: BinlogPosition, *, fill_gtid: bool
+) -> BinlogPosition:
+    logs = dict(reader.binary_logs())
+    if start.file not in logs:
+        first = min(logs, key=file_sequence) if logs else None
+        if first and file_sequence(start.file) < file_sequence(first):
+            raise position_error(reader, start, f"{start.file} was purged (oldest is {first})")
+        raise position_error(reader, start, f"the server has no binlog file {start.file}")
+    size = logs[start.file]
+    if start.pos < 4 or start.pos > size:
+        raise position_error(reader,
+            start, f"offset {start.pos} is outside {start.file} (size {size})"
+        )
+    if start.pos < size:
+        try:
+            rows = reader._query(
+                f"SHOW BINLOG EVENTS IN %s FROM {int(start.pos)} LIMIT 1", (start.file,)
+            )
+        except pymysql.err.MySQLError as exc:
+            if error_code(exc) == 1220:
+                raise position_error(reader,
+                    start, "the offset is not the start of an event"
+                ) from None
+            raise reader._translate(exc, doing="SHOW BINLOG EVENTS") from None
+        if rows and str(rows[0][2]) in NO_ROWS_FROM:
+            raise position_error(reader,
+                start, f"the offset is inside a transaction (at a {rows[0][2]} event)"
+            )
+    if fill_gtid and start.gtid is None and reader.server_info().is_mariadb:
+        return BinlogPosition(start.file, start.pos, reader._gtid_at(start.file, start.pos))
+    return start
+
+
+def check_gtid_start(reader: BinlogReader, start: BinlogPosition) -> BinlogPosition:
+    if not start.gtid:
+        raise ConfigError("invalid start: a position needs a file or a GTID", setting="from")
+    if not reader.server_info().is_mariadb:
+        raise ConfigError(
+            "resuming by GTID alone is supported on MariaDB only; give a file:pos position",
+            setting="from",
+        )
+    wanted = parse_gtid_state(start.gtid)
+    first = reader.binary_logs()[0][0]
+    oldest = parse_gtid_state(reader._gtid_at(first, 4))
+    newest = parse_gtid_state(reader.master_position().gtid)
+    for domain, gtid in wanted.items():
+        if domain in oldest and gtid.sequence < oldest[domain].sequence:
+            raise position_error(reader,
+                start,
+                f"GTID {gtid} was purged (the oldest binlog starts after {oldest[domain]})",
+            )
+        if domain not in newest or gtid.sequence > newest[domain].sequence:
+            raise position_error(reader, start, f"GTID {gtid} is not in the source's binlog")
+    return start
