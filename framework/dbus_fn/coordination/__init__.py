@@ -23,13 +23,7 @@ from dbus_fn.coordination._client import (
     ensure_cluster,
     require_cluster,
 )
-from dbus_fn.coordination._coordinator import (
-    CommitOutcome,
-    CommittedPosition,
-    Coordinator,
-    Ownership,
-    SessionState,
-)
+from dbus_fn.coordination._coordinator import Coordinator
 from dbus_fn.coordination._hold import HoldCheck
 from dbus_fn.coordination._lag import binlog_lag, bytes_behind
 from dbus_fn.coordination._layout import ClusterLayout
@@ -41,6 +35,7 @@ from dbus_fn.coordination._registry import (
     VersionInfo,
 )
 from dbus_fn.coordination._sources import SourceReference, SourceRegistry
+from dbus_fn.coordination._state import CommitOutcome, CommittedPosition, Ownership, SessionState
 from dbus_fn.coordination._status import (
     ClusterStatus,
     LagProbe,

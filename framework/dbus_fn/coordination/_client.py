@@ -250,7 +250,8 @@ def ensure_cluster(client: KazooClient, settings: ZooKeeperSettings) -> bool:
                 with suppress(NodeExistsError):
                     client.create(path, b"", acl=OPEN_ACL_UNSAFE)
         if client.exists(layout.root) is None:
-            data = dump({"cluster": settings.cluster, "layout": LAYOUT_VERSION, "created": now()})
+            stamp = utc_timestamp()
+            data = dump({"cluster": settings.cluster, "layout": LAYOUT_VERSION, "created": stamp})
             try:
                 client.create(layout.root, data, acl=acl)
                 created = True
@@ -294,6 +295,6 @@ def cluster_client(settings: ZooKeeperSettings, *, create: bool = False) -> Iter
         close(client)
 
 
-def now() -> str:
+def utc_timestamp() -> str:
     """The current UTC time as ISO 8601 to the second."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

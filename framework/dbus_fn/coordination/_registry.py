@@ -23,7 +23,7 @@ from kazoo.exceptions import (
 )
 
 from dbus_fn.coordination._bundle import Bundle, default_cache_dir, materialize
-from dbus_fn.coordination._client import ZooKeeperSettings, dump, load, now
+from dbus_fn.coordination._client import ZooKeeperSettings, dump, load, utc_timestamp
 from dbus_fn.coordination._layout import check_name
 from dbus_fn.errors import (
     BundleError,
@@ -235,7 +235,7 @@ class FunctionStore:
             record = {
                 "manifest": dict(bundle.manifest),
                 "hash": bundle.content_hash,
-                "created": now(),
+                "created": utc_timestamp(),
                 "size": bundle.size,
                 "files": list(bundle.files),
                 "bundle": "inline",

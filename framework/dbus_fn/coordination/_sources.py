@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from dbus_fn.coordination._bundle import check_no_secrets
-from dbus_fn.coordination._client import ZooKeeperSettings, dump, load, now
+from dbus_fn.coordination._client import ZooKeeperSettings, dump, load, utc_timestamp
 from dbus_fn.coordination._layout import check_name
 from dbus_fn.errors import ConfigError, CoordinationError, SecretLeakError
 
@@ -135,7 +135,7 @@ class SourceRegistry:
 
     def add(self, source: SourceReference, *, replace: bool = False) -> bool:
         """Register ``source``; True if new. An existing one is refused unless ``replace``."""
-        data = dump({**source.to_json(), "added": now()})
+        data = dump({**source.to_json(), "added": utc_timestamp()})
         path = self.layout.source(source.name)
         try:
             self.client.create(path, data, acl=self.settings.acl)

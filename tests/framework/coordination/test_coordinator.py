@@ -317,7 +317,7 @@ def test_a_deposed_leader_cannot_write_assignments(
     with a._lock:
         a._election_node, a._leader = old_node, True
     monkeypatch.setattr(
-        "dbus_fn.coordination._coordinator.assign_sources",
+        "dbus_fn.coordination._leadership.assign_sources",
         lambda sources, capacities, current: dict.fromkeys(sources, "rt-a"),
     )
     a._rebalance()
