@@ -14,32 +14,56 @@ import socket
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from scratch import (
-    FreshDatabase,
-    scratch_database,
-    scratch_index,
-    scratch_topic,
-    scratch_zk_root,
-)
 
-from dbus_deploy.services import (
-    ElasticsearchEndpoint,
-    Endpoints,
-    KafkaEndpoint,
-    MariaDBEndpoint,
-    ServicesConfig,
-    ZooKeeperEndpoint,
-    down,
-    endpoints,
-    load_config,
-    up,
-)
 from dbus_fn.errors import DbusError
 
+if TYPE_CHECKING:
+    # Service clients are imported inside the fixtures that use them, so a unit run
+    # (no service, no client library needed) never loads them.
+    from scratch import FreshDatabase
 
-def _ensure(*names: str) -> Endpoints:
+    from dbus_deploy.services import (
+        ElasticsearchEndpoint,
+        Endpoints,
+        KafkaEndpoint,
+        MariaDBEndpoint,
+        ServicesConfig,
+        ZooKeeperEndpoint,
+    )
+
+SERVICE_FIXTURES = frozenset(
+    {
+        "mariadb_service",
+        "zookeeper_service",
+        "kafka_service",
+        "elasticsearch_service",
+        "services",
+        "private_zookeeper",
+    }
+)
+"""Fixtures that start or reach a real service: a test using one, directly or through
+another fixture, is an integration test."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+def _ensure(request: pytest.FixtureRequest, *names: str) -> Endpoints:
+    from dbus_deploy.services import endpoints, up
+
+    if "not integration" in (request.config.option.markexpr or ""):
+        pytest.fail(
+            f"a run without integration tests asked for {', '.join(names)}: the test that "
+            "needs it must use a service fixture (so it is marked integration)",
+            pytrace=False,
+        )
     try:
         up(list(names))
     except DbusError as exc:
@@ -48,35 +72,37 @@ def _ensure(*names: str) -> Endpoints:
 
 
 @pytest.fixture(scope="session")
-def mariadb_service() -> MariaDBEndpoint:
+def mariadb_service(request: pytest.FixtureRequest) -> MariaDBEndpoint:
     """MariaDB with a ROW binlog (``binlog_row_metadata=FULL``, GTIDs), running."""
-    return _ensure("mariadb").mariadb
+    return _ensure(request, "mariadb").mariadb
 
 
 @pytest.fixture(scope="session")
-def zookeeper_service() -> ZooKeeperEndpoint:
-    return _ensure("zookeeper").zookeeper
+def zookeeper_service(request: pytest.FixtureRequest) -> ZooKeeperEndpoint:
+    return _ensure(request, "zookeeper").zookeeper
 
 
 @pytest.fixture(scope="session")
-def kafka_service() -> KafkaEndpoint:
-    return _ensure("kafka").kafka
+def kafka_service(request: pytest.FixtureRequest) -> KafkaEndpoint:
+    return _ensure(request, "kafka").kafka
 
 
 @pytest.fixture(scope="session")
-def elasticsearch_service() -> ElasticsearchEndpoint:
-    return _ensure("elasticsearch").elasticsearch
+def elasticsearch_service(request: pytest.FixtureRequest) -> ElasticsearchEndpoint:
+    return _ensure(request, "elasticsearch").elasticsearch
 
 
 @pytest.fixture(scope="session")
-def services() -> Endpoints:
+def services(request: pytest.FixtureRequest) -> Endpoints:
     """Every local service, running; their endpoints."""
-    return _ensure("mariadb", "zookeeper", "kafka", "elasticsearch")
+    return _ensure(request, "mariadb", "zookeeper", "kafka", "elasticsearch")
 
 
 @pytest.fixture
 def fresh_database(mariadb_service: MariaDBEndpoint) -> Iterator[FreshDatabase]:
     """A new uuid-named MariaDB database, dropped after the test."""
+    from scratch import scratch_database
+
     with scratch_database(mariadb_service) as database:
         yield database
 
@@ -84,6 +110,8 @@ def fresh_database(mariadb_service: MariaDBEndpoint) -> Iterator[FreshDatabase]:
 @pytest.fixture
 def kafka_topic(kafka_service: KafkaEndpoint) -> Iterator[str]:
     """A new uuid-named Kafka topic (3 partitions), deleted after the test."""
+    from scratch import scratch_topic
+
     with scratch_topic(kafka_service) as topic:
         yield topic
 
@@ -91,6 +119,8 @@ def kafka_topic(kafka_service: KafkaEndpoint) -> Iterator[str]:
 @pytest.fixture
 def es_index(elasticsearch_service: ElasticsearchEndpoint) -> Iterator[str]:
     """A fresh uuid-named index name (not created), deleted after the test."""
+    from scratch import scratch_index
+
     with scratch_index(elasticsearch_service) as index:
         yield index
 
@@ -98,6 +128,8 @@ def es_index(elasticsearch_service: ElasticsearchEndpoint) -> Iterator[str]:
 @pytest.fixture
 def zk_root(zookeeper_service: ZooKeeperEndpoint) -> Iterator[str]:
     """A fresh uuid-named chroot path (created), deleted recursively after the test."""
+    from scratch import scratch_zk_root
+
     with scratch_zk_root(zookeeper_service) as root:
         yield root
 
@@ -106,6 +138,7 @@ def zk_root(zookeeper_service: ZooKeeperEndpoint) -> Iterator[str]:
 def private_zookeeper(tmp_path: Path) -> Iterator[tuple[ServicesConfig, str]]:
     """A ZooKeeper of the test's own (its own DBUS_HOME, a free port) that it may stop
     and start again: ``(config, hosts)``; ``down(["zookeeper"], config=config)``."""
+    from dbus_deploy.services import down, load_config, up
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])
