@@ -91,7 +91,8 @@ def coordinates(position: BinlogPosition) -> tuple[int, int]:
 
 
 def position_to_json(position: BinlogPosition) -> dict[str, str | int]:
-    """A position as a JSON-friendly dict (offsets of Spark sources go through JSON)."""
+    """A position as a JSON-friendly dict: the one form of a position in ZooKeeper, the
+    runtime's config file and Spark offsets (``gtid`` only when there is one)."""
     data: dict[str, str | int] = {"file": position.file, "pos": position.pos}
     if position.gtid:
         data["gtid"] = position.gtid
@@ -110,7 +111,8 @@ def position_from_json(data: dict[str, object]) -> BinlogPosition:
             f"invalid position {data!r}: expected {{'file': str, 'pos': int, 'gtid': str?}}",
             setting="position",
         ) from None
-    return BinlogPosition(file, pos, gtid)
+    # An empty GTID is how older offsets and config files said "none".
+    return BinlogPosition(file, pos, gtid or None)
 
 
 def parse_position(text: str) -> BinlogPosition:

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dbus_fn.capture import SourceSpec, server_id_for
+from dbus_fn.capture import SourceSpec, position_from_json, position_to_json, server_id_for
+from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
@@ -104,7 +105,7 @@ class RuntimeConfig:
     elasticsearch_url: str
     checkpoint_dir: str
     trigger_seconds: float = 0.0
-    type_prefix: str = "io.dbus"
+    type_prefix: str = DEFAULT_TYPE_PREFIX
     topic_partitions: int = 3
     decode_shards: int = 0
     """Readers per busy source in one micro-batch (0: one per two Spark cores); see
@@ -150,7 +151,7 @@ class RuntimeConfig:
             elasticsearch_url=data["elasticsearch_url"],
             checkpoint_dir=data["checkpoint_dir"],
             trigger_seconds=float(data.get("trigger_seconds", 0.0)),
-            type_prefix=data.get("type_prefix", "io.dbus"),
+            type_prefix=data.get("type_prefix", DEFAULT_TYPE_PREFIX),
             topic_partitions=int(data.get("topic_partitions", 3)),
             decode_shards=int(data.get("decode_shards", 0)),
             fencing=WriteFencing.from_json(data["fencing"]) if data.get("fencing") else None,
@@ -205,11 +206,11 @@ def _binding_from_json(data: Mapping[str, Any]) -> SourceBinding:
 
 def _start_to_json(start: StartPolicy) -> Any:
     if isinstance(start, BinlogPosition):
-        return {"file": start.file, "pos": start.pos, "gtid": start.gtid or ""}
+        return position_to_json(start)
     return start
 
 
 def _start_from_json(data: Any) -> StartPolicy:
     if isinstance(data, dict):
-        return BinlogPosition(data["file"], int(data["pos"]), data.get("gtid") or None)
+        return position_from_json(data)
     return str(data)

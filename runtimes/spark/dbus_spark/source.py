@@ -17,8 +17,8 @@ order in Kafka holds with no merge.
 The function stage runs inside the read (see ``dbus_spark.stage``): each output
 row is one encoded record (a CloudEvent in the Kafka binary binding and where it
 goes), sent to Spark as Arrow batches; the last row of a partition carries the
-stage's counters (``kind = "stats"``). In a cluster member the first row names
-the epoch the source was held at (``kind = "hold"``): the writer's Kafka
+stage's counters (``RecordType.STATS``). In a cluster member the first row names
+the epoch the source was held at (``RecordType.HOLD``): the writer's Kafka
 transactions are fenced by it.
 """
 
@@ -38,37 +38,27 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.types import (
-    BinaryType,
-    MapType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
-from dbus_fn.capture import BinlogReader, Shard, SourceSpec
+from dbus_fn.capture import (
+    BinlogReader,
+    Shard,
+    SourceSpec,
+    position_from_json,
+    position_to_json,
+)
 from dbus_fn.events import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
+from dbus_spark.sinks.records import RecordType
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 
 log = logging.getLogger(__name__)
 
-SCHEMA = StructType(
-    [
-        StructField("source", StringType(), False),
-        StructField("kind", StringType(), False),  # "kafka", "es", "stats" or "hold"
-        StructField("deployment", StringType(), False),
-        StructField("destination", StringType(), False),
-        StructField("dead_letter", StringType(), False),
-        StructField("key", BinaryType(), True),
-        StructField("value", BinaryType(), True),
-        StructField("headers", MapType(StringType(), BinaryType()), True),
-    ]
-)
 ARROW_SCHEMA = pa.schema(
     [
         pa.field("source", pa.string(), False),
-        pa.field("kind", pa.string(), False),
+        pa.field("record_type", pa.string(), False),  # a RecordType
         pa.field("deployment", pa.string(), False),
         pa.field("destination", pa.string(), False),
         pa.field("dead_letter", pa.string(), False),
@@ -77,6 +67,7 @@ ARROW_SCHEMA = pa.schema(
         pa.field("headers", pa.map_(pa.string(), pa.binary())),
     ]
 )
+SCHEMA = from_arrow_schema(ARROW_SCHEMA)
 BATCH_ROWS = 2048
 # A range smaller than this is read by one task: a shard costs a replication
 # connection and a task (~10-20 ms), worth it only when decoding takes longer.
@@ -135,7 +126,7 @@ class _Batcher:
     def add(self, record: StageRecord) -> pa.RecordBatch | None:
         message = record.message
         row = (
-            self.source, record.kind, record.deployment, record.destination,
+            self.source, record.record_type, record.deployment, record.destination,
             record.dead_letter, message.key, message.value, message.headers,
         )  # fmt: skip
         for column, value in zip(self._columns, row, strict=True):
@@ -143,15 +134,15 @@ class _Batcher:
         return self.flush() if len(self._columns[0]) >= BATCH_ROWS else None
 
     def add_stats(self, counts: StageCounts) -> None:
-        self._add_marker("stats", counts.to_json())
+        self._add_marker(RecordType.STATS, counts.to_json())
 
     def add_hold(self, epoch: int) -> None:
         """First row of a cluster member's partition: the epoch its source was read
         at, which the writer's Kafka transactions are fenced by."""
-        self._add_marker("hold", json.dumps({"epoch": epoch}).encode())
+        self._add_marker(RecordType.HOLD, json.dumps({"epoch": epoch}).encode())
 
-    def _add_marker(self, kind: str, value: bytes) -> None:
-        row = (self.source, kind, "", "", "", None, value, None)
+    def _add_marker(self, record_type: RecordType, value: bytes) -> None:
+        row = (self.source, record_type, "", "", "", None, value, None)
         for column, value_ in zip(self._columns, row, strict=True):
             column.append(value_)
 
@@ -171,9 +162,7 @@ def position_to_offset(
 ) -> dict[str, Any]:
     """A source's offset: its position, and the hold (epoch, generation) it was read under."""
     return {
-        "file": position.file,
-        "pos": position.pos,
-        "gtid": position.gtid or "",
+        **position_to_json(position),
         "epoch": binding.epoch if binding else 0,
         "generation": binding.generation if binding else 0,
     }
@@ -184,7 +173,7 @@ def _hold(offset: dict[str, Any]) -> tuple[int, int]:
 
 
 def offset_to_position(offset: dict[str, Any]) -> BinlogPosition:
-    return BinlogPosition(offset["file"], int(offset["pos"]), offset.get("gtid") or None)
+    return position_from_json(offset)
 
 
 @dataclass(frozen=True)
@@ -210,10 +199,13 @@ class BinlogDataSource(DataSource):  # type: ignore[misc]
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return BinlogStreamReader(self.options["config"], shards=int(self.options.get("shards", 1)))
+        return BinlogSourceReader(self.options["config"], shards=int(self.options.get("shards", 1)))
 
 
-class BinlogStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
+    """Spark's reader of the ``dbus_binlog`` source: plans each micro-batch's positions
+    and partitions on the driver, and reads a partition on an executor."""
+
     def __init__(self, config_path: str, *, shards: int = 1) -> None:
         self._config_path = config_path
         self._shards = max(1, shards)

@@ -23,18 +23,22 @@ from dbus_fn.events import RowChange
 from dbus_fn.kafka_binding import KafkaMessage, to_kafka_message
 from dbus_fn.pipeline import DeadLetter, Pipeline
 from dbus_fn.registry import LoadedDeployment, load_deployment
+from dbus_spark.sinks.records import RecordType
+
+_SINK_RECORD = {"kafka": RecordType.KAFKA, "es": RecordType.ELASTICSEARCH}
+"""The record type of a destination's scheme."""
 
 
 @dataclass(frozen=True, slots=True)
 class StageRecord:
     """One encoded output of the stage: a CloudEvent bound for one destination.
 
-    ``kind`` is the sink (``kafka`` or ``es``); dead letters are ``kafka``
-    records to the deployment's dead-letter topic. ``dead_letter`` is where a
+    ``record_type`` names the sink (``KAFKA`` or ``ELASTICSEARCH``); dead letters are
+    Kafka records to the deployment's dead-letter topic. ``dead_letter`` is where a
     record the sink refuses (a document Elasticsearch rejects) goes.
     """
 
-    kind: str
+    record_type: RecordType
     deployment: str
     destination: str
     message: KafkaMessage
@@ -145,7 +149,8 @@ class FunctionStage:
                     break
                 encoded.append(
                     StageRecord(
-                        delivery.destination.scheme, name, delivery.destination.name, message,
+                        _SINK_RECORD[delivery.destination.scheme], name,
+                        delivery.destination.name, message,
                         dead_route,
                     )
                 )  # fmt: skip
@@ -166,7 +171,7 @@ class FunctionStage:
             type_prefix=self._type_prefix,
         )
         message = to_kafka_message(event, mode="structured")
-        return StageRecord("kafka", deployment, dead.destination.name, message, "")
+        return StageRecord(RecordType.KAFKA, deployment, dead.destination.name, message, "")
 
 
 def _unencodable(change: RowChange, error: DbusError, deployment: LoadedDeployment) -> DeadLetter:

@@ -11,7 +11,7 @@ from test_runtime_config import _config
 
 from dbus_fn.capture import SourceSpec
 from dbus_spark.config import SourceBinding, default_decode_shards
-from dbus_spark.source import SHARD_MIN_BYTES, BinlogStreamReader, worker_reader
+from dbus_spark.source import SHARD_MIN_BYTES, BinlogSourceReader, worker_reader
 
 
 def _offset(pos: int, file: str = "bin.000001") -> dict[str, Any]:
@@ -25,7 +25,7 @@ def config_path(tmp_path: Path) -> str:
 
 
 def _plan(path: str, shards: int, **moves: tuple[dict[str, Any], dict[str, Any]]) -> list[Any]:
-    reader = BinlogStreamReader(path, shards=shards)
+    reader = BinlogSourceReader(path, shards=shards)
     start = {name: begin for name, (begin, _) in moves.items()}
     end = {name: upto for name, (_, upto) in moves.items()}
     return [(r.source, r.shard, r.shards) for r in reader.partitions(start, end)]

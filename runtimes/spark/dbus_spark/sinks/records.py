@@ -1,10 +1,24 @@
-"""The records sinks accept: already encoded, ready to send."""
+"""The records sinks accept, already encoded, and the closed set of row types a stage emits."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
+
+
+class RecordType(StrEnum):
+    """What one row from the function stage is: a record for a sink, or a control row."""
+
+    KAFKA = "kafka"
+    """A Kafka message (a delivery or a dead letter)."""
+    ELASTICSEARCH = "es"
+    """An Elasticsearch document write."""
+    STATS = "stats"
+    """Control: the stage's counters, the last row of a partition."""
+    HOLD = "hold"
+    """Control: the epoch a cluster member read the source at, the first row of a partition."""
 
 
 @dataclass(frozen=True, slots=True)
