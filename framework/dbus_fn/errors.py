@@ -185,6 +185,12 @@ class SourceError(DbusError, RuntimeError):
         self.source = source
 
 
+class SourceUnreachableError(SourceError):
+    """The source server cannot be reached (refused, timed out, no route)."""
+
+    exit_code = 3
+
+
 class SourceAccessError(SourceError):
     """The source refused our user; ``grant`` is the privilege to grant, when known.
 
@@ -306,3 +312,11 @@ class FencedError(CoordinationError, PermissionError):
         self.source = source
         self.runtime = runtime
         self.epoch = epoch
+
+
+class KafkaSinkError(DbusError, RuntimeError):
+    """Kafka did not acknowledge a message; the batch must not commit."""
+
+    def __init__(self, message: str, *, topic: str | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic

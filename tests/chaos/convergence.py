@@ -351,6 +351,8 @@ class Run:
     killed_after: float | None = None
     resumed_after: float | None = None
     """Seconds from spawn to this run's first committed micro-batch (None: none)."""
+    returncode: int | None = None
+    """How the run's process ended when it was killed or stopped (-9: by SIGKILL)."""
 
 
 def _running(proc: psutil.Process) -> bool:
@@ -542,7 +544,7 @@ class RuntimeProcess:
         run.killed_after = time.time() - run.started
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)
-        self._process.wait(timeout=30)
+        run.returncode = self._process.wait(timeout=30)
         self.wait_gone(30, also=descendants)
         self._note_resume()
 

@@ -11,6 +11,7 @@ order, and each table's index equals the table, value for value.
 from __future__ import annotations
 
 import random
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -137,5 +138,8 @@ def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
         )
     )
     print(f"total {time.monotonic() - began:.0f}s")
+    # Every kill hit a run that was still alive (a run that had died on its own
+    # would show its own exit code), and one more run finished the job.
+    assert [run.returncode for run in runtime.runs[:-1]] == [-signal.SIGKILL] * KILLS
     assert len(runtime.runs) == KILLS + 1
     assert len(workload.committed) > 1000, "the workload was too small to prove anything"

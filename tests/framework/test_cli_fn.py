@@ -320,3 +320,12 @@ def test_run_local_over_a_live_binlog(
     }
     assert records[0]["event"]["source"] == f"/mysql/shop/{db}/orders"
     assert "live: 4 row events, 3 deliveries, 1 filtered, 0 dead-lettered" in result.stderr
+
+
+def test_an_unreachable_source_exits_3(scaffold: Path, runner: CliRunner) -> None:
+    result = runner.invoke(
+        cli,
+        ["fn", "run-local", str(scaffold), "--source", "mysql://u:p@127.0.0.1:1"],
+    )
+    assert result.exit_code == 3, result.output
+    assert "unreachable" in result.stderr

@@ -55,7 +55,7 @@ from dbus_fn.capture._session import Progress, ReadSession, StreamLost
 from dbus_fn.capture._shard import Shard
 from dbus_fn.capture._snapshot import read_snapshot
 from dbus_fn.capture._start import position_error, resolve_start
-from dbus_fn.errors import SourceAccessError, SourceError
+from dbus_fn.errors import SourceAccessError, SourceError, SourceUnreachableError
 from dbus_fn.events import (
     BinlogPosition,
     CaptureItem,
@@ -144,8 +144,8 @@ class BinlogReader:
         self.spec.connection.remember_tls(connection)
         return connection
 
-    def _unreachable(self, exc: BaseException) -> SourceError:
-        return SourceError(
+    def _unreachable(self, exc: BaseException) -> SourceUnreachableError:
+        return SourceUnreachableError(
             f"source {self.spec.name!r} at {self.spec.redacted_dsn} is unreachable "
             f"({error_text(exc)}); check that the server runs and the DSN's host and port",
             source=self.spec.name,

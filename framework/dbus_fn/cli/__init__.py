@@ -1,7 +1,8 @@
 """The ``dbus`` command line.
 
-The CLI is thin: each command parses its options, calls one library function and
-maps a ``DbusError`` to a one-line message and an exit code. Command groups that
+The CLI is thin: each command parses its options and calls one library function;
+the root group maps a ``DbusError`` to a one-line message and an exit code
+(``_errors``), the same way for every command. Command groups that
 need more than the SDK (``services``, ``runtime``) are found through the
 ``dbus_fn.cli`` entry point group, so installing the SDK alone never imports
 Spark.
@@ -14,11 +15,24 @@ from typing import Any
 
 import click
 
+from dbus_fn.cli._errors import from_dbus_error, missing_extra
 from dbus_fn.errors import DbusError
 
 
 class _LazyGroup(click.Group):
-    """A group whose plugin subcommands are imported only when they are used."""
+    """The root group: plugin subcommands are imported only when used, and every
+    command's failure ends as one line and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except DbusError as exc:
+            raise from_dbus_error(exc) from None
+        except ImportError as exc:
+            error = missing_extra(f"dbus {ctx.invoked_subcommand or ''}".strip(), exc.name)
+            if error is None:
+                raise
+            raise error from None
 
     def _plugins(self) -> dict[str, Any]:
         return {ep.name: ep for ep in entry_points(group="dbus_fn.cli")}
@@ -40,19 +54,17 @@ class _LazyGroup(click.Group):
             # `dbus --help` working and say how to fix it when the command is used.
             if (exc.name or "").startswith(("dbus_fn", "dbus_spark", "dbus_deploy")):
                 raise
-            return _unavailable(cmd_name, exc.name or "a dependency")
+            return _unavailable(cmd_name, exc.name)
         assert isinstance(loaded, click.Command)
         return loaded
 
 
-def _unavailable(name: str, missing: str) -> click.Command:
-    message = (
-        f"`dbus {name}` needs the runtime extras ({missing} is missing); "
-        "install them with: pip install 'dbus-fn[runtime]'"
-    )
+def _unavailable(name: str, missing: str | None) -> click.Command:
+    error = missing_extra(f"dbus {name}", missing, default="runtime")
 
     def fail() -> None:
-        raise click.ClickException(message)
+        assert error is not None
+        raise error
 
     return click.Command(name, callback=fail, help=f"(unavailable: {missing} is not installed)")
 
@@ -83,9 +95,6 @@ def main() -> None:
         raise SystemExit(130) from None
     except click.ClickException as exc:
         exc.show()
-        raise SystemExit(exc.exit_code) from None
-    except DbusError as exc:
-        click.echo(f"Error: {exc}", err=True)
         raise SystemExit(exc.exit_code) from None
     except click.exceptions.Exit as exc:
         raise SystemExit(exc.exit_code) from None

@@ -16,39 +16,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
-from dbus_fn.errors import DbusError
-
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
     from dbus_fn.coordination import ZooKeeperSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _CoordinationCommandError(click.ClickException):
-    """A ``DbusError`` leaving a command: one line and the error's exit code."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        setattr(self, "exit_code", exit_code)  # noqa: B010 - click declares it on the class
-
-
-@contextmanager
-def coordination_errors() -> Iterator[None]:
-    """Map a ``DbusError`` (or a missing kazoo) to one line and an exit code."""
-    try:
-        yield
-    except DbusError as exc:
-        raise _CoordinationCommandError(" ".join(str(exc).split()), exc.exit_code) from None
-    except ImportError as exc:
-        if (exc.name or "").startswith("dbus_fn"):
-            raise
-        raise _CoordinationCommandError(
-            f"this command needs the coordination extra ({exc.name} is missing); "
-            "install it with: pip install 'dbus-fn[coordination]'",
-            1,
-        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +46,11 @@ class ZooKeeperOptions:
     @contextmanager
     def open(self) -> Iterator[tuple[KazooClient, ZooKeeperSettings]]:
         """A client of the existing cluster; errors become one line (inside the block too)."""
-        with coordination_errors():
-            from dbus_fn.coordination import cluster_client
+        from dbus_fn.coordination import cluster_client
 
-            settings = self.settings()
-            with cluster_client(settings) as client:
-                yield client, settings
+        settings = self.settings()
+        with cluster_client(settings) as client:
+            yield client, settings
 
 
 _OPTIONS = (
@@ -150,15 +122,14 @@ def cluster() -> None:
 @zookeeper_options
 def init(zk: ZooKeeperOptions) -> None:
     """Create the cluster's tree (with digest ACLs if --zk-auth is given)."""
-    with coordination_errors():
-        from dbus_fn.coordination import close, connect, ensure_cluster
+    from dbus_fn.coordination import close, connect, ensure_cluster
 
-        settings = zk.settings()
-        client = connect(settings)
-        try:
-            created = ensure_cluster(client, settings)
-        finally:
-            close(client)
+    settings = zk.settings()
+    client = connect(settings)
+    try:
+        created = ensure_cluster(client, settings)
+    finally:
+        close(client)
     acl = f"; readable by user {settings.user!r} only" if settings.user else ""
     verb = "Created" if created else "Found existing"
     click.echo(f"{verb} {settings.where()}{acl}")
@@ -213,10 +184,9 @@ def source_add(
     zk: ZooKeeperOptions,
 ) -> None:
     """Register source NAME; the leader assigns it to a runtime."""
-    with coordination_errors():
-        from dbus_fn.coordination import SourceReference
+    from dbus_fn.coordination import SourceReference
 
-        reference = SourceReference(name, dsn_env=dsn_env, dsn_file=dsn_file, tables=tables)
+    reference = SourceReference(name, dsn_env=dsn_env, dsn_file=dsn_file, tables=tables)
     with zk.open() as (client, settings):
         from dbus_fn.coordination import SourceRegistry
 

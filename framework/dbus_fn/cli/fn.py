@@ -13,7 +13,6 @@ import json
 import re
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from decimal import Decimal
 from importlib import metadata, resources
 from pathlib import Path
@@ -24,32 +23,14 @@ from urllib.request import url2pathname
 
 import click
 
-from dbus_fn.cli.cluster import ZooKeeperOptions, coordination_errors, zookeeper_options
+from dbus_fn.cli._errors import CommandError
+from dbus_fn.cli.cluster import ZooKeeperOptions, zookeeper_options
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.emulator import EmulatedRecord, Emulator, read_event_file
-from dbus_fn.errors import DbusError
 from dbus_fn.events import RowChange
 from dbus_fn.json_format import write_jsonl
 from dbus_fn.registry import LoadedDeployment, load_deployment
 from dbus_fn.testing import row_change
-
-
-class _CommandError(click.ClickException):
-    """A ``DbusError`` on its way out of a command: one line, its exit code."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        # click declares exit_code on the class; ours varies with the error.
-        setattr(self, "exit_code", exit_code)  # noqa: B010
-
-
-@contextmanager
-def _one_line_errors() -> Iterator[None]:
-    try:
-        yield
-    except DbusError as exc:
-        raise _CommandError(" ".join(str(exc).split("\n")), exc.exit_code) from None
-
 
 _PATH = click.argument(
     "path",
@@ -190,8 +171,7 @@ def _golden_events(table: str) -> list[RowChange]:
 @_PATH
 def validate(path: Path) -> None:
     """Check a deployment: manifest, module, functions and selectors; list them."""
-    with _one_line_errors():
-        deployment = load_deployment(path)
+    deployment = load_deployment(path)
     _describe(deployment)
     click.echo("OK")
 
@@ -231,9 +211,8 @@ def _describe(deployment: LoadedDeployment) -> None:
 @_FAIL_ON_DEAD_LETTER
 def invoke(path: Path, event_file: Path, type_prefix: str, fail_on_dead_letter: bool) -> None:
     """Run the deployment's functions over one event; print what would go where."""
-    with _one_line_errors():
-        emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
-        records = list(emulator.run_events([read_event_file(event_file)]))
+    emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
+    records = list(emulator.run_events([read_event_file(event_file)]))
     report = emulator.close()
     for record in records:
         _print_record(record, sys.stdout)
@@ -301,26 +280,25 @@ def run_local(
     dead_letter, error, event)."""
     if (events is None) == (source is None):
         raise click.UsageError("expected exactly one of --events FILE or --source DSN")
-    with _one_line_errors():
-        emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
-        if events is not None:
-            records = emulator.run_file(events)
-        else:
-            assert source is not None
-            records = _live(emulator, source, start, idle_timeout)
-        out = output.open("w", encoding="utf-8") if output is not None else None
-        try:
-            for record in records:
-                if out is not None:
-                    out.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
-                    _print_short(record)
-                else:
-                    _print_record(record, sys.stdout)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-        finally:
+    emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
+    if events is not None:
+        records = emulator.run_file(events)
+    else:
+        assert source is not None
+        records = _live(emulator, source, start, idle_timeout)
+    out = output.open("w", encoding="utf-8") if output is not None else None
+    try:
+        for record in records:
             if out is not None:
-                out.close()
+                out.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
+                _print_short(record)
+            else:
+                _print_record(record, sys.stdout)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+    finally:
+        if out is not None:
+            out.close()
     report = emulator.close()
     click.echo(f"{emulator.deployment.name}: {report.summary()}", err=True)
     _finish(report.dead_letters, fail_on_dead_letter)
@@ -329,14 +307,8 @@ def run_local(
 def _live(
     emulator: Emulator, source: str, start: str, idle_timeout: float | None
 ) -> Iterator[EmulatedRecord]:
-    try:
-        from dbus_fn.capture import SourceSpec, parse_position
-    except ImportError as exc:
-        raise _CommandError(
-            f"--source needs the capture extra ({exc.name} is missing); "
-            "install it with: pip install 'dbus-fn[capture]'",
-            1,
-        ) from None
+    from dbus_fn.capture import SourceSpec, parse_position
+
     name, separator, dsn = source.partition("=")
     if not separator or "://" in name:
         name, dsn = "local", source
@@ -361,7 +333,7 @@ def _print_short(record: EmulatedRecord) -> None:
 
 def _finish(dead_letters: int, fail_on_dead_letter: bool) -> None:
     if dead_letters and fail_on_dead_letter:
-        raise _CommandError(
+        raise CommandError(
             f"{dead_letters} event{'s' if dead_letters != 1 else ''} went to the dead-letter "
             "destination (--fail-on-dead-letter)",
             1,
@@ -381,10 +353,9 @@ def deploy(path: Path, name: str | None, zk: ZooKeeperOptions) -> None:
     """Validate PATH (as `validate` does), package it as a bundle of its manifest's
     version and make that version active; running runtimes pick it up at their next
     batch. The same content again is a no-op; changed content needs a new version."""
-    with coordination_errors():
-        from dbus_fn.coordination import build_bundle
+    from dbus_fn.coordination import build_bundle
 
-        bundle = build_bundle(path, name=name)
+    bundle = build_bundle(path, name=name)
     with zk.open() as (client, settings):
         from dbus_fn.coordination import FunctionStore
 

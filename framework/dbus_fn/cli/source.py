@@ -19,13 +19,8 @@ _FROM_HELP = (
 
 
 def _capture() -> Any:
-    try:
-        import dbus_fn.capture as capture
-    except ImportError as exc:
-        raise click.ClickException(
-            f"`dbus source` needs the capture extras ({exc.name} is missing); "
-            "install them with: pip install 'dbus-fn[capture]'"
-        ) from None
+    import dbus_fn.capture as capture
+
     return capture
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from dbus_fn.errors import EventFormatError
 from dbus_fn.events import BinlogPosition, Operation, RowChange
 from dbus_fn.manifest import manifest_path
 from dbus_fn.pipeline import Outcome, Pipeline
@@ -64,10 +65,10 @@ def row_change(
     """
     database, dot, name = table.partition(".")
     if not dot or not database or not name or "." in name:
-        raise ValueError(f'expected a table as "db.table", got {table!r}')
+        raise EventFormatError(f'expected a table as "db.table", got {table!r}')
     row = after if after is not None else before
     if row is None:
-        raise ValueError("expected a before or an after image, got neither")
+        raise EventFormatError("expected a before or an after image, got neither")
     if primary_key is None:
         columns = list(row)
         primary_key = ["id"] if "id" in row else columns[:1]

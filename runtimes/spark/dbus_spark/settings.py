@@ -21,14 +21,13 @@ DEFAULT_SOURCE = "local"
 
 
 def _local_endpoints() -> Endpoints | None:
+    """The local services' endpoints; ``None`` without the deploy package. A malformed
+    ``DBUS_*`` setting of theirs is the user's to fix, so its ``ConfigError`` surfaces."""
     try:
         from dbus_deploy.services import endpoints
     except ImportError:
         return None
-    try:
-        return endpoints()
-    except Exception:
-        return None
+    return endpoints()
 
 
 def runtime_config(

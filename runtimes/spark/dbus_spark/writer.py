@@ -30,13 +30,14 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from dbus_fn.coordination import HoldCheck
+from dbus_fn.errors import DestinationError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.kafka_binding import KafkaMessage
 from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.logs import runtime_log_level
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink, document_version
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
-from dbus_spark.sinks.records import IndexAction, KafkaRecord
+from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
 from dbus_spark.stage import StageCounts, dead_letter_for_refusal
 
 log = logging.getLogger("dbus.runtime")
@@ -100,9 +101,9 @@ class _Sinks:
         report = TaskReport(started=time.time())
         for batch in batches:
             columns = batch.to_pydict()
-            for source, kind, destination, dead_letter, key, value, headers in zip(
+            for source, record_type, destination, dead_letter, key, value, headers in zip(
                 columns["source"],
-                columns["kind"],
+                columns["record_type"],
                 columns["destination"],
                 columns["dead_letter"],
                 columns["key"],
@@ -110,16 +111,16 @@ class _Sinks:
                 columns["headers"],
                 strict=True,
             ):
-                if kind == "kafka":
+                if record_type == RecordType.KAFKA:
                     self.kafka.write(KafkaRecord(destination, key, value, tuple(headers)))
-                elif kind == "es":
+                elif record_type == RecordType.ELASTICSEARCH:
                     self.elasticsearch.write(
                         index_action(destination, KafkaMessage(key, value, headers), dead_letter)
                     )
-                elif kind == "stats":
+                elif record_type == RecordType.STATS:
                     report.stage.add_json(value)
                     continue
-                elif kind == "hold":
+                elif record_type == RecordType.HOLD:
                     self.kafka.hold(source, int(json.loads(value)["epoch"]))
                     continue
                 report.records += 1
@@ -146,7 +147,11 @@ def index_action(index: str, message: KafkaMessage, dead_letter: str) -> IndexAc
     data = json.loads(message.value)
     deleted = headers["ce_type"].endswith(b".deleted")
     if message.key is None:
-        raise ValueError(f"a row of a table without a primary key cannot go to es://{index}")
+        raise DestinationError(
+            f"a row of a table without a primary key cannot go to es://{index}: an "
+            "Elasticsearch document needs the key as its _id; route the table to Kafka",
+            destination=f"es://{index}",
+        )
     key = json.loads(message.key)
     single = len(key) == 1 and isinstance(key[0], int | str)
     doc_id = str(key[0]) if single else message.key.decode()

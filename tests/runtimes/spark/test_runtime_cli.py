@@ -119,3 +119,9 @@ def test_a_source_without_a_row_binlog_is_refused(statement_binlog_server: str) 
         "--elasticsearch", "http://127.0.0.1:9200",
     )  # fmt: skip
     _assert_one_line_error(result, "binlog_format=STATEMENT", "binlog_format=ROW")
+
+
+def test_a_malformed_local_service_port_is_named_not_ignored() -> None:
+    result = _start("--functions", ORDERS, env={"DBUS_MARIADB_PORT": "banana"})
+    assert result.returncode == 2
+    _assert_one_line_error(result, "DBUS_MARIADB_PORT", "banana")

@@ -61,3 +61,14 @@ def test_column_types_map_to_elasticsearch_types(column_type: str, es_type: str)
 def test_index_mapping_covers_the_fields_present_and_leaves_others_dynamic() -> None:
     mapping = index_mapping({"id": 1, "extra": "x"}, {"id": "bigint", "gone": "text"})
     assert mapping == {"dynamic": True, "properties": {"id": {"type": "long"}}}
+
+
+def test_a_keyless_row_routed_to_elasticsearch_is_a_destination_error() -> None:
+    from dbus_fn.errors import DestinationError
+    from dbus_fn.kafka_binding import KafkaMessage
+    from dbus_spark.writer import index_action
+
+    message = KafkaMessage(None, b'{"after": {"a": 1}}', {"ce_type": b"io.dbus.row.inserted"})
+    with pytest.raises(DestinationError, match="without a primary key") as raised:
+        index_action("orders", message, "")
+    assert raised.value.destination == "es://orders"

@@ -33,7 +33,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from dbus_fn.errors import DbusError, ServiceError
+from dbus_fn.errors import KafkaSinkError, ServiceError
 from dbus_spark.logs import kafka_config
 from dbus_spark.sinks.records import KafkaRecord
 
@@ -106,14 +106,6 @@ def abort_scan_seconds(bootstrap: str, timeout: float = 10.0) -> float:
         )
         return DEFAULT_ABORT_SCAN_SECONDS
     return max(found, default=DEFAULT_ABORT_SCAN_SECONDS)
-
-
-class KafkaSinkError(DbusError, RuntimeError):
-    """Kafka did not acknowledge a message; the batch must not commit."""
-
-    def __init__(self, message: str, *, topic: str | None = None) -> None:
-        super().__init__(message)
-        self.topic = topic
 
 
 class KafkaSink:
