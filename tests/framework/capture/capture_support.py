@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dbus_fn import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_fn.capture import BinlogReader
+
+TablesAt = Callable[..., tuple[Any, BinlogPosition]]
+"""``tables_at(*statements)``: a connection to the test's database after running the
+statements (tables to capture), and the source's position right after them."""
 
 
 def execute(connection: Any, *statements: str) -> None:

@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from capture_support import TablesAt, execute
 
+from dbus_fn import BinlogPosition
 from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
 
 
@@ -27,3 +29,15 @@ def reader(source: SourceSpec) -> Iterator[BinlogReader]:
         yield binlog
     finally:
         binlog.close()
+
+
+@pytest.fixture
+def tables_at(fresh_database: Any, reader: BinlogReader) -> TablesAt:
+    """Run statements in the test's database; the connection and the position after them."""
+
+    def make(*statements: str) -> tuple[Any, BinlogPosition]:
+        connection = fresh_database.connect()
+        execute(connection, *statements)
+        return connection, reader.master_position()
+
+    return make

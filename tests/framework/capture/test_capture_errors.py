@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from capture_support import execute
+from capture_support import TablesAt, execute
 
 from dbus_fn import BinlogPosition
 from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
@@ -46,11 +46,9 @@ def test_unknown_file_offset_past_end_and_offset_inside_an_event_are_refused(
 
 
 def test_position_inside_a_transaction_is_refused(
-    fresh_database: Any, reader: BinlogReader
+    tables_at: TablesAt, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
-    execute(connection, "CREATE TABLE t (id INT PRIMARY KEY)")
-    start = reader.master_position()
+    connection, start = tables_at("CREATE TABLE t (id INT PRIMARY KEY)")
     execute(connection, "INSERT INTO t VALUES (1)")
     events = reader._sql(f"SHOW BINLOG EVENTS IN %s FROM {start.pos}", (start.file,), doing="t")
     table_map = next(row for row in events if row[2] == "Table_map")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from capture_support import StallingProxy, execute
+from capture_support import StallingProxy, TablesAt, execute
 
 from dbus_fn import RowChange, TransactionCommit
 from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
@@ -82,11 +82,9 @@ def test_killed_replication_connection_resumes_mid_transaction_without_loss_or_d
 
 @pytest.mark.skipif(not Path(sys.prefix, "bin", "dbus").exists(), reason="needs the dbus CLI")
 def test_restarted_server_resumes_from_the_last_commit_without_loss_or_duplicate(
-    fresh_database: Any, reader: BinlogReader
+    fresh_database: Any, tables_at: TablesAt, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
-    execute(connection, "CREATE TABLE t (id INT PRIMARY KEY, pad VARCHAR(255))")
-    start = reader.master_position()
+    connection, start = tables_at("CREATE TABLE t (id INT PRIMARY KEY, pad VARCHAR(255))")
     expected = write_big_transaction(connection)
     stream = reader.read(start, idle_timeout=60)
     seen: list[int] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from capture_support import commits, execute, read_all, rows
+from capture_support import TablesAt, commits, execute, read_all, rows
 
 from dbus_fn import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_fn.capture import BinlogReader
@@ -109,11 +109,9 @@ def test_restart_that_interrupted_a_multi_statement_transaction_replays_it_whole
 
 
 def test_read_stops_at_the_commit_that_reaches_stop_and_positions_are_boundaries(
-    fresh_database: Any, reader: BinlogReader
+    tables_at: TablesAt, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
-    execute(connection, "CREATE TABLE a (id INT PRIMARY KEY)")
-    start = reader.master_position()
+    connection, start = tables_at("CREATE TABLE a (id INT PRIMARY KEY)")
     execute(connection, "INSERT INTO a VALUES (1)")
     middle = reader.master_position()
     execute(connection, "INSERT INTO a VALUES (2)")
@@ -150,12 +148,12 @@ def test_stop_where_no_transaction_ends_returns_once_the_server_is_idle(
 
 
 def test_non_transactional_tables_commit_at_their_commit_query(
-    fresh_database: Any, reader: BinlogReader
+    tables_at: TablesAt, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
-    execute(connection, "CREATE TABLE m (id INT PRIMARY KEY) ENGINE=MyISAM")
-    execute(connection, "CREATE TABLE i (id INT PRIMARY KEY) ENGINE=InnoDB")
-    start = reader.master_position()
+    connection, start = tables_at(
+        "CREATE TABLE m (id INT PRIMARY KEY) ENGINE=MyISAM",
+        "CREATE TABLE i (id INT PRIMARY KEY) ENGINE=InnoDB",
+    )
     execute(connection, "INSERT INTO m VALUES (1), (2)", "BEGIN", "INSERT INTO i VALUES (3)",
             "INSERT INTO m VALUES (4)", "COMMIT")  # fmt: skip
     items = read_all(reader, start)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from capture_support import execute, read_all, rows, schema_changes
+from capture_support import TablesAt, execute, read_all, rows, schema_changes
 
 from dbus_fn.capture import BinlogReader
 
@@ -17,11 +17,9 @@ def images(items: list[Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_add_drop_modify_and_rename_column_keep_names_right_before_and_after(
-    fresh_database: Any, reader: BinlogReader
+    fresh_database: Any, tables_at: TablesAt, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
-    execute(connection, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10))")
-    start = reader.master_position()
+    connection, start = tables_at("CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10))")
     execute(
         connection,
         "INSERT INTO t VALUES (1, 10, 'x')",
@@ -81,13 +79,13 @@ def test_rename_table_moves_rows_to_the_new_name(fresh_database: Any, reader: Bi
 
 
 def test_copy_and_swap_like_online_schema_change_tools(
-    fresh_database: Any, reader: BinlogReader
+    tables_at: TablesAt, reader: BinlogReader
 ) -> None:
     """gh-ost / pt-osc: build a shadow table, copy, swap names atomically, drop the old."""
-    connection = fresh_database.connect()
-    execute(connection, "CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
-    execute(connection, "INSERT INTO orders VALUES (1, 100)")
-    start = reader.master_position()
+    connection, start = tables_at(
+        "CREATE TABLE orders (id INT PRIMARY KEY, total INT)",
+        "INSERT INTO orders VALUES (1, 100)",
+    )
     execute(
         connection,
         "INSERT INTO orders VALUES (2, 200)",
@@ -111,11 +109,9 @@ def test_copy_and_swap_like_online_schema_change_tools(
 
 
 def test_json_column_added_later_is_parsed_after_the_alter(
-    fresh_database: Any, reader: BinlogReader
+    tables_at: TablesAt, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
-    execute(connection, "CREATE TABLE t (id INT PRIMARY KEY, doc LONGTEXT)")
-    start = reader.master_position()
+    connection, start = tables_at("CREATE TABLE t (id INT PRIMARY KEY, doc LONGTEXT)")
     execute(
         connection,
         "INSERT INTO t VALUES (1, '{\"a\": 1}')",
@@ -128,11 +124,9 @@ def test_json_column_added_later_is_parsed_after_the_alter(
 
 
 def test_ddl_the_parser_cannot_read_never_stops_capture(
-    fresh_database: Any, reader: BinlogReader
+    tables_at: TablesAt, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
-    execute(connection, "CREATE TABLE t (id INT PRIMARY KEY)")
-    start = reader.master_position()
+    connection, start = tables_at("CREATE TABLE t (id INT PRIMARY KEY)")
     execute(
         connection,
         "INSERT INTO t VALUES (1)",

@@ -8,7 +8,7 @@ from typing import Any
 
 import psutil
 import pytest
-from capture_support import execute
+from capture_support import TablesAt, execute
 
 from dbus_fn import Operation, RowChange, TransactionCommit
 from dbus_fn.capture import BinlogReader
@@ -75,11 +75,9 @@ def read_counting(reader: BinlogReader, start: Any, end: Any, op: Operation) -> 
 
 
 def test_a_million_row_transaction_and_a_100k_row_delete_stream_in_bounded_memory(
-    fresh_database: Any, reader: BinlogReader
+    tables_at: TablesAt, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
-    execute(connection, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n BIGINT)")
-    start = reader.master_position()
+    connection, start = tables_at("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n BIGINT)")
     execute(connection, "INSERT INTO t SELECT seq, 'some value', seq * 7 FROM seq_1_to_1000000")
     inserted = reader.master_position()
     rows, growth = read_counting(reader, start, inserted, Operation.INSERT)

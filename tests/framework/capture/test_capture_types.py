@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from capture_support import execute, read_all, rows
+from capture_support import TablesAt, execute, read_all, rows
 
 from dbus_fn import Operation
 from dbus_fn.capture import BinlogReader
@@ -173,12 +173,12 @@ def test_every_column_type_equals_select_and_null_in_each(
 
 
 def test_table_without_primary_key_is_keyed_by_all_columns(
-    fresh_database: Any, reader: BinlogReader
+    tables_at: TablesAt, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
-    execute(connection, "CREATE TABLE nokey (a INT, b VARCHAR(5))")
-    execute(connection, "CREATE TABLE composite (b INT, a INT, v INT, PRIMARY KEY (a, b))")
-    start = reader.master_position()
+    connection, start = tables_at(
+        "CREATE TABLE nokey (a INT, b VARCHAR(5))",
+        "CREATE TABLE composite (b INT, a INT, v INT, PRIMARY KEY (a, b))",
+    )
     execute(connection, "INSERT INTO nokey VALUES (1, 'x'), (1, 'x')")
     execute(connection, "INSERT INTO composite VALUES (1, 2, 3)")
     changes = rows(read_all(reader, start))
