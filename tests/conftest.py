@@ -14,7 +14,7 @@ import socket
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -23,15 +23,10 @@ from dbus_fn.errors import DbusError
 if TYPE_CHECKING:
     # Service clients are imported inside the fixtures that use them, so a unit run
     # (no service, no client library needed) never loads them.
-    from scratch import FreshDatabase
 
     from dbus_deploy.services import (
-        ElasticsearchEndpoint,
         Endpoints,
-        KafkaEndpoint,
-        MariaDBEndpoint,
         ServicesConfig,
-        ZooKeeperEndpoint,
     )
 
 SERVICE_FIXTURES = frozenset(
@@ -42,6 +37,10 @@ SERVICE_FIXTURES = frozenset(
         "elasticsearch_service",
         "services",
         "private_zookeeper",
+        "fresh_database",
+        "kafka_topic",
+        "es_index",
+        "zk_root",
     }
 )
 """Fixtures that start or reach a real service: a test using one, directly or through
@@ -71,25 +70,21 @@ def _ensure(request: pytest.FixtureRequest, *names: str) -> Endpoints:
     return endpoints()
 
 
-@pytest.fixture(scope="session")
-def mariadb_service(request: pytest.FixtureRequest) -> MariaDBEndpoint:
-    """MariaDB with a ROW binlog (``binlog_row_metadata=FULL``, GTIDs), running."""
-    return _ensure(request, "mariadb").mariadb
+def _service(name: str) -> Any:
+    """The session fixture ``<name>_service``: that service running, its endpoint."""
+
+    @pytest.fixture(scope="session", name=f"{name}_service")
+    def running(request: pytest.FixtureRequest) -> Any:
+        return getattr(_ensure(request, name), name)
+
+    return running
 
 
-@pytest.fixture(scope="session")
-def zookeeper_service(request: pytest.FixtureRequest) -> ZooKeeperEndpoint:
-    return _ensure(request, "zookeeper").zookeeper
-
-
-@pytest.fixture(scope="session")
-def kafka_service(request: pytest.FixtureRequest) -> KafkaEndpoint:
-    return _ensure(request, "kafka").kafka
-
-
-@pytest.fixture(scope="session")
-def elasticsearch_service(request: pytest.FixtureRequest) -> ElasticsearchEndpoint:
-    return _ensure(request, "elasticsearch").elasticsearch
+# MariaDB runs with a ROW binlog (binlog_row_metadata=FULL) and GTIDs.
+mariadb_service = _service("mariadb")
+zookeeper_service = _service("zookeeper")
+kafka_service = _service("kafka")
+elasticsearch_service = _service("elasticsearch")
 
 
 @pytest.fixture(scope="session")
@@ -98,40 +93,28 @@ def services(request: pytest.FixtureRequest) -> Endpoints:
     return _ensure(request, "mariadb", "zookeeper", "kafka", "elasticsearch")
 
 
-@pytest.fixture
-def fresh_database(mariadb_service: MariaDBEndpoint) -> Iterator[FreshDatabase]:
-    """A new uuid-named MariaDB database, dropped after the test."""
-    from scratch import scratch_database
+def _scratch(name: str, maker: str, service: str) -> Any:
+    """The fixture ``name``: what ``scratch.<maker>`` makes on the ``service`` fixture's
+    endpoint, removed after the test."""
 
-    with scratch_database(mariadb_service) as database:
-        yield database
+    @pytest.fixture(name=name)
+    def made(request: pytest.FixtureRequest) -> Iterator[Any]:
+        import scratch
 
+        with getattr(scratch, maker)(request.getfixturevalue(service)) as thing:
+            yield thing
 
-@pytest.fixture
-def kafka_topic(kafka_service: KafkaEndpoint) -> Iterator[str]:
-    """A new uuid-named Kafka topic (3 partitions), deleted after the test."""
-    from scratch import scratch_topic
-
-    with scratch_topic(kafka_service) as topic:
-        yield topic
+    return made
 
 
-@pytest.fixture
-def es_index(elasticsearch_service: ElasticsearchEndpoint) -> Iterator[str]:
-    """A fresh uuid-named index name (not created), deleted after the test."""
-    from scratch import scratch_index
-
-    with scratch_index(elasticsearch_service) as index:
-        yield index
-
-
-@pytest.fixture
-def zk_root(zookeeper_service: ZooKeeperEndpoint) -> Iterator[str]:
-    """A fresh uuid-named chroot path (created), deleted recursively after the test."""
-    from scratch import scratch_zk_root
-
-    with scratch_zk_root(zookeeper_service) as root:
-        yield root
+# A new uuid-named MariaDB database, dropped after the test.
+fresh_database = _scratch("fresh_database", "scratch_database", "mariadb_service")
+# A new uuid-named Kafka topic (3 partitions), deleted after the test.
+kafka_topic = _scratch("kafka_topic", "scratch_topic", "kafka_service")
+# A fresh uuid-named index name (not created), deleted after the test.
+es_index = _scratch("es_index", "scratch_index", "elasticsearch_service")
+# A fresh uuid-named ZooKeeper chroot path (created), deleted recursively after the test.
+zk_root = _scratch("zk_root", "scratch_zk_root", "zookeeper_service")
 
 
 @pytest.fixture

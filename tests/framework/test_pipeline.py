@@ -307,13 +307,12 @@ def nap(event):
     assert fast.destinations == ["kafka://late"]
 
 
-def test_function_that_swallows_the_interrupt_still_times_out(tmp_path: Path) -> None:
-    source = """
+STUBBORN = """
 import time
 
 @fn.filter(tables="shop.a")
 def stubborn(event) -> bool:
-    deadline = time.monotonic() + 0.4
+    deadline = time.monotonic() + {seconds}
     while time.monotonic() < deadline:
         try:
             while time.monotonic() < deadline:
@@ -322,6 +321,11 @@ def stubborn(event) -> bool:
             pass
     return True
 """
+"""A filter that swallows the watchdog's interrupt while it runs for ``seconds``."""
+
+
+def test_function_that_swallows_the_interrupt_still_times_out(tmp_path: Path) -> None:
+    source = STUBBORN.format(seconds=0.4)
     (outcome,) = _run(tmp_path, source, insert("shop.a", id=1), timeout=0.1)
     assert "timed out" in _only_dead(outcome)
 
@@ -422,20 +426,7 @@ def test_idle_time_between_events_is_not_a_timeout(tmp_path: Path) -> None:
 
 
 def test_many_timeouts_leave_no_interrupt_behind(tmp_path: Path) -> None:
-    source = """
-import time
-
-@fn.filter(tables="shop.a")
-def stubborn(event) -> bool:
-    deadline = time.monotonic() + 0.15
-    while time.monotonic() < deadline:
-        try:
-            while time.monotonic() < deadline:
-                pass
-        except BaseException:
-            pass
-    return True
-"""
+    source = STUBBORN.format(seconds=0.15)
     outcomes = _run(tmp_path, source, *(insert("shop.a", id=i) for i in range(3)), timeout=0.03)
     assert all("timed out" in _only_dead(o) for o in outcomes)
     time.sleep(0.2)  # an interrupt left pending would go off in this frame

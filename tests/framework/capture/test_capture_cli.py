@@ -30,6 +30,14 @@ def failure(result: Any) -> Failure:
     return Failure(result.exit_code, lines[0].removeprefix("Error: "))
 
 
+def add_source(runner: CliRunner, name: str, database: Any) -> None:
+    """``dbus source add`` of every table of the test's database."""
+    added = runner.invoke(
+        cli, ["source", "add", name, database.endpoint.dsn, "-t", f"{database.name}.*"]
+    )
+    assert added.exit_code == 0, added.output
+
+
 @pytest.fixture
 def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     monkeypatch.setenv("DBUS_SOURCES_FILE", str(tmp_path / "sources.json"))
@@ -92,9 +100,7 @@ def test_record_writes_cloudevents_the_emulator_reads(
     start = reader.master_position()
     execute(connection, "INSERT INTO o VALUES (1, 'a'), (2, 'b')", "UPDATE o SET s = 'c'")
     position = position_to_json(start)
-    added = runner.invoke(cli, ["source", "add", "rec", fresh_database.endpoint.dsn,
-                                "-t", f"{fresh_database.name}.*"])  # fmt: skip
-    assert added.exit_code == 0, added.output
+    add_source(runner, "rec", fresh_database)
     output = tmp_path / "events.jsonl"
     result = runner.invoke(cli, [
         "source", "record", "rec", "--output", str(output), "--max-events", "5",
@@ -120,9 +126,7 @@ def test_record_from_snapshot_starts_with_the_tables_as_they_are(
         "INSERT INTO o VALUES (1, 'a'), (2, 'b')",
         "UPDATE o SET s = 'c' WHERE id = 2",
     )
-    added = runner.invoke(cli, ["source", "add", "snap", fresh_database.endpoint.dsn,
-                                "-t", f"{fresh_database.name}.*"])  # fmt: skip
-    assert added.exit_code == 0, added.output
+    add_source(runner, "snap", fresh_database)
     output = tmp_path / "snapshot.jsonl"
     result = runner.invoke(cli, [
         "source", "record", "snap", "--output", str(output), "--max-events", "3",

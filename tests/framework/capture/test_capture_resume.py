@@ -45,13 +45,18 @@ def write_history(connection: Any) -> None:
     )
 
 
-def test_resume_from_every_commit_by_position_yields_exactly_the_items_after_it(
-    fresh_database: Any, reader: BinlogReader
-) -> None:
+def read_history(fresh_database: Any, reader: BinlogReader) -> tuple[list[Any], BinlogPosition]:
+    """Write the history and read it whole: every item, and the position it ends at."""
     start = reader.master_position()
     write_history(fresh_database.connect())
     end = reader.master_position()
-    everything = read_all(reader, start, end)
+    return read_all(reader, start, end), end
+
+
+def test_resume_from_every_commit_by_position_yields_exactly_the_items_after_it(
+    fresh_database: Any, reader: BinlogReader
+) -> None:
+    everything, end = read_history(fresh_database, reader)
     assert len(rows(everything)) == 14
     boundaries = [i for i, item in enumerate(everything) if isinstance(item, TransactionCommit)]
     for index in boundaries:
@@ -63,10 +68,7 @@ def test_resume_from_every_commit_by_position_yields_exactly_the_items_after_it(
 def test_resume_by_gtid_alone_yields_exactly_the_items_after_it(
     fresh_database: Any, reader: BinlogReader
 ) -> None:
-    start = reader.master_position()
-    write_history(fresh_database.connect())
-    end = reader.master_position()
-    everything = read_all(reader, start, end)
+    everything, end = read_history(fresh_database, reader)
     ours = [c for c in commits(everything) if c.rows or c is everything[-1]]
     for commit in ours:
         assert commit.position.gtid

@@ -57,10 +57,8 @@ def test_add_drop_modify_and_rename_column_keep_names_right_before_and_after(
     assert all(d.database == fresh_database.name for d in ddl)
 
 
-def test_rename_table_moves_rows_to_the_new_name(fresh_database: Any, reader: BinlogReader) -> None:
-    connection = fresh_database.connect()
-    execute(connection, "CREATE TABLE old_name (id INT PRIMARY KEY)")
-    start = reader.master_position()
+def test_rename_table_moves_rows_to_the_new_name(tables_at: TablesAt, reader: BinlogReader) -> None:
+    connection, start = tables_at("CREATE TABLE old_name (id INT PRIMARY KEY)")
     execute(
         connection,
         "INSERT INTO old_name VALUES (1)",
