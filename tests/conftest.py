@@ -10,7 +10,6 @@ chroot, removed afterwards, so tests never see each other's data.
 from __future__ import annotations
 
 import os
-import socket
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -121,10 +120,11 @@ zk_root = _scratch("zk_root", "scratch_zk_root", "zookeeper_service")
 def private_zookeeper(tmp_path: Path) -> Iterator[tuple[ServicesConfig, str]]:
     """A ZooKeeper of the test's own (its own DBUS_HOME, a free port) that it may stop
     and start again: ``(config, hosts)``; ``down(["zookeeper"], config=config)``."""
+    from support import free_port
+
     from dbus_deploy.services import down, load_config, up
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+
+    port = free_port()
     env = {**os.environ, "DBUS_HOME": str(tmp_path / "zookeeper"), "DBUS_ZOOKEEPER_PORT": str(port)}
     config = load_config(env)
     try:

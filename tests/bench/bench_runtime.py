@@ -28,10 +28,11 @@ from typing import Any
 
 import psutil
 import pymysql
-from confluent_kafka import Consumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_capture import WIDE, WIDE_FILL, bare, master
+from support import kafka_consumer
 
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec, server_id_for
@@ -135,13 +136,8 @@ def latency(spark: Any, cfg: RuntimeConfig, dsn_settings: dict[str, Any], databa
     query = start(cfg, spark=spark)
     committed: dict[bytes, float] = {}
     received: dict[bytes, float] = {}
-    consumer = Consumer(
-        {
-            "bootstrap.servers": cfg.kafka_bootstrap,
-            "group.id": f"bench-{uuid.uuid4()}",
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 10,
-        }
+    consumer = kafka_consumer(
+        cfg.kafka_bootstrap, {"auto.offset.reset": "earliest", "fetch.wait.max.ms": 10}
     )
     consumer.subscribe([topic])
     stop = threading.Event()

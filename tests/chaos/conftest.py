@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import socket
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from scratch import FreshDatabase
+from support import free_port
 
 from dbus_deploy.services import Endpoints, ServicesConfig, down, endpoints, load_config, up
 from dbus_fn.errors import DbusError
@@ -47,12 +47,6 @@ def chaos_seed() -> int:
     return seed
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @dataclass
 class PrivateServices:
     config: ServicesConfig
@@ -70,7 +64,7 @@ def private_services() -> Iterator[Callable[..., PrivateServices]]:
         home.chmod(0o755)
         (home / "lib").symlink_to(load_config().lib_dir, target_is_directory=True)
         env = {**os.environ, "DBUS_HOME": str(home)}
-        env.update({var: str(_free_port()) for var in _PORT_VARS})
+        env.update({var: str(free_port()) for var in _PORT_VARS})
         config = load_config(env)
         made.append(config)
         try:

@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from elasticsearch import Elasticsearch
 from elasticsearch.helpers import scan
+from support import kafka_consumer
 
 from dbus_fn.columns import row_to_json
 from dbus_fn.kafka_binding import from_kafka_message
@@ -625,14 +626,13 @@ def read_topic(bootstrap: str, topic: str, *, timeout: float = 60) -> list[Deliv
     Read as a consumer of a cluster's topics must (``read_committed``, librdkafka's
     default): a transaction the broker aborted (a paused runtime's) is not seen.
     """
-    consumer = Consumer(
+    consumer = kafka_consumer(
+        bootstrap,
         {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"dbus-chaos-check-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
-        }
+        },
     )
     try:
         metadata = consumer.list_topics(topic, timeout=30)

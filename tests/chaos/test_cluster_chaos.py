@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,7 +25,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from convergence import (
     TABLES,
     RuntimeProcess,
@@ -44,6 +43,8 @@ from elasticsearch import Elasticsearch
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from scratch import FreshDatabase
+from support import kafka_consumer
+from support import wait_until as _wait_until
 
 from dbus_deploy.services import ServicesConfig, down, up
 from dbus_fn.cli import cli
@@ -90,17 +91,8 @@ def _source(table: str) -> str:
 
 
 def wait_until(check: Callable[[], bool], within: float, what: str) -> float:
-    """Seconds until ``check()`` held (ZooKeeper away counts as not yet); fail after
-    ``within`` seconds."""
-    began = time.monotonic()
-    while time.monotonic() - began < within:
-        try:
-            if check():
-                return time.monotonic() - began
-        except KazooException:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"not within {within:g} s: {what}")
+    """Seconds until ``check()`` held (ZooKeeper away counts as not yet)."""
+    return _wait_until(check, within, what, every=0.1, ignoring=(KazooException,))
 
 
 def _after(position: dict[str, Any], other: dict[str, Any]) -> bool:
@@ -271,7 +263,7 @@ def _dbus(settings: ZooKeeperSettings, *args: str) -> None:
 
 def _delivered(bootstrap: str, topics: Iterable[str]) -> int:
     """How many messages the topics hold (their partitions' end offsets)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"dbus-chaos-{uuid.uuid4()}"})
+    consumer = kafka_consumer(bootstrap)
     try:
         total = 0
         for topic in topics:

@@ -7,12 +7,12 @@ These tests start their own short-lived services on free ports under a temp
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import free_port
 
 from dbus_deploy.services import ServicesConfig, down, load_config
 
@@ -23,12 +23,6 @@ PORT_VARS = (
     "DBUS_KAFKA_CONTROLLER_PORT",
     "DBUS_ELASTICSEARCH_PORT",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from scratch import scratch_topic
+from support import kafka_consumer
 
 from dbus_deploy.services import KafkaEndpoint
 
@@ -26,12 +27,10 @@ def test_kafka_topic_round_trips_a_message_with_an_idempotent_producer(
     )
     producer.produce(kafka_topic, key=b"k1", value=b"v1")
     assert producer.flush(30) == 0
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka_service.bootstrap_servers,
-            "group.id": f"{kafka_topic}-reader",
-            "auto.offset.reset": "earliest",
-        }
+    consumer = kafka_consumer(
+        kafka_service.bootstrap_servers,
+        {"auto.offset.reset": "earliest"},
+        group=f"{kafka_topic}-reader",
     )
     try:
         consumer.subscribe([kafka_topic])

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_support import Scratch
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +17,15 @@ def spark() -> Iterator[Any]:
     session = spark_session("local[2]", app_name="dbus-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def scratch(
+    services: Any,
+    fresh_database: Any,
+    kafka_topic: str,
+    es_index: str,
+    tmp_path: Path,
+    function_folder: Any,
+) -> Scratch:
+    return Scratch(services, fresh_database, kafka_topic, es_index, tmp_path, function_folder)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Consumer
+from support import kafka_consumer
 
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings
@@ -98,8 +98,8 @@ class _Topic:
     """Reads one topic as the test goes, keyed by row id."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self._consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+        self._consumer = kafka_consumer(
+            bootstrap, {"auto.offset.reset": "earliest"}, group=topic
         )
         self._consumer.subscribe([topic])
         self.releases: dict[int, str] = {}

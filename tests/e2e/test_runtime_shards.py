@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_support import Scratch
 from elasticsearch import Elasticsearch
 from elasticsearch.helpers import scan
 from test_runtime_slice import _consume, _wait_for
 
 from dbus_fn.events import BinlogPosition
 from dbus_spark.job import start
-from dbus_spark.settings import runtime_config
 from dbus_spark.source import SHARD_MIN_BYTES
 
 pytestmark = pytest.mark.e2e
@@ -40,14 +39,9 @@ def _history() -> dict[int, list[tuple[str, int]]]:
 
 
 def test_two_shards_deliver_every_change_once_per_key_in_commit_order(
-    spark: Any,
-    services: Any,
-    fresh_database: Any,
-    kafka_topic: str,
-    es_index: str,
-    tmp_path: Path,
-    function_folder: Any,
+    spark: Any, scratch: Scratch
 ) -> None:
+    services, fresh_database, kafka_topic, es_index, _tmp_path, function_folder = scratch
     conn = fresh_database.connect()
     with conn.cursor() as cur:
         cur.execute(
@@ -81,14 +75,7 @@ def test_two_shards_deliver_every_change_once_per_key_in_commit_order(
         ''',
         [counters],
     )
-    config = runtime_config(
-        sources=(f"src={services.mariadb.dsn}",),
-        deployments=(str(folder),),
-        kafka=services.kafka.bootstrap_servers,
-        elasticsearch=services.elasticsearch.url,
-        checkpoint=str(tmp_path / "checkpoint"),
-        start="latest",
-    )
+    config = scratch.runtime_config(folder)
     config = replace(
         config,
         decode_shards=2,

@@ -6,17 +6,16 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from e2e_support import Scratch
 from elasticsearch import Elasticsearch
+from support import kafka_consumer, wait_for
 
 from dbus_fn.kafka_binding import from_kafka_message
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.job import start
-from dbus_spark.settings import runtime_config
 
 pytestmark = pytest.mark.e2e
 
@@ -32,26 +31,14 @@ CREATE TABLE items (
 
 
 def _wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
+    return wait_for(check, timeout, what, every=0.5)
 
 
 @pytest.fixture
 def runtime(
-    spark: Any,
-    services: Any,
-    fresh_database: Any,
-    kafka_topic: str,
-    es_index: str,
-    tmp_path: Path,
-    function_folder: Any,
+    spark: Any, scratch: Scratch
 ) -> Iterator[RuntimeConfig]:
+    _services, fresh_database, kafka_topic, es_index, _tmp_path, function_folder = scratch
     with fresh_database.connect().cursor() as cur:
         cur.execute(ITEMS)
     items = f"{fresh_database.name}.items"
@@ -71,14 +58,7 @@ def runtime(
         [items],
         dead_letter=f"kafka://{kafka_topic}.dead",
     )
-    config = runtime_config(
-        sources=(f"src={services.mariadb.dsn}",),
-        deployments=(str(folder),),
-        kafka=services.kafka.bootstrap_servers,
-        elasticsearch=services.elasticsearch.url,
-        checkpoint=str(tmp_path / "checkpoint"),
-        start="latest",
-    )
+    config = scratch.runtime_config(folder)
     query = start(config, spark=spark)
     try:
         _wait_for(lambda: query.exception() or query.lastProgress, 120, "the first batch")
@@ -89,9 +69,7 @@ def runtime(
 
 
 def _consume(bootstrap: str, topic: str, count: int, timeout: float) -> list[Any]:
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
-    )
+    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"}, group=topic)
     consumer.subscribe([topic])
     events: list[Any] = []
     deadline = time.monotonic() + timeout

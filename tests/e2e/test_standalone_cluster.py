@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,8 +20,9 @@ from typing import Any
 
 import psutil
 import pytest
-from confluent_kafka import Consumer
+from e2e_support import Scratch
 from elasticsearch import Elasticsearch
+from support import free_port, kafka_consumer, wait_for
 
 from dbus_deploy.spark import SparkClusterConfig, down, load_spark_config, status, up
 from dbus_fn.kafka_binding import from_kafka_message
@@ -30,21 +30,15 @@ from dbus_fn.kafka_binding import from_kafka_message
 pytestmark = pytest.mark.e2e
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[SparkClusterConfig]:
     env = {
         **os.environ,
         "DBUS_HOME": str(tmp_path / "home"),
-        "DBUS_SPARK_MASTER_PORT": str(_free_port()),
-        "DBUS_SPARK_MASTER_WEBUI_PORT": str(_free_port()),
-        "DBUS_SPARK_WORKER_PORT": str(_free_port()),
-        "DBUS_SPARK_WORKER_WEBUI_PORT": str(_free_port()),
+        "DBUS_SPARK_MASTER_PORT": str(free_port()),
+        "DBUS_SPARK_MASTER_WEBUI_PORT": str(free_port()),
+        "DBUS_SPARK_WORKER_PORT": str(free_port()),
+        "DBUS_SPARK_WORKER_WEBUI_PORT": str(free_port()),
         "DBUS_SPARK_WORKER_CORES": "2",
         "DBUS_SPARK_WORKER_MEMORY": "2g",
         "PYSPARK_PYTHON": sys.executable,
@@ -68,13 +62,10 @@ class _Reader:
     """Reads one topic from the start, keeping what it has seen."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"{topic}-check",
-                "auto.offset.reset": "earliest",
-                "topic.metadata.refresh.interval.ms": 1000,
-            }
+        self._consumer = kafka_consumer(
+            bootstrap,
+            {"auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000},
+            group=f"{topic}-check",
         )
         self._consumer.subscribe([topic])
         self.events: list[tuple[Any, str, dict[str, Any]]] = []
@@ -96,27 +87,13 @@ class _Reader:
 def _wait_for(
     check: Callable[[], Any], timeout: float, what: str, alive: Callable[[], bool]
 ) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if not alive():
-            raise AssertionError(f"the runtime exited while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
+    return wait_for(check, timeout, what, alive=alive, every=0.5)
 
 
 def test_runtime_on_a_standalone_cluster_delivers_to_kafka_and_elasticsearch(
-    cluster: SparkClusterConfig,
-    services: Any,
-    fresh_database: Any,
-    kafka_topic: str,
-    es_index: str,
-    tmp_path: Path,
-    function_folder: Any,
+    cluster: SparkClusterConfig, scratch: Scratch
 ) -> None:
+    services, fresh_database, kafka_topic, es_index, tmp_path, function_folder = scratch
     began = time.monotonic()
     conn = fresh_database.connect()
     with conn.cursor() as cur:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -14,13 +12,6 @@ from dbus_fn.coordination import SourceReference, SourceRegistry, ZooKeeperSetti
 
 SESSION = 4.0
 """The session timeout of the test runtimes (the server's minimum is two 2 s ticks)."""
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound once, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def make_function(folder: Path, name: str = "cfn_demo", *, version: str = "1.0.0") -> Path:
@@ -62,16 +53,6 @@ def walk(client: KazooClient, path: str = "/") -> Iterator[tuple[str, bytes]]:
     yield path, data
     for child in client.get_children(path):
         yield from walk(client, f"{path.rstrip('/')}/{child}")
-
-
-def wait_until(predicate: Callable[[], bool], within: float, what: str) -> float:
-    """Seconds until ``predicate()`` held; fail after ``within`` seconds."""
-    started = time.monotonic()
-    while time.monotonic() - started < within:
-        if predicate():
-            return time.monotonic() - started
-        time.sleep(0.05)
-    raise AssertionError(f"not within {within} s: {what}")
 
 
 def register_sources(client: KazooClient, settings: ZooKeeperSettings, count: int) -> list[str]:

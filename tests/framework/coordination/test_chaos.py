@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from coordination_support import assignments, register_sources, wait_until
+from coordination_support import assignments, register_sources
 from kazoo.client import KazooClient
+from support import wait_until
 
 from dbus_fn.coordination import ZooKeeperSettings
 

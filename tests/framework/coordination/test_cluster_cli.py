@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from coordination_support import make_function, wait_until
+from coordination_support import make_function
+from support import wait_until
 
 from dbus_fn.coordination import Coordinator, ZooKeeperSettings
 from dbus_fn.events import BinlogPosition

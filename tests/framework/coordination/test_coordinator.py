@@ -9,15 +9,9 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from coordination_support import (
-    SESSION,
-    assignments,
-    expire_session,
-    free_port,
-    register_sources,
-    wait_until,
-)
+from coordination_support import SESSION, assignments, expire_session, register_sources
 from kazoo.client import KazooClient
+from support import free_port, wait_until
 
 from dbus_fn.coordination import Coordinator, ZooKeeperSettings
 from dbus_fn.errors import ClusterNotFoundError, FencedError, ZooKeeperUnavailableError

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from coordination_support import change_code, free_port, make_function, set_version
+from coordination_support import change_code, make_function, set_version
 from kazoo.client import KazooClient
+from support import free_port
 
 from dbus_fn.coordination import FunctionStore, ZooKeeperSettings, build_bundle, materialize
 from dbus_fn.registry import load_deployment

@@ -11,15 +11,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
-from coordination_support import (
-    SESSION,
-    assignments,
-    expire_session,
-    register_sources,
-    wait_until,
-)
+from coordination_support import SESSION, assignments, expire_session, register_sources
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from support import wait_until
 
 from dbus_fn.coordination import (
     Coordinator,

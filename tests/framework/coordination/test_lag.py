@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from coordination_support import wait_until
+from support import wait_until
 
 from dbus_fn.coordination import Coordinator, ZooKeeperSettings, bytes_behind
 from dbus_fn.events import BinlogPosition

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from coordination_support import register_sources, wait_until
+from coordination_support import register_sources
+from support import wait_until
 
 from dbus_deploy.services import ServicesConfig, down, up
 from dbus_fn.coordination import (

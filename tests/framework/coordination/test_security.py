@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from coordination_support import make_function, wait_until, walk
+from coordination_support import make_function, walk
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
+from support import wait_until
 
 from dbus_deploy.services import ZooKeeperEndpoint
 from dbus_fn.coordination import Coordinator, SourceRegistry, ZooKeeperSettings

@@ -10,11 +10,10 @@ failed the micro-batch that was reading it.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import wait_until
 
 from dbus_deploy.services import MariaDBEndpoint, ServicesConfig, down, up
 from dbus_fn.coordination import SourceReference, SourceRegistry, ZooKeeperSettings, cluster_client
@@ -22,13 +21,6 @@ from dbus_spark.cluster import ClusterMember
 from dbus_spark.settings import member_config
 
 pytestmark = pytest.mark.integration
-
-
-def _wait(check: Callable[[], object], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within:g} s: {what}"
-        time.sleep(0.05)
 
 
 def test_a_member_keeps_its_source_until_the_same_session_confirms_it_again(
@@ -54,11 +46,11 @@ def test_a_member_keeps_its_source_until_the_same_session_confirms_it_again(
     member.start()
     coordinator = member.coordinator
     try:
-        _wait(lambda: member.refresh().sources, 30, "the member reads its source")
+        wait_until(lambda: member.refresh().sources, 30, "the member reads its source")
         reading = member.refresh().sources
 
         down(["zookeeper"], config=config)
-        _wait(lambda: coordinator.state == "suspended", 30, "the member notices")
+        wait_until(lambda: coordinator.state == "suspended", 30, "the member notices")
         assert member.refresh().sources == reading, "ZooKeeper away: the work goes on"
 
         # Fault injection: the coordinator's thread is slow to read the assignments
@@ -66,12 +58,12 @@ def test_a_member_keeps_its_source_until_the_same_session_confirms_it_again(
         # moment between reconnecting and being confirmed.
         coordinator._refresh = lambda generation: None  # type: ignore[method-assign]
         up(["zookeeper"], config=config)
-        _wait(lambda: coordinator.state == "connected", 30, "the same session is back")
+        wait_until(lambda: coordinator.state == "connected", 30, "the same session is back")
         assert coordinator.owned_sources() == {}, "not confirmed yet: nothing new may start"
         assert member.refresh().sources == reading, "the same session: the work goes on"
 
         del coordinator._refresh
-        _wait(lambda: coordinator.owned_sources(), 30, "ownership confirmed again")
+        wait_until(lambda: coordinator.owned_sources(), 30, "ownership confirmed again")
         assert member.refresh().sources == reading
     finally:
         member.stop()

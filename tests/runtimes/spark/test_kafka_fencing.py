@@ -15,7 +15,8 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from support import kafka_consumer
 
 from dbus_deploy.services import KafkaEndpoint
 from dbus_fn.errors import ZooKeeperUnavailableError
@@ -78,14 +79,9 @@ def write(sink: KafkaSink, topic: str, count: int, tag: str = "v") -> list[bytes
 
 def read(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[bytes]:
     """Every message of ``topic`` a consumer with ``isolation`` sees, partition by partition."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"dbus-test-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-        }
+    consumer = kafka_consumer(
+        bootstrap,
+        {"enable.auto.commit": False, "enable.partition.eof": True, "isolation.level": isolation},
     )
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 ORDERS = str(ROOT / "functions" / "orders")
 DBUS = [sys.executable, "-c", "from dbus_fn.cli import main; main()"]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _start(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -43,7 +37,7 @@ def _assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: s
 
 
 def test_an_unreachable_source_is_one_line_naming_it() -> None:
-    port = _free_port()
+    port = free_port()
     result = _start(
         "--source", f"shop=mysql://dbus:topsecret@127.0.0.1:{port}",
         "--functions", ORDERS,
@@ -80,7 +74,7 @@ def test_a_function_folder_that_does_not_load_is_named(tmp_path: Path) -> None:
     )
     (tmp_path / "broken.py").write_text("import no_such_module_here\n")
     result = _start(
-        "--source", f"shop=mysql://u:p@127.0.0.1:{_free_port()}",
+        "--source", f"shop=mysql://u:p@127.0.0.1:{free_port()}",
         "--functions", str(tmp_path),
         "--kafka", "127.0.0.1:9092",
         "--elasticsearch", "http://127.0.0.1:9200",
@@ -96,7 +90,7 @@ def statement_binlog_server(tmp_path: Path) -> Iterator[str]:
     from dbus_deploy.services import down, load_config, up
 
     env = {**os.environ, "DBUS_HOME": str(tmp_path / "home")}
-    env["DBUS_MARIADB_PORT"] = str(_free_port())
+    env["DBUS_MARIADB_PORT"] = str(free_port())
     config = load_config(env)
     try:
         up(["mariadb"], config=config)

@@ -1,0 +1,77 @@
+"""Helpers every kind of test shares: a free port, waiting for a condition, a Kafka reader.
+
+Client libraries are imported inside the helpers that use them, so SDK unit tests
+can import this module without them.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for(
+    check: Callable[[], Any],
+    within: float,
+    what: str,
+    *,
+    every: float = 0.05,
+    alive: Callable[[], bool] | None = None,
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> Any:
+    """The first truthy result of ``check()``; fail after ``within`` seconds, or as soon
+    as ``alive()`` says the process being waited on is gone. ``ignoring``: errors of
+    ``check`` that count as "not yet" (a service that is away)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            result = check()
+        except ignoring:
+            result = None
+        if result:
+            return result
+        if alive is not None and not alive():
+            raise AssertionError(f"the process exited while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within:g} s: {what}")
+        time.sleep(every)
+
+
+def wait_until(
+    check: Callable[[], Any],
+    within: float,
+    what: str,
+    *,
+    every: float = 0.05,
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> float:
+    """Seconds until ``check()`` held; fail after ``within`` seconds."""
+    began = time.monotonic()
+    wait_for(check, within, what, every=every, ignoring=ignoring)
+    return time.monotonic() - began
+
+
+def kafka_consumer(
+    bootstrap: str, settings: Mapping[str, Any] | None = None, *, group: str | None = None
+) -> Any:
+    """A Kafka consumer of its own group (a new one unless ``group`` is given), with
+    librdkafka ``settings`` on top."""
+    from confluent_kafka import Consumer
+
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group or f"dbus-test-{uuid.uuid4().hex}",
+            **(settings or {}),
+        }
+    )
