@@ -97,6 +97,11 @@ class _Codec:
     from_json: Callable[[Any], Any]
 
 
+_DAY = '"YYYY-MM-DD"'
+_ISO = "YYYY-MM-DDTHH:MM:SS[.ffffff]"
+_REAL_MOMENT = "a real calendar date and time"
+
+
 def _iso_text_reader(
     pattern: re.Pattern[str], parse: Callable[[str], Any], form: str, real: str
 ) -> Callable[[Any], Any]:
@@ -177,10 +182,7 @@ _DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 _date_from_json = _iso_text_reader(
-    _DATE_TEXT,
-    date.fromisoformat,
-    'a date string "YYYY-MM-DD"',
-    'a real calendar date "YYYY-MM-DD"',
+    _DATE_TEXT, date.fromisoformat, f"a date string {_DAY}", f"a real calendar date {_DAY}"
 )
 
 
@@ -233,10 +235,7 @@ _UTC_TEXT = re.compile(_DATETIME_TEXT + "Z")
 
 
 _datetime_from_json = _iso_text_reader(
-    _NAIVE_TEXT,
-    datetime.fromisoformat,
-    'a datetime string "YYYY-MM-DDTHH:MM:SS[.ffffff]"',
-    "a real calendar date and time",
+    _NAIVE_TEXT, datetime.fromisoformat, f'a datetime string "{_ISO}"', _REAL_MOMENT
 )
 
 
@@ -250,8 +249,8 @@ def _timestamp_to_json(value: Any) -> str:
 _timestamp_from_json = _iso_text_reader(
     _UTC_TEXT,
     lambda text: datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC),
-    'a UTC timestamp string "YYYY-MM-DDTHH:MM:SS[.ffffff]Z"',
-    "a real calendar date and time",
+    f'a UTC timestamp string "{_ISO}Z"',
+    _REAL_MOMENT,
 )
 
 
