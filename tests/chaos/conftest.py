@@ -21,19 +21,18 @@ import pytest
 from scratch import FreshDatabase
 from support import free_port
 
-from dbus_deploy.services import Endpoints, ServicesConfig, down, endpoints, load_config, up
+from dbus_deploy.services import (
+    PORT_VARIABLES,
+    Endpoints,
+    ServicesConfig,
+    down,
+    endpoints,
+    load_config,
+    up,
+)
 from dbus_fn.errors import DbusError
 
 SEED_ENV = "DBUS_CHAOS_SEED"
-
-_PORT_VARS = (
-    "DBUS_MARIADB_PORT",
-    "DBUS_ZOOKEEPER_PORT",
-    "DBUS_KAFKA_PORT",
-    "DBUS_KAFKA_CONTROLLER_PORT",
-    "DBUS_ELASTICSEARCH_PORT",
-)
-
 
 @pytest.fixture
 def chaos_seed() -> int:
@@ -64,7 +63,7 @@ def private_services() -> Iterator[Callable[..., PrivateServices]]:
         home.chmod(0o755)
         (home / "lib").symlink_to(load_config().lib_dir, target_is_directory=True)
         env = {**os.environ, "DBUS_HOME": str(home)}
-        env.update({var: str(free_port()) for var in _PORT_VARS})
+        env.update({var: str(free_port()) for var in PORT_VARIABLES})
         config = load_config(env)
         made.append(config)
         try:

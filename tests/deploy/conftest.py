@@ -14,15 +14,7 @@ from pathlib import Path
 import pytest
 from support import free_port
 
-from dbus_deploy.services import ServicesConfig, down, load_config
-
-PORT_VARS = (
-    "DBUS_MARIADB_PORT",
-    "DBUS_ZOOKEEPER_PORT",
-    "DBUS_KAFKA_PORT",
-    "DBUS_KAFKA_CONTROLLER_PORT",
-    "DBUS_ELASTICSEARCH_PORT",
-)
+from dbus_deploy.services import PORT_VARIABLES, ServicesConfig, down, load_config
 
 
 @pytest.fixture
@@ -42,7 +34,7 @@ def isolated(tmp_path: Path) -> Callable[..., ServicesConfig]:
     def make(**overrides: str) -> ServicesConfig:
         env = dict(os.environ)
         env["DBUS_HOME"] = str(tmp_path / "home")
-        for var in PORT_VARS:
+        for var in PORT_VARIABLES:
             env[var] = str(free_port())
         env.update(overrides)
         config = load_config(env)

@@ -7,7 +7,13 @@ one state directory (``<repo>/.dbus``, or ``$DBUS_HOME``).
 
 from __future__ import annotations
 
-from dbus_deploy.services._config import ENV_HELP, SERVICE_NAMES, ServicesConfig, load_config
+from dbus_deploy.services._config import (
+    ENV_HELP,
+    PORT_VARIABLES,
+    SERVICE_NAMES,
+    ServicesConfig,
+    load_config,
+)
 from dbus_deploy.services._endpoints import (
     ElasticsearchEndpoint,
     Endpoints,
@@ -26,6 +32,7 @@ from dbus_deploy.services._lifecycle import ServiceStatus, down, restart, status
 
 __all__ = [
     "ENV_HELP",
+    "PORT_VARIABLES",
     "SERVICE_NAMES",
     "ElasticsearchEndpoint",
     "Endpoints",

@@ -31,6 +31,8 @@ _PORTS: tuple[tuple[str, str, int], ...] = (
     ("kafka_controller", "DBUS_KAFKA_CONTROLLER_PORT", 9093),
     ("elasticsearch", "DBUS_ELASTICSEARCH_PORT", 9200),
 )
+PORT_VARIABLES = tuple(variable for _, variable, _ in _PORTS)
+"""The environment variables that move a service to another port."""
 
 # JVM heaps sized for a small shared machine (2 cores, a few GiB to spare).
 _HEAPS: tuple[tuple[str, str, str], ...] = (
