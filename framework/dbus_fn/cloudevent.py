@@ -56,12 +56,15 @@ __all__ = [
     "EXTENSIONS",
     "CloudEvent",
     "event_id",
+    "event_id_prefix",
     "event_parts",
     "from_cloudevent",
     "item_from_cloudevent",
+    "key_json",
     "new_event",
     "primary_key_text",
     "row_json",
+    "time_text",
     "to_cloudevent",
 ]
 
@@ -147,10 +150,15 @@ def source_path(*segments: str) -> str:
     return "/mysql/" + "/".join(_segment(segment) for segment in segments)
 
 
+def event_id_prefix(server_id: str, binlog_file: str) -> str:
+    """What the ids of every item of one binlog file of one server start with."""
+    return f"{server_id}:{binlog_file}:"
+
+
 def event_id(item: CaptureItem) -> str:
     """The deterministic CloudEvent id of a capture item."""
     position = item.position
-    base = f"{item.server_id}:{position.file}:{position.pos}"
+    base = f"{event_id_prefix(item.server_id, position.file)}{position.pos}"
     if isinstance(item, RowChange):
         return f"{base}:{item.row_index}"
     if isinstance(item, SchemaChange):
@@ -212,6 +220,11 @@ def _key_text(change: RowChange, types: Mapping[str, str]) -> str | None:
             event_id=event_id(change),
         )
     values = [to_json_value(row[name], types[name], column=name) for name in change.primary_key]
+    return key_json(values)
+
+
+def key_json(values: list[Any]) -> str:
+    """The text of a primary key from its columns' JSON values (see ``primary_key_text``)."""
     return json.dumps(values, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -242,6 +255,12 @@ def row_json(change: RowChange) -> tuple[dict[str, Any], dict[str, str]]:
 def utc_time(moment: datetime) -> datetime:
     """A commit time as an aware UTC datetime (binlog timestamps are UTC seconds)."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def time_text(moment: datetime) -> str:
+    """RFC 3339 text of a time, UTC written as ``Z``."""
+    text = moment.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 def _base_attributes(item: CaptureItem, source: str, kind: str, prefix: str) -> dict[str, Any]:

@@ -37,9 +37,12 @@ from dbus_fn.cloudevent import (
     SERVER_ID,
     TRANSACTION_ID,
     CloudEvent,
+    event_id_prefix,
     event_parts,
+    key_json,
     new_event,
     source_path,
+    time_text,
     to_cloudevent,
     utc_time,
 )
@@ -109,10 +112,7 @@ def _binary_message(item: CaptureItem, type_prefix: str) -> KafkaMessage:
         if name == "datacontenttype":
             headers.append((_CONTENT_TYPE, value.encode("utf-8")))
         elif isinstance(value, datetime):
-            text = value.isoformat()
-            if text.endswith("+00:00"):
-                text = text[:-6] + "Z"
-            headers.append((_CE_PREFIX + name, text.encode("utf-8")))
+            headers.append((_CE_PREFIX + name, time_text(value).encode("utf-8")))
         else:
             headers.append((_CE_PREFIX + name, str(value).encode("utf-8")))
     key = attrs.get(PARTITION_KEY)
@@ -125,11 +125,6 @@ def _binary_message(item: CaptureItem, type_prefix: str) -> KafkaMessage:
 
 def _header(name: str, value: str) -> tuple[str, bytes]:
     return (_CE_PREFIX + name, value.encode("utf-8"))
-
-
-def _time_text(moment: datetime) -> str:
-    text = moment.isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 class _RowMessages:
@@ -181,7 +176,7 @@ class _RowMessages:
             if len(self._transactions) >= self._LIMIT:
                 self._transactions.clear()
             after_id = [
-                _header("time", _time_text(utc_time(change.commit_time))),
+                _header("time", time_text(utc_time(change.commit_time))),
                 (_CONTENT_TYPE, DATA_CONTENT_TYPE.encode()),
                 _header(DBUS_SOURCE, change.source),
                 _header(SERVER_ID, change.server_id),
@@ -192,7 +187,7 @@ class _RowMessages:
                 after_pos.append(_header(GTID, position.gtid))
             if change.transaction_id:
                 after_pos.append(_header(TRANSACTION_ID, change.transaction_id))
-            found = (after_id, after_pos, f"{change.server_id}:{position.file}:")
+            found = (after_id, after_pos, event_id_prefix(change.server_id, position.file))
             self._transactions[key] = found
         return found
 
@@ -224,8 +219,7 @@ class _RowMessages:
                 values = [image[name] for name in change.primary_key]
             except KeyError:
                 return None
-            text = json.dumps(values, ensure_ascii=False, separators=(",", ":"))
-            key = text.encode("utf-8")
+            key = key_json(values).encode("utf-8")
             headers += [(_CE_PREFIX + "subject", key), (_CE_PREFIX + PARTITION_KEY, key)]
         value = f'{{"before": {json.dumps(before)}, "after": {json.dumps(after)}{tail}'
         return KafkaMessage(key=key, value=value.encode("utf-8"), headers=headers)
