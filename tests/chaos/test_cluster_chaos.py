@@ -233,10 +233,9 @@ class ChaosCluster:
         )
         return moved_after, time.monotonic() - since
 
-    def converge(self) -> str:
-        """Stop the load; wait until every change is in Kafka, no key ends on an older
-        message than its newest change, and each index equals its table; no dead
-        letters. A summary of what it took."""
+    def converge(self) -> Convergence:
+        """Stop the load and wait until every change is in Kafka, no key ends on an older
+        message than its newest change, and each index equals its table; what it took."""
         self.workload.stop()
         conn = self.database.connect()
         verdict, caught_up = wait_converged(
@@ -245,13 +244,38 @@ class ChaosCluster:
             alive=self.alive,
             on_timeout=self.tails,
         )
-        letters = dead_letters(self.bootstrap, self.routes)
-        assert letters == [], f"{len(letters)} dead letter(s); none expected"
-        return (
-            f"{len(self.workload.committed)} changes in {self.workload.transactions} "
-            f"transactions, {sum(v.replayed for v in verdict.kafka.values())} replayed "
-            f"messages; converged {caught_up:.1f} s after the load stopped"
+        return Convergence(
+            changes=len(self.workload.committed),
+            transactions=self.workload.transactions,
+            replayed=sum(v.replayed for v in verdict.kafka.values()),
+            seconds=caught_up,
+            dead_letters=len(dead_letters(self.bootstrap, self.routes)),
         )
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """How a chaos test's cluster converged once its load stopped."""
+
+    changes: int
+    transactions: int
+    replayed: int
+    seconds: float
+    dead_letters: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.changes} changes in {self.transactions} transactions, {self.replayed} "
+            f"replayed messages; converged {self.seconds:.1f} s after the load stopped"
+        )
+
+
+def assert_converged(cluster: ChaosCluster) -> None:
+    """The cluster converged on a real load with no dead letter (figures printed)."""
+    report = cluster.converge()
+    print(report)
+    assert report.changes > 0, "the load wrote nothing, so convergence proves nothing"
+    assert report.dead_letters == 0, f"{report.dead_letters} dead letter(s); none expected"
 
 
 def _dbus(settings: ZooKeeperSettings, *args: str) -> None:
@@ -374,7 +398,7 @@ def test_sigkill_of_a_runtime_moves_its_sources_and_loses_nothing(
     cluster: ChaosCluster,
 ) -> None:
     _sigkill(cluster, cluster.follower_with_sources(), "runtime")
-    print(cluster.converge())
+    assert_converged(cluster)
 
 
 def test_sigkill_of_the_leader_elects_another_and_loses_nothing(
@@ -386,7 +410,7 @@ def test_sigkill_of_the_leader_elects_another_and_loses_nothing(
     assert leader != victim and leader in RUNTIMES
     assert new_term > term
     print(f"{leader} leads at term {new_term}")
-    print(cluster.converge())
+    assert_converged(cluster)
 
 
 def _binds(config: Path, sources: dict[str, int]) -> list[str]:
@@ -441,7 +465,7 @@ def test_a_runtime_paused_past_its_session_never_commits_what_it_lost(
     )
     # Its batch in flight when paused wakes to a transaction the broker aborted and a
     # hold it no longer has: no key may end on an older message than the new owner's.
-    print(cluster.converge())
+    assert_converged(cluster)
 
 
 def test_zookeeper_restart_mid_load_holds_commits_and_loses_nothing(
@@ -480,4 +504,4 @@ def test_zookeeper_restart_mid_load_holds_commits_and_loses_nothing(
         f"ZooKeeper down {back - stopped:.1f} s: {delivered_meanwhile} messages delivered "
         f"meanwhile; every position advanced {advanced:.2f} s after it was back"
     )
-    print(cluster.converge())
+    assert_converged(cluster)
