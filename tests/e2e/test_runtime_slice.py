@@ -145,3 +145,40 @@ def test_inserts_updates_and_deletes_reach_kafka_and_elasticsearch(
     }
     assert docs["2"]["name"] == "DESK"
     assert Decimal(docs["2"]["price"]) == Decimal("250.00")
+
+
+def test_a_document_elasticsearch_refuses_is_a_dead_letter_of_the_change_and_the_rest_goes_on(
+    runtime: RuntimeConfig, fresh_database: Any, kafka_topic: str, es_index: str, services: Any
+) -> None:
+    with Elasticsearch(services.elasticsearch.url) as es:
+        # A mapping the rows can break: a name that is not a number is refused.
+        es.indices.create(index=es_index, mappings={"properties": {"name": {"type": "long"}}})
+        with fresh_database.connect().cursor() as cur:
+            cur.executemany(
+                "INSERT INTO items (id, name, price) VALUES (%s, %s, %s)",
+                [(1, "12", "1.00"), (2, "widget", "2.00"), (3, "34", "3.00")],
+            )
+
+        def indexed() -> Any:
+            es.indices.refresh(index=es_index)
+            hits = es.search(index=es_index, query={"match_all": {}})["hits"]["hits"]
+            return sorted(hit["_id"] for hit in hits) if len(hits) >= 2 else None
+
+        assert _wait_for(indexed, 60, "the two acceptable rows in the index") == ["1", "3"]
+
+    dead = _consume(services.kafka.bootstrap_servers, f"{kafka_topic}.dead", 1, 60)
+    assert len(dead) == 1
+    key, letter = dead[0]
+    assert json.loads(key) == [2]
+    assert letter.get_type().endswith(".deadletter")
+    data = letter.get_data()
+    assert data["function"] == f"es://{es_index}"
+    assert data["stage"] == "sink"
+    assert "400" in data["error"]["message"]
+    assert "parsing_exception" in data["error"]["message"]
+    # The dead letter carries the change as it was delivered (after the projection).
+    assert data["original"]["data"]["after"]["name"] == "WIDGET"
+    assert data["original"]["type"].endswith(".row.inserted")
+    # Every row still went to Kafka: one refused document stops nothing else.
+    delivered = _consume(services.kafka.bootstrap_servers, kafka_topic, 3, 60)
+    assert sorted(json.loads(k) for k, _ in delivered) == [[1], [2], [3]]
