@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,7 @@ from dbus_fn.capture import (
 )
 from dbus_fn.events import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
-from dbus_spark.sinks.records import RecordType
+from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 
 log = logging.getLogger(__name__)
@@ -60,11 +60,18 @@ ARROW_SCHEMA = pa.schema(
         pa.field("source", pa.string(), False),
         pa.field("record_type", pa.string(), False),  # a RecordType
         pa.field("deployment", pa.string(), False),
-        pa.field("destination", pa.string(), False),
-        pa.field("dead_letter", pa.string(), False),
+        pa.field("destination", pa.string(), False),  # a topic or an index
+        # A KafkaRecord; the payload of a control row is its value.
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
         pa.field("headers", pa.map_(pa.string(), pa.binary())),
+        # An IndexAction; its document is JSON (null: a delete).
+        pa.field("doc_id", pa.string()),
+        pa.field("version", pa.int64()),
+        pa.field("document", pa.binary()),
+        pa.field("column_types", pa.string()),  # JSON
+        pa.field("dead_letter", pa.string()),
+        pa.field("change", pa.binary()),
     ]
 )
 SCHEMA = from_arrow_schema(ARROW_SCHEMA)
@@ -122,16 +129,40 @@ class _Batcher:
     def __init__(self, source: str) -> None:
         self.source = source
         self._columns: list[list[Any]] = [[] for _ in ARROW_SCHEMA]
+        self._types: dict[tuple[tuple[str, str], ...], str] = {}
 
     def add(self, record: StageRecord) -> pa.RecordBatch | None:
-        message = record.message
-        row = (
-            self.source, record.record_type, record.deployment, record.destination,
-            record.dead_letter, message.key, message.value, message.headers,
-        )  # fmt: skip
-        for column, value in zip(self._columns, row, strict=True):
-            column.append(value)
+        out = record.record
+        if type(out) is KafkaRecord:
+            self._append(
+                RecordType.KAFKA, record.deployment, out.topic, out.key, out.value, out.headers
+            )
+        else:
+            assert type(out) is IndexAction
+            document = None if out.document is None else json.dumps(out.document).encode()
+            self._append(
+                RecordType.ELASTICSEARCH, record.deployment, out.index, None, None, None,
+                out.doc_id, out.version, document, self._types_json(out.column_types),
+                out.dead_letter, out.change,
+            )  # fmt: skip
         return self.flush() if len(self._columns[0]) >= BATCH_ROWS else None
+
+    def _types_json(self, types: Mapping[str, str]) -> str:
+        """The JSON of a table's column types, written once per table shape."""
+        shape = tuple(types.items())
+        text = self._types.get(shape)
+        if text is None:
+            text = self._types[shape] = json.dumps(types)
+        return text
+
+    def _append(self, *row: Any) -> None:
+        """One row: the source, then the given columns in schema order, then nulls."""
+        columns = self._columns
+        columns[0].append(self.source)
+        for column, value in zip(columns[1:], row, strict=False):
+            column.append(value)
+        for column in columns[1 + len(row) :]:
+            column.append(None)
 
     def add_stats(self, counts: StageCounts) -> None:
         self._add_marker(RecordType.STATS, counts.to_json())
@@ -142,9 +173,7 @@ class _Batcher:
         self._add_marker(RecordType.HOLD, json.dumps({"epoch": epoch}).encode())
 
     def _add_marker(self, record_type: RecordType, value: bytes) -> None:
-        row = (self.source, record_type, "", "", "", None, value, None)
-        for column, value_ in zip(self._columns, row, strict=True):
-            column.append(value_)
+        self._append(record_type, "", "", None, value)
 
     def flush(self) -> pa.RecordBatch | None:
         if not self._columns[0]:

@@ -2,47 +2,53 @@
 
 One binlog read fans out here. The stage runs in the same Python worker that
 decodes the binlog, so a change is never serialized between capture and the
-functions; what leaves the stage is already encoded for the sinks: one
-``StageRecord`` per delivery or dead letter, each a CloudEvent in the Kafka
-binary binding plus where it goes. A ``FunctionStage`` is built once per worker
-process (functions load once per worker, not per row). One deployment's failing
-function sends that event to the deployment's dead-letter destination and never
-stops the other deployments.
+functions; what leaves the stage is one typed record per delivery or dead letter,
+ready for its sink: a ``KafkaRecord`` (a CloudEvent in the Kafka binary binding,
+or a dead letter in the structured one) or an Elasticsearch ``IndexAction``. A
+``FunctionStage`` is built once per worker process (functions load once per
+worker, not per row). One deployment's failing function sends that event to the
+deployment's dead-letter destination and never stops the other deployments.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from dbus_fn.cloudevent import key_json, primary_key_text, row_json
+from dbus_fn.columns import row_encoder
 from dbus_fn.deadletter import dead_letter_event
-from dbus_fn.errors import DbusError
-from dbus_fn.events import RowChange
-from dbus_fn.kafka_binding import KafkaMessage, to_kafka_message
+from dbus_fn.errors import (
+    ColumnValueError,
+    DbusError,
+    DestinationError,
+    UnsupportedColumnTypeError,
+)
+from dbus_fn.events import Operation, RowChange
+from dbus_fn.kafka_binding import to_kafka_message
+from dbus_fn.outcomes import Delivery
 from dbus_fn.pipeline import DeadLetter, Pipeline
 from dbus_fn.registry import LoadedDeployment, load_deployment
-from dbus_spark.sinks.records import RecordType
-
-_SINK_RECORD = {"kafka": RecordType.KAFKA, "es": RecordType.ELASTICSEARCH}
-"""The record type of a destination's scheme."""
+from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType, document_version
 
 
 @dataclass(frozen=True, slots=True)
 class StageRecord:
-    """One encoded output of the stage: a CloudEvent bound for one destination.
+    """One output of the stage for one deployment: a Kafka record (a delivery or a
+    dead letter to the deployment's dead-letter topic) or an Elasticsearch write."""
 
-    ``record_type`` names the sink (``KAFKA`` or ``ELASTICSEARCH``); dead letters are
-    Kafka records to the deployment's dead-letter topic. ``dead_letter`` is where a
-    record the sink refuses (a document Elasticsearch rejects) goes.
-    """
-
-    record_type: RecordType
     deployment: str
-    destination: str
-    message: KafkaMessage
-    dead_letter: str
+    record: KafkaRecord | IndexAction
+
+    @property
+    def record_type(self) -> RecordType:
+        if type(self.record) is IndexAction:
+            return RecordType.ELASTICSEARCH
+        return RecordType.KAFKA
 
 
 @dataclass
@@ -115,6 +121,7 @@ class FunctionStage:
         self.deployments: list[LoadedDeployment] = [load_deployment(p) for p in deployment_paths]
         self._pipelines = [(d, Pipeline(d)) for d in self.deployments]
         self._type_prefix = type_prefix
+        self._index_actions = IndexActions()
         self._subscribed: dict[tuple[str, str], list[tuple[LoadedDeployment, Pipeline]]] = {}
 
     def _subscribers(self, source: str, table: str) -> list[tuple[LoadedDeployment, Pipeline]]:
@@ -132,7 +139,7 @@ class FunctionStage:
         counts.rows += 1
         for deployment, pipeline in self._subscribers(change.source, change.qualified_table):
             name = deployment.manifest.name
-            dead_route = str(deployment.manifest.dead_letter_route)
+            dead_topic = deployment.manifest.dead_letter_route.name
             outcome = pipeline.process(change)
             if outcome.filtered:
                 counts.filtered[name] += 1
@@ -140,25 +147,26 @@ class FunctionStage:
             encoded: list[StageRecord] = []
             for delivery in outcome.deliveries:
                 try:
-                    message = to_kafka_message(delivery.projected(), type_prefix=self._type_prefix)
+                    encoded.append(StageRecord(name, self._record(delivery, dead_topic)))
                 except DbusError as exc:
                     # A projection's result the event format cannot carry (its key
                     # columns gone, say) is that function's failure, not the runtime's.
                     dead = [_unencodable(delivery.change, exc, deployment)]
                     encoded = []
                     break
-                encoded.append(
-                    StageRecord(
-                        _SINK_RECORD[delivery.destination.scheme], name,
-                        delivery.destination.name, message,
-                        dead_route,
-                    )
-                )  # fmt: skip
             counts.delivered[name] += len(encoded)
             yield from encoded
             for letter in dead:
                 counts.dead[name] += 1
                 yield self._dead_letter(letter, name)
+
+    def _record(self, delivery: Delivery, dead_topic: str) -> KafkaRecord | IndexAction:
+        change = delivery.projected()
+        destination = delivery.destination
+        if destination.scheme == "es":
+            return self._index_actions.build(change, destination.name, dead_letter=dead_topic)
+        message = to_kafka_message(change, type_prefix=self._type_prefix)
+        return KafkaRecord(destination.name, message.key, message.value, tuple(message.headers))
 
     def _dead_letter(self, dead: DeadLetter, deployment: str) -> StageRecord:
         event = dead_letter_event(
@@ -170,8 +178,7 @@ class FunctionStage:
             traceback=dead.traceback,
             type_prefix=self._type_prefix,
         )
-        message = to_kafka_message(event, mode="structured")
-        return StageRecord(RecordType.KAFKA, deployment, dead.destination.name, message, "")
+        return StageRecord(deployment, _structured(dead.destination.name, event))
 
 
 def _unencodable(change: RowChange, error: DbusError, deployment: LoadedDeployment) -> DeadLetter:
@@ -186,18 +193,85 @@ def _unencodable(change: RowChange, error: DbusError, deployment: LoadedDeployme
     )
 
 
-def dead_letter_for_refusal(
-    message: KafkaMessage, *, sink: str, reason: str, type_prefix: str
-) -> KafkaMessage:
-    """A dead letter for an event a sink refused (a document Elasticsearch rejects)."""
-    from dbus_fn.cloudevent import from_cloudevent
-    from dbus_fn.kafka_binding import from_kafka_message
+class IndexActions:
+    """The Elasticsearch writes of row changes: each row is its document.
 
-    change = from_cloudevent(from_kafka_message(message.key, message.value, message.headers))
+    The document's ``_id`` is the primary key (a one-column key as its plain value,
+    a composite key as its JSON array); its version grows with the binlog position;
+    a delete removes the document. The row is in its JSON form, as the change's
+    CloudEvent carries it, so a row reads the same in every sink. Rows of one set
+    of column types share their codecs, built once.
+    """
+
+    _LIMIT = 512
+
+    def __init__(self) -> None:
+        self._shapes: dict[tuple[tuple[str, str], ...], Callable[..., dict[str, Any]]] = {}
+
+    def build(self, change: RowChange, index: str, *, dead_letter: str = "") -> IndexAction:
+        if not change.primary_key:
+            raise DestinationError(
+                f"a row of a table without a primary key cannot go to es://{index}: an "
+                "Elasticsearch document needs the key as its _id; route the table to Kafka",
+                destination=f"es://{index}",
+            )
+        types: Mapping[str, str] = change.column_types
+        try:
+            image = self._encoder(types)(change.row)
+        except (ColumnValueError, UnsupportedColumnTypeError):
+            image, types = row_json(change)  # infers what the declared types do not fit
+        if any(name not in image for name in change.primary_key):
+            primary_key_text(change)  # raises the event format's error naming the column
+        key = [image[name] for name in change.primary_key]
+        single = len(key) == 1 and isinstance(key[0], int | str)
+        return IndexAction(
+            index=index,
+            doc_id=str(key[0]) if single else key_json(key),
+            version=document_version(change.position, change.row_index),
+            document=None if change.op is Operation.DELETE else image,
+            column_types=types,
+            dead_letter=dead_letter,
+            change=pickle.dumps(change, protocol=pickle.HIGHEST_PROTOCOL),
+        )
+
+    def _encoder(self, types: Mapping[str, str]) -> Callable[..., dict[str, Any]]:
+        shape = tuple(types.items())
+        encoder = self._shapes.get(shape)
+        if encoder is None:
+            if len(self._shapes) >= self._LIMIT:
+                self._shapes.clear()
+            encoder = self._shapes[shape] = row_encoder(types)
+        return encoder
+
+
+def index_action(change: RowChange, index: str, *, dead_letter: str = "") -> IndexAction:
+    """The Elasticsearch write of one row change (see ``IndexActions``)."""
+    return IndexActions().build(change, index, dead_letter=dead_letter)
+
+
+def refusal_dead_letter(action: IndexAction, reason: str, *, type_prefix: str) -> KafkaRecord:
+    """The dead letter of a document Elasticsearch refused, built from the change."""
+    change = pickle.loads(action.change)  # written by index_action in this runtime
     event = dead_letter_event(
-        change, function=sink, error=ValueError(reason), stage="sink", type_prefix=type_prefix
+        change,
+        function=f"es://{action.index}",
+        error=ValueError(reason),
+        stage="sink",
+        type_prefix=type_prefix,
     )
-    return to_kafka_message(event, mode="structured")
+    return _structured(action.dead_letter, event)
 
 
-__all__ = ["FunctionStage", "StageCounts", "StageRecord", "dead_letter_for_refusal"]
+def _structured(topic: str, event: Any) -> KafkaRecord:
+    message = to_kafka_message(event, mode="structured")
+    return KafkaRecord(topic, message.key, message.value, tuple(message.headers))
+
+
+__all__ = [
+    "FunctionStage",
+    "IndexActions",
+    "StageCounts",
+    "StageRecord",
+    "index_action",
+    "refusal_dead_letter",
+]

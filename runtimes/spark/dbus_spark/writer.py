@@ -1,6 +1,6 @@
 """The sink writer: a PySpark Python streaming sink named ``dbus_functions``.
 
-``write()`` runs in each task on an executor, over the Arrow batches of encoded
+``write()`` runs in each task on an executor, over the Arrow batches of typed
 records the source's function stage produced: it hands each record to its sink
 (Kafka or Elasticsearch) and returns only after both have acknowledged
 everything, or raises so Spark retries the task. Spark calls ``commit()`` on the
@@ -17,7 +17,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -30,15 +30,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from dbus_fn.coordination import HoldCheck
-from dbus_fn.errors import DestinationError
-from dbus_fn.events import BinlogPosition
-from dbus_fn.kafka_binding import KafkaMessage
 from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.logs import runtime_log_level
-from dbus_spark.sinks.elasticsearch import ElasticsearchSink, document_version
+from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
-from dbus_spark.stage import StageCounts, dead_letter_for_refusal
+from dbus_spark.stage import StageCounts, refusal_dead_letter
 
 log = logging.getLogger("dbus.runtime")
 if not log.handlers:
@@ -84,38 +81,44 @@ class _Sinks:
             config.elasticsearch_url, on_refused=self._on_refused
         )
         self._refused: list[KafkaRecord] = []
+        self._types: dict[str, Mapping[str, str]] = {}
 
     def _on_refused(self, action: IndexAction, reason: str) -> None:
-        message, dead_letter = action.origin
-        letter = dead_letter_for_refusal(
-            message,
-            sink=f"es://{action.index}",
-            reason=reason,
-            type_prefix=self.config.type_prefix,
+        self._refused.append(
+            refusal_dead_letter(action, reason, type_prefix=self.config.type_prefix)
         )
-        topic = dead_letter.removeprefix("kafka://")
-        self._refused.append(KafkaRecord(topic, letter.key, letter.value, tuple(letter.headers)))
+
+    def _column_types(self, text: str) -> Mapping[str, str]:
+        types = self._types.get(text)
+        if types is None:
+            if len(self._types) >= 512:
+                self._types.clear()
+            types = self._types[text] = json.loads(text)
+        return types
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
         started = time.monotonic()
         report = TaskReport(started=time.time())
         for batch in batches:
             columns = batch.to_pydict()
-            for source, record_type, destination, dead_letter, key, value, headers in zip(
-                columns["source"],
-                columns["record_type"],
-                columns["destination"],
-                columns["dead_letter"],
-                columns["key"],
-                columns["value"],
-                columns["headers"],
-                strict=True,
-            ):
+            rows = zip(*(columns[name] for name in batch.schema.names), strict=True)
+            for (
+                source, record_type, _deployment, destination, key, value, headers,
+                doc_id, version, document, column_types, dead_letter, change,
+            ) in rows:  # fmt: skip
                 if record_type == RecordType.KAFKA:
                     self.kafka.write(KafkaRecord(destination, key, value, tuple(headers)))
                 elif record_type == RecordType.ELASTICSEARCH:
                     self.elasticsearch.write(
-                        index_action(destination, KafkaMessage(key, value, headers), dead_letter)
+                        IndexAction(
+                            index=destination,
+                            doc_id=doc_id,
+                            version=version,
+                            document=None if document is None else json.loads(document),
+                            column_types=self._column_types(column_types),
+                            dead_letter=dead_letter,
+                            change=change,
+                        )
                     )
                 elif record_type == RecordType.STATS:
                     report.stage.add_json(value)
@@ -134,37 +137,6 @@ class _Sinks:
         report.fenced, self.kafka.fenced = self.kafka.fenced, 0
         report.seconds = time.monotonic() - started
         return report
-
-
-def index_action(index: str, message: KafkaMessage, dead_letter: str) -> IndexAction:
-    """The Elasticsearch write of one row change's CloudEvent (Kafka binary form).
-
-    The document is the row image the event carries; its ``_id`` is the primary
-    key (a one-column key as its plain value, a composite key as its JSON array);
-    its version grows with the binlog position.
-    """
-    headers = dict(message.headers)
-    data = json.loads(message.value)
-    deleted = headers["ce_type"].endswith(b".deleted")
-    if message.key is None:
-        raise DestinationError(
-            f"a row of a table without a primary key cannot go to es://{index}: an "
-            "Elasticsearch document needs the key as its _id; route the table to Kafka",
-            destination=f"es://{index}",
-        )
-    key = json.loads(message.key)
-    single = len(key) == 1 and isinstance(key[0], int | str)
-    doc_id = str(key[0]) if single else message.key.decode()
-    position = BinlogPosition(headers["ce_binlogfile"].decode(), int(headers["ce_binlogpos"]))
-    return IndexAction(
-        index=index,
-        doc_id=doc_id,
-        version=document_version(position, int(headers["ce_rowindex"])),
-        op="delete" if deleted else "index",
-        document=None if deleted else data["after"],
-        column_types=data["columns"],
-        origin=(message, dead_letter),
-    )
 
 
 def _write_fence(fencing: WriteFencing, check: HoldCheck) -> WriteFence:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import pickle
+from dataclasses import replace
+from decimal import Decimal
 
 import pytest
 
 from dbus_fn.events import BinlogPosition
-from dbus_spark.sinks.elasticsearch import document_version, field_mapping, index_mapping
+from dbus_spark.sinks.elasticsearch import field_mapping, index_mapping
+from dbus_spark.sinks.records import document_version
 
 
 def test_versions_follow_binlog_order_across_files_offsets_and_rows() -> None:
@@ -65,10 +69,33 @@ def test_index_mapping_covers_the_fields_present_and_leaves_others_dynamic() -> 
 
 def test_a_keyless_row_routed_to_elasticsearch_is_a_destination_error() -> None:
     from dbus_fn.errors import DestinationError
-    from dbus_fn.kafka_binding import KafkaMessage
-    from dbus_spark.writer import index_action
+    from dbus_fn.testing import insert
+    from dbus_spark.stage import index_action
 
-    message = KafkaMessage(None, b'{"after": {"a": 1}}', {"ce_type": b"io.dbus.row.inserted"})
+    change = replace(insert("shop.log", a=1), primary_key=())
     with pytest.raises(DestinationError, match="without a primary key") as raised:
-        index_action("orders", message, "")
+        index_action(change, "orders")
     assert raised.value.destination == "es://orders"
+
+
+def test_an_index_action_is_the_row_keyed_by_its_primary_key_and_versioned_by_position() -> None:
+    from dbus_fn.testing import delete, insert
+    from dbus_spark.stage import index_action
+
+    change = insert("shop.orders", id=7, status="paid", total=Decimal("12.50"))
+    action = index_action(change, "orders", dead_letter="orders.dead")
+    assert action.op == "index"
+    assert action.doc_id == "7"
+    assert action.document == {"id": 7, "status": "paid", "total": "12.50"}
+    assert action.column_types["total"].startswith("decimal")
+    assert action.version == document_version(change.position, change.row_index)
+    assert action.dead_letter == "orders.dead"
+    assert pickle.loads(action.change) == change
+
+    gone = index_action(delete("shop.orders", id=7, status="paid"), "orders")
+    assert gone.op == "delete"
+    assert gone.document is None
+    assert gone.doc_id == "7"
+
+    composite = replace(change, primary_key=("id", "status"))
+    assert index_action(composite, "orders").doc_id == '[7,"paid"]'

@@ -1,7 +1,7 @@
 """Elasticsearch sink: bulk writes whose results never regress.
 
 Every write carries ``version_type=external`` with a version that grows with the
-binlog position (``document_version``), so a replayed batch or a late retry can
+binlog position (``records.document_version``), so a replayed batch or a late retry can
 only rewrite a document with the value it already has or a newer one. A refused
 document (mapping conflict, malformed value) goes to the dead-letter destination;
 it is not retried. Overload (429) and server errors are retried with backoff.
@@ -10,7 +10,6 @@ it is not retried. Overload (429) and server errors are retried with backoff.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -18,13 +17,9 @@ from typing import Any
 from elasticsearch import ApiError, ConnectionError, Elasticsearch, TransportError
 
 from dbus_fn.errors import DbusError
-from dbus_fn.events import BinlogPosition
 from dbus_spark.sinks.records import IndexAction
 
 log = logging.getLogger(__name__)
-
-_FILE_BITS, _POS_BITS, _ROW_BITS = 20, 30, 13
-_FILE_SUFFIX = re.compile(r"\.(\d+)$")
 
 # Deletes leave a tombstone that external versioning checks against; keep it long
 # enough to outlive any replay window (the default is 60 s).
@@ -39,22 +34,6 @@ class ElasticsearchSinkError(DbusError, RuntimeError):
     def __init__(self, message: str, *, index: str | None = None) -> None:
         super().__init__(message)
         self.index = index
-
-
-def document_version(position: BinlogPosition, row_index: int) -> int:
-    """A version that orders writes by binlog position: file number, offset, row.
-
-    Fits Elasticsearch's signed 64-bit version: 20 bits of file number, 30 of
-    offset (binlog files are at most 1 GiB) and 13 of row index inside one rows
-    event (at most 8 KiB by default).
-    """
-    match = _FILE_SUFFIX.search(position.file)
-    if match is None:
-        raise ValueError(f"binlog file name {position.file!r} has no numeric suffix")
-    number = int(match.group(1))
-    if number >= 1 << _FILE_BITS or position.pos >= 1 << _POS_BITS or row_index >= 1 << _ROW_BITS:
-        raise ValueError(f"binlog position {position} row {row_index} is out of the version range")
-    return (number << (_POS_BITS + _ROW_BITS)) | (position.pos << _ROW_BITS) | row_index
 
 
 _ES_TYPES: tuple[tuple[str, Mapping[str, Any]], ...] = (

@@ -1,11 +1,14 @@
-"""The records sinks accept, already encoded, and the closed set of row types a stage emits."""
+"""The typed records the function stage hands its sinks, and the closed set of row types."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
+
+from dbus_fn.events import BinlogPosition
 
 
 class RecordType(StrEnum):
@@ -42,8 +45,34 @@ class IndexAction:
     index: str
     doc_id: str
     version: int
-    op: Literal["index", "delete"]
     document: Mapping[str, Any] | None = None
     column_types: Mapping[str, str] = field(default_factory=dict)
-    # What to send to the dead-letter destination if the server refuses this document.
-    origin: Any = None
+    dead_letter: str = ""
+    """The Kafka topic a document the server refuses goes to, as a dead letter."""
+    change: bytes = b""
+    """The delivered ``RowChange``, pickled: what a refusal's dead letter is built
+    from. It is decoded only then."""
+
+    @property
+    def op(self) -> Literal["index", "delete"]:
+        return "delete" if self.document is None else "index"
+
+
+_FILE_BITS, _POS_BITS, _ROW_BITS = 20, 30, 13
+_FILE_SUFFIX = re.compile(r"\.(\d+)$")
+
+
+def document_version(position: BinlogPosition, row_index: int) -> int:
+    """A version that orders writes by binlog position: file number, offset, row.
+
+    Fits Elasticsearch's signed 64-bit version: 20 bits of file number, 30 of
+    offset (binlog files are at most 1 GiB) and 13 of row index inside one rows
+    event (at most 8 KiB by default).
+    """
+    match = _FILE_SUFFIX.search(position.file)
+    if match is None:
+        raise ValueError(f"binlog file name {position.file!r} has no numeric suffix")
+    number = int(match.group(1))
+    if number >= 1 << _FILE_BITS or position.pos >= 1 << _POS_BITS or row_index >= 1 << _ROW_BITS:
+        raise ValueError(f"binlog position {position} row {row_index} is out of the version range")
+    return (number << (_POS_BITS + _ROW_BITS)) | (position.pos << _ROW_BITS) | row_index
