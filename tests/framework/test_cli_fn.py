@@ -329,3 +329,28 @@ def test_an_unreachable_source_exits_3(scaffold: Path, runner: CliRunner) -> Non
     )
     assert result.exit_code == 3, result.output
     assert "unreachable" in result.stderr
+
+
+def test_run_local_output_replaces_a_file_only_with_force_and_only_on_success(
+    scaffold: Path, runner: CliRunner, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text("kept\n")
+    args = ["fn", "run-local", str(scaffold), "--events", str(scaffold / "events.jsonl")]
+    refused = runner.invoke(cli, [*args, "-o", str(out)])
+    assert refused.exit_code == 2
+    assert "already exists; pass --force" in refused.stderr
+    assert out.read_text() == "kept\n"
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("{not json\n")
+    failed = runner.invoke(
+        cli, ["fn", "run-local", str(scaffold), "--events", str(broken), "-o", str(out), "--force"]
+    )
+    assert failed.exit_code != 0
+    assert out.read_text() == "kept\n"
+    replaced = runner.invoke(cli, [*args, "-o", str(out), "--force"])
+    assert replaced.exit_code == 0, replaced.output
+    written = out.read_text().splitlines()
+    assert written
+    assert len(written) == len(replaced.stdout.splitlines())  # one short line per record
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]

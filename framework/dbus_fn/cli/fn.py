@@ -9,6 +9,7 @@ exit 1.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -24,6 +25,7 @@ from urllib.request import url2pathname
 import click
 
 from dbus_fn.cli._errors import CommandError
+from dbus_fn.cli._output import check_output, output_file
 from dbus_fn.cli.cluster import ZooKeeperOptions, zookeeper_options
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.emulator import EmulatedRecord, Emulator, read_event_file
@@ -260,9 +262,11 @@ def invoke(path: Path, event_file: Path, type_prefix: str, fail_on_dead_letter: 
     "-o",
     envvar="DBUS_OUTPUT",
     show_envvar=True,
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
-    help="Write the records as JSONL here; stdout then gets one short line each.",
+    type=click.Path(path_type=Path),
+    help="Write the records as JSONL here; stdout then gets one short line each. The "
+    "file is in place only when the run ends without an error.",
 )
+@click.option("--force", is_flag=True, help="Replace the --output file if it exists.")
 @_TYPE_PREFIX
 @_FAIL_ON_DEAD_LETTER
 def run_local(
@@ -272,6 +276,7 @@ def run_local(
     start: str,
     idle_timeout: float | None,
     output: Path | None,
+    force: bool,
     type_prefix: str,
     fail_on_dead_letter: bool,
 ) -> None:
@@ -280,25 +285,25 @@ def run_local(
     dead_letter, error, event)."""
     if (events is None) == (source is None):
         raise click.UsageError("expected exactly one of --events FILE or --source DSN")
+    if output is not None:
+        check_output(output, force=force)
     emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
     if events is not None:
         records = emulator.run_file(events)
     else:
         assert source is not None
         records = _live(emulator, source, start, idle_timeout)
-    out = output.open("w", encoding="utf-8") if output is not None else None
-    try:
-        for record in records:
-            if out is not None:
-                out.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
-                _print_short(record)
-            else:
-                _print_record(record, sys.stdout)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-    finally:
-        if out is not None:
-            out.close()
+    with contextlib.ExitStack() as stack:
+        out = None if output is None else stack.enter_context(output_file(output, binary=False))
+        try:
+            for record in records:
+                if out is not None:
+                    out.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
+                    _print_short(record)
+                else:
+                    _print_record(record, sys.stdout)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
     report = emulator.close()
     click.echo(f"{emulator.deployment.name}: {report.summary()}", err=True)
     _finish(report.dead_letters, fail_on_dead_letter)

@@ -6,11 +6,11 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import click
 
-from dbus_fn.errors import ConfigError
+from dbus_fn.cli._output import check_output, output_file
 
 _FROM_HELP = (
     "where to start: latest (default), earliest, snapshot, file:pos, file:pos@gtid, "
@@ -68,7 +68,7 @@ def _items(spec: Any, start: str, server_id: int | None, idle_timeout: float | N
         reader.close()
 
 
-def _write(items: Any, out: BinaryIO, max_events: int | None) -> int:
+def _write(items: Any, out: IO[bytes], max_events: int | None) -> int:
     """Write items as JSON CloudEvents, one per line, flushed; stop at Ctrl-C."""
     from dbus_fn.json_format import event_to_json
 
@@ -90,6 +90,13 @@ _TABLES = click.option(
     help="table patterns to capture (globs; repeatable); default: the source's",
 )  # fmt: skip
 _FROM = click.option("--from", "start", default="latest", show_default=True, help=_FROM_HELP)
+_MAX_EVENTS = click.option(
+    "--max-events", type=click.IntRange(min=1), default=None, help="stop after N events"
+)
+_IDLE_TIMEOUT = click.option(
+    "--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+    help="stop after S idle seconds (default: run until interrupted)",
+)  # fmt: skip
 _SERVER_ID = click.option(
     "--server-id", type=int, envvar="DBUS_SERVER_ID", show_envvar=True,
     help="replication server_id (unique per connection); default: a new one per run",
@@ -147,8 +154,8 @@ def remove(name: str) -> None:
 @_TABLES
 @_FROM
 @_SERVER_ID
-@click.option("--max-events", type=int, default=None, help="stop after N events")
-@click.option("--idle-timeout", type=float, default=None, help="stop after S idle seconds")
+@_MAX_EVENTS
+@_IDLE_TIMEOUT
 def tail(
     source_name: str,
     tables: tuple[str, ...],
@@ -167,27 +174,33 @@ def tail(
 
 @source.command("record")
 @click.argument("source_name", metavar="SOURCE")
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--output", "-o", required=True, type=click.Path(path_type=Path),
               help="the JSONL file to write (for `dbus fn run-local --events`)")  # fmt: skip
+@click.option("--force", is_flag=True, help="replace the output file if it exists")
+@click.option("--append", is_flag=True, help="add to the output file if it exists")
 @_TABLES
 @_FROM
 @_SERVER_ID
-@click.option("--max-events", type=int, default=None, help="stop after N events")
-@click.option("--idle-timeout", type=float, default=None,
-              help="stop after S idle seconds (default: run until interrupted)")  # fmt: skip
+@_MAX_EVENTS
+@_IDLE_TIMEOUT
 def record(
     source_name: str,
     output: Path,
+    force: bool,
+    append: bool,
     tables: tuple[str, ...],
     start: str,
     server_id: int | None,
     max_events: int | None,
     idle_timeout: float | None,
 ) -> None:
-    """Record SOURCE's changes as CloudEvents to a JSONL file the local emulator reads."""
-    if max_events is not None and max_events < 1:
-        raise ConfigError("--max-events must be at least 1", setting="max_events")
-    with output.open("wb") as out:
+    """Record SOURCE's changes as CloudEvents to a JSONL file the local emulator reads.
+
+    The file is written only if the recording starts: a bad --from or an unreachable
+    source leaves an existing file as it was. Ctrl-C ends a recording and keeps it.
+    """
+    check_output(output, force=force, append=append)
+    with output_file(output, binary=True, append=append) as out:
         count = _write(_items(_spec(source_name, tables), start, server_id, idle_timeout), out,
                        max_events)  # fmt: skip
     click.echo(f"recorded {count} events to {output}", err=True)
