@@ -254,6 +254,22 @@ class ZooKeeperUnavailableError(ServiceError):
         self.hosts = hosts
 
 
+class ServiceUnreachableError(ServiceError):
+    """A sink (Kafka, Elasticsearch) or the Spark master does not answer, or refuses
+    the login, when a runtime starts."""
+
+    exit_code = 3
+
+
+class UndeliveredError(DbusError, RuntimeError):
+    """A runtime stopped with a micro-batch its sinks never acknowledged; its
+    changes are not lost (the next start replays them from the checkpoint)."""
+
+    def __init__(self, message: str, *, batch: int) -> None:
+        super().__init__(message)
+        self.batch = batch
+
+
 class ClusterNotFoundError(CoordinationError, LookupError):
     """The cluster root does not exist in ZooKeeper (a typo, or never created)."""
 

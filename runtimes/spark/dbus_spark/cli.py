@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dbus_fn.errors import ConfigError
+from dbus_fn.errors import ConfigError, UndeliveredError
+from dbus_spark.preflight import check_runtime
 from dbus_spark.settings import runtime_config
 
 if TYPE_CHECKING:
@@ -159,8 +160,9 @@ def start(
             )
         member = _member(
             cluster, zookeeper, zk_session_timeout, runtime_id, capacity, kafka, elasticsearch,
-            checkpoint, start, trigger, decode_shards,
+            checkpoint, start, trigger, decode_shards, master,
         )  # fmt: skip
+        checkpoint_dir = member.checkpoint_dir
         query = start_member(member, master=master, verbose=verbose)
     else:
         if not deployments:
@@ -179,6 +181,7 @@ def start(
             trigger=trigger,
             decode_shards=decode_shards,
         )
+        checkpoint_dir = config.checkpoint_dir
         query = start_query(config, master=master, verbose=verbose)
     stop = False
 
@@ -202,6 +205,7 @@ def start(
         if not stop:
             raise
     finally:
+        stopping = time.time()
         try:
             if query.isActive:
                 stop_query(query)
@@ -214,7 +218,26 @@ def start(
     error = None if stop else query.exception()
     if error is not None:
         raise click.ClickException(f"the runtime stopped on an error: {str(error).splitlines()[0]}")
+    if not stop:  # a service manager's SIGTERM is a stop, not a failed run
+        _check_delivered(checkpoint_dir, stopping)
     click.echo("runtime stopped")
+
+
+def _check_delivered(checkpoint_dir: str, stopping: float) -> None:
+    """Fail a run that ends with a batch its sinks never took (one planned before the
+    stop began; a batch the stop itself cut short is only replayed)."""
+    from dbus_spark.job import pending_batch
+
+    pending = pending_batch(checkpoint_dir)
+    if pending is None or pending.planned_at >= stopping:
+        return
+    reads = ", ".join(f"{name} up to {position}" for name, position in pending.positions.items())
+    raise UndeliveredError(
+        f"batch {pending.batch} ({reads or 'no source'}) was never acknowledged by the sinks "
+        "before the runtime stopped; nothing is lost: the next start with the same "
+        f"checkpoint ({checkpoint_dir}) delivers it. See the log above for the sink that failed",
+        batch=pending.batch,
+    )
 
 
 def _member(
@@ -229,6 +252,7 @@ def _member(
     start: str,
     trigger: float,
     decode_shards: int,
+    master: str,
 ) -> ClusterMember:
     import os
     import socket
@@ -249,6 +273,7 @@ def _member(
         trigger=trigger,
         decode_shards=decode_shards,
     )
+    check_runtime(kafka=base.kafka_bootstrap, elasticsearch=base.elasticsearch_url, master=master)
     return ClusterMember(
         settings, name, base, default_config_path(base), capacity=capacity, start=start
     )

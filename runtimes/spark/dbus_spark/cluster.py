@@ -68,6 +68,7 @@ class ClusterMember:
             settings, runtime_id, capacity, handoff=self.handoff
         )
         self._base = replace(base, fencing=fencing)
+        self.checkpoint_dir = base.checkpoint_dir
         # Key shards' connections get claimed server ids too: as many as a local
         # query uses (local[*]); a query on more cores derives the rest.
         self._shards = base.decode_shards or default_decode_shards(os.cpu_count() or 1)

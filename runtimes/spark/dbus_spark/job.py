@@ -8,22 +8,26 @@ committed binlog positions. Local mode (``local[*]``) is the default; pass a
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from dbus_fn.capture import BinlogReader
+from dbus_fn.capture import BinlogReader, position_from_json
 from dbus_fn.registry import load_deployment
 from dbus_spark import logs
 from dbus_spark.cluster import ClusterMember, PositionCommitter
 from dbus_spark.config import RuntimeConfig, default_decode_shards
+from dbus_spark.preflight import check_addresses, check_reachable
 from dbus_spark.source import BinlogDataSource
 from dbus_spark.writer import FunctionSinkDataSource
 
@@ -114,10 +118,16 @@ def start(
 ) -> StreamingQuery:
     """Start the runtime's query; returns at once, the query runs in the background.
 
-    Sources and deployments are checked before any Spark session starts.
-    ``verbose`` is the new session's (see ``spark_session``).
+    Sources, deployments, sinks and the master are checked before any Spark
+    session starts (see ``preflight``). ``verbose`` is the new session's (see
+    ``spark_session``).
     """
+    master = master if spark is None else "local[*]"  # a given session has its master
+    check_addresses(kafka=config.kafka_bootstrap, elasticsearch=config.elasticsearch_url,
+                    master=master)  # fmt: skip
     config = preflight(config)
+    check_reachable(kafka=config.kafka_bootstrap, elasticsearch=config.elasticsearch_url,
+                    master=master)  # fmt: skip
     spark = spark or spark_session(master, verbose=verbose)
     path = config.save(config_path or default_config_path(config))
     return _start_query(spark, config, path)
@@ -190,3 +200,40 @@ def _start_query(spark: SparkSession, config: RuntimeConfig, path: Path) -> Stre
         config.checkpoint_dir,
     )
     return query
+
+
+class PendingBatch(NamedTuple):
+    """A micro-batch Spark planned (wrote its offsets) but never committed."""
+
+    batch: int
+    planned_at: float
+    """Epoch seconds Spark planned it."""
+    positions: dict[str, str]
+    """Per source, the position the batch reads up to."""
+
+
+def pending_batch(checkpoint_dir: str) -> PendingBatch | None:
+    """The newest planned micro-batch whose sinks never acknowledged it, if any.
+
+    Spark writes ``offsets/<id>`` when it plans a batch and ``commits/<id>`` once
+    the writer committed it; a batch with the first and not the second is replayed
+    from its start positions at the next start.
+    """
+    checkpoint = Path(checkpoint_dir)
+
+    def newest(folder: str) -> int:
+        path = checkpoint / folder
+        ids = [int(p.name) for p in path.iterdir() if p.name.isdigit()] if path.is_dir() else []
+        return max(ids, default=-1)
+
+    planned = newest("offsets")
+    if planned < 0 or planned <= newest("commits"):
+        return None
+    lines = (checkpoint / "offsets" / str(planned)).read_text().splitlines()
+    metadata = json.loads(lines[1]) if len(lines) > 1 else {}
+    positions: dict[str, str] = {}
+    for line in lines[2:]:
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+            for source, offset in json.loads(line).items():
+                positions[source] = str(position_from_json(offset))
+    return PendingBatch(planned, metadata.get("batchTimestampMs", 0) / 1000, positions)
