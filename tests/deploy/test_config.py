@@ -10,10 +10,13 @@ from dbus_deploy.services import Endpoints, load_config
 from dbus_fn.errors import ConfigError
 
 
-def test_defaults_live_in_the_repository_and_use_the_usual_ports() -> None:
+def test_defaults_use_the_usual_ports_and_a_home_for_this_checkout() -> None:
     config = load_config({})
     repo = Path(__file__).resolve().parents[2]
-    assert config.home == repo / ".dbus"
+    # <repo>/.dbus, or for a checkout under a private folder one fixed place outside it.
+    private = config.home.parent == Path("/var/tmp") and config.home.name.startswith("dbus-")
+    assert config.home == repo / ".dbus" or private
+    assert load_config({}).home == config.home
     assert dict(config.ports) == {
         "mariadb": 3306,
         "zookeeper": 2181,
@@ -82,3 +85,29 @@ def test_a_checkout_another_user_cannot_reach_keeps_its_state_in_var_tmp(tmp_pat
     assert home.parent == Path("/var/tmp")
     assert home == _default_home(checkout)  # the same place every time
     assert _default_home(Path("/work/elsewhere/repo")) != home
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o700], ids=["shared-folder", "private-folder"])
+def test_a_checkout_the_services_user_cannot_reach_keeps_its_state_outside(mode: int) -> None:
+    import shutil
+    import tempfile
+
+    from dbus_deploy.services._config import _default_home
+
+    # Under /var/tmp, whose parents every user may traverse; only `outer` differs.
+    outer = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="dbus-test-"))
+    try:
+        outer.chmod(mode)
+        repo = outer / "clone"
+        repo.mkdir()
+        home = _default_home(repo)
+        if mode == 0o755:
+            assert home == repo / ".dbus"
+        else:
+            assert home.parent == Path("/var/tmp")
+            assert home.name.startswith("dbus-")
+            assert not home.is_relative_to(outer)
+            assert _default_home(repo) == home  # the same place every time
+            assert _default_home(outer / "another") != home
+    finally:
+        shutil.rmtree(outer)
