@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -22,6 +23,29 @@ from dbus_fn.events import CaptureItem, RowChange, SchemaChange, TransactionComm
 __all__ = ["event_from_json", "event_to_json", "read_jsonl", "write_jsonl"]
 
 _FORMAT = JSONFormat()
+
+# RFC 3339 date-time: seconds required, an offset of hours and minutes (or Z).
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+# RFC 2046 media type: type "/" subtype, then optional parameters.
+_MEDIA_TYPE = re.compile(r"[\w!#$&^.+-]+/[\w!#$&^.+-]+(\s*;.*)?", re.ASCII | re.DOTALL)
+
+
+def _attribute_problems(attributes: dict[str, Any]) -> list[str]:
+    """What the JSON format's reader lets through but CloudEvents 1.0 refuses."""
+    problems = []
+    time = attributes.get("time")
+    if isinstance(time, str) and not _TIME.fullmatch(time):
+        problems.append(
+            f"time {time!r} is not an RFC 3339 timestamp (YYYY-MM-DDTHH:MM:SS[.fraction] "
+            "then Z or +HH:MM)"
+        )
+    media_type = attributes.get("datacontenttype")
+    if isinstance(media_type, str) and not _MEDIA_TYPE.fullmatch(media_type):
+        problems.append(
+            f"datacontenttype {media_type!r} is not an RFC 2046 media type such as "
+            "application/json"
+        )
+    return problems
 
 
 def _as_event(item: BaseCloudEvent | CaptureItem, type_prefix: str) -> BaseCloudEvent:
@@ -59,6 +83,18 @@ def event_from_json(data: str | bytes, *, where: str | None = None) -> CloudEven
             problems=("not a JSON object",),
             where=where,
         )
+
+    problems = _attribute_problems(parsed)
+    if problems:
+        raise EventFormatError(
+            f"{where or 'event'} is not a valid CloudEvent: {'; '.join(problems)}",
+            problems=tuple(problems),
+            event_id=parsed.get("id") if isinstance(parsed.get("id"), str) else None,
+            where=where,
+        )
+    if any(value is None for value in parsed.values()):
+        # In the JSON format an attribute whose value is null is an absent attribute.
+        data = json.dumps({name: value for name, value in parsed.items() if value is not None})
 
     def factory(
         attributes: dict[str, Any], payload: dict[str, Any] | str | bytes | None
