@@ -87,7 +87,7 @@ def event_from_json(data: str | bytes, *, where: str | None = None) -> CloudEven
     problems = _attribute_problems(parsed)
     if problems:
         raise EventFormatError(
-            f"{where or 'event'} is not a valid CloudEvent: {'; '.join(problems)}",
+            f"{where or 'event'} has a malformed attribute: {'; '.join(problems)}",
             problems=tuple(problems),
             event_id=parsed.get("id") if isinstance(parsed.get("id"), str) else None,
             where=where,
