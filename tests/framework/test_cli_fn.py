@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -354,3 +355,19 @@ def test_run_local_output_replaces_a_file_only_with_force_and_only_on_success(
     assert written
     assert len(written) == len(replaced.stdout.splitlines())  # one short line per record
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+def test_the_readme_example_module_passes_the_scaffold_golden_events(
+    scaffold: Path, runner: CliRunner
+) -> None:
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    example = next(block for block in blocks if "import dbus_fn as fn" in block)
+    (scaffold / "cli_demo.py").write_text(example)
+    result = runner.invoke(
+        cli,
+        ["fn", "run-local", str(scaffold), "--events", str(scaffold / "events.jsonl"),
+         "--fail-on-dead-letter"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "0 dead-lettered" in result.stderr
