@@ -371,3 +371,13 @@ def test_the_readme_example_module_passes_the_scaffold_golden_events(
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "0 dead-lettered" in result.stderr
+
+
+def test_init_into_a_folder_that_does_not_exist_refuses(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no" / "such"
+    result = runner.invoke(cli, ["fn", "init", "demo", "-C", str(missing)])
+    assert result.exit_code == 2
+    assert "does not exist" in result.stderr
+    assert not missing.exists()

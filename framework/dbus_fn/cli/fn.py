@@ -80,7 +80,7 @@ def fn() -> None:
     "-C",
     envvar="DBUS_DIRECTORY",
     show_envvar=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=Path("."),
     help="Where to create the NAME folder (default: here).",
 )
