@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import click
 
@@ -54,13 +55,13 @@ def _reader(spec: Any, server_id: int | None) -> Any:
     return capture.BinlogReader(spec, chosen)
 
 
-def _items(spec: Any, start: str, server_id: int | None, idle_timeout: float | None) -> Any:
+def _items(source: str, read: ReadOptions) -> Any:
     """Row and DDL events of the source, plus commits of transactions that had rows."""
     from dbus_fn.events import TransactionCommit
 
-    reader = _reader(spec, server_id)
+    reader = _reader(_spec(source, read.tables), read.server_id)
     try:
-        for item in reader.read(_start(reader, start), idle_timeout=idle_timeout):
+        for item in reader.read(_start(reader, read.start), idle_timeout=read.idle_timeout):
             if isinstance(item, TransactionCommit) and not item.rows:
                 continue
             yield item
@@ -101,6 +102,29 @@ _SERVER_ID = click.option(
     "--server-id", type=int, envvar="DBUS_SERVER_ID", show_envvar=True,
     help="replication server_id (unique per connection); default: a new one per run",
 )  # fmt: skip
+
+
+class ReadOptions(NamedTuple):
+    """What every command that reads a source is told: tables, start, id and limits."""
+
+    tables: tuple[str, ...]
+    start: str
+    server_id: int | None
+    max_events: int | None
+    idle_timeout: float | None
+
+
+def _read_options(command: Any) -> Any:
+    """Add the ``ReadOptions`` to ``command``, which takes them as ``read``."""
+
+    @functools.wraps(command)
+    def collect(**values: Any) -> Any:
+        read = ReadOptions(**{name: values.pop(name) for name in ReadOptions._fields})
+        return command(read=read, **values)
+
+    for option in (_IDLE_TIMEOUT, _MAX_EVENTS, _SERVER_ID, _FROM, _TABLES):
+        collect = option(collect)
+    return collect
 
 
 @click.group()
@@ -151,25 +175,13 @@ def remove(name: str) -> None:
 
 @source.command("tail")
 @click.argument("source_name", metavar="SOURCE")
-@_TABLES
-@_FROM
-@_SERVER_ID
-@_MAX_EVENTS
-@_IDLE_TIMEOUT
-def tail(
-    source_name: str,
-    tables: tuple[str, ...],
-    start: str,
-    server_id: int | None,
-    max_events: int | None,
-    idle_timeout: float | None,
-) -> None:
+@_read_options
+def tail(source_name: str, read: ReadOptions) -> None:
     """Print SOURCE's changes live, one CloudEvent (JSON) per line.
 
     SOURCE is a name from `dbus source list` or a DSN.
     """
-    _write(_items(_spec(source_name, tables), start, server_id, idle_timeout), sys.stdout.buffer,
-           max_events)  # fmt: skip
+    _write(_items(source_name, read), sys.stdout.buffer, read.max_events)
 
 
 @source.command("record")
@@ -178,22 +190,8 @@ def tail(
               help="the JSONL file to write (for `dbus fn run-local --events`)")  # fmt: skip
 @click.option("--force", is_flag=True, help="replace the output file if it exists")
 @click.option("--append", is_flag=True, help="add to the output file if it exists")
-@_TABLES
-@_FROM
-@_SERVER_ID
-@_MAX_EVENTS
-@_IDLE_TIMEOUT
-def record(
-    source_name: str,
-    output: Path,
-    force: bool,
-    append: bool,
-    tables: tuple[str, ...],
-    start: str,
-    server_id: int | None,
-    max_events: int | None,
-    idle_timeout: float | None,
-) -> None:
+@_read_options
+def record(source_name: str, output: Path, force: bool, append: bool, read: ReadOptions) -> None:
     """Record SOURCE's changes as CloudEvents to a JSONL file the local emulator reads.
 
     The file is written only if the recording starts: a bad --from or an unreachable
@@ -201,6 +199,5 @@ def record(
     """
     check_output(output, force=force, append=append)
     with output_file(output, binary=True, append=append) as out:
-        count = _write(_items(_spec(source_name, tables), start, server_id, idle_timeout), out,
-                       max_events)  # fmt: skip
+        count = _write(_items(source_name, read), out, read.max_events)
     click.echo(f"recorded {count} events to {output}", err=True)

@@ -76,21 +76,21 @@ def test_a_malformed_address_is_a_bad_value(
     assert not (tmp_path / "checkpoint").exists()
 
 
-def test_an_unreachable_kafka_is_cannot_reach(
-    tmp_path: Path, closed_port: int, services: Any
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("--kafka", "127.0.0.1:{port}", "cannot reach Kafka at 127.0.0.1:{port}"),
+        ("--master", "spark://127.0.0.1:{port}",
+         "cannot reach the Spark master at spark://127.0.0.1:{port}"),
+    ],
+)  # fmt: skip
+def test_an_unreachable_kafka_or_master_is_cannot_reach(
+    tmp_path: Path, closed_port: int, services: Any, option: str, value: str, says: str
 ) -> None:
-    kafka = f"127.0.0.1:{closed_port}"
-    line = one_line(start(tmp_path, "--kafka", kafka, source=services.mariadb.dsn), 3)
-    assert f"cannot reach Kafka at 127.0.0.1:{closed_port}" in line
-    assert "--kafka" in line
-
-
-def test_an_unreachable_master_is_cannot_reach(
-    tmp_path: Path, closed_port: int, services: Any
-) -> None:
-    master = f"spark://127.0.0.1:{closed_port}"
-    line = one_line(start(tmp_path, "--master", master, source=services.mariadb.dsn), 3)
-    assert f"cannot reach the Spark master at spark://127.0.0.1:{closed_port}" in line
+    address = value.format(port=closed_port)
+    line = one_line(start(tmp_path, option, address, source=services.mariadb.dsn), 3)
+    assert says.format(port=closed_port) in line
+    assert option in line
 
 
 def test_an_unreachable_elasticsearch_is_cannot_reach_from_the_command(

@@ -14,11 +14,73 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 pytestmark = pytest.mark.e2e
+
+
+class Runtime(NamedTuple):
+    """A `dbus runtime start` in its own process group, its output in ``log``."""
+
+    process: subprocess.Popen[bytes]
+    checkpoint: Path
+    log: Path
+
+    def wait_for_first_commit(self, timeout: float) -> None:
+        """Running for real: the first micro-batch has committed."""
+        deadline = time.monotonic() + timeout
+        while not list((self.checkpoint / "commits").glob("[0-9]*")):
+            assert self.process.poll() is None, self.output()[-3000:]
+            assert time.monotonic() < deadline, f"no batch committed within {timeout:.0f}s"
+            time.sleep(0.5)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+
+def start_runtime(
+    services: Any, database: Any, function_folder: Any, tmp_path: Path, route: str, *extra: str
+) -> Runtime:
+    """A runtime over a new table ``t`` whose one function routes every change to ``route``."""
+    with database.connect().cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    table = f"{database.name}.t"
+    folder = function_folder(
+        "relay",
+        f'''
+        import dbus_fn as fn
+
+        @fn.route(tables="{table}")
+        def relay(event: fn.RowChange) -> str:
+            return "{route}"
+        ''',
+        [table],
+    )
+    checkpoint = tmp_path / "checkpoint"
+    argv = [
+        str(Path(sys.executable).parent / "dbus"), "runtime", "start",
+        "--source", f"src={services.mariadb.dsn}",
+        "--functions", str(folder),
+        "--kafka", services.kafka.bootstrap_servers,
+        "--elasticsearch", services.elasticsearch.url,
+        "--checkpoint", str(checkpoint),
+        "--master", "local[2]",
+        *extra,
+    ]  # fmt: skip
+    log = tmp_path / "runtime.log"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    return Runtime(process, checkpoint, log)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "systemd"])
@@ -30,49 +92,16 @@ def test_a_signal_to_the_whole_process_group_stops_the_runtime_cleanly(
     tmp_path: Path,
     function_folder: Any,
 ) -> None:
-    with fresh_database.connect().cursor() as cur:
-        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
-    relay = function_folder(
-        "relay",
-        f'''
-        import dbus_fn as fn
-
-        @fn.route(tables="{fresh_database.name}.t")
-        def to_kafka(event: fn.RowChange) -> str:
-            return "kafka://{kafka_topic}"
-        ''',
-        [f"{fresh_database.name}.t"],
+    runtime = start_runtime(
+        services, fresh_database, function_folder, tmp_path, f"kafka://{kafka_topic}"
     )
-    checkpoint = tmp_path / "checkpoint"
-    argv = [
-        str(Path(sys.executable).parent / "dbus"), "runtime", "start",
-        "--source", f"src={services.mariadb.dsn}",
-        "--functions", str(relay),
-        "--kafka", services.kafka.bootstrap_servers,
-        "--elasticsearch", services.elasticsearch.url,
-        "--checkpoint", str(checkpoint),
-        "--master", "local[2]",
-    ]  # fmt: skip
-    log = tmp_path / "runtime.log"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    with log.open("wb") as out:
-        runtime = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
     try:
-        # Running for real: the first micro-batch has committed.
-        deadline = time.monotonic() + 120
-        while not list((checkpoint / "commits").glob("[0-9]*")):
-            assert runtime.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no batch committed within 120s"
-            time.sleep(0.5)
-        os.killpg(runtime.pid, signum)
-        code = runtime.wait(timeout=90)
+        runtime.wait_for_first_commit(120)
+        os.killpg(runtime.process.pid, signum)
+        code = runtime.process.wait(timeout=90)
     finally:
-        if runtime.poll() is None:
-            os.killpg(runtime.pid, signal.SIGKILL)
-            runtime.wait(timeout=30)
-    output = log.read_text()
+        runtime.kill()
+    output = runtime.output()
     assert "stopped on an error" not in output, output[-3000:]
     assert code == 0, output[-3000:]
     assert "runtime stopped" in output
@@ -87,54 +116,21 @@ def test_a_run_whose_sink_never_came_back_exits_non_zero_naming_the_batch(
 ) -> None:
     from dbus_deploy.services import down, up
 
-    with fresh_database.connect().cursor() as cur:
-        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
-    index = function_folder(
-        "indexer",
-        f'''
-        import dbus_fn as fn
-
-        @fn.route(tables="{fresh_database.name}.t")
-        def to_index(event: fn.RowChange) -> str:
-            return "es://{es_index}"
-        ''',
-        [f"{fresh_database.name}.t"],
+    runtime = start_runtime(
+        services, fresh_database, function_folder, tmp_path, f"es://{es_index}", "--for", "60"
     )
-    checkpoint = tmp_path / "checkpoint"
-    argv = [
-        str(Path(sys.executable).parent / "dbus"), "runtime", "start",
-        "--source", f"src={services.mariadb.dsn}",
-        "--functions", str(index),
-        "--kafka", services.kafka.bootstrap_servers,
-        "--elasticsearch", services.elasticsearch.url,
-        "--checkpoint", str(checkpoint),
-        "--master", "local[2]",
-        "--for", "60",
-    ]  # fmt: skip
-    log = tmp_path / "runtime.log"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    with log.open("wb") as out:
-        runtime = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
     try:
-        deadline = time.monotonic() + 45
-        while not list((checkpoint / "commits").glob("[0-9]*")):
-            assert runtime.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no batch committed within 45s"
-            time.sleep(0.5)
+        runtime.wait_for_first_commit(45)
         down(["elasticsearch"])
         try:
             with fresh_database.connect().cursor() as cur:
                 cur.execute("INSERT INTO t VALUES (1), (2)")
-            code = runtime.wait(timeout=120)
+            code = runtime.process.wait(timeout=120)
         finally:
             up(["elasticsearch"])
     finally:
-        if runtime.poll() is None:
-            os.killpg(runtime.pid, signal.SIGKILL)
-            runtime.wait(timeout=30)
-    output = log.read_text()
+        runtime.kill()
+    output = runtime.output()
     assert code == 1, output[-3000:]
     last = output.strip().splitlines()[-1]
     assert "was never acknowledged by the sinks" in last, output[-3000:]
