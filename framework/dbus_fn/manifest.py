@@ -43,7 +43,10 @@ SCHEMES: tuple[Scheme, ...] = ("kafka", "es")
 _KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _ES_INDEX = re.compile(r'^[^-_+A-Z\\/*?"<>| ,#:.][^A-Z\\/*?"<>| ,#:]{0,254}$')
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_VERSION = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}$")
+# Dot-separated numbers, then optional -pre-release and +build parts (as SemVer).
+_VERSION = re.compile(
+    r"^\d+(\.\d+)*(-[0-9A-Za-z]+(\.[0-9A-Za-z]+)*)?(\+[0-9A-Za-z]+(\.[0-9A-Za-z]+)*)?$"
+)
 _TABLE_GLOB = re.compile(r"^[^.\s]+\.[^.\s]+$")
 
 DEFAULT_TIMEOUT = 5.0
@@ -172,7 +175,9 @@ class Manifest:
                 f"unknown key(s) {', '.join(unknown)}; expected only {', '.join(sorted(_KEYS))}"
             )
         name = text("name", _NAME, "a lowercase name ([a-z][a-z0-9_-]*)")
-        version = text("version", _VERSION, 'a version such as "1.0.0"')
+        version = text(
+            "version", _VERSION, 'a version such as "1.0.0" or "2.1.0-rc.1" (numbers and dots)'
+        )
         module = text("module", None, 'a module path ("orders.py") or dotted name')
         tables = strings("tables", _TABLE_GLOB, '"db.table" globs such as "shop.*"', required=True)
         sources = strings("sources", None, "capture source names", required=False)

@@ -381,3 +381,54 @@ def test_init_into_a_folder_that_does_not_exist_refuses(
     assert result.exit_code == 2
     assert "does not exist" in result.stderr
     assert not missing.exists()
+
+
+def _edit_manifest(scaffold: Path, old: str, new: str) -> None:
+    manifest = scaffold / "dbus.toml"
+    text = manifest.read_text()
+    assert old in text
+    manifest.write_text(text.replace(old, new))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "code", "says"),
+    [
+        ('version = "0.1.0"', 'version = "latest"', 1, "version: expected a version"),
+        ('version = "0.1.0"', 'version = "v1.0"', 1, "version: expected a version"),
+        ('version = "0.1.0"', 'version = "1..0"', 1, "version: expected a version"),
+        ('module = "cli_demo.py"', 'module = "cli_demo"', 1, "is a dotted name"),
+        ("timeout = 1.0", 'timeout = 1.0\n[sinks.kafka]\n"sasl.password" = "hunter2"', 2,
+         "sinks.kafka.sasl.password looks like a secret"),
+    ],
+    ids=["latest", "v-prefix", "empty-part", "dotted-module", "secret-in-sinks"],
+)  # fmt: skip
+def test_validate_refuses_what_deploy_refuses(
+    scaffold: Path, runner: CliRunner, old: str, new: str, code: int, says: str
+) -> None:
+    _edit_manifest(scaffold, old, new)
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == code, result.output
+    assert says in result.stderr
+    assert "hunter2" not in result.output
+    assert "Traceback" not in result.output
+
+
+def test_validate_refuses_a_module_outside_the_folder(
+    scaffold: Path, runner: CliRunner, tmp_path: Path
+) -> None:
+    outside = tmp_path / "elsewhere.py"
+    shutil.copy(scaffold / "cli_demo.py", outside)
+    _edit_manifest(scaffold, 'module = "cli_demo.py"', 'module = "../elsewhere.py"')
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 1, result.output
+    assert "outside the deployment folder" in result.stderr
+
+
+@pytest.mark.parametrize("version", ["1", "1.0.0", "2.1.0-rc.1", "1.0.0+build.7"])
+def test_validate_accepts_numbered_versions(
+    scaffold: Path, runner: CliRunner, version: str
+) -> None:
+    _edit_manifest(scaffold, 'version = "0.1.0"', f'version = "{version}"')
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 0, result.output
+    assert "bundle cli_demo.py, dbus.toml" in result.output

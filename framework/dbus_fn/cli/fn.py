@@ -172,9 +172,13 @@ def _golden_events(table: str) -> list[RowChange]:
 @fn.command("validate")
 @_PATH
 def validate(path: Path) -> None:
-    """Check a deployment: manifest, module, functions and selectors; list them."""
-    deployment = load_deployment(path)
-    _describe(deployment)
+    """Check a deployment as `dbus fn deploy` does (manifest, module, functions,
+    selectors, what its bundle may hold) without a cluster; list its functions."""
+    from dbus_fn.bundle import build_bundle
+
+    bundle = build_bundle(path)
+    _describe(load_deployment(path))
+    click.echo(f"  bundle {', '.join(bundle.files)}: {len(bundle.data)} bytes")
     click.echo("OK")
 
 

@@ -7,14 +7,14 @@ The tree under a cluster root is documented in ``docs/coordination.md`` and in
 
 from __future__ import annotations
 
-from dbus_fn.coordination._assign import Quota, assign_sources, moved_sources, quotas
-from dbus_fn.coordination._bundle import (
+from dbus_fn.bundle import (
     Bundle,
     build_bundle,
     content_hash,
     default_cache_dir,
     materialize,
 )
+from dbus_fn.coordination._assign import Quota, assign_sources, moved_sources, quotas
 from dbus_fn.coordination._client import (
     ZooKeeperSettings,
     close,

@@ -22,7 +22,7 @@ from kazoo.exceptions import (
     RolledBackError,
 )
 
-from dbus_fn.coordination._bundle import Bundle, default_cache_dir, materialize
+from dbus_fn.bundle import Bundle, default_cache_dir, materialize
 from dbus_fn.coordination._client import ZooKeeperSettings, dump, load, utc_timestamp
 from dbus_fn.coordination._layout import check_name
 from dbus_fn.errors import (

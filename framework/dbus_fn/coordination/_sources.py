@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from dbus_fn.coordination._bundle import check_no_secrets
+from dbus_fn.bundle import check_no_secrets
 from dbus_fn.coordination._client import ZooKeeperSettings, dump, load, utc_timestamp
 from dbus_fn.coordination._layout import check_name
 from dbus_fn.errors import ConfigError, CoordinationError, SecretLeakError
