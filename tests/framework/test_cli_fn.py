@@ -432,3 +432,38 @@ def test_validate_accepts_numbered_versions(
     result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
     assert result.exit_code == 0, result.output
     assert "bundle cli_demo.py, dbus.toml" in result.output
+
+
+def test_print_in_a_function_goes_to_stderr_and_the_records_stay_json(
+    scaffold: Path, runner: CliRunner
+) -> None:
+    module = scaffold / "cli_demo.py"
+    module.write_text(
+        module.read_text().replace(
+            'return not event.row.get("is_test", False)',
+            'print("checking", event.row["id"])\n    return not event.row.get("is_test", False)',
+        )
+    )
+    assert 'print("checking"' in module.read_text()
+    result = runner.invoke(
+        cli, ["fn", "run-local", str(scaffold), "--events", str(scaffold / "events.jsonl")]
+    )
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert records and all("destination" in record for record in records)
+    assert "checking 1" in result.stderr
+
+
+def test_an_events_file_without_events_fails_instead_of_testing_nothing(
+    scaffold: Path, runner: CliRunner, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    out = tmp_path / "out.jsonl"
+    result = runner.invoke(
+        cli, ["fn", "run-local", str(scaffold), "--events", str(empty), "-o", str(out)]
+    )
+    assert result.exit_code == 1, result.output
+    assert "holds no events, so nothing was tested" in result.stderr
+    assert "dbus source record" in result.stderr
+    assert not out.exists()

@@ -29,6 +29,7 @@ from dbus_fn.cli._output import check_output, output_file
 from dbus_fn.cli.cluster import ZooKeeperOptions, zookeeper_options
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.emulator import EmulatedRecord, Emulator, read_event_file
+from dbus_fn.errors import EventFormatError
 from dbus_fn.events import RowChange
 from dbus_fn.json_format import write_jsonl
 from dbus_fn.registry import LoadedDeployment, load_deployment
@@ -297,17 +298,26 @@ def run_local(
     else:
         assert source is not None
         records = _live(emulator, source, start, idle_timeout)
+    stdout = sys.stdout  # the records' stream; a function's print() goes to stderr
     with contextlib.ExitStack() as stack:
         out = None if output is None else stack.enter_context(output_file(output, binary=False))
+        stack.enter_context(contextlib.redirect_stdout(sys.stderr))
         try:
             for record in records:
                 if out is not None:
                     out.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
-                    _print_short(record)
+                    _print_short(record, stdout)
                 else:
-                    _print_record(record, sys.stdout)
+                    _print_record(record, stdout)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
+        if events is not None and not (emulator.report.events or emulator.report.markers):
+            raise EventFormatError(
+                f"{events} holds no events, so nothing was tested; record some with "
+                f"`dbus source record SOURCE -o {events}` (one CloudEvent per line)",
+                problems=("no events",),
+                where=str(events),
+            )
     report = emulator.close()
     click.echo(f"{emulator.deployment.name}: {report.summary()}", err=True)
     _finish(report.dead_letters, fail_on_dead_letter)
@@ -331,13 +341,13 @@ def _print_record(record: EmulatedRecord, stream: IO[str]) -> None:
     click.echo(json.dumps(record.to_json(), separators=(",", ":")), file=stream)
 
 
-def _print_short(record: EmulatedRecord) -> None:
+def _print_short(record: EmulatedRecord, stream: IO[str]) -> None:
     event = record.event
     what = f"{event.get_type()} {event.get_subject() or ''}".strip()
     line = f"{record.destination}  {what}"
     if record.error:
         line += f"  {record.error}"
-    click.echo(line)
+    click.echo(line, file=stream)
 
 
 def _finish(dead_letters: int, fail_on_dead_letter: bool) -> None:

@@ -338,7 +338,7 @@ class FunctionStore:
         )
 
     def _unknown(self, name: str, version: str | None) -> FunctionNotFoundError:
-        if version is None:
+        if version is None or not self.versions(name):
             known = ", ".join(self.names()) or "none"
             return FunctionNotFoundError(
                 f"no function {name!r} in {self.settings.where()}; deployed: {known} "

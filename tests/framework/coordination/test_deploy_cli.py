@@ -182,6 +182,17 @@ def test_rollback_to_an_unknown_version(dbus: Any, cluster: Any, tmp_path: Path)
     )
 
 
+def test_rollback_of_a_function_never_deployed_says_there_is_no_such_function(
+    dbus: Any, cluster: Any, tmp_path: Path
+) -> None:
+    assert dbus("fn", "deploy", str(make_function(tmp_path / "fn"))).exit_code == 0
+    result = dbus("fn", "rollback", "nope", "--to", "1.0.0")
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: no function 'nope' in cluster 'test'; deployed: cfn_demo (see `dbus fn list`)\n"
+    )
+
+
 def test_describe_and_delete_an_unknown_function(dbus: Any, cluster: Any) -> None:
     for args in (("describe", "nope"), ("delete", "nope"), ("rollback", "nope", "--to", "1")):
         result = dbus("fn", *args)
