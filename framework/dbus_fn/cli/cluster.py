@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
+from dbus_fn.cli._options import env_option
+
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
@@ -54,34 +56,30 @@ class ZooKeeperOptions:
 
 
 _OPTIONS = (
-    click.option(
+    env_option(
         "--zookeeper",
-        envvar="DBUS_ZOOKEEPER",
-        show_envvar=True,
+        env="DBUS_ZOOKEEPER",
         default="127.0.0.1:2181",
         show_default=True,
         help="ZooKeeper address: host:port[,host:port][/chroot].",
     ),
-    click.option(
+    env_option(
         "--cluster",
-        envvar="DBUS_CLUSTER",
-        show_envvar=True,
+        env="DBUS_CLUSTER",
         default="default",
         show_default=True,
         help="Cluster name; its tree is /dbus/<cluster> in ZooKeeper.",
     ),
-    click.option(
+    env_option(
         "--zk-auth",
-        envvar="DBUS_ZK_AUTH",
-        show_envvar=True,
+        env="DBUS_ZK_AUTH",
         default=None,
         help="user:password for ZooKeeper digest auth; nodes this creates are then "
         "readable and writable by that user only. Prefer the variable to the flag.",
     ),
-    click.option(
+    env_option(
         "--zk-timeout",
-        envvar="DBUS_ZK_TIMEOUT",
-        show_envvar=True,
+        env="DBUS_ZK_TIMEOUT",
         type=click.FloatRange(min=0, min_open=True),
         default=10.0,
         show_default=True,

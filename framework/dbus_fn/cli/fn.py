@@ -25,6 +25,7 @@ from urllib.request import url2pathname
 import click
 
 from dbus_fn.cli._errors import CommandError
+from dbus_fn.cli._options import FROM, env_option, start_point
 from dbus_fn.cli._output import check_output, output_file
 from dbus_fn.cli.cluster import ZooKeeperOptions, zookeeper_options
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
@@ -40,19 +41,17 @@ _PATH = click.argument(
     type=click.Path(exists=True, path_type=Path),
     default=".",
 )
-_TYPE_PREFIX = click.option(
+_TYPE_PREFIX = env_option(
     "--type-prefix",
-    envvar="DBUS_TYPE_PREFIX",
-    show_envvar=True,
+    env="DBUS_TYPE_PREFIX",
     default=DEFAULT_TYPE_PREFIX,
     show_default=True,
     help="CloudEvent type prefix of the events written.",
 )
-_FAIL_ON_DEAD_LETTER = click.option(
+_FAIL_ON_DEAD_LETTER = env_option(
     "--fail-on-dead-letter",
     is_flag=True,
-    envvar="DBUS_FAIL_ON_DEAD_LETTER",
-    show_envvar=True,
+    env="DBUS_FAIL_ON_DEAD_LETTER",
     help="Exit 1 if any event went to the dead-letter destination.",
 )
 
@@ -68,19 +67,17 @@ def fn() -> None:
 
 @fn.command("init")
 @click.argument("name")
-@click.option(
+@env_option(
     "--table",
-    envvar="DBUS_TABLE",
-    show_envvar=True,
+    env="DBUS_TABLE",
     default="shop.orders",
     show_default=True,
     help='The "db.table" the scaffolded functions subscribe to.',
 )
-@click.option(
+@env_option(
     "--directory",
     "-C",
-    envvar="DBUS_DIRECTORY",
-    show_envvar=True,
+    env="DBUS_DIRECTORY",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=Path("."),
     help="Where to create the NAME folder (default: here).",
@@ -205,11 +202,10 @@ def _describe(deployment: LoadedDeployment) -> None:
 
 @fn.command("invoke")
 @_PATH
-@click.option(
+@env_option(
     "--event",
     "event_file",
-    envvar="DBUS_EVENT",
-    show_envvar=True,
+    env="DBUS_EVENT",
     required=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A file holding one CloudEvent in JSON.",
@@ -230,43 +226,30 @@ def invoke(path: Path, event_file: Path, type_prefix: str, fail_on_dead_letter: 
 
 @fn.command("run-local")
 @_PATH
-@click.option(
+@env_option(
     "--events",
-    envvar="DBUS_EVENTS",
-    show_envvar=True,
+    env="DBUS_EVENTS",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A JSONL file of CloudEvents, one per line.",
 )
-@click.option(
+@env_option(
     "--source",
-    envvar="DBUS_SOURCE",
-    show_envvar=True,
+    env="DBUS_SOURCE",
     help="Read a live binlog instead: [NAME=]DSN, e.g. mysql://user:pass@127.0.0.1:3306 "
     "(needs dbus-fn[capture]).",
 )
-@click.option(
-    "--from",
-    "start",
-    envvar="DBUS_FROM",
-    show_envvar=True,
-    default="latest",
-    show_default=True,
-    help="With --source: latest, earliest, snapshot (the tables as they are, then the "
-    "binlog), file:pos or a MariaDB GTID state.",
-)
-@click.option(
+@FROM
+@env_option(
     "--idle-timeout",
-    envvar="DBUS_IDLE_TIMEOUT",
-    show_envvar=True,
+    env="DBUS_IDLE_TIMEOUT",
     type=click.FloatRange(min=0, min_open=True),
     help="With --source: stop after this many seconds without a change (default: run "
     "until interrupted).",
 )
-@click.option(
+@env_option(
     "--output",
     "-o",
-    envvar="DBUS_OUTPUT",
-    show_envvar=True,
+    env="DBUS_OUTPUT",
     type=click.Path(path_type=Path),
     help="Write the records as JSONL here; stdout then gets one short line each. The "
     "file is in place only when the run ends without an error.",
@@ -326,15 +309,13 @@ def run_local(
 def _live(
     emulator: Emulator, source: str, start: str, idle_timeout: float | None
 ) -> Iterator[EmulatedRecord]:
-    from dbus_fn.capture import SourceSpec, parse_position
+    from dbus_fn.capture import SourceSpec
 
     name, separator, dsn = source.partition("=")
     if not separator or "://" in name:
         name, dsn = "local", source
     spec = SourceSpec(name=name, dsn=dsn, tables=emulator.deployment.manifest.tables)
-    choice = start.strip().lower()
-    begin = choice if choice in ("latest", "earliest", "snapshot") else parse_position(start)
-    return emulator.run_source(spec, start=begin, idle_timeout=idle_timeout)
+    return emulator.run_source(spec, start=start_point(start), idle_timeout=idle_timeout)
 
 
 def _print_record(record: EmulatedRecord, stream: IO[str]) -> None:
@@ -361,10 +342,9 @@ def _finish(dead_letters: int, fail_on_dead_letter: bool) -> None:
 
 @fn.command("deploy")
 @_PATH
-@click.option(
+@env_option(
     "--name",
-    envvar="DBUS_FN_NAME",
-    show_envvar=True,
+    env="DBUS_FN_NAME",
     help="Name to deploy under (default: the manifest's name).",
 )
 @zookeeper_options

@@ -11,12 +11,8 @@ from typing import IO, Any, NamedTuple
 
 import click
 
+from dbus_fn.cli._options import FROM, env_option, start_point
 from dbus_fn.cli._output import check_output, output_file
-
-_FROM_HELP = (
-    "where to start: latest (default), earliest, snapshot, file:pos, file:pos@gtid, "
-    "or a MariaDB GTID state such as 0-1-42"
-)
 
 
 def _capture() -> Any:
@@ -37,12 +33,10 @@ def _spec(source: str, tables: tuple[str, ...]) -> Any:
 
 
 def _start(reader: Any, value: str) -> Any:
-    choice = value.strip().lower()
-    if choice == "snapshot":
-        return choice  # read() hands out the tables first, then the binlog from there
-    if choice in ("latest", "earliest"):
-        return reader.resolve_start(value)
-    return reader.resolve_start(_capture().parse_position(value))
+    start = start_point(value)
+    if start == "snapshot":
+        return start  # read() hands out the tables first, then the binlog from there
+    return reader.resolve_start(start)
 
 
 def _reader(spec: Any, server_id: int | None) -> Any:
@@ -90,7 +84,6 @@ _TABLES = click.option(
     "--tables", "-t", multiple=True, metavar="DB.TABLE",
     help="table patterns to capture (globs; repeatable); default: the source's",
 )  # fmt: skip
-_FROM = click.option("--from", "start", default="latest", show_default=True, help=_FROM_HELP)
 _MAX_EVENTS = click.option(
     "--max-events", type=click.IntRange(min=1), default=None, help="stop after N events"
 )
@@ -98,8 +91,8 @@ _IDLE_TIMEOUT = click.option(
     "--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
     help="stop after S idle seconds (default: run until interrupted)",
 )  # fmt: skip
-_SERVER_ID = click.option(
-    "--server-id", type=int, envvar="DBUS_SERVER_ID", show_envvar=True,
+_SERVER_ID = env_option(
+    "--server-id", type=int, env="DBUS_SERVER_ID",
     help="replication server_id (unique per connection); default: a new one per run",
 )  # fmt: skip
 
@@ -122,7 +115,7 @@ def _read_options(command: Any) -> Any:
         read = ReadOptions(**{name: values.pop(name) for name in ReadOptions._fields})
         return command(read=read, **values)
 
-    for option in (_IDLE_TIMEOUT, _MAX_EVENTS, _SERVER_ID, _FROM, _TABLES):
+    for option in (_IDLE_TIMEOUT, _MAX_EVENTS, _SERVER_ID, FROM, _TABLES):
         collect = option(collect)
     return collect
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from dbus_fn.cli._options import env_option, given_as
 from dbus_fn.errors import ConfigError, UndeliveredError
 from dbus_spark.preflight import check_runtime
 from dbus_spark.settings import runtime_config
@@ -23,108 +24,113 @@ def runtime() -> None:
 
 
 @runtime.command("start")
-@click.option(
+@env_option(
     "--source",
     "sources",
     multiple=True,
-    envvar="DBUS_SOURCES",
-    help="A binlog source as NAME=DSN (mysql://user:password@host:port); repeatable. "
-    "Env: DBUS_SOURCES (space-separated). Default: the local MariaDB of `dbus services up`.",
+    env="DBUS_SOURCES",
+    help="A binlog source as NAME=DSN (mysql://user:password@host:port); repeatable (in "
+    "the variable: space-separated). Default: the local MariaDB of `dbus services up`.",
 )
-@click.option(
+@env_option(
     "--functions",
     "deployments",
     multiple=True,
     type=click.Path(exists=True, file_okay=False),
-    envvar="DBUS_FUNCTIONS",
-    help="A function folder (with dbus.toml) to run; repeatable. Env: DBUS_FUNCTIONS.",
+    env="DBUS_FUNCTIONS",
+    help="A function folder (with dbus.toml) to run; repeatable.",
 )
-@click.option("--kafka", envvar="DBUS_KAFKA", help="Kafka bootstrap servers. Env: DBUS_KAFKA.")
-@click.option(
+@env_option("--kafka", env="DBUS_KAFKA", help="Kafka bootstrap servers.")
+@env_option(
     "--elasticsearch",
-    envvar="DBUS_ELASTICSEARCH",
-    help="Elasticsearch URL. Env: DBUS_ELASTICSEARCH.",
+    env="DBUS_ELASTICSEARCH",
+    help="Elasticsearch URL.",
 )
-@click.option(
+@env_option(
     "--checkpoint",
-    envvar="DBUS_CHECKPOINT",
+    env="DBUS_CHECKPOINT",
     type=click.Path(file_okay=False),
-    help="Checkpoint directory (committed positions). Env: DBUS_CHECKPOINT. "
-    "Default: .dbus/runtime/checkpoint.",
+    help="Checkpoint directory (committed positions). Default: .dbus/runtime/checkpoint.",
 )
-@click.option(
+@env_option(
     "--from",
     "start",
     type=click.Choice(["earliest", "latest"]),
     default="latest",
     show_default=True,
-    envvar="DBUS_FROM",
-    help="Where a new source starts; a checkpoint, when there is one, wins. Env: DBUS_FROM.",
+    env="DBUS_FROM",
+    help="Where a new source starts; a checkpoint, when there is one, wins.",
 )
 @click.option(
     "--trigger",
-    type=float,
+    type=click.FloatRange(min=0),
     default=0.0,
     show_default=True,
     help="Seconds between micro-batches (0: as soon as the last one ends).",
 )
-@click.option(
+@env_option(
     "--decode-shards",
     type=click.IntRange(min=0),
     default=0,
-    envvar="DBUS_DECODE_SHARDS",
+    show_default=True,
+    env="DBUS_DECODE_SHARDS",
     help="Tasks that read one busy source at once, each decoding its share of the keys "
-    "(0: one per two Spark cores). Env: DBUS_DECODE_SHARDS.  [default: 0]",
+    "(0: one per two Spark cores).",
 )
-@click.option(
+@env_option(
     "--master",
     default="local[*]",
     show_default=True,
-    envvar="DBUS_SPARK_MASTER",
-    help="Spark master URL. Env: DBUS_SPARK_MASTER.",
+    env="DBUS_SPARK_MASTER",
+    help="Spark master URL.",
 )
-@click.option(
+@env_option(
     "--cluster",
-    envvar="DBUS_CLUSTER",
+    env="DBUS_CLUSTER",
     default=None,
     help="Join this dbus cluster: ZooKeeper assigns the sources and holds the functions "
-    "(then --source and --functions are not used). Env: DBUS_CLUSTER.",
+    "(then --source and --functions are not used).",
 )
-@click.option(
+@env_option(
     "--zookeeper",
-    envvar="DBUS_ZOOKEEPER",
+    env="DBUS_ZOOKEEPER",
     default=None,
-    help="ZooKeeper hosts of the cluster (default 127.0.0.1:2181). Env: DBUS_ZOOKEEPER.",
+    help="ZooKeeper hosts of the cluster (default 127.0.0.1:2181).",
 )
-@click.option(
+@env_option(
     "--zk-session-timeout",
     type=click.FloatRange(min=0, min_open=True),
-    envvar="DBUS_ZK_SESSION_TIMEOUT",
+    env="DBUS_ZK_SESSION_TIMEOUT",
     default=None,
     help="Seconds ZooKeeper waits for a silent runtime before its sources move to the "
-    "others (default 10; the server keeps it within 2 and 20 of its ticks). "
-    "Env: DBUS_ZK_SESSION_TIMEOUT.",
+    "others (default 10; the server keeps it within 2 and 20 of its ticks).",
 )
-@click.option(
+@env_option(
     "--runtime-id",
-    envvar="DBUS_RUNTIME_ID",
+    env="DBUS_RUNTIME_ID",
     default=None,
-    help="This runtime's name in the cluster (default: host-pid). Env: DBUS_RUNTIME_ID.",
+    help="This runtime's name in the cluster (default: host-pid).",
 )
 @click.option(
     "--capacity",
-    type=float,
+    type=click.FloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
     help="This runtime's share of the cluster's sources, relative to the others.",
 )
-@click.option("--for", "run_for", type=float, default=None, help="Stop after this many seconds.")
 @click.option(
+    "--for",
+    "run_for",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop after this many seconds.",
+)
+@env_option(
     "--verbose",
     is_flag=True,
-    envvar="DBUS_VERBOSE",
+    env="DBUS_VERBOSE",
     help="Also show Spark's warnings and the Kafka and Elasticsearch clients' warnings "
-    "and notices. Env: DBUS_VERBOSE.",
+    "and notices.",
 )
 def start(
     sources: tuple[str, ...],
@@ -153,9 +159,18 @@ def start(
     member = None
     if cluster is not None:
         if sources or deployments:
+            ctx = click.get_current_context()
+            given = [
+                given_as(ctx, name, flag)
+                for name, flag, value in (
+                    ("sources", "--source", sources), ("deployments", "--functions", deployments)
+                )
+                if value
+            ]  # fmt: skip
             raise ConfigError(
-                "--cluster takes the sources and functions from ZooKeeper: drop --source and "
-                "--functions (register them with `dbus cluster source add` and `dbus fn deploy`)",
+                f"{given_as(ctx, 'cluster', '--cluster')} takes the sources and functions from "
+                f"ZooKeeper: drop {' and '.join(given)} (register them with `dbus cluster "
+                "source add` and `dbus fn deploy`)",
                 setting="cluster",
             )
         member = _member(
