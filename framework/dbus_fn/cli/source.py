@@ -130,11 +130,26 @@ def source() -> None:
 @click.argument("dsn")
 @_TABLES
 @click.option("--replace", is_flag=True, help="overwrite an existing source of that name")
-def add(name: str, dsn: str, tables: tuple[str, ...], replace: bool) -> None:
-    """Add source NAME at DSN (mysql://user:password@host:port)."""
+@click.option("--no-check", is_flag=True,
+              help="store it without connecting (by default the server must answer, let the "
+                   "user in and have a ROW binlog)")  # fmt: skip
+def add(name: str, dsn: str, tables: tuple[str, ...], replace: bool, no_check: bool) -> None:
+    """Add source NAME at DSN (mysql://user:password@host:port).
+
+    The server is checked first: it answers, the user logs in and may read the
+    binlog position, and its binlog settings can be captured. Nothing is stored
+    if it fails.
+    """
     capture = _capture()
     spec = capture.SourceSpec(name, dsn, tables or ("*.*",))
     store = capture.SourceStore()
+    if not no_check:
+        reader = _reader(spec, None)
+        try:
+            reader.server_info()
+            reader.master_position()
+        finally:
+            reader.close()
     store.add(spec, replace=replace)
     click.echo(f"added source {name!r}: {spec.redacted_dsn} tables {', '.join(spec.tables)} "
                f"(in {store.path})")  # fmt: skip

@@ -46,7 +46,7 @@ def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
 
 def test_add_and_list_never_print_the_password(runner: CliRunner, tmp_path: Path) -> None:
     added = runner.invoke(
-        cli, ["source", "add", "shop", "mysql://app:s3cret@db:3307", "-t", "shop.*"]
+        cli, ["source", "add", "shop", "mysql://app:s3cret@db:3307", "-t", "shop.*", "--no-check"]
     )
     assert added.exit_code == 0, added.output
     listed = runner.invoke(cli, ["source", "list"])
@@ -62,12 +62,27 @@ def test_add_and_list_never_print_the_password(runner: CliRunner, tmp_path: Path
 
 
 def test_adding_twice_needs_replace_and_remove_forgets(runner: CliRunner) -> None:
-    assert runner.invoke(cli, ["source", "add", "a", "mariadb://u:p@h"]).exit_code == 0
-    again = runner.invoke(cli, ["source", "add", "a", "mariadb://u:p@h"])
+    add = ["source", "add", "a", "--no-check"]
+    assert runner.invoke(cli, [*add, "mariadb://u:p@h"]).exit_code == 0
+    again = runner.invoke(cli, [*add, "mariadb://u:p@h"])
     assert failure(again).exit_code == 2 and "--replace" in failure(again).message
-    assert runner.invoke(cli, ["source", "add", "a", "mysql://u:p@h", "--replace"]).exit_code == 0
+    assert runner.invoke(cli, [*add, "mysql://u:p@h", "--replace"]).exit_code == 0
     assert runner.invoke(cli, ["source", "remove", "a"]).exit_code == 0
     assert "no sources yet" in runner.invoke(cli, ["source", "list"]).output
+
+
+def test_a_source_that_does_not_answer_is_not_added_unless_told_not_to_check(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    dsn = "mysql://u:s3cret@127.0.0.1:1"
+    checked = runner.invoke(cli, ["source", "add", "nowhere", dsn])
+    assert failure(checked).exit_code == 3
+    assert "127.0.0.1:1" in failure(checked).message
+    assert "s3cret" not in checked.output
+    assert "no sources yet" in runner.invoke(cli, ["source", "list"]).output
+    unchecked = runner.invoke(cli, ["source", "add", "nowhere", dsn, "--no-check"])
+    assert unchecked.exit_code == 0, unchecked.output
+    assert "nowhere" in runner.invoke(cli, ["source", "list"]).output
 
 
 @pytest.mark.parametrize(
