@@ -63,14 +63,18 @@ def _items(source: str, read: ReadOptions) -> Any:
         reader.close()
 
 
-def _write(items: Any, out: IO[bytes], max_events: int | None) -> int:
-    """Write items as JSON CloudEvents, one per line, flushed; stop at Ctrl-C."""
+def _write(
+    items: Any, out: IO[bytes], max_events: int | None, encode: Any = None
+) -> int:
+    """Write items one per line (JSON CloudEvents unless ``encode`` says otherwise),
+    flushed; stop at Ctrl-C."""
     from dbus_fn.json_format import event_to_json
 
+    encode = encode or event_to_json
     count = 0
     try:
         for item in items:
-            out.write(event_to_json(item) + b"\n")
+            out.write(encode(item) + b"\n")
             out.flush()
             count += 1
             if max_events is not None and count >= max_events:
@@ -78,6 +82,24 @@ def _write(items: Any, out: IO[bytes], max_events: int | None) -> int:
     except KeyboardInterrupt:
         pass
     return count
+
+
+def _line(item: Any) -> bytes:
+    """One short line for a person: what happened, where, and the row as JSON text."""
+    from dbus_fn.cloudevent import primary_key_text, row_json, time_text, utc_time
+    from dbus_fn.events import RowChange, SchemaChange
+
+    when = time_text(utc_time(item.commit_time))
+    if isinstance(item, RowChange):
+        row, _ = row_json(item)
+        text = json.dumps(row, ensure_ascii=False, separators=(", ", ": "))
+        key = primary_key_text(item) or "(no key)"
+        line = f"{when} {item.op.value} {item.qualified_table} {key} {text}"
+    elif isinstance(item, SchemaChange):
+        line = f"{when} ddl {item.database} {' '.join(item.statement.split())}"
+    else:
+        line = f"{when} commit {item.position} ({item.rows} rows)"
+    return line.encode("utf-8")
 
 
 _TABLES = click.option(
@@ -184,12 +206,22 @@ def remove(name: str) -> None:
 @source.command("tail")
 @click.argument("source_name", metavar="SOURCE")
 @_read_options
-def tail(source_name: str, read: ReadOptions) -> None:
-    """Print SOURCE's changes live, one CloudEvent (JSON) per line.
+@click.option("--format", "form", type=click.Choice(["json", "line"]), default="json",
+              show_default=True,
+              help="json: one CloudEvent per line; line: a short line per change for a "
+                   "person (non-ASCII shown as text)")  # fmt: skip
+@click.option("--no-commits", is_flag=True, help="leave out the transaction commit markers")
+def tail(source_name: str, read: ReadOptions, form: str, no_commits: bool) -> None:
+    """Print SOURCE's changes live, one per line.
 
     SOURCE is a name from `dbus source list` or a DSN.
     """
-    _write(_items(source_name, read), sys.stdout.buffer, read.max_events)
+    items = _items(source_name, read)
+    if no_commits:
+        from dbus_fn.events import TransactionCommit
+
+        items = (item for item in items if not isinstance(item, TransactionCommit))
+    _write(items, sys.stdout.buffer, read.max_events, _line if form == "line" else None)
 
 
 @source.command("record")

@@ -153,3 +153,25 @@ def test_record_from_snapshot_starts_with_the_tables_as_they_are(
         "io.dbus.row.inserted", "io.dbus.row.inserted", "io.dbus.transaction.committed",
     ]  # fmt: skip
     assert [e.get_data()["after"] for e in events[:2]] == [{"id": 1, "s": "a"}, {"id": 2, "s": "c"}]
+
+
+def test_tail_in_lines_without_commits_shows_text_as_text(
+    runner: CliRunner, fresh_database: Any, reader: BinlogReader
+) -> None:
+    connection = fresh_database.connect()
+    execute(connection, "CREATE TABLE o (id INT PRIMARY KEY, s VARCHAR(20))")
+    start = position_to_json(reader.master_position())
+    execute(connection, "INSERT INTO o VALUES (1, 'café'), (2, 'b')", "DELETE FROM o WHERE id = 2")
+    add_source(runner, "lines", fresh_database)
+    result = runner.invoke(cli, [
+        "source", "tail", "lines", "--format", "line", "--no-commits", "--max-events", "3",
+        "--from", f"{start['file']}:{start['pos']}",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    table = f"{fresh_database.name}.o"
+    assert len(lines) == 3
+    assert lines[0].endswith(f' insert {table} [1] {{"id": 1, "s": "café"}}')
+    assert f" insert {table} [2] " in lines[1]
+    assert lines[2].endswith(f' delete {table} [2] {{"id": 2, "s": "b"}}')
+    assert not any(" commit " in line for line in lines)
