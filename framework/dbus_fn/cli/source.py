@@ -144,7 +144,11 @@ def _read_options(command: Any) -> Any:
 
 @click.group()
 def source() -> None:
-    """Binlog sources: add and list them, watch or record their events."""
+    """Binlog sources: add and list them, watch or record their events.
+
+    Named sources are kept in $DBUS_SOURCES_FILE, else $DBUS_HOME/sources.json,
+    else ~/.config/dbus/sources.json (mode 0600: it holds their passwords).
+    """
 
 
 @source.command("add")

@@ -50,7 +50,9 @@ def runtime() -> None:
     "--checkpoint",
     env="DBUS_CHECKPOINT",
     type=click.Path(file_okay=False),
-    help="Checkpoint directory (committed positions). Default: .dbus/runtime/checkpoint.",
+    help="Checkpoint directory (committed positions). Default: runtime/checkpoint in the "
+    "local services' home (DBUS_HOME, else the checkout's .dbus), whatever the current "
+    "folder.",
 )
 @env_option(
     "--from",

@@ -122,8 +122,19 @@ def _sinks(
     return kafka, elasticsearch
 
 
+def default_home() -> Path:
+    """Where a runtime keeps its state unless told: the local services' home
+    (``DBUS_HOME``, else the checkout's ``.dbus``), else ``~/.local/state/dbus``;
+    never the folder the command happens to run in."""
+    try:
+        from dbus_deploy.services import load_config
+    except ImportError:
+        return Path.home() / ".local" / "state" / "dbus"
+    return load_config().home
+
+
 def _checkpoint(checkpoint: str | None, home: Path | None) -> str:
-    chosen = checkpoint or str((home or Path(".dbus")) / "runtime" / "checkpoint")
+    chosen = checkpoint or str((home or default_home()) / "runtime" / "checkpoint")
     return str(Path(chosen).resolve())
 
 

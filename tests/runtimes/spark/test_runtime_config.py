@@ -137,3 +137,20 @@ def test_key_shards_read_with_the_server_ids_claimed_for_them(tmp_path: Path) ->
     assert derived[0] == binding.server_id
     assert derived[3] == again.reader_server_id(3)
     assert len(set(derived)) == 4
+
+
+def test_the_default_checkpoint_does_not_depend_on_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dbus_spark.settings import member_config
+
+    monkeypatch.setenv("DBUS_HOME", str(tmp_path / "home"))
+    made = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        config = member_config(
+            kafka="127.0.0.1:9092", elasticsearch="http://127.0.0.1:9200", checkpoint=None
+        )
+        made.append(config.checkpoint_dir)
+    assert made[0] == made[1] == str(tmp_path / "home" / "runtime" / "checkpoint")
