@@ -467,3 +467,40 @@ def test_an_events_file_without_events_fails_instead_of_testing_nothing(
     assert "holds no events, so nothing was tested" in result.stderr
     assert "dbus source record" in result.stderr
     assert not out.exists()
+
+
+def _warnings(runner: CliRunner, scaffold: Path) -> list[str]:
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("OK\n")
+    return [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+
+
+def test_validate_warns_about_what_loads_but_looks_wrong(
+    scaffold: Path, runner: CliRunner
+) -> None:
+    assert _warnings(runner, scaffold) == []
+    module = scaffold / "cli_demo.py"
+    original = module.read_text()
+    module.write_text(
+        original + '\n\n@fn.filter(tables="shop.orders")\n'
+        "def skip_test_rows(event: fn.RowChange) -> bool:\n    return True\n"
+    )
+    (twice,) = _warnings(runner, scaffold)
+    assert "skip_test_rows is defined 2 times" in twice
+    assert "only the last one runs" in twice
+
+    module.write_text('"""Nothing yet."""\nimport dbus_fn as fn\n')
+    (empty,) = _warnings(runner, scaffold)
+    assert "defines no functions: every change goes to kafka://shop.orders unchanged" in empty
+
+    _edit_manifest(scaffold, 'default_route = "kafka://shop.orders"\n', "")
+    (nothing,) = _warnings(runner, scaffold)
+    assert "no default_route: nothing is delivered" in nothing
+
+    module.write_text(original.split("@fn.route")[0])
+    (unrouted,) = _warnings(runner, scaffold)
+    assert "no route function and no default_route" in unrouted
+
+    _edit_manifest(scaffold, 'tables = ["shop.orders"]', 'tables = ["shop.orders", "shop.[ab"]')
+    assert any("'shop.[ab' has an unclosed '['" in w for w in _warnings(runner, scaffold))

@@ -173,10 +173,14 @@ def validate(path: Path) -> None:
     """Check a deployment as `dbus fn deploy` does (manifest, module, functions,
     selectors, what its bundle may hold) without a cluster; list its functions."""
     from dbus_fn.bundle import build_bundle
+    from dbus_fn.checks import deployment_warnings
 
     bundle = build_bundle(path)
-    _describe(load_deployment(path))
+    deployment = load_deployment(path)
+    _describe(deployment)
     click.echo(f"  bundle {', '.join(bundle.files)}: {len(bundle.data)} bytes")
+    for warning in deployment_warnings(deployment):
+        click.echo(f"warning: {warning}", err=True)
     click.echo("OK")
 
 
