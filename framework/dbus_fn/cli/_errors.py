@@ -3,10 +3,16 @@
 Every command runs inside the root group, which turns a ``DbusError`` into a
 ``CommandError`` carrying the error's ``exit_code`` (the table is in
 docs/cli.md), and an import of an extra that is not installed into the line that
-says which extra to install.
+says which extra to install, from where this dbus-fn came (``dbus_fn_requirement``).
 """
 
 from __future__ import annotations
+
+import json
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import click
 
@@ -52,5 +58,30 @@ def missing_extra(
         return None
     return CommandError(
         f"`{command}` needs the {extra} extra ({top} is missing); "
-        f"install it with: pip install 'dbus-fn[{extra}]'"
+        f"install it with: pip install '{dbus_fn_requirement()}[{extra}]'"
     )
+
+
+def dbus_fn_requirement() -> str:
+    """What the scaffolded tox.ini installs: the dbus-fn running this command.
+
+    A local checkout or a direct file URL install gives its folder, so a new
+    function folder tests against the very SDK that made it; a release gives
+    ``dbus-fn==<version>``.
+    """
+    # Running from a checkout (an editable install): that checkout. Tools such as
+    # tox install it from a temporary wheel, whose file URL would not outlive them.
+    checkout = Path(__file__).resolve().parents[3]
+    pyproject = checkout / "pyproject.toml"
+    if pyproject.is_file() and 'name = "dbus-fn"' in pyproject.read_text(encoding="utf-8"):
+        return str(checkout)
+    try:
+        dist = metadata.distribution("dbus-fn")
+    except metadata.PackageNotFoundError:
+        return "dbus-fn"
+    direct = dist.read_text("direct_url.json")
+    if direct:
+        url = urlparse(json.loads(direct).get("url", ""))
+        if url.scheme == "file" and Path(url2pathname(url.path)).is_dir():
+            return url2pathname(url.path)
+    return f"dbus-fn=={dist.version}"

@@ -15,16 +15,14 @@ import re
 import sys
 from collections.abc import Iterator
 from decimal import Decimal
-from importlib import metadata, resources
+from importlib import resources
 from pathlib import Path
 from string import Template
 from typing import IO
-from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 import click
 
-from dbus_fn.cli._errors import CommandError
+from dbus_fn.cli._errors import CommandError, dbus_fn_requirement
 from dbus_fn.cli._options import FROM, env_option, start_point
 from dbus_fn.cli._output import check_output, output_file
 from dbus_fn.cli.cluster import ZooKeeperOptions, zookeeper_options
@@ -117,31 +115,6 @@ def init(name: str, table: str, directory: Path) -> None:
     write_jsonl(folder / "events.jsonl", _golden_events(table))
     click.echo(f"Created {folder}/ with {', '.join([*files, 'events.jsonl'])}.")
     click.echo(f"Next: cd {folder} && tox -e emulate   (and `tox -e test` for the tests)")
-
-
-def dbus_fn_requirement() -> str:
-    """What the scaffolded tox.ini installs: the dbus-fn running this command.
-
-    A local checkout or a direct file URL install gives its folder, so a new
-    function folder tests against the very SDK that made it; a release gives
-    ``dbus-fn==<version>``.
-    """
-    # Running from a checkout (an editable install): that checkout. Tools such as
-    # tox install it from a temporary wheel, whose file URL would not outlive them.
-    checkout = Path(__file__).resolve().parents[3]
-    pyproject = checkout / "pyproject.toml"
-    if pyproject.is_file() and 'name = "dbus-fn"' in pyproject.read_text(encoding="utf-8"):
-        return str(checkout)
-    try:
-        dist = metadata.distribution("dbus-fn")
-    except metadata.PackageNotFoundError:
-        return "dbus-fn"
-    direct = dist.read_text("direct_url.json")
-    if direct:
-        url = urlparse(json.loads(direct).get("url", ""))
-        if url.scheme == "file" and Path(url2pathname(url.path)).is_dir():
-            return url2pathname(url.path)
-    return f"dbus-fn=={dist.version}"
 
 
 def _golden_events(table: str) -> list[RowChange]:
