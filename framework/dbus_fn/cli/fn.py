@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -95,7 +96,7 @@ def init(name: str, table: str, directory: Path) -> None:
         raise click.UsageError(f"{folder} already exists; expected a new folder name")
     module = name.replace("-", "_").lower()
     values = {
-        "requirement": dbus_fn_requirement(),
+        "requirement": _scaffold_requirement(folder),
         "name": name.lower(),
         "module": module,
         "table": table,
@@ -115,6 +116,16 @@ def init(name: str, table: str, directory: Path) -> None:
     write_jsonl(folder / "events.jsonl", _golden_events(table))
     click.echo(f"Created {folder}/ with {', '.join([*files, 'events.jsonl'])}.")
     click.echo(f"Next: cd {folder} && tox -e emulate   (and `tox -e test` for the tests)")
+
+
+def _scaffold_requirement(folder: Path) -> str:
+    """``dbus_fn_requirement()`` for the new folder's tox.ini: a folder as a path from
+    the tox.ini (``{toxinidir}/...``), so the file names no absolute path of this machine."""
+    requirement = dbus_fn_requirement()
+    if not Path(requirement).is_dir():
+        return requirement
+    relative = os.path.relpath(requirement, folder.resolve())
+    return "{toxinidir}/" + Path(relative).as_posix()
 
 
 def _golden_events(table: str) -> list[RowChange]:
