@@ -75,6 +75,21 @@ def _node(client: KazooClient, path: str) -> dict[str, Any]:
     return dict(json.loads(client.get(path)[0]))
 
 
+def _released_by(
+    client: KazooClient, cluster: ZooKeeperSettings, decision: dict[str, Any] | None
+) -> bool:
+    """A source is released, and ``decision`` (read just before) is the one that did it.
+
+    The decision and the per-source nodes change in one transaction, but they are
+    read one after the other: a decision read just before that transaction must not
+    be taken for it.
+    """
+    released = [s for s, r in assignments(client, cluster).items() if r == ""]
+    if not released or decision is None:
+        return False
+    return bool(_node(client, cluster.layout.assignment(released[0]))["epoch"] == decision["epoch"])
+
+
 def _rebalance_now(leader: Coordinator) -> Callable[[], None]:
     """A member data change: the leader rebalances at once (a handoff must still wait)."""
     return lambda: leader.set_capacity(leader.capacity)
@@ -188,10 +203,7 @@ def test_a_join_moves_a_handoff_owner_s_source_through_a_release(
         c = runtimes("rt-c")
         trio = [a, b, c]
         decision = follow(
-            client,
-            cluster.layout.assignments,
-            lambda _: "" in assignments(client, cluster).values(),
-            10,
+            client, cluster.layout.assignments, lambda data: _released_by(client, cluster, data), 10
         )[-1]
         during = assignments(client, cluster)
         (moving,) = [s for s, r in during.items() if r == ""]
