@@ -188,9 +188,9 @@ def test_rollback_of_a_function_never_deployed_says_there_is_no_such_function(
     assert dbus("fn", "deploy", str(make_function(tmp_path / "fn"))).exit_code == 0
     result = dbus("fn", "rollback", "nope", "--to", "1.0.0")
     assert result.exit_code == 1
-    assert result.output == (
-        "Error: no function 'nope' in cluster 'test'; deployed: cfn_demo (see `dbus fn list`)\n"
-    )
+    assert result.output.startswith("Error: no function 'nope' in cluster 'test' (")
+    assert result.output.endswith("; deployed: cfn_demo (see `dbus fn list`)\n")
+    assert result.output.count("\n") == 1
 
 
 def test_describe_and_delete_an_unknown_function(dbus: Any, cluster: Any) -> None:
