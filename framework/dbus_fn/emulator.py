@@ -196,20 +196,21 @@ class Emulator:
         *,
         start: str | BinlogPosition = "latest",
         idle_timeout: float | None = None,
-        server_id: int | None = None,
+        replica_id: int | None = None,
     ) -> Iterator[EmulatedRecord]:
         """Records for the changes of a live binlog, read with the capture code.
 
         Reads from ``start`` (``latest``, ``earliest``, ``snapshot`` or a position) until
         ``idle_timeout`` seconds pass without a change (``None``: until stopped).
-        The reader replicates with a ``server_id`` of its own, so it never
+        The reader replicates with a ``replica_id`` (server_id) of its own, so it never
         collides with a runtime reading the same server.
         """
-        from dbus_fn.capture import BinlogReader, server_id_for
+        from dbus_fn.capture import BinlogReader, replica_id_for
 
         reader = BinlogReader(
             spec,
-            server_id=server_id or server_id_for(f"emulator/{self.deployment.name}/{uuid.uuid4()}"),
+            replica_id=replica_id
+            or replica_id_for(f"emulator/{self.deployment.name}/{uuid.uuid4()}"),
         )
         try:
             for item in reader.read(start, idle_timeout=idle_timeout):

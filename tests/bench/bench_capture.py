@@ -24,7 +24,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
 
 from dbus_fn import BinlogPosition, RowChange
-from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
+from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 
 WIDE = """CREATE TABLE wide (
   id INT PRIMARY KEY, a INT, b BIGINT, c SMALLINT UNSIGNED, d TINYINT,
@@ -60,7 +60,7 @@ def bare(
 ) -> int:
     """mysql-replication alone, decoding every row of every rows event."""
     stream = BinLogStreamReader(
-        dict(settings), server_id=server_id_for(f"bench/bare/{uuid.uuid4()}"),
+        dict(settings), server_id=replica_id_for(f"bench/bare/{uuid.uuid4()}"),
         resume_stream=True, log_file=start.file, log_pos=start.pos, blocking=False,
         only_events=[WriteRowsEvent], only_schemas=[database], enable_logging=False,
         pymysql_wrapper=lambda **kw: pymysql.connect(
@@ -79,7 +79,7 @@ def bare(
 
 
 def ours(spec: SourceSpec, start: BinlogPosition, end: BinlogPosition) -> int:
-    reader = BinlogReader(spec, server_id_for(f"bench/ours/{uuid.uuid4()}"))
+    reader = BinlogReader(spec, replica_id_for(f"bench/ours/{uuid.uuid4()}"))
     count = 0
     try:
         for item in reader.read(start, stop=end, idle_timeout=30):

@@ -35,7 +35,7 @@ from bench_capture import WIDE, WIDE_FILL, bare, master
 from support import kafka_consumer
 
 from dbus_deploy.services import endpoints
-from dbus_fn.capture import SourceSpec, server_id_for
+from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.events import BinlogPosition
 from dbus_spark.config import RuntimeConfig, SourceBinding
 from dbus_spark.job import spark_session, start
@@ -81,7 +81,7 @@ def config(
         sources=(
             SourceBinding(
                 SourceSpec("bench", dsn, (f"{database}.*",)),
-                server_id=server_id_for(f"bench/runtime/{run}"),
+                replica_id=replica_id_for(f"bench/runtime/{run}"),
                 start=begin,
             ),
         ),

@@ -263,7 +263,7 @@ def test_unreachable_source_is_one_line_without_the_password(
 def test_run_local_over_a_live_binlog(
     fresh_database: Any, runner: CliRunner, tmp_path: Path
 ) -> None:
-    from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
+    from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 
     db = fresh_database.name
     connection = fresh_database.connect()
@@ -273,7 +273,7 @@ def test_run_local_over_a_live_binlog(
             "total DECIMAL(8,2), is_test BOOLEAN NOT NULL DEFAULT FALSE)"
         )
     dsn = fresh_database.endpoint.dsn
-    probe = BinlogReader(SourceSpec("probe", dsn, (f"{db}.*",)), server_id_for(f"probe/{db}"))
+    probe = BinlogReader(SourceSpec("probe", dsn, (f"{db}.*",)), replica_id_for(f"probe/{db}"))
     start = probe.master_position()
     probe.close()
     with connection.cursor() as cursor:

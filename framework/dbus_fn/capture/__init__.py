@@ -1,10 +1,10 @@
 """Binlog capture: MySQL/MariaDB row changes as ``RowChange`` values, resumable.
 
 ```python
-from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
+from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 
 spec = SourceSpec(name="shop", dsn="mysql://dbus:dbus@127.0.0.1:3306", tables=("shop.*",))
-reader = BinlogReader(spec, server_id=server_id_for("shop/tail"))
+reader = BinlogReader(spec, replica_id=replica_id_for("shop/tail"))
 start = reader.resolve_start("latest")
 for item in reader.read(start, idle_timeout=5):
     ...  # RowChange | SchemaChange | TransactionCommit, in commit order
@@ -46,7 +46,7 @@ Guarantees and choices:
   never buffered.
 * Lag: ``BinlogReader.lag()`` gives seconds (last event time vs now, 0 once a
   heartbeat shows nothing waits) and bytes (source's binlog end vs read position).
-* server ids: each replication connection needs its own; ``server_id_for(name)``
+* server ids: each replication connection needs its own; ``replica_id_for(name)``
   gives a stable one in a range replicas rarely use; the source's own id and an
   id another replica reports are refused.
 * Named sources for the CLI live in ``sources_file()`` (``$DBUS_SOURCES_FILE``,
@@ -64,8 +64,8 @@ from dbus_fn.capture._positions import (
     position_to_json,
 )
 from dbus_fn.capture._reader import BinlogReader
+from dbus_fn.capture._replica_id import replica_id_for, validate_replica_id
 from dbus_fn.capture._server import CaptureLag, ServerInfo
-from dbus_fn.capture._server_id import server_id_for, validate_server_id
 from dbus_fn.capture._shard import Shard
 from dbus_fn.capture._sources import SourceStore, sources_file
 
@@ -84,7 +84,7 @@ __all__ = [
     "position_from_json",
     "position_to_json",
     "redact_dsn",
-    "server_id_for",
+    "replica_id_for",
     "sources_file",
-    "validate_server_id",
+    "validate_replica_id",
 ]

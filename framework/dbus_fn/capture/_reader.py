@@ -40,6 +40,7 @@ from dbus_fn.capture._dsn import SourceSpec
 from dbus_fn.capture._positions import (
     coordinates,
 )
+from dbus_fn.capture._replica_id import REPORT_PREFIX, check_replica_id, validate_replica_id
 from dbus_fn.capture._server import (
     ACCESS_CODES,
     MONITOR_GRANT,
@@ -50,7 +51,6 @@ from dbus_fn.capture._server import (
     error_code,
     error_text,
 )
-from dbus_fn.capture._server_id import REPORT_PREFIX, check_server_id, validate_server_id
 from dbus_fn.capture._session import Progress, ReadSession, StreamLost
 from dbus_fn.capture._shard import Shard
 from dbus_fn.capture._snapshot import read_snapshot
@@ -71,14 +71,15 @@ class BinlogReader:
     """Reads one source's binlog as ``RowChange``/``SchemaChange``/``TransactionCommit``.
 
     Picklable until used and after ``close()``: connections open lazily inside
-    methods and are never pickled. ``server_id`` must be unique among everything
-    replicating from the source (see ``server_id_for``).
+    methods and are never pickled. ``replica_id`` (the server_id it registers
+    with) must be unique among everything replicating from the source (see
+    ``replica_id_for``).
     """
 
     def __init__(
         self,
         spec: SourceSpec,
-        server_id: int,
+        replica_id: int,
         *,
         heartbeat: float = 1.0,
         stall_timeout: float = 10.0,
@@ -87,7 +88,7 @@ class BinlogReader:
         connect_timeout: float = 5.0,
     ) -> None:
         self.spec = spec
-        self.server_id = validate_server_id(server_id)
+        self.replica_id = validate_replica_id(replica_id)
         self.heartbeat = heartbeat
         self.stall_timeout = stall_timeout
         self.max_backoff = max_backoff
@@ -114,7 +115,7 @@ class BinlogReader:
     def __getstate__(self) -> dict[str, Any]:
         return {
             "spec": self.spec,
-            "server_id": self.server_id,
+            "replica_id": self.replica_id,
             "heartbeat": self.heartbeat,
             "stall_timeout": self.stall_timeout,
             "max_backoff": self.max_backoff,
@@ -127,7 +128,7 @@ class BinlogReader:
         self._init_state()
 
     def __repr__(self) -> str:
-        return f"BinlogReader(source={self.spec.name!r}, server_id={self.server_id})"
+        return f"BinlogReader(source={self.spec.name!r}, replica_id={self.replica_id})"
 
     # -- control connection -------------------------------------------------
 
@@ -303,7 +304,7 @@ class BinlogReader:
         (see ``_start``)."""
         return resolve_start(self, start, fill_gtid=fill_gtid)
 
-    def _check_server_id(self) -> None:
+    def _check_replica_id(self) -> None:
         info = self.server_info()
         try:
             rows = self._query("SHOW SLAVE HOSTS")
@@ -312,8 +313,8 @@ class BinlogReader:
             # Listing replicas needs REPLICATION MASTER ADMIN on MariaDB; without it the
             # source's own id is still refused below.
             replicas = []
-        check_server_id(
-            self.server_id,
+        check_replica_id(
+            self.replica_id,
             source=self.spec.name,
             source_server_id=info.server_id,
             replicas=replicas,
@@ -419,7 +420,7 @@ class BinlogReader:
             return
         info = self.server_info()
         if not self._checked:
-            self._check_server_id()
+            self._check_replica_id()
             self._checked = True
         committed = begin
         replay_skip = 0  # items of an interrupted transaction already handed out

@@ -149,7 +149,7 @@ class ReadSession:
         )
         common: dict[str, Any] = {
             "connection_settings": settings,
-            "server_id": self.reader.server_id,
+            "server_id": self.reader.replica_id,
             "blocking": True,
             "only_events": ONLY_EVENTS,
             "slave_heartbeat": heartbeat,

@@ -39,12 +39,12 @@ def _start(reader: Any, value: str) -> Any:
     return reader.resolve_start(start)
 
 
-def _reader(spec: Any, server_id: int | None) -> Any:
+def _reader(spec: Any, replica_id: int | None) -> Any:
     capture = _capture()
     chosen = (
-        server_id
-        if server_id is not None
-        else capture.server_id_for(f"{spec.name}/cli/{time.time_ns()}")
+        replica_id
+        if replica_id is not None
+        else capture.replica_id_for(f"{spec.name}/cli/{time.time_ns()}")
     )
     return capture.BinlogReader(spec, chosen)
 
@@ -53,7 +53,7 @@ def _items(source: str, read: ReadOptions) -> Any:
     """Row and DDL events of the source, plus commits of transactions that had rows."""
     from dbus_fn.events import TransactionCommit
 
-    reader = _reader(_spec(source, read.tables), read.server_id)
+    reader = _reader(_spec(source, read.tables), read.replica_id)
     try:
         for item in reader.read(_start(reader, read.start), idle_timeout=read.idle_timeout):
             if isinstance(item, TransactionCommit) and not item.rows:
@@ -114,7 +114,7 @@ _IDLE_TIMEOUT = click.option(
     help="stop after S idle seconds (default: run until interrupted)",
 )  # fmt: skip
 _SERVER_ID = env_option(
-    "--server-id", type=int, env="DBUS_SERVER_ID",
+    "--server-id", "replica_id", type=int, env="DBUS_SERVER_ID",
     help="replication server_id (unique per connection); default: a new one per run",
 )  # fmt: skip
 
@@ -124,7 +124,7 @@ class ReadOptions(NamedTuple):
 
     tables: tuple[str, ...]
     start: str
-    server_id: int | None
+    replica_id: int | None
     max_events: int | None
     idle_timeout: float | None
 

@@ -188,7 +188,7 @@ class Coordinator(Commits, Leadership):
         """A ``FunctionWatcher`` on this coordinator's connection."""
         return FunctionWatcher(self.client, self.settings, **options).start()
 
-    def server_id(self, source: str, shard: int = 0) -> int:
+    def replica_id(self, source: str, shard: int = 0) -> int:
         """The replication server id this runtime's reader of ``source`` must use;
         ``shard`` > 0: the id of that key shard's extra connection (``--decode-shards``).
 
@@ -197,18 +197,18 @@ class Coordinator(Commits, Leadership):
         a source during a handoff. Stable for a (source, shard, runtime) while
         that id is free; the claim ends with the session (ask again after one).
         """
-        from dbus_fn.capture import server_id_for
+        from dbus_fn.capture import replica_id_for
 
         reader = f"{source}/shard/{shard}" if shard else source
         with self._lock:
-            if reader in self._server_ids:
-                return self._server_ids[reader]
+            if reader in self._replica_ids:
+                return self._replica_ids[reader]
         client = self.client
         session = client.client_id[0] if client.client_id else None
         claim = dump({"runtime": self.runtime_id, "source": source, "shard": shard})
         for salt in range(64):
-            candidate = server_id_for(f"{reader}/{self.runtime_id}", salt=salt)
-            path = self.layout.server_id(candidate)
+            candidate = replica_id_for(f"{reader}/{self.runtime_id}", salt=salt)
+            path = self.layout.replica_id(candidate)
             try:
                 client.create(path, claim, ephemeral=True, makepath=True, acl=self.settings.acl)
             except NodeExistsError:
@@ -219,7 +219,7 @@ class Coordinator(Commits, Leadership):
                 if load(raw) != load(claim) or stat.ephemeralOwner != session:
                     continue  # another reader's: try the next salt
             with self._lock:
-                self._server_ids[reader] = candidate
+                self._replica_ids[reader] = candidate
             return candidate
         raise CoordinationError(
             f"runtime {self.runtime_id}: no free replication server id for {reader} after 64 tries",
@@ -255,7 +255,7 @@ class Coordinator(Commits, Leadership):
                 self._owned.clear()
                 self._pending.clear()
                 self._position_versions.clear()
-                self._server_ids.clear()
+                self._replica_ids.clear()
                 self._registered = False
                 self._election_node = None
                 self._leader = False

@@ -35,10 +35,10 @@ def binlog_lag(
     source: SourceReference, position: BinlogPosition, env: Mapping[str, str] | None = None
 ) -> int | None:
     """Bytes of ``source``'s binlog after ``position``, asked of the source itself."""
-    from dbus_fn.capture import BinlogReader, server_id_for
+    from dbus_fn.capture import BinlogReader, replica_id_for
 
     # Only SQL queries: the server id is never used for a replication connection.
-    reader = BinlogReader(source.spec(env), server_id_for(f"{source.name}/status"))
+    reader = BinlogReader(source.spec(env), replica_id_for(f"{source.name}/status"))
     try:
         end = reader.master_position()
         logs = reader.binary_logs()

@@ -131,8 +131,8 @@ class ClusterLayout:
     def server_ids(self) -> str:
         return self._join("server_ids")
 
-    def server_id(self, server_id: int) -> str:
-        return self._join("server_ids", str(server_id))
+    def replica_id(self, replica_id: int) -> str:
+        return self._join("server_ids", str(replica_id))
 
     @property
     def containers(self) -> tuple[str, ...]:

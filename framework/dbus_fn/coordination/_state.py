@@ -97,7 +97,7 @@ class CoordinatorState:
         self._owned: dict[str, Ownership] = {}
         self._position_versions: dict[str, int | None] = {}
         self._pending: dict[str, tuple[BinlogPosition, int]] = {}
-        self._server_ids: dict[str, int] = {}
+        self._replica_ids: dict[str, int] = {}
         self._registered = False
         self._election_node: str | None = None
         self._leader = False

@@ -157,13 +157,13 @@ class ClusterMember:
     def _acquire(self, source: str, epoch: int) -> SourceBinding:
         """A source newly owned at ``epoch``: resume from its committed position."""
         spec = self.coordinator.sources.get(source).spec()
-        server_id = self.coordinator.server_id(source)
-        shard_ids = tuple(self.coordinator.server_id(source, i) for i in range(1, self._shards))
+        replica_id = self.coordinator.replica_id(source)
+        shard_ids = tuple(self.coordinator.replica_id(source, i) for i in range(1, self._shards))
         committed = self.coordinator.committed_position(source)
         if committed is not None:
             begin = committed.position
         else:
-            reader = BinlogReader(spec, server_id=server_id)
+            reader = BinlogReader(spec, replica_id=replica_id)
             try:
                 begin = reader.resolve_start(self._start)
             finally:
@@ -175,11 +175,11 @@ class ClusterMember:
         )  # fmt: skip
         return SourceBinding(
             spec=spec,
-            server_id=server_id,
+            replica_id=replica_id,
             start=begin,
             epoch=epoch,
             generation=self._generations,
-            shard_server_ids=shard_ids,
+            shard_replica_ids=shard_ids,
         )
 
     def commit(self, end_offsets: Mapping[str, Any]) -> None:

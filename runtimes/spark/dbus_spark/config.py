@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dbus_fn.capture import SourceSpec, position_from_json, position_to_json, server_id_for
+from dbus_fn.capture import SourceSpec, position_from_json, position_to_json, replica_id_for
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError
@@ -29,7 +29,8 @@ class SourceBinding:
     """One binlog source as this runtime reads it."""
 
     spec: SourceSpec
-    server_id: int
+    replica_id: int
+    """The server_id this runtime's reader registers with (see ``replica_id_for``)."""
     start: StartPolicy = "latest"
     epoch: int = 0
     """Ownership epoch in a cluster (0 alone): a new epoch means "resume from
@@ -39,17 +40,17 @@ class SourceBinding:
     them, 0 alone). A micro-batch planned under another generation reads nothing
     and its position is not committed: the source moved away, or came back after
     this runtime lost sight of it, and is read again from ``start``."""
-    shard_server_ids: tuple[int, ...] = ()
+    shard_replica_ids: tuple[int, ...] = ()
     """Server ids of the extra connections of key shards 1, 2, ... as claimed in a
-    cluster; a shard past them (or any, alone) derives its id from ``server_id``."""
+    cluster; a shard past them (or any, alone) derives its id from ``replica_id``."""
 
-    def reader_server_id(self, shard: int) -> int:
+    def reader_replica_id(self, shard: int) -> int:
         """The replication server id of key shard ``shard``'s connection."""
         if not shard:
-            return self.server_id
-        if shard <= len(self.shard_server_ids):
-            return self.shard_server_ids[shard - 1]
-        return server_id_for(f"{self.server_id}/shard/{shard}")
+            return self.replica_id
+        if shard <= len(self.shard_replica_ids):
+            return self.shard_replica_ids[shard - 1]
+        return replica_id_for(f"{self.replica_id}/shard/{shard}")
 
 
 def default_decode_shards(cores: int) -> int:
@@ -185,22 +186,22 @@ def _binding_to_json(binding: SourceBinding) -> dict[str, Any]:
         "name": binding.spec.name,
         "dsn": binding.spec.dsn,
         "tables": list(binding.spec.tables),
-        "server_id": binding.server_id,
+        "replica_id": binding.replica_id,
         "start": _start_to_json(binding.start),
         "epoch": binding.epoch,
         "generation": binding.generation,
-        "shard_server_ids": list(binding.shard_server_ids),
+        "shard_replica_ids": list(binding.shard_replica_ids),
     }
 
 
 def _binding_from_json(data: Mapping[str, Any]) -> SourceBinding:
     return SourceBinding(
         spec=SourceSpec(name=data["name"], dsn=data["dsn"], tables=tuple(data["tables"])),
-        server_id=int(data["server_id"]),
+        replica_id=int(data["replica_id"]),
         start=_start_from_json(data["start"]),
         epoch=int(data.get("epoch", 0)),
         generation=int(data.get("generation", 0)),
-        shard_server_ids=tuple(int(i) for i in data.get("shard_server_ids", ())),
+        shard_replica_ids=tuple(int(i) for i in data.get("shard_replica_ids", ())),
     )
 
 

@@ -100,7 +100,7 @@ def preflight(config: RuntimeConfig) -> RuntimeConfig:
         load_deployment(deployment)
     bindings = []
     for binding in config.sources:
-        reader = BinlogReader(binding.spec, server_id=binding.server_id)
+        reader = BinlogReader(binding.spec, replica_id=binding.replica_id)
         try:
             bindings.append(replace(binding, start=reader.resolve_start(binding.start)))
         finally:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dbus_fn.capture import SourceSpec, server_id_for
+from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.errors import ConfigError
 from dbus_fn.manifest import load_manifest
 from dbus_spark.config import RuntimeConfig, SourceBinding
@@ -69,7 +69,7 @@ def runtime_config(
     bindings = tuple(
         SourceBinding(
             spec=SourceSpec(name=name, dsn=dsn, tables=tables),
-            server_id=server_id_for(f"{name}/runtime"),
+            replica_id=replica_id_for(f"{name}/runtime"),
             start=start,
         )
         for name, dsn in named

@@ -97,22 +97,22 @@ def worker_stage(config_path: str) -> tuple[RuntimeConfig, FunctionStage]:
         found = (config, FunctionStage(config.deployments, type_prefix=config.type_prefix))
         _stages[key] = found
         known = {b.spec for b in config.sources}
-        for spec, server_id in list(_readers):
+        for spec, replica_id in list(_readers):
             if spec not in known:
-                _readers.pop((spec, server_id)).close()  # a source gone, or changed
+                _readers.pop((spec, replica_id)).close()  # a source gone, or changed
     return found
 
 
-def worker_reader(binding: SourceBinding, server_id: int) -> BinlogReader:
+def worker_reader(binding: SourceBinding, replica_id: int) -> BinlogReader:
     """This worker's reader of a source, kept between micro-batches.
 
     A reader checks the server once and keeps a control connection; a new one per
     batch would redo that each time (about a third of a small batch's read).
     """
-    key = (binding.spec, server_id)  # the whole spec: its tables decide what is read
+    key = (binding.spec, replica_id)  # the whole spec: its tables decide what is read
     reader = _readers.get(key)
     if reader is None:
-        reader = _readers[key] = BinlogReader(binding.spec, server_id=server_id)
+        reader = _readers[key] = BinlogReader(binding.spec, replica_id=replica_id)
     return reader
 
 
@@ -256,7 +256,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         reader = self._readers.get(binding.spec.name)
         if reader is None:
             # The driver's reader only asks for positions; it never streams.
-            reader = BinlogReader(binding.spec, server_id=binding.server_id)
+            reader = BinlogReader(binding.spec, replica_id=binding.replica_id)
             self._readers[binding.spec.name] = reader
         return reader
 
@@ -315,7 +315,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         binding = config.source(partition.source)
         shard = Shard(partition.shard, partition.shards)
         # Every replication connection needs its own id.
-        reader = worker_reader(binding, binding.reader_server_id(shard.index))
+        reader = worker_reader(binding, binding.reader_replica_id(shard.index))
         counts = StageCounts(started=time.time())
         counts.positions[partition.source] = str(offset_to_position(partition.end))
         batcher = _Batcher(partition.source)

@@ -10,7 +10,7 @@ import pytest
 from capture_support import TablesAt, execute
 
 from dbus_fn import BinlogPosition
-from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
+from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def source(fresh_database: Any) -> SourceSpec:
 @pytest.fixture
 def reader(source: SourceSpec) -> Iterator[BinlogReader]:
     """A reader with a server_id of its own, closed after the test."""
-    binlog = BinlogReader(source, server_id=server_id_for(f"test/{uuid.uuid4()}"), heartbeat=0.2)
+    binlog = BinlogReader(source, replica_id=replica_id_for(f"test/{uuid.uuid4()}"), heartbeat=0.2)
     try:
         yield binlog
     finally:

@@ -11,7 +11,7 @@ import pytest
 from capture_support import TablesAt, execute
 
 from dbus_fn import BinlogPosition
-from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
+from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 from dbus_fn.errors import ConfigError, PositionError, SourceAccessError, SourceError
 
 pytestmark = pytest.mark.integration
@@ -94,7 +94,7 @@ def limited_user(fresh_database: Any) -> Iterator[Any]:
 def test_wrong_password_is_an_access_error_at_once(fresh_database: Any) -> None:
     endpoint = fresh_database.endpoint
     spec = SourceSpec("bad", f"mysql://{endpoint.user}:wrong@{endpoint.host}:{endpoint.port}")
-    reader = BinlogReader(spec, server_id_for(f"bad/{uuid.uuid4()}"))
+    reader = BinlogReader(spec, replica_id_for(f"bad/{uuid.uuid4()}"))
     began = time.monotonic()
     with pytest.raises(SourceAccessError, match="refused the login") as caught:
         first_item(reader, "latest")
@@ -103,7 +103,7 @@ def test_wrong_password_is_an_access_error_at_once(fresh_database: Any) -> None:
 
 
 def test_missing_binlog_monitor_grant_is_named(limited_user: Any) -> None:
-    reader = BinlogReader(limited_user("SELECT"), server_id_for(f"l/{uuid.uuid4()}"))
+    reader = BinlogReader(limited_user("SELECT"), replica_id_for(f"l/{uuid.uuid4()}"))
     with pytest.raises(SourceAccessError) as caught:
         reader.master_position()
     assert caught.value.grant is not None and "BINLOG MONITOR" in caught.value.grant
@@ -112,7 +112,7 @@ def test_missing_binlog_monitor_grant_is_named(limited_user: Any) -> None:
 
 def test_missing_replication_slave_grant_is_named_and_not_retried(limited_user: Any) -> None:
     reader = BinlogReader(
-        limited_user("BINLOG MONITOR", "SELECT"), server_id_for(f"l/{uuid.uuid4()}")
+        limited_user("BINLOG MONITOR", "SELECT"), replica_id_for(f"l/{uuid.uuid4()}")
     )
     start = reader.master_position()
     began = time.monotonic()
@@ -126,7 +126,7 @@ def test_missing_replication_slave_grant_is_named_and_not_retried(limited_user: 
 
 def test_unreachable_source_is_a_clear_error_not_a_retry_loop() -> None:
     spec = SourceSpec("gone", "mysql://dbus:dbus@127.0.0.1:9")
-    reader = BinlogReader(spec, server_id_for("gone"), connect_timeout=2)
+    reader = BinlogReader(spec, replica_id_for("gone"), connect_timeout=2)
     with pytest.raises(SourceError, match="unreachable") as caught:
         first_item(reader, "latest")
     assert "dbus:dbus" not in str(caught.value)
@@ -142,7 +142,7 @@ def test_the_sources_own_server_id_is_refused(reader: BinlogReader) -> None:
 def test_a_server_id_used_by_another_reader_is_refused(
     fresh_database: Any, source: SourceSpec
 ) -> None:
-    server_id = server_id_for(f"shared/{uuid.uuid4()}")
+    server_id = replica_id_for(f"shared/{uuid.uuid4()}")
     first = BinlogReader(source, server_id, heartbeat=0.2)
     execute(fresh_database.connect(), "CREATE TABLE t (id INT PRIMARY KEY)")
     start = first.master_position()

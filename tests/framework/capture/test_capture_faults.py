@@ -14,7 +14,7 @@ import pytest
 from capture_support import StallingProxy, TablesAt, execute
 
 from dbus_fn import RowChange, TransactionCommit
-from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
+from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +115,7 @@ def test_network_stall_is_detected_and_resumed_without_loss_or_duplicate(
         tables=(f"{fresh_database.name}.*",),
     )
     reader = BinlogReader(
-        spec, server_id_for(f"stall/{uuid.uuid4()}"), heartbeat=0.2, stall_timeout=2.0
+        spec, replica_id_for(f"stall/{uuid.uuid4()}"), heartbeat=0.2, stall_timeout=2.0
     )
     try:
         connection = fresh_database.connect()

@@ -12,7 +12,7 @@ from test_capture_resume import signature
 from test_capture_types import COLUMNS, write_every_type
 
 from dbus_fn import BinlogPosition, RowChange, SchemaChange, TransactionCommit
-from dbus_fn.capture import BinlogReader, Shard, SourceSpec, server_id_for
+from dbus_fn.capture import BinlogReader, Shard, SourceSpec, replica_id_for
 from dbus_fn.errors import ConfigError
 
 pytestmark = pytest.mark.integration
@@ -61,7 +61,7 @@ def assert_shards_split_the_range(
     everything = read_all(reader, start, end)
     parts = []
     for index in range(SHARDS):
-        shard_reader = BinlogReader(source, server_id=server_id_for(f"test/{uuid.uuid4()}"))
+        shard_reader = BinlogReader(source, replica_id=replica_id_for(f"test/{uuid.uuid4()}"))
         try:
             parts.append(list(shard_reader.read(start, stop=end, shard=Shard(index, SHARDS))))
         finally:

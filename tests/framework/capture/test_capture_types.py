@@ -193,7 +193,7 @@ def library_rows(reader: BinlogReader, start: Any, end: Any) -> list[dict[str, A
 
     settings = reader.spec.connection.pymysql_kwargs()
     stream = BinLogStreamReader(
-        settings, server_id=reader.server_id, resume_stream=True, log_file=start.file,
+        settings, server_id=reader.replica_id, resume_stream=True, log_file=start.file,
         log_pos=start.pos, end_log_pos=end.pos, only_events=[WriteRowsEvent],
         only_schemas=[reader.spec.tables[0].split(".")[0]], enable_logging=False,
         pymysql_wrapper=lambda **kw: __import__("pymysql").connect(

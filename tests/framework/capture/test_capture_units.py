@@ -17,10 +17,10 @@ from dbus_fn.capture import (
     position_from_json,
     position_to_json,
     redact_dsn,
-    server_id_for,
+    replica_id_for,
 )
 from dbus_fn.capture._ddl import ddl_target, is_account_statement, is_transaction_control
-from dbus_fn.capture._server_id import DBUS_RANGE, check_server_id
+from dbus_fn.capture._replica_id import DBUS_RANGE, check_replica_id
 from dbus_fn.errors import ConfigError, DsnError, SourceError
 
 
@@ -56,9 +56,9 @@ def test_source_spec_hides_the_password_pickles_and_validates() -> None:
 
 
 def test_reader_pickles_before_use_without_connections_or_secrets() -> None:
-    reader = BinlogReader(SourceSpec("s", "mysql://u:pw@127.0.0.1:9"), server_id=42, heartbeat=0.5)
+    reader = BinlogReader(SourceSpec("s", "mysql://u:pw@127.0.0.1:9"), replica_id=42, heartbeat=0.5)
     copy = pickle.loads(pickle.dumps(reader))
-    assert (copy.spec, copy.server_id, copy.heartbeat) == (reader.spec, 42, 0.5)
+    assert (copy.spec, copy.replica_id, copy.heartbeat) == (reader.spec, 42, 0.5)
     assert copy._control is None and "pw" not in repr(copy)
 
 
@@ -122,22 +122,22 @@ def test_transaction_control_statements() -> None:
 
 
 def test_server_ids_are_stable_in_the_dbus_range_and_clashes_are_refused() -> None:
-    first = server_id_for("shop/runtime-1")
-    assert first == server_id_for("shop/runtime-1") != server_id_for("shop/runtime-2")
+    first = replica_id_for("shop/runtime-1")
+    assert first == replica_id_for("shop/runtime-1") != replica_id_for("shop/runtime-2")
     assert DBUS_RANGE[0] <= first <= DBUS_RANGE[1]
-    assert server_id_for("x", salt=1) != server_id_for("x")
+    assert replica_id_for("x", salt=1) != replica_id_for("x")
     with pytest.raises(SourceError, match="own server_id"):
-        check_server_id(1, source="s", source_server_id=1, replicas=[], me="dbus:s")
+        check_replica_id(1, source="s", source_server_id=1, replicas=[], me="dbus:s")
     with pytest.raises(SourceError, match="already used"):
-        check_server_id(
+        check_replica_id(
             7, source="s", source_server_id=1, replicas=[{"Server_id": 7, "Host": "r"}], me="dbus:s"
         )
-    check_server_id(7, source="s", source_server_id=1,
+    check_replica_id(7, source="s", source_server_id=1,
                     replicas=[{"Server_id": 7, "Host": "dbus:s"}], me="dbus:s")  # fmt: skip
 
 
 def test_a_server_without_full_row_metadata_is_refused_clearly() -> None:
-    reader = BinlogReader(SourceSpec("s", "mysql://u@h"), server_id=5)
+    reader = BinlogReader(SourceSpec("s", "mysql://u@h"), replica_id=5)
     variables = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
                  "binlog_row_metadata": "MINIMAL"}  # fmt: skip
     with pytest.raises(SourceError, match="binlog_row_metadata=MINIMAL") as caught:

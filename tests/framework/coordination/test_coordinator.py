@@ -234,20 +234,20 @@ def test_a_position_written_behind_the_owners_back(
 def test_server_ids_are_claimed_so_no_two_readers_share_one(
     cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any, monkeypatch: Any
 ) -> None:
-    from dbus_fn.capture import server_id_for
+    from dbus_fn.capture import replica_id_for
 
     a, b = runtimes("rt-a"), runtimes("rt-b")
-    first = a.server_id("shop")
-    assert a.server_id("shop") == first
-    assert first == server_id_for("shop/rt-a")
+    first = a.replica_id("shop")
+    assert a.replica_id("shop") == first
+    assert first == replica_id_for("shop/rt-a")
     # Force a collision: b's first choice is the id a holds.
     monkeypatch.setattr(
-        "dbus_fn.capture.server_id_for",
-        lambda name, salt=0: first if salt == 0 else server_id_for(name, salt=salt),
+        "dbus_fn.capture.replica_id_for",
+        lambda name, salt=0: first if salt == 0 else replica_id_for(name, salt=salt),
     )
-    second = b.server_id("shop")
+    second = b.replica_id("shop")
     assert second != first
-    assert second == server_id_for("shop/rt-b", salt=1)
+    assert second == replica_id_for("shop/rt-b", salt=1)
     claims = sorted(client.get_children(cluster.layout.server_ids))
     assert claims == sorted([str(first), str(second)])
     a.stop()
@@ -259,19 +259,19 @@ def test_server_ids_are_claimed_so_no_two_readers_share_one(
 def test_each_key_shard_of_a_reader_claims_its_own_server_id(
     cluster: ZooKeeperSettings, client: KazooClient, runtimes: Any
 ) -> None:
-    from dbus_fn.capture import server_id_for
+    from dbus_fn.capture import replica_id_for
 
     a, b = runtimes("rt-a"), runtimes("rt-b")
-    ids = [a.server_id("shop", shard) for shard in range(3)]
-    assert ids[0] == server_id_for("shop/rt-a")
-    assert ids[1] == server_id_for("shop/shard/1/rt-a")
+    ids = [a.replica_id("shop", shard) for shard in range(3)]
+    assert ids[0] == replica_id_for("shop/rt-a")
+    assert ids[1] == replica_id_for("shop/shard/1/rt-a")
     assert len(set(ids)) == 3
-    assert [a.server_id("shop", shard) for shard in range(3)] == ids  # stable
-    others = [b.server_id("shop", shard) for shard in range(3)]
+    assert [a.replica_id("shop", shard) for shard in range(3)] == ids  # stable
+    others = [b.replica_id("shop", shard) for shard in range(3)]
     assert not set(others) & set(ids)
     claims = {int(c) for c in client.get_children(cluster.layout.server_ids)}
     assert claims == set(ids) | set(others)
-    raw, _ = client.get(cluster.layout.server_id(ids[2]))
+    raw, _ = client.get(cluster.layout.replica_id(ids[2]))
     assert json.loads(raw) == {"runtime": "rt-a", "source": "shop", "shard": 2}
 
 

@@ -29,7 +29,7 @@ def test_status_lag_asks_the_source(
     fresh_database: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from dbus_fn.capture import BinlogReader, SourceSpec, server_id_for
+    from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 
     endpoint = fresh_database.endpoint
     dsn = f"mysql://{endpoint.user}:{endpoint.password}@{endpoint.host}:{endpoint.port}"
@@ -37,7 +37,7 @@ def test_status_lag_asks_the_source(
     table = f"{fresh_database.name}.t"
     assert dbus("cluster", "source", "add", "shop", "--dsn-env", "LAG_TEST_DSN").exit_code == 0
     assert dbus("cluster", "source", "add", "elsewhere", "--dsn-env", "NOT_HERE_DSN").exit_code == 0
-    reader = BinlogReader(SourceSpec("shop", dsn, (table,)), server_id_for("lag-test"))
+    reader = BinlogReader(SourceSpec("shop", dsn, (table,)), replica_id_for("lag-test"))
     try:
         start = reader.master_position()
     finally:

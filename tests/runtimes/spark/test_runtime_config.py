@@ -40,7 +40,7 @@ def test_sources_subscribe_to_the_tables_of_every_deployment() -> None:
 
 def test_each_source_gets_its_own_server_id() -> None:
     config = _config(sources=("a=mysql://u:p@127.0.0.1:1", "b=mysql://u:p@127.0.0.1:1"))
-    ids = {b.server_id for b in config.sources}
+    ids = {b.replica_id for b in config.sources}
     assert len(ids) == 2
 
 
@@ -128,14 +128,14 @@ def test_the_handoff_covers_the_hold_the_transaction_and_the_abort_scan() -> Non
 
 def test_key_shards_read_with_the_server_ids_claimed_for_them(tmp_path: Path) -> None:
     (binding,) = _config().sources
-    claimed = replace(binding, shard_server_ids=(71, 72))
+    claimed = replace(binding, shard_replica_ids=(71, 72))
     loaded = load_config(replace(_config(), sources=(claimed,)).save(tmp_path / "c.json"))
     (again,) = loaded.sources
-    assert [again.reader_server_id(i) for i in range(3)] == [binding.server_id, 71, 72]
+    assert [again.reader_replica_id(i) for i in range(3)] == [binding.replica_id, 71, 72]
     # Past the claimed ones (a query on more cores), and alone: derived, all distinct.
-    derived = [binding.reader_server_id(i) for i in range(4)]
-    assert derived[0] == binding.server_id
-    assert derived[3] == again.reader_server_id(3)
+    derived = [binding.reader_replica_id(i) for i in range(4)]
+    assert derived[0] == binding.replica_id
+    assert derived[3] == again.reader_replica_id(3)
     assert len(set(derived)) == 4
 
 

@@ -65,7 +65,7 @@ def test_a_worker_keeps_one_reader_per_source_spec() -> None:
     """Two queries may name their sources alike: the tables decide what a reader reads,
     so a kept reader is only reused for the very same spec (a reader kept by name read
     another test's database, and delivered nothing)."""
-    first = SourceBinding(SourceSpec("src", "mysql://u:p@127.0.0.1:1", ("a.*",)), server_id=7)
+    first = SourceBinding(SourceSpec("src", "mysql://u:p@127.0.0.1:1", ("a.*",)), replica_id=7)
     other = replace(first, spec=replace(first.spec, tables=("b.*",)))
     kept = worker_reader(first, 7)
     try:
