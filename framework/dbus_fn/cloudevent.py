@@ -263,13 +263,15 @@ def time_text(moment: datetime) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def _base_attributes(item: CaptureItem, source: str, kind: str, prefix: str) -> dict[str, Any]:
+def _base_attributes(
+    item: CaptureItem, event_source: str, suffix: str, prefix: str
+) -> dict[str, Any]:
     position = item.position
     attrs: dict[str, Any] = {
         "specversion": "1.0",
         "id": event_id(item),
-        "source": source,
-        "type": f"{prefix}.{kind}",
+        "source": event_source,
+        "type": f"{prefix}.{suffix}",
         "time": utc_time(item.commit_time),
         "datacontenttype": DATA_CONTENT_TYPE,
         DBUS_SOURCE: item.source,
@@ -380,8 +382,8 @@ class _Reader:
     def data(self, *fields: str) -> dict[str, Any]:
         data = self.event.get_data()
         if not isinstance(data, dict):
-            kind = "nothing" if data is None else f"a {type(data).__name__}"
-            self.problems.append(f"data must be a JSON object, got {kind}")
+            got = "nothing" if data is None else f"a {type(data).__name__}"
+            self.problems.append(f"data must be a JSON object, got {got}")
             return {}
         for name in fields:
             if name not in data:
@@ -420,15 +422,15 @@ class _Reader:
             raise _format_error(self.problems, event_id=self.event.get_id())
 
 
-_KINDS: Final = (*ROW_TYPES.values(), SCHEMA_CHANGED, TRANSACTION_COMMITTED)
+_TYPE_SUFFIXES: Final = (*ROW_TYPES.values(), SCHEMA_CHANGED, TRANSACTION_COMMITTED)
 
 
-def _kind_of(event_type: str, type_prefix: str | None) -> str | None:
-    for kind in _KINDS:
-        if event_type.endswith("." + kind):
-            prefix = event_type[: -len(kind) - 1]
+def _type_suffix(event_type: str, type_prefix: str | None) -> str | None:
+    for suffix in _TYPE_SUFFIXES:
+        if event_type.endswith("." + suffix):
+            prefix = event_type[: -len(suffix) - 1]
             if type_prefix is None or prefix == type_prefix:
-                return kind
+                return suffix
     return None
 
 
@@ -439,18 +441,18 @@ def item_from_cloudevent(event: BaseCloudEvent, *, type_prefix: str | None = Non
     ``EventFormatError`` listing every problem found.
     """
     reader = _Reader(event)
-    kind = _kind_of(event.get_type(), type_prefix)
-    if kind is None:
-        expected = ", ".join(f"{type_prefix or '<prefix>'}.{k}" for k in _KINDS)
+    suffix = _type_suffix(event.get_type(), type_prefix)
+    if suffix is None:
+        expected = ", ".join(f"{type_prefix or '<prefix>'}.{k}" for k in _TYPE_SUFFIXES)
         reader.problems.append(f"type must be one of {expected}; got {event.get_type()!r}")
         reader.fail()
     if event.get_specversion() != "1.0":
         reader.problems.append(f"specversion must be '1.0', got {event.get_specversion()!r}")
-    if kind == SCHEMA_CHANGED:
+    if suffix == SCHEMA_CHANGED:
         return _schema_change(reader)
-    if kind == TRANSACTION_COMMITTED:
+    if suffix == TRANSACTION_COMMITTED:
         return _transaction_commit(reader)
-    return _row_change(reader, kind or "")
+    return _row_change(reader, suffix or "")
 
 
 def from_cloudevent(event: BaseCloudEvent, *, type_prefix: str | None = None) -> RowChange:
@@ -483,7 +485,7 @@ def _check_source(reader: _Reader, name: str, segment: str) -> None:
         )
 
 
-def _row_change(reader: _Reader, kind: str) -> RowChange:
+def _row_change(reader: _Reader, suffix: str) -> RowChange:
     common = _common(reader)
     source, database, table = reader.source_segments(3, 3)
     _check_source(reader, common["source"], source)
@@ -501,14 +503,14 @@ def _row_change(reader: _Reader, kind: str) -> RowChange:
     if not isinstance(key, list) or not all(isinstance(name, str) for name in key):
         reader.problems.append("data.key must be a list of column names")
         key = []
-    op = next(op for op, suffix in ROW_TYPES.items() if suffix == kind) if kind else None
+    op = next(op for op, row_type in ROW_TYPES.items() if row_type == suffix) if suffix else None
     before = _image_from_json(reader, "before", data.get("before"), types)
     after = _image_from_json(reader, "after", data.get("after"), types)
     # An update may lack its old image: a projection's output drops it.
     if op is Operation.DELETE and before is None:
-        reader.problems.append(f"a {kind} event needs data.before")
+        reader.problems.append(f"a {suffix} event needs data.before")
     if op is not Operation.DELETE and after is None:
-        reader.problems.append(f"a {kind} event needs data.after")
+        reader.problems.append(f"a {suffix} event needs data.after")
     reader.fail()
     assert op is not None
     return RowChange(

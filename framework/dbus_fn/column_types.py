@@ -1,4 +1,4 @@
-"""Column type strings: parsing a MySQL ``COLUMN_TYPE`` into the kind that decides its JSON form."""
+"""Column type strings: a MySQL ``COLUMN_TYPE`` parsed into the family that decides its JSON."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Literal
 
 from dbus_fn.errors import UnsupportedColumnTypeError
 
-__all__ = ["ColumnKind", "ColumnType", "parse_column_type"]
+__all__ = ["ColumnFamily", "ColumnType", "parse_column_type"]
 
-ColumnKind = Literal[
+ColumnFamily = Literal[
     "integer",
     "decimal",
     "float",
@@ -47,7 +47,7 @@ _SPATIAL = (
     "geometrycollection",
     "geomcollection",
 )
-_KINDS: dict[str, ColumnKind] = {
+_FAMILIES: dict[str, ColumnFamily] = {
     **{name: "integer" for name in _INTEGER_BITS},
     "bool": "integer",
     "boolean": "integer",
@@ -87,7 +87,7 @@ _KINDS: dict[str, ColumnKind] = {
     "bit": "bit",
     "json": "json",
 }
-_NUMERIC_KINDS = frozenset({"integer", "decimal", "float"})
+_NUMERIC_FAMILIES = frozenset({"integer", "decimal", "float"})
 
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _TYPE = re.compile(
@@ -103,22 +103,22 @@ class ColumnType:
     """A parsed column type string.
 
     ``name`` is the lowercase base type (``"int"``, ``"varchar"``, ``"enum"``),
-    ``kind`` the family that decides the Python value and JSON form, ``args`` the
+    ``family`` the family that decides the Python value and JSON form, ``args`` the
     parenthesised arguments (numbers as strings; members for ``enum``/``set``).
     """
 
     text: str
     name: str
-    kind: ColumnKind
+    family: ColumnFamily
     args: tuple[str, ...] = ()
     unsigned: bool = False
 
     @property
     def bits(self) -> int | None:
         """Width in bits of an integer or ``bit`` column, else ``None``."""
-        if self.kind == "bit":
+        if self.family == "bit":
             return int(self.args[0]) if self.args else 1
-        if self.kind == "integer":
+        if self.family == "integer":
             return _INTEGER_BITS.get(self.name, 8)
         return None
 
@@ -141,23 +141,23 @@ def parse_column_type(column_type: str) -> ColumnType:
     if match is None:
         raise _unsupported(column_type, "it does not read as 'name[(args)] [unsigned]'")
     name = " ".join(match["name"].lower().split())
-    kind = _KINDS.get(name)
-    if kind is None:
+    family = _FAMILIES.get(name)
+    if family is None:
         raise _unsupported(column_type, f"dbus has no JSON mapping for type {name!r}")
     attrs = match["attrs"].lower().split()
     unsigned = "unsigned" in attrs or "zerofill" in attrs
-    if attrs and kind not in _NUMERIC_KINDS:
+    if attrs and family not in _NUMERIC_FAMILIES:
         raise _unsupported(column_type, f"{' '.join(attrs)!r} applies to numeric types only")
     raw_args = match["args"]
     args: tuple[str, ...] = ()
-    if kind in ("enum", "set"):
+    if family in ("enum", "set"):
         args = _parse_members(column_type, raw_args or "")
     elif raw_args is not None:
         args = tuple(part.strip() for part in raw_args.split(","))
         if not all(part.isdigit() for part in args):
             raise _unsupported(column_type, f"arguments ({raw_args}) are not numbers")
-    parsed = ColumnType(text=column_type, name=name, kind=kind, args=args, unsigned=unsigned)
-    if kind == "bit" and not 1 <= (parsed.bits or 0) <= 64:
+    parsed = ColumnType(text=column_type, name=name, family=family, args=args, unsigned=unsigned)
+    if family == "bit" and not 1 <= (parsed.bits or 0) <= 64:
         raise _unsupported(column_type, "bit width must be 1 to 64")
     return parsed
 

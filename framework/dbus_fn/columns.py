@@ -66,11 +66,11 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any, TypeAlias
 
-from dbus_fn.column_types import ColumnKind, ColumnType, parse_column_type
+from dbus_fn.column_types import ColumnFamily, ColumnType, parse_column_type
 from dbus_fn.errors import ColumnValueError, UnsupportedColumnTypeError
 
 __all__ = [
-    "ColumnKind",
+    "ColumnFamily",
     "ColumnType",
     "JsonValue",
     "from_json_value",
@@ -134,7 +134,7 @@ def _ranged_int(low: int, high: int) -> Callable[[Any], int]:
 
 def _integer_codec(column: ColumnType) -> _Codec:
     bits = column.bits or 64
-    if column.kind == "bit" or column.unsigned:
+    if column.family == "bit" or column.unsigned:
         check = _ranged_int(0, 2**bits - 1)
     else:
         check = _ranged_int(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
@@ -325,8 +325,8 @@ def _json_from_json(value: Any) -> Any:
 @lru_cache(maxsize=4096)
 def _codec(column_type: str) -> _Codec:
     parsed = parse_column_type(column_type)
-    kind = parsed.kind
-    if kind in ("integer", "bit"):
+    family = parsed.family
+    if family in ("integer", "bit"):
         return _integer_codec(parsed)
     simple: dict[str, _Codec] = {
         "decimal": _Codec(_decimal_to_json, _decimal_from_json),
@@ -342,7 +342,7 @@ def _codec(column_type: str) -> _Codec:
         "set": _Codec(_set_to_json, _set_from_json),
         "json": _Codec(_json_to_json, _json_from_json),
     }
-    return simple[kind]
+    return simple[family]
 
 
 def _value_error(

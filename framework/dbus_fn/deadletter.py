@@ -53,9 +53,9 @@ def _clip(text: str) -> str:
 
 
 def _type_name(error: BaseException) -> str:
-    kind = type(error)
-    return kind.__qualname__ if kind.__module__ == "builtins" else (
-        f"{kind.__module__}.{kind.__qualname__}"
+    error_class = type(error)
+    return error_class.__qualname__ if error_class.__module__ == "builtins" else (
+        f"{error_class.__module__}.{error_class.__qualname__}"
     )
 
 

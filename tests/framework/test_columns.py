@@ -118,7 +118,7 @@ def test_parse_column_type(
     text: str, name: str, kind: str, args: tuple[str, ...], unsigned: bool
 ) -> None:
     parsed = parse_column_type(text)
-    assert (parsed.name, parsed.kind, parsed.args, parsed.unsigned) == (
+    assert (parsed.name, parsed.family, parsed.args, parsed.unsigned) == (
         name, kind, args, unsigned)
 
 
@@ -302,7 +302,7 @@ def _random_values(column_type: str, rng: random.Random) -> list[Any]:
         "bytes": lambda: rng.randbytes(rng.randint(0, 40)),
         "set": lambda: frozenset(rng.sample(["a", "b", "c", "d,e"], rng.randint(0, 4))),
     }
-    return [makers[parsed.kind]() for _ in range(300)]
+    return [makers[parsed.family]() for _ in range(300)]
 
 
 @pytest.mark.parametrize(

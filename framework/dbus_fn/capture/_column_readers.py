@@ -353,8 +353,8 @@ def column_reader(column: Any, *, is_json: bool = False) -> tuple[str, Reader]:
             not column.unsigned
         )
     if code == FIELD_TYPE.NEWDECIMAL:
-        kind = f"decimal({column.precision},{column.decimals})"
-        return (f"{kind} unsigned" if column.unsigned else kind), _decimal(
+        declared = f"decimal({column.precision},{column.decimals})"
+        return (f"{declared} unsigned" if column.unsigned else declared), _decimal(
             column.precision, column.decimals
         )
     if code == FIELD_TYPE.FLOAT:
@@ -368,11 +368,11 @@ def column_reader(column: Any, *, is_json: bool = False) -> tuple[str, Reader]:
         prefix = 2 if column.max_length > 255 else 1
         fixed = code == FIELD_TYPE.STRING
         if charset == "binary":
-            kind = "binary" if fixed else "varbinary"
+            declared = "binary" if fixed else "varbinary"
             reader = (
                 _binary_padded(prefix, column.max_length) if fixed else _length_prefixed(prefix)
             )
-            return f"{kind}({column.max_length})", reader
+            return f"{declared}({column.max_length})", reader
         chars = column.max_length // _MBMAXLEN.get(charset, 1)
         codec = _PYTHON_CODEC.get(charset, charset)
         reader = _utf8_short if prefix == 1 and codec == "utf-8" else _text(prefix, codec)

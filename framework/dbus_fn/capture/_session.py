@@ -209,10 +209,10 @@ class ReadSession:
                     reader._connected_once = True
                     reader.connection_id = stream._stream_connection.thread_id()
                 progress.events += 1
-                kind = type(event)
+                event_class = type(event)
                 packet = event.packet
                 end = packet.log_pos
-                if kind is HeartbeatLogEvent:
+                if event_class is HeartbeatLogEvent:
                     reader._caught_up = True
                     if idle_timeout is not None and now() - last_item >= idle_timeout:
                         return
@@ -222,7 +222,7 @@ class ReadSession:
                     if stop_at is not None and txn_gtid is None and not explicit and at >= stop_at:
                         return
                     continue
-                if kind is RotateEvent:
+                if event_class is RotateEvent:
                     file = event.next_binlog
                     if event.timestamp:
                         tables.clear()
@@ -231,19 +231,19 @@ class ReadSession:
                 reader._caught_up = False
                 reader._read_file, reader._read_pos = file, end
                 reader._last_event_time = event.timestamp
-                if kind is TableMapEvent:
+                if event_class is TableMapEvent:
                     tables[event.table_id] = self.decoder_for(event, info)
                     continue
-                if kind in ROWS_EVENTS:
+                if event_class in ROWS_EVENTS:
                     decoder = tables.get(event.table_id)
                     if decoder is None:
                         continue
                     data = packet.read(event.event_size - packet.read_bytes)
                     position = BinlogPosition(file, end - packet.event_size, txn_gtid)
                     after_bits = None
-                    if kind is WriteRowsEvent:
+                    if event_class is WriteRowsEvent:
                         op = Operation.INSERT
-                    elif kind is DeleteRowsEvent:
+                    elif event_class is DeleteRowsEvent:
                         op = Operation.DELETE
                     else:
                         op = Operation.UPDATE
@@ -284,7 +284,7 @@ class ReadSession:
                         progress.in_transaction = produced
                         last_item = progress.last_item = now()
                     continue
-                if kind is MariadbGtidEvent or kind is GtidEvent:
+                if event_class is MariadbGtidEvent or event_class is GtidEvent:
                     txn_gtid = event.gtid
                     txn_time = datetime.fromtimestamp(event.timestamp, UTC)
                     txn_start = end - packet.event_size
@@ -293,8 +293,8 @@ class ReadSession:
                     if stop_at is not None and (file_sequence(file)[1], txn_start) >= stop_at:
                         return  # a start by GTID alone can be at or past `stop`
                     continue
-                commit = kind is XidEvent or kind is XAPrepareEvent
-                if kind is QueryEvent:
+                commit = event_class is XidEvent or event_class is XAPrepareEvent
+                if event_class is QueryEvent:
                     statement = event.query
                     control = is_transaction_control(statement)
                     if control == "begin":

@@ -131,7 +131,8 @@ def describe_table(
     """A table's columns (name, COLUMN_TYPE in order) and key, as capture names them."""
     names = tuple(name for name, _ in columns)
     types: Mapping[str, str] = {
-        name: binlog_column_type(kind, is_json=name in json_columns) for name, kind in columns
+        name: binlog_column_type(declared, is_json=name in json_columns)
+        for name, declared in columns
     }
     return SnapshotTable(
         database=database,
@@ -236,7 +237,7 @@ def snapshot_tables(reader: BinlogReader) -> list[SnapshotTable]:
             describe_table(
                 database,
                 table,
-                [(str(name), str(kind)) for name, kind in columns],
+                [(str(name), str(declared)) for name, declared in columns],
                 [str(name) for (name,) in key],
                 reader._json_columns_of(database, table),
             )
