@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -175,10 +176,7 @@ def start(
                 "source add` and `dbus fn deploy`)",
                 setting="cluster",
             )
-        member = _member(
-            cluster, zookeeper, zk_session_timeout, runtime_id, capacity, kafka, elasticsearch,
-            checkpoint, start, trigger, decode_shards, master,
-        )  # fmt: skip
+        member = _member(click.get_current_context().params)
         checkpoint_dir = member.checkpoint_dir
         query = start_member(member, master=master, verbose=verbose)
     else:
@@ -257,20 +255,8 @@ def _check_delivered(checkpoint_dir: str, stopping: float) -> None:
     )
 
 
-def _member(
-    cluster: str,
-    zookeeper: str | None,
-    session_timeout: float | None,
-    runtime_id: str | None,
-    capacity: float,
-    kafka: str | None,
-    elasticsearch: str | None,
-    checkpoint: str | None,
-    start: str,
-    trigger: float,
-    decode_shards: int,
-    master: str,
-) -> ClusterMember:
+def _member(options: Mapping[str, Any]) -> ClusterMember:
+    """The cluster member ``runtime start --cluster`` runs, from the command's options."""
     import os
     import socket
 
@@ -280,17 +266,18 @@ def _member(
     from dbus_spark.settings import member_config
 
     settings = ZooKeeperSettings.from_env(
-        os.environ, hosts=zookeeper, cluster=cluster, session_timeout=session_timeout
+        os.environ,
+        hosts=options["zookeeper"],
+        cluster=options["cluster"],
+        session_timeout=options["zk_session_timeout"],
     )
-    name = runtime_id or f"{socket.gethostname()}-{os.getpid()}"
-    base = member_config(
-        kafka=kafka,
-        elasticsearch=elasticsearch,
-        checkpoint=checkpoint,
-        trigger=trigger,
-        decode_shards=decode_shards,
+    name = options["runtime_id"] or f"{socket.gethostname()}-{os.getpid()}"
+    settings_of_base = ("kafka", "elasticsearch", "checkpoint", "trigger", "decode_shards")
+    base = member_config(**{key: options[key] for key in settings_of_base})
+    check_runtime(
+        kafka=base.kafka_bootstrap, elasticsearch=base.elasticsearch_url, master=options["master"]
     )
-    check_runtime(kafka=base.kafka_bootstrap, elasticsearch=base.elasticsearch_url, master=master)
     return ClusterMember(
-        settings, name, base, default_config_path(base), capacity=capacity, start=start
-    )
+        settings, name, base, default_config_path(base),
+        capacity=options["capacity"], start=options["start"],
+    )  # fmt: skip
