@@ -452,9 +452,9 @@ def test_print_in_a_function_goes_to_stderr_and_the_records_stay_json(
         cli, ["fn", "run-local", str(scaffold), "--events", str(scaffold / "events.jsonl")]
     )
     assert result.exit_code == 0, result.output
-    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert "checking 1" in result.stderr  # the print() went to stderr ...
+    records = [json.loads(line) for line in result.stdout.splitlines()]  # ... stdout is JSONL
     assert records and all("destination" in record for record in records)
-    assert "checking 1" in result.stderr
 
 
 def test_an_events_file_without_events_fails_instead_of_testing_nothing(
