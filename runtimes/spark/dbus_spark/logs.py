@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,38 @@ def route_client_logs() -> None:
         logging.getLogger(name).setLevel(level)
 
 
+CLIENT_LINE_INTERVAL = 30.0
+"""Seconds between two lines of the Kafka client when quiet: during an outage it
+reports every reconnect attempt, several a second; the sinks say once per retry
+what is waiting."""
+
+
+class OncePer(logging.Filter):
+    """Lets one record through per ``interval`` seconds; the next one says how many
+    were held back meanwhile."""
+
+    def __init__(self, interval: float, clock: Any = None) -> None:
+        super().__init__()
+        self.interval = interval
+        self._clock = clock or time.monotonic
+        self._next = 0.0
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with self._lock:
+            now = self._clock()
+            if now < self._next:
+                self._held += 1
+                return False
+            self._next = now + self.interval
+            held, self._held = self._held, 0
+        if held:
+            record.msg = f"{record.getMessage()} ({held} more client line(s) held back)"
+            record.args = None
+        return True
+
+
 def kafka_config(settings: Mapping[str, Any]) -> dict[str, Any]:
     """A confluent-kafka client configuration whose log lines go through Python logging.
 
@@ -87,12 +120,17 @@ def kafka_config(settings: Mapping[str, Any]) -> dict[str, Any]:
     whatever the level; with one, they become records of ``LIBRDKAFKA_LOGGER``.
     Producers and consumers hand them over in ``poll()``/``flush()``. In a Spark
     worker, where the clients are made, this also applies the application's
-    ``set_verbose`` choice to the other clients' loggers.
+    ``set_verbose`` choice to the other clients' loggers. Quiet, the client's lines
+    are at most one per ``CLIENT_LINE_INTERVAL``.
     """
     if VERBOSE_ENV in os.environ:
         route_client_logs()
     librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER)
     librdkafka.setLevel(client_log_level())
+    for held in [f for f in librdkafka.filters if isinstance(f, OncePer)]:
+        librdkafka.removeFilter(held)
+    if not verbose():
+        librdkafka.addFilter(OncePer(CLIENT_LINE_INTERVAL))
     return {**settings, "logger": librdkafka}
 
 

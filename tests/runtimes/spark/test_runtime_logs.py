@@ -78,3 +78,25 @@ def test_the_jvm_stderr_filter_drops_only_the_incubator_warning() -> None:
     os.close(seen_write)
     with open(seen_read, "rb") as seen:
         assert seen.read() == b"26/11/23 ERROR SparkContext: something real\n"
+
+
+def test_quiet_kafka_client_lines_are_at_most_one_per_interval() -> None:
+    now = [0.0]
+    once = logs.OncePer(30.0, clock=lambda: now[0])
+
+    def passes(message: str) -> logging.LogRecord | None:
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, message, None, None)
+        return record if once.filter(record) else None
+
+    assert passes("FAIL connect refused") is not None
+    for second in range(1, 30):
+        now[0] = float(second)
+        assert passes(f"FAIL connect refused #{second}") is None
+    now[0] = 30.0
+    record = passes("FAIL connect refused again")
+    assert record is not None
+    assert record.getMessage() == "FAIL connect refused again (29 more client line(s) held back)"
+    librdkafka = logs.kafka_config({})["logger"]
+    assert any(isinstance(f, logs.OncePer) for f in librdkafka.filters)
+    logs.set_verbose(True)
+    assert not any(isinstance(f, logs.OncePer) for f in logs.kafka_config({})["logger"].filters)
