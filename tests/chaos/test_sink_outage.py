@@ -36,9 +36,8 @@ OUTAGE = 30.0
 SINK_RETRY = re.compile(r"not yet acknowledged|elasticsearch .* unreachable|elasticsearch busy")
 CLIENT_NOISE = re.compile(r"^%\d\|\d|elastic_transport|Connection refused", re.MULTILINE)
 # The sinks retry with backoff (Kafka: a warning per 5 s of waiting; Elasticsearch:
-# 0.5 s doubling to 10 s): 5-7 warnings per 30 s outage measured. The Kafka client
-# logs each reconnect attempt (about 5 a second, its own pace): ~90-140 lines in
-# all. A tight retry loop writes thousands (6929 measured with the backoff removed).
+# 0.5 s doubling to 10 s): a handful of warnings per 30 s outage. A tight retry loop
+# would write thousands of lines.
 MAX_SINK_RETRIES = 30
 MAX_LINES_PER_OUTAGE = 600
 # Quiet, each Python worker passes at most one Kafka client line per 30 s
