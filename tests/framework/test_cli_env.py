@@ -3,6 +3,7 @@ and an error about a value from a variable names the variable, not a flag."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,22 @@ def test_runtime_durations_and_shares_below_their_range_are_refused(
         cli, ["runtime", "start", "--source", f"s={NOWHERE}", "--functions", ORDERS, option, value]
     )
     assert option in refused(result)
+
+
+def test_help_names_the_files_dbus_writes() -> None:
+    sources = CliRunner().invoke(cli, ["source", "--help"])
+    assert "$DBUS_SOURCES_FILE" in sources.output
+    assert "~/.config/dbus/sources.json" in sources.output
+    runtime = CliRunner().invoke(cli, ["runtime", "start", "--help"])
+    assert "DBUS_CHECKPOINT" in runtime.output
+    assert "whatever the current folder" in " ".join(runtime.output.split())
+
+
+def test_the_readme_installs_the_sdk_the_way_it_can_be_installed() -> None:
+    from dbus_fn.cli._errors import dbus_fn_requirement
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    (target,) = re.findall(r"^pip install (\S+)", readme, flags=re.MULTILINE)
+    # No package index serves dbus-fn: the SDK installs from a clone, as this one was.
+    assert target == "/path/to/dbus"
+    assert Path(dbus_fn_requirement()).is_dir()
