@@ -461,6 +461,7 @@ class BinlogReader:
                     f"({error_text(failure)}); resume from {committed} once the server is back",
                     source=self.spec.name,
                 ) from None
+            self._end_lost_dump()
             delay = backoff * (0.75 + random.random() / 2)
             if idle_timeout is not None and time.monotonic() + delay - last_item > idle_timeout:
                 return
@@ -474,6 +475,21 @@ class BinlogReader:
             time.sleep(delay)
             backoff = min(backoff * 2, self.max_backoff)
             self.reconnects += 1
+
+    def _end_lost_dump(self) -> None:
+        """End the server's side of a replication connection that failed.
+
+        Across a stalled network the server's dump thread can stay blocked writing
+        to the dead socket until its net_write_timeout, and the next dump under the
+        same server_id may wait for it. The control connection may have stalled
+        with it, so a fresh one ends the thread; failing that, nothing is lost.
+        """
+        thread, self.connection_id = self.connection_id, None
+        if thread is None:
+            return
+        self._close_control()
+        with contextlib.suppress(pymysql.err.MySQLError, OSError, SourceError):
+            self._sql(f"KILL CONNECTION {int(thread)}", doing="ending a lost binlog dump")
 
     def snapshot(self) -> Iterator[CaptureItem]:
         """Every row of the captured tables as it is now, then where the binlog goes on
