@@ -7,7 +7,6 @@ and what to change.
 from __future__ import annotations
 
 import ast
-from collections import Counter
 from pathlib import Path
 
 from dbus_fn.registry import LoadedDeployment
@@ -54,10 +53,9 @@ def _redefined(deployment: LoadedDeployment) -> list[str]:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             lines.setdefault(node.name, []).append(node.lineno)
-    counts = Counter({name: len(found) for name, found in lines.items()})
     return [
-        f"{Path(file).name}: {name} is defined {count} times (lines "
-        f"{', '.join(map(str, lines[name]))}); only the last one runs: rename the others"
-        for name, count in sorted(counts.items())
-        if count > 1
+        f"{Path(file).name}: {name} is defined {len(found)} times (lines "
+        f"{', '.join(map(str, found))}); only the last one runs: rename the others"
+        for name, found in sorted(lines.items())
+        if len(found) > 1
     ]
