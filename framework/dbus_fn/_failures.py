@@ -16,7 +16,7 @@ def missing_image_hint(change: RowChange, exc: BaseException) -> str:
         return ""
     if change.op is Operation.DELETE:
         missing = "event.after is None for a delete"
-    elif change.op is Operation.INSERT:
+    elif change.op in (Operation.INSERT, Operation.SNAPSHOT):
         missing = "event.before is None for an insert"
     else:
         return ""

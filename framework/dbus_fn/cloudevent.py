@@ -96,6 +96,7 @@ ROW_TYPES: Final = {
     Operation.INSERT: "row.inserted",
     Operation.UPDATE: "row.updated",
     Operation.DELETE: "row.deleted",
+    Operation.SNAPSHOT: "row.snapshot",
 }
 SCHEMA_CHANGED: Final = "schema.changed"
 TRANSACTION_COMMITTED: Final = "transaction.committed"
@@ -155,11 +156,19 @@ def event_id_prefix(server_id: str, binlog_file: str) -> str:
     return f"{server_id}:{binlog_file}:"
 
 
+def snapshot_id_suffix(key: str | None) -> str:
+    """The end of a snapshot row's id, after its position: the row's key text."""
+    return f"snapshot:{key}"
+
+
 def event_id(item: CaptureItem) -> str:
     """The deterministic CloudEvent id of a capture item."""
     position = item.position
     base = f"{event_id_prefix(item.server_id, position.file)}{position.pos}"
     if isinstance(item, RowChange):
+        if item.op is Operation.SNAPSHOT:
+            # The rows of one snapshot share its position: the key tells them apart.
+            return f"{base}:{snapshot_id_suffix(primary_key_text(item))}"
         return f"{base}:{item.row_index}"
     if isinstance(item, SchemaChange):
         return f"{base}:schema"

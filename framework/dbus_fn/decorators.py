@@ -297,13 +297,13 @@ def _operations(operations: object, fail: _Fail) -> frozenset[Operation]:
         return frozenset(Operation)
     items = [operations] if isinstance(operations, str | Operation) else operations
     if not isinstance(items, Iterable):
-        raise fail("operations= insert, update and/or delete", repr(operations))
+        raise fail("operations= insert, update, delete and/or snapshot", repr(operations))
     chosen: set[Operation] = set()
     for item in items:
         try:
             chosen.add(Operation(item))
         except ValueError:
-            raise fail("operations= insert, update and/or delete", repr(item)) from None
+            raise fail("operations= insert, update, delete and/or snapshot", repr(item)) from None
     if not chosen:
         raise fail("operations= naming at least one operation", repr(operations))
     return frozenset(chosen)

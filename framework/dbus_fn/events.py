@@ -18,11 +18,18 @@ from dbus_fn.errors import ReadOnlyRowError
 
 
 class Operation(enum.StrEnum):
-    """What happened to the row."""
+    """What happened to the row.
+
+    ``SNAPSHOT`` is not a change: it is the row as a snapshot of its table read it
+    (a deployment's bootstrap or backfill), with ``before`` ``None``. It carries
+    the binlog position the snapshot was consistent with, so every change after it
+    has a greater position.
+    """
 
     INSERT = "insert"
     UPDATE = "update"
     DELETE = "delete"
+    SNAPSHOT = "snapshot"
 
 
 @dataclass(frozen=True, slots=True)

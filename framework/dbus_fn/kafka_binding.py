@@ -41,6 +41,7 @@ from dbus_fn.cloudevent import (
     event_parts,
     key_json,
     new_event,
+    snapshot_id_suffix,
     source_path,
     time_text,
     to_cloudevent,
@@ -48,7 +49,7 @@ from dbus_fn.cloudevent import (
 )
 from dbus_fn.columns import row_encoder
 from dbus_fn.errors import ColumnValueError, EventFormatError, UnsupportedColumnTypeError
-from dbus_fn.events import CaptureItem, RowChange, SchemaChange, TransactionCommit
+from dbus_fn.events import CaptureItem, Operation, RowChange, SchemaChange, TransactionCommit
 
 __all__ = ["KafkaMessage", "from_kafka_message", "to_kafka_message"]
 
@@ -202,9 +203,22 @@ class _RowMessages:
         assert image is not None, "a row change has at least one image"
         after_id, after_pos, id_prefix = self._transaction(change)
         pos = str(change.position.pos)
+        key = None
+        if change.primary_key:
+            try:
+                values = [image[name] for name in change.primary_key]
+            except KeyError:
+                return None
+            key = key_json(values).encode("utf-8")
+        if change.op is Operation.SNAPSHOT:
+            if key is None:
+                return None
+            row_id = snapshot_id_suffix(key.decode("utf-8"))
+        else:
+            row_id = str(change.row_index)
         headers = [
             _SPEC_VERSION,
-            _header("id", f"{id_prefix}{pos}:{change.row_index}"),
+            _header("id", f"{id_prefix}{pos}:{row_id}"),
             fixed[2],
             fixed[0],
             *after_id,
@@ -213,13 +227,7 @@ class _RowMessages:
             _header(ROW_INDEX, str(change.row_index)),
             fixed[1],
         ]
-        key = None
-        if change.primary_key:
-            try:
-                values = [image[name] for name in change.primary_key]
-            except KeyError:
-                return None
-            key = key_json(values).encode("utf-8")
+        if key is not None:
             headers += [(_CE_PREFIX + "subject", key), (_CE_PREFIX + PARTITION_KEY, key)]
         value = f'{{"before": {json.dumps(before)}, "after": {json.dumps(after)}{tail}'
         return KafkaMessage(key=key, value=value.encode("utf-8"), headers=headers)

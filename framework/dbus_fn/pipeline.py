@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 
 _INSERT = Operation.INSERT
 _UPDATE = Operation.UPDATE
+_DELETE = Operation.DELETE
 _DESTINATION_CACHE_LIMIT = 10_000
 
 
@@ -123,12 +124,19 @@ class _Chain:
 
 
 class _TableChains:
-    __slots__ = ("delete", "insert", "update")
+    __slots__ = ("delete", "insert", "snapshot", "update")
 
-    def __init__(self, insert: _Chain | None, update: _Chain | None, delete: _Chain | None) -> None:
+    def __init__(
+        self,
+        insert: _Chain | None,
+        update: _Chain | None,
+        delete: _Chain | None,
+        snapshot: _Chain | None = None,
+    ) -> None:
         self.insert = insert
         self.update = update
         self.delete = delete
+        self.snapshot = snapshot
 
 
 class Pipeline:
@@ -170,7 +178,13 @@ class Pipeline:
             chains = self._resolve(change.database, change.table)
         op = change.op
         chain = (
-            chains.insert if op is _INSERT else chains.update if op is _UPDATE else chains.delete
+            chains.insert
+            if op is _INSERT
+            else chains.update
+            if op is _UPDATE
+            else chains.delete
+            if op is _DELETE
+            else chains.snapshot
         )
         if chain is None:
             self._ignored += 1
@@ -299,7 +313,10 @@ class Pipeline:
                 self._chains.append(chain)
                 by_op[op] = chain
             chains = _TableChains(
-                by_op[Operation.INSERT], by_op[Operation.UPDATE], by_op[Operation.DELETE]
+                by_op[Operation.INSERT],
+                by_op[Operation.UPDATE],
+                by_op[Operation.DELETE],
+                by_op[Operation.SNAPSHOT],
             )
         self._tables[(database, table)] = chains
         return chains

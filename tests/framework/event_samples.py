@@ -73,7 +73,7 @@ def row_change(op: Operation = Operation.UPDATE, **overrides: Any) -> RowChange:
         "database": "shop",
         "table": "every_type",
         "op": op,
-        "before": None if op is Operation.INSERT else before,
+        "before": None if op in (Operation.INSERT, Operation.SNAPSHOT) else before,
         "after": None if op is Operation.DELETE else ROW,
         "primary_key": ("id",),
         "position": POSITION,

@@ -136,7 +136,7 @@ def test_unknown_operation_is_refused(tmp_path: Path) -> None:
     error = _raises(
         tmp_path, '@fn.filter(tables="a.b", operations="upsert")\ndef f(event):\n    return True\n'
     )
-    assert "expected operations= insert, update and/or delete, got 'upsert'" in str(error)
+    assert "expected operations= insert, update, delete and/or snapshot, got 'upsert'" in str(error)
 
 
 def test_decorator_without_parentheses_is_refused(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "row_change",
     "run",
     "run_many",
+    "snapshot",
     "update",
 ]
 
@@ -109,6 +110,11 @@ def update(
 def delete(table: str, row: Mapping[str, Any] | None = None, /, **columns: Any) -> RowChange:
     """A deleted row: ``delete("shop.orders", id=1, status="paid")`` (or a dict)."""
     return row_change(Operation.DELETE, table, {**(row or {}), **columns}, None)
+
+
+def snapshot(table: str, row: Mapping[str, Any] | None = None, /, **columns: Any) -> RowChange:
+    """A row as a bootstrap or backfill read it: ``snapshot("shop.orders", id=1)``."""
+    return row_change(Operation.SNAPSHOT, table, None, {**(row or {}), **columns})
 
 
 def deployment(target: LoadedDeployment | ModuleType | str | Path) -> LoadedDeployment:
