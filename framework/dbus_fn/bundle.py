@@ -61,6 +61,7 @@ def manifest_json(manifest: Manifest) -> dict[str, Any]:
         "dead_letter_route": str(manifest.dead_letter_route),
         "timeout": manifest.timeout,
         "sinks": _plain(manifest.sinks),
+        "initial": manifest.initial,
     }
 
 

@@ -111,6 +111,9 @@ class Manifest:
     timeout: float | None = DEFAULT_TIMEOUT
     """Seconds each function call may take; ``None`` for no budget."""
     sinks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    initial: str = "snapshot"
+    """What a first run sends for rows that exist already: ``"snapshot"`` bootstraps
+    the sinks from the tables (see docs/history.md), ``"none"`` sends changes only."""
     root: Path | None = None
     """The folder the manifest was read from; ``module`` paths are relative to it."""
 
@@ -198,6 +201,12 @@ class Manifest:
             )
         else:
             timeout = float(raw_timeout)
+        initial = data.get("initial", "snapshot")
+        if initial not in INITIAL_CHOICES:
+            problems.append(
+                f"initial: expected {' or '.join(repr(c) for c in INITIAL_CHOICES)}, "
+                f"got {initial!r}"
+            )
         sinks: dict[str, Mapping[str, Any]] = {}
         raw_sinks = data.get("sinks", {})
         if not isinstance(raw_sinks, Mapping):
@@ -239,6 +248,7 @@ class Manifest:
             dead_letter_route=dead_letter_route or Destination("kafka", f"dbus.dead-letter.{name}"),
             timeout=timeout,
             sinks=MappingProxyType(sinks),
+            initial=str(initial),
             root=root,
         )
 
@@ -254,8 +264,10 @@ _KEYS = frozenset(
         "dead_letter_route",
         "timeout",
         "sinks",
+        "initial",
     }
 )
+INITIAL_CHOICES: tuple[str, ...] = ("snapshot", "none")
 
 
 def manifest_path(path: str | Path) -> Path:

@@ -127,3 +127,16 @@ def test_destination_parse(text: str, scheme: str, name: str) -> None:
 def test_bad_destinations(text: str, message: str) -> None:
     with pytest.raises(DestinationError, match=message.replace("(", r"\(").replace(")", r"\)")):
         Destination.parse(text)
+
+
+def test_initial_defaults_to_a_snapshot_and_can_be_turned_off() -> None:
+    base = {"name": "x", "version": "1", "module": "x", "tables": ["a.b"]}
+    assert Manifest.from_mapping(base).initial == "snapshot"
+    assert Manifest.from_mapping({**base, "initial": "none"}).initial == "none"
+
+
+def test_an_unknown_initial_is_refused_naming_the_choices() -> None:
+    base = {"name": "x", "version": "1", "module": "x", "tables": ["a.b"]}
+    with pytest.raises(ManifestError) as error:
+        Manifest.from_mapping({**base, "initial": "everything"})
+    assert "initial: expected 'snapshot' or 'none', got 'everything'" in str(error.value)
