@@ -336,3 +336,14 @@ class KafkaSinkError(DbusError, RuntimeError):
     def __init__(self, message: str, *, topic: str | None = None) -> None:
         super().__init__(message)
         self.topic = topic
+
+
+class HistoryError(DbusError, ValueError):
+    """A snapshot, backfill, replay or verify was asked of something it cannot read:
+    a table with no key to chunk by, an unknown table, a bad ``--where``..."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, table: str | None = None) -> None:
+        super().__init__(message)
+        self.table = table

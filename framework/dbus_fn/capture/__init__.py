@@ -55,6 +55,15 @@ Guarantees and choices:
 
 from __future__ import annotations
 
+from dbus_fn.capture._chunks import (
+    ChunkedTable,
+    ChunkRead,
+    chunked_table,
+    key_from_json,
+    key_to_json,
+    next_boundary,
+    read_chunk,
+)
 from dbus_fn.capture._dsn import ConnectionSettings, SourceSpec, parse_dsn, redact_dsn
 from dbus_fn.capture._positions import (
     parse_gtid,
@@ -72,17 +81,24 @@ from dbus_fn.capture._sources import SourceStore, sources_file
 __all__ = [
     "BinlogReader",
     "CaptureLag",
+    "ChunkRead",
+    "ChunkedTable",
     "ConnectionSettings",
     "ServerInfo",
     "Shard",
     "SourceSpec",
     "SourceStore",
+    "chunked_table",
+    "key_from_json",
+    "key_to_json",
+    "next_boundary",
     "parse_dsn",
     "parse_gtid",
     "parse_gtid_state",
     "parse_position",
     "position_from_json",
     "position_to_json",
+    "read_chunk",
     "redact_dsn",
     "replica_id_for",
     "sources_file",

@@ -95,10 +95,16 @@ def snapshot_rows(
     commit_time: datetime,
     server_id: str,
     first_index: int,
+    op: Operation = Operation.INSERT,
 ) -> Iterator[RowChange]:
-    """Each SELECTed row of ``table`` as an insert at the snapshot ``position``."""
+    """Each SELECTed row of ``table`` as an ``op`` at the snapshot ``position``.
+
+    Inserts are numbered from ``first_index``; snapshot rows all have index 0, as
+    their key, not their place, tells them apart (see ``dbus_fn.cloudevent``).
+    """
     converters = [_converter(table.column_types[name]) for name in table.columns]
     index = first_index
+    step = 0 if op is Operation.SNAPSHOT else 1
     for values in rows:
         after = {
             name: (None if value is None else convert(value) if convert else value)
@@ -108,7 +114,7 @@ def snapshot_rows(
             source=source,
             database=table.database,
             table=table.table,
-            op=Operation.INSERT,
+            op=op,
             before=None,
             after=after,
             primary_key=table.primary_key,
@@ -118,7 +124,7 @@ def snapshot_rows(
             row_index=index,
             column_types=table.column_types,
         )
-        index += 1
+        index += step
 
 
 def describe_table(
@@ -147,6 +153,23 @@ def describe_table(
 __all__ = ["SnapshotTable", "binlog_column_type", "describe_table", "snapshot_rows"]
 
 
+def begin_consistent_snapshot(
+    reader: BinlogReader, connection: Any
+) -> tuple[BinlogPosition, datetime]:
+    """Start a consistent-snapshot transaction on ``connection``: what it reads from
+    now on is the tables exactly as of the returned binlog position (and when)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION time_zone = '+00:00'")
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        cursor.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+        status = {str(k).lower(): str(v) for k, v in cursor.fetchall()}
+        cursor.execute("SELECT UTC_TIMESTAMP(6)")
+        (now,) = cursor.fetchall()[0]
+    file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+    return BinlogPosition(file, pos, reader._gtid_at(file, pos)), now.replace(tzinfo=UTC)
+
+
 def read_snapshot(reader: BinlogReader) -> Iterator[CaptureItem]:
     """Every row of the captured tables as it is now, then where the binlog goes on.
 
@@ -168,17 +191,7 @@ def read_snapshot(reader: BinlogReader) -> Iterator[CaptureItem]:
     tables = snapshot_tables(reader)
     connection = reader._connect(cursorclass=pymysql.cursors.SSCursor)
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SET SESSION time_zone = '+00:00'")
-            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            cursor.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-            status = {str(k).lower(): str(v) for k, v in cursor.fetchall()}
-            cursor.execute("SELECT UTC_TIMESTAMP(6)")
-            (now,) = cursor.fetchall()[0]
-        file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
-        position = BinlogPosition(file, pos, reader._gtid_at(file, pos))
-        taken = now.replace(tzinfo=UTC)
+        position, taken = begin_consistent_snapshot(reader, connection)
         log.info("source %s: snapshot of %d table(s) at %s", reader.spec.name, len(tables),
                  position)  # fmt: skip
         count = 0
@@ -208,6 +221,7 @@ def read_snapshot(reader: BinlogReader) -> Iterator[CaptureItem]:
         rows=count,
     )
 
+
 def snapshot_tables(reader: BinlogReader) -> list[SnapshotTable]:
     rows = reader._sql(
         "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
@@ -216,30 +230,31 @@ def snapshot_tables(reader: BinlogReader) -> list[SnapshotTable]:
         "ORDER BY TABLE_SCHEMA, TABLE_NAME",
         doing="listing tables for a snapshot",
     )
-    tables = []
-    for database, table in rows:
-        database, table = str(database), str(table)
-        if not reader.spec.matches(database, table):
-            continue
-        columns = reader._sql(
-            "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
-            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-            (database, table),
-            doing="reading columns for a snapshot",
-        )
-        key = reader._sql(
-            "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
-            "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
-            (database, table),
-            doing="reading the primary key for a snapshot",
-        )
-        tables.append(
-            describe_table(
-                database,
-                table,
-                [(str(name), str(declared)) for name, declared in columns],
-                [str(name) for (name,) in key],
-                reader._json_columns_of(database, table),
-            )
-        )
-    return tables
+    return [
+        table_description(reader, str(database), str(table))
+        for database, table in rows
+        if reader.spec.matches(str(database), str(table))
+    ]
+
+
+def table_description(reader: BinlogReader, database: str, table: str) -> SnapshotTable:
+    """One table's columns and key as capture names them."""
+    columns = reader._sql(
+        "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+        (database, table),
+        doing="reading columns for a snapshot",
+    )
+    key = reader._sql(
+        "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+        "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+        (database, table),
+        doing="reading the primary key for a snapshot",
+    )
+    return describe_table(
+        database,
+        table,
+        [(str(name), str(declared)) for name, declared in columns],
+        [str(name) for (name,) in key],
+        reader._json_columns_of(database, table),
+    )
