@@ -144,8 +144,8 @@ FunctionFolder = Callable[..., Path]
 def function_folder(tmp_path: Path) -> FunctionFolder:
     """Write a function folder as an author would: ``<name>.py`` and its ``dbus.toml``.
 
-    ``function_folder(name, code, tables, dead_letter=None, version="1.0.0")`` returns
-    the folder; ``code`` is dedented.
+    ``function_folder(name, code, tables, dead_letter=None, version="1.0.0",
+    initial=None)`` returns the folder; ``code`` is dedented.
     """
 
     def write(
@@ -155,6 +155,7 @@ def function_folder(tmp_path: Path) -> FunctionFolder:
         *,
         dead_letter: str | None = None,
         version: str = "1.0.0",
+        initial: str | None = None,
     ) -> Path:
         folder = tmp_path / f"fn-{name}"
         folder.mkdir()
@@ -167,6 +168,8 @@ def function_folder(tmp_path: Path) -> FunctionFolder:
         ]
         if dead_letter is not None:
             manifest.append(f'dead_letter_route = "{dead_letter}"')
+        if initial is not None:
+            manifest.append(f'initial = "{initial}"')
         (folder / "dbus.toml").write_text("\n".join(manifest) + "\n")
         return folder
 

@@ -21,7 +21,8 @@ from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
 
-StartPolicy = str | BinlogPosition  # "earliest" | "latest" | a position
+StartPolicy = str | BinlogPosition
+DEFAULT_CHUNK_ROWS = 10_000  # "earliest" | "latest" | a position
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,8 @@ class RuntimeConfig:
     ``dbus_spark.source``."""
     fencing: WriteFencing | None = None
     """Set in a cluster member: Kafka writes are transactional and fenced."""
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    """Rows per chunk of a history read (see ``dbus_spark.history``)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def source(self, name: str) -> SourceBinding:
@@ -140,6 +143,7 @@ class RuntimeConfig:
             "topic_partitions": self.topic_partitions,
             "decode_shards": self.decode_shards,
             "fencing": self.fencing.to_json() if self.fencing else None,
+            "chunk_rows": self.chunk_rows,
             "extra": dict(self.extra),
         }
 
@@ -156,6 +160,7 @@ class RuntimeConfig:
             topic_partitions=int(data.get("topic_partitions", 3)),
             decode_shards=int(data.get("decode_shards", 0)),
             fencing=WriteFencing.from_json(data["fencing"]) if data.get("fencing") else None,
+            chunk_rows=int(data.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
             extra=data.get("extra", {}),
         )
 

@@ -27,6 +27,7 @@ from dbus_fn.registry import load_deployment
 from dbus_spark import logs
 from dbus_spark.cluster import ClusterMember, PositionCommitter
 from dbus_spark.config import RuntimeConfig, default_decode_shards
+from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.preflight import check_addresses, check_reachable
 from dbus_spark.source import BinlogDataSource
 from dbus_spark.writer import FunctionSinkDataSource
@@ -96,13 +97,16 @@ def preflight(config: RuntimeConfig) -> RuntimeConfig:
     ``start()`` returns is never taken for history (a checkpoint, when the query
     has one, still wins over them).
     """
-    for deployment in config.deployments:
-        load_deployment(deployment)
+    manifests = [load_deployment(deployment).manifest for deployment in config.deployments]
+    history = HistoryStore(store_path(config.checkpoint_dir))
     bindings = []
     for binding in config.sources:
         reader = BinlogReader(binding.spec, replica_id=binding.replica_id)
         try:
             bindings.append(replace(binding, start=reader.resolve_start(binding.start)))
+            # The tables a new deployment's history reads are those there now: a
+            # table created after start() returns is all in the binlog.
+            history.consider(reader, manifests)
         finally:
             reader.close()
     return replace(config, sources=tuple(bindings))
@@ -177,11 +181,13 @@ def default_config_path(config: RuntimeConfig) -> Path:
 
 
 def _start_query(spark: SparkSession, config: RuntimeConfig, path: Path) -> StreamingQuery:
-    shards = config.decode_shards or default_decode_shards(spark.sparkContext.defaultParallelism)
+    cores = spark.sparkContext.defaultParallelism
+    shards = config.decode_shards or default_decode_shards(cores)
     reader = (
         spark.readStream.format("dbus_binlog")
         .option("config", str(path))
         .option("shards", str(shards))
+        .option("chunk_tasks", str(max(1, cores)))
         .load()
     )
     writer = (

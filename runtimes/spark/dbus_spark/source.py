@@ -43,13 +43,27 @@ from pyspark.sql.types import StructType
 
 from dbus_fn.capture import (
     BinlogReader,
+    ChunkRead,
     Shard,
     SourceSpec,
+    key_from_json,
     position_from_json,
     position_to_json,
+    read_chunk,
 )
 from dbus_fn.events import BinlogPosition, RowChange, SchemaChange, TransactionCommit
+from dbus_fn.manifest import Manifest, load_manifest
 from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
+from dbus_spark.history import (
+    ChunkDone,
+    Gate,
+    HistoryStore,
+    HistoryTask,
+    PlannedChunk,
+    chunked_of,
+    plan_chunks,
+    store_path,
+)
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 
@@ -215,6 +229,24 @@ class SourceRange(InputPartition):  # type: ignore[misc]
     end: dict[str, Any]
     shard: int = 0
     shards: int = 1
+    gate: list[Any] | None = None
+    """The history tasks' ``Gate`` as JSON, when any task of the source needs one."""
+
+
+@dataclass(frozen=True)
+class ChunkRange(InputPartition):  # type: ignore[misc]
+    """Read one chunk of a history task (see ``dbus_spark.history``)."""
+
+    config_path: str
+    source: str
+    end: dict[str, Any]
+    """The source's offset of the batch: the hold the chunk was planned under."""
+    chunk: list[Any]
+    """A ``PlannedChunk`` as JSON."""
+    seq: int
+    deployment: str
+    table: str
+    unchunked: bool
 
 
 class BinlogDataSource(DataSource):  # type: ignore[misc]
@@ -228,19 +260,26 @@ class BinlogDataSource(DataSource):  # type: ignore[misc]
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return BinlogSourceReader(self.options["config"], shards=int(self.options.get("shards", 1)))
+        return BinlogSourceReader(
+            self.options["config"],
+            shards=int(self.options.get("shards", 1)),
+            chunk_tasks=int(self.options.get("chunk_tasks", 1)),
+        )
 
 
 class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
     """Spark's reader of the ``dbus_binlog`` source: plans each micro-batch's positions
     and partitions on the driver, and reads a partition on an executor."""
 
-    def __init__(self, config_path: str, *, shards: int = 1) -> None:
+    def __init__(self, config_path: str, *, shards: int = 1, chunk_tasks: int = 1) -> None:
         self._config_path = config_path
         self._shards = max(1, shards)
+        self._chunk_tasks = max(1, chunk_tasks)
         self._config_mtime = os.stat(config_path).st_mtime
         self._config = load_config(config_path)
         self._readers: dict[str, BinlogReader] = {}
+        self._history = HistoryStore(store_path(self._config.checkpoint_dir))
+        self._manifests = _manifests(self._config)
 
     def _current(self) -> RuntimeConfig:
         """The configuration as the runtime last wrote it (sources come and go in a cluster)."""
@@ -248,6 +287,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         if mtime != self._config_mtime:
             self._config = load_config(self._config_path)
             self._config_mtime = mtime
+            self._manifests = _manifests(self._config)
             for name in set(self._readers) - {b.spec.name for b in self._config.sources}:
                 self._readers.pop(name).close()
         return self._config
@@ -269,13 +309,33 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: Any = None
     ) -> dict[str, Any]:
-        return {
-            b.spec.name: position_to_offset(self._reader(b).master_position(), b)
-            for b in self._current().sources
-        }
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[SourceRange]:
         config = self._current()
+        self._history.reload()
+        latest, planned = {}, False
+        for binding in config.sources:
+            reader = self._reader(binding)
+            offset = position_to_offset(reader.master_position(), binding)
+            name = binding.spec.name
+            self._history.consider(reader, self._manifests)
+            if start and name in start and _hold(start[name]) == _hold(offset):
+                self._history.settle(name, offset_to_position(start[name]))
+            chunks = plan_chunks(
+                reader, self._history.active(name), chunk_rows=config.chunk_rows,
+                budget=self._chunk_tasks,
+            )  # fmt: skip
+            if chunks:
+                offset["chunks"] = [chunk.to_json() for chunk in chunks]
+                planned = True
+            latest[name] = offset
+        if start is not None and not planned and _same_positions(start, latest):
+            return start  # nothing to read: no micro-batch
+        return latest
+
+    def partitions(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> Sequence[SourceRange | ChunkRange]:
+        config = self._current()
+        self._history.reload()
         moved = []
         for name, upto in end.items():
             begin = start.get(name)
@@ -289,16 +349,47 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             if _moved(begin, upto):
                 moved.append((name, begin, upto))
         split = max(1, self._shards // max(1, len(moved)))
-        ranges = []
+        ranges: list[SourceRange | ChunkRange] = []
         for name, begin, upto in moved:
             count = split if _span(begin, upto) >= SHARD_MIN_BYTES else 1
+            gate = Gate(self._history.active(name))
             ranges += [
-                SourceRange(self._config_path, name, begin, upto, index, count)
+                SourceRange(
+                    self._config_path,
+                    name,
+                    begin,
+                    upto,
+                    index,
+                    count,
+                    gate.to_json() if gate else None,
+                )
                 for index in range(count)
             ]
+        for name, upto in end.items():
+            tasks = self._history.tasks(name)
+            for seq, data in enumerate(upto.get("chunks", ())):
+                chunk = PlannedChunk.from_json(data)
+                task = tasks.get(chunk.task)
+                if task is None:
+                    continue
+                ranges.append(
+                    ChunkRange(
+                        self._config_path,
+                        name,
+                        upto,
+                        data,
+                        seq,
+                        task.deployment,
+                        task.table,
+                        task.unchunked,
+                    )
+                )
         return ranges
 
-    def read(self, partition: SourceRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: SourceRange | ChunkRange) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, ChunkRange):
+            yield from _read_chunk(partition)
+            return
         config, stage = worker_stage(partition.config_path)
         if not config.reads(partition.source, *_hold(partition.end)):
             # Planned before a cluster moved the source away (or before this runtime
@@ -321,6 +412,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         batcher = _Batcher(partition.source)
         if binding.epoch:
             batcher.add_hold(binding.epoch)
+        gate = Gate.from_json(partition.gate) if partition.gate else None
         began = time.monotonic()
         try:
             for item in reader.read(
@@ -329,7 +421,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 shard=shard,
             ):
                 if type(item) is RowChange:
-                    for record in stage.process(item, counts):
+                    for record in stage.process(item, counts, gate):
                         batch = batcher.add(record)
                         if batch is not None:
                             yield batch
@@ -352,6 +444,75 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
     def stop(self) -> None:
         for reader in self._readers.values():
             reader.close()
+
+
+def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
+    """One history chunk, through its deployment's functions only."""
+    config, stage = worker_stage(partition.config_path)
+    batcher = _Batcher(partition.source)
+    counts = StageCounts(started=time.time())
+    if config.reads(partition.source, *_hold(partition.end)) and stage.has_deployment(
+        partition.deployment
+    ):
+        binding = config.source(partition.source)
+        if binding.epoch:
+            batcher.add_hold(binding.epoch)
+        reader = worker_reader(binding, binding.replica_id)
+        chunk = PlannedChunk.from_json(partition.chunk)
+        task = HistoryTask(partition.deployment, partition.table, (), False,
+                           unchunked=partition.unchunked)  # fmt: skip
+        began = time.monotonic()
+        position: dict[str, Any] = {}
+        rows = 0
+        try:
+            for item in read_chunk(
+                reader, chunked_of(reader, task), key_from_json(chunk.lower),
+                key_from_json(chunk.upper),
+            ):  # fmt: skip
+                if type(item) is ChunkRead:
+                    position = position_to_json(item.position)
+                    continue
+                assert type(item) is RowChange
+                rows += 1
+                for record in stage.process_snapshot(partition.deployment, item, counts):
+                    batch = batcher.add(record)
+                    if batch is not None:
+                        yield batch
+        except BaseException:
+            _drop_reader(reader)
+            raise
+        counts.read_seconds = time.monotonic() - began
+        counts.chunks.append(
+            ChunkDone(
+                partition.source,
+                chunk.task,
+                chunk.lower,
+                chunk.upper,
+                position,
+                rows,
+                partition.seq,
+            ).to_json()
+        )
+    # else: planned before the source moved away or the deployment went: nothing is
+    # read and nothing recorded, so the chunk is planned again where it is read now.
+    batcher.add_stats(counts)
+    last = batcher.flush()
+    if last is not None:
+        yield last
+
+
+def _manifests(config: RuntimeConfig) -> list[Manifest]:
+    return [load_manifest(path) for path in config.deployments]
+
+
+def _same_positions(start: dict[str, Any], end: dict[str, Any]) -> bool:
+    """Whether no source moved or changed hands between two offsets."""
+    if set(start) != set(end):
+        return False
+    return all(
+        not _moved(start[name], end[name]) and _hold(start[name]) == _hold(end[name])
+        for name in end
+    )
 
 
 def _span(start: dict[str, Any], end: dict[str, Any]) -> float:

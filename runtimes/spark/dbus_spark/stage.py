@@ -33,6 +33,7 @@ from dbus_fn.kafka_binding import to_kafka_message
 from dbus_fn.outcomes import Delivery
 from dbus_fn.pipeline import DeadLetter, Pipeline
 from dbus_fn.registry import LoadedDeployment, load_deployment
+from dbus_spark.history import Gate
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType, document_version
 
 
@@ -67,6 +68,12 @@ class StageCounts:
     """Per source, the position the batch read up to."""
     last_commit: dict[str, float] = field(default_factory=dict)
     """Per source, the commit time (epoch seconds) of the newest transaction read."""
+    held: Counter[str] = field(default_factory=Counter)
+    """Per deployment, binlog changes a history task's chunk holds (see ``history``)."""
+    snapshot_rows: Counter[str] = field(default_factory=Counter)
+    """Per deployment, snapshot rows read for its history tasks."""
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    """The history chunks read (``history.ChunkDone`` as JSON)."""
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -80,6 +87,9 @@ class StageCounts:
                 "dead": self.dead,
                 "positions": self.positions,
                 "last_commit": self.last_commit,
+                "held": self.held,
+                "snapshot_rows": self.snapshot_rows,
+                "chunks": self.chunks,
             }
         ).encode()
 
@@ -99,6 +109,9 @@ class StageCounts:
             dead=Counter(counts["dead"]),
             positions=counts.get("positions", {}),
             last_commit=counts.get("last_commit", {}),
+            held=Counter(counts.get("held", {})),
+            snapshot_rows=Counter(counts.get("snapshot_rows", {})),
+            chunks=counts.get("chunks", []),
         )
 
     def add(self, other: StageCounts) -> None:
@@ -114,6 +127,9 @@ class StageCounts:
         self.positions.update(other.positions)
         for source, moment in other.last_commit.items():
             self.last_commit[source] = max(self.last_commit.get(source, 0.0), moment)
+        self.held.update(other.held)
+        self.snapshot_rows.update(other.snapshot_rows)
+        self.chunks += other.chunks
 
 
 class FunctionStage:
@@ -135,30 +151,58 @@ class FunctionStage:
             self._subscribed[(source, table)] = found
         return found
 
-    def process(self, change: RowChange, counts: StageCounts) -> Iterator[StageRecord]:
+    def process(
+        self, change: RowChange, counts: StageCounts, gate: Gate | None = None
+    ) -> Iterator[StageRecord]:
+        """A binlog change through every deployment subscribed to its table; ``gate``
+        holds back what a deployment's history chunks bring instead."""
         counts.rows += 1
         for deployment, pipeline in self._subscribers(change.source, change.qualified_table):
-            name = deployment.manifest.name
-            dead_topic = deployment.manifest.dead_letter_route.name
-            outcome = pipeline.process(change)
-            if outcome.filtered:
-                counts.filtered[name] += 1
-            dead = list(outcome.dead_letters)
-            encoded: list[StageRecord] = []
-            for delivery in outcome.deliveries:
-                try:
-                    encoded.append(StageRecord(name, self._record(delivery, dead_topic)))
-                except DbusError as exc:
-                    # A projection's result the event format cannot carry (its key
-                    # columns gone, say) is that function's failure, not the runtime's.
-                    dead = [_unencodable(delivery.change, exc, deployment)]
-                    encoded = []
-                    break
-            counts.delivered[name] += len(encoded)
-            yield from encoded
-            for letter in dead:
-                counts.dead[name] += 1
-                yield self._dead_letter(letter, name)
+            if gate is not None and not gate.admits(deployment.manifest.name, change):
+                counts.held[deployment.manifest.name] += 1
+                continue
+            yield from self._run(deployment, pipeline, change, counts)
+
+    def process_snapshot(
+        self, deployment_name: str, change: RowChange, counts: StageCounts
+    ) -> Iterator[StageRecord]:
+        """A snapshot row through the one deployment whose history read it."""
+        counts.snapshot_rows[deployment_name] += 1
+        for deployment, pipeline in self._subscribers(change.source, change.qualified_table):
+            if deployment.manifest.name == deployment_name:
+                yield from self._run(deployment, pipeline, change, counts)
+
+    def has_deployment(self, name: str) -> bool:
+        return any(d.manifest.name == name for d in self.deployments)
+
+    def _run(
+        self,
+        deployment: LoadedDeployment,
+        pipeline: Pipeline,
+        change: RowChange,
+        counts: StageCounts,
+    ) -> Iterator[StageRecord]:
+        name = deployment.manifest.name
+        dead_topic = deployment.manifest.dead_letter_route.name
+        outcome = pipeline.process(change)
+        if outcome.filtered:
+            counts.filtered[name] += 1
+        dead = list(outcome.dead_letters)
+        encoded: list[StageRecord] = []
+        for delivery in outcome.deliveries:
+            try:
+                encoded.append(StageRecord(name, self._record(delivery, dead_topic)))
+            except DbusError as exc:
+                # A projection's result the event format cannot carry (its key
+                # columns gone, say) is that function's failure, not the runtime's.
+                dead = [_unencodable(delivery.change, exc, deployment)]
+                encoded = []
+                break
+        counts.delivered[name] += len(encoded)
+        yield from encoded
+        for letter in dead:
+            counts.dead[name] += 1
+            yield self._dead_letter(letter, name)
 
     def _record(self, delivery: Delivery, dead_topic: str) -> KafkaRecord | IndexAction:
         change = delivery.projected()
@@ -227,7 +271,10 @@ class IndexActions:
         return IndexAction(
             index=index,
             doc_id=str(key[0]) if single else key_json(key),
-            version=document_version(change.position, change.row_index),
+            # A snapshot row sits between the changes before its position and after.
+            version=document_version(
+                change.position, 0 if change.op is Operation.SNAPSHOT else change.row_index
+            ),
             document=None if change.op is Operation.DELETE else image,
             column_types=types,
             dead_letter=dead_letter,

@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 
 from dbus_fn.coordination import HoldCheck
 from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
+from dbus_spark.history import ChunkDone, HistoryStore, progress_text, store_path
 from dbus_spark.logs import runtime_log_level
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
@@ -156,15 +157,28 @@ _configs: dict[tuple[str, float], RuntimeConfig] = {}
 _sinks: dict[tuple[object, ...], _Sinks] = {}
 
 
-def _worker_sinks(config_path: str) -> _Sinks:
-    """This worker process's sinks. They outlive configuration changes that do not
-    touch them (sources and functions come and go in a cluster): a producer, above
-    all a transactional one, is slow to start."""
+def _config(config_path: str) -> RuntimeConfig:
     mtime = os.stat(config_path).st_mtime
     config = _configs.get((config_path, mtime))
     if config is None:
         _configs.clear()
         config = _configs[(config_path, mtime)] = load_config(config_path)
+    return config
+
+
+def _history_text(store: HistoryStore, sources: set[str]) -> dict[str, str]:
+    return {
+        key: text
+        for source in sorted(sources)
+        for key, text in progress_text(store.tasks(source).values()).items()
+    }
+
+
+def _worker_sinks(config_path: str) -> _Sinks:
+    """This worker process's sinks. They outlive configuration changes that do not
+    touch them (sources and functions come and go in a cluster): a producer, above
+    all a transactional one, is slow to start."""
+    config = _config(config_path)
     key = (
         config.kafka_bootstrap, config.elasticsearch_url, config.topic_partitions,
         config.type_prefix, config.fencing,
@@ -209,6 +223,13 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             total.per_source.update(report.per_source)
             total.stage.add(report.stage)
         stage = total.stage
+        history = ""
+        if stage.chunks:
+            # Before Spark records the batch as committed: a replay re-reads its chunks.
+            store = HistoryStore(store_path(_config(self._config_path).checkpoint_dir))
+            store.record(ChunkDone.from_json(chunk) for chunk in stage.chunks)
+            sources = {chunk["source"] for chunk in stage.chunks}
+            history = f" history={_history_text(store, sources)}"
         if total.fenced:
             log.warning(
                 "batch %d: %d Kafka message(s) not sent: their source's hold was lost "
@@ -216,12 +237,12 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 batchId,
                 total.fenced,
             )
-        if stage.rows or stage.ddl or total.records:
+        if stage.rows or stage.ddl or total.records or stage.chunks:
             now = time.time()
             log.info(
                 "batch %d: rows=%d ddl=%d records=%d kafka=%d es=%d per_source=%s "
                 "delivered=%s filtered=%s dead=%s read_seconds=%.3f write_seconds=%.3f "
-                "batch_seconds=%.3f positions=%s lag_seconds=%s",
+                "batch_seconds=%.3f positions=%s lag_seconds=%s%s",
                 batchId,
                 stage.rows,
                 stage.ddl,
@@ -239,6 +260,7 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 # How far behind its source each sink is as the batch commits: the
                 # newest change it now holds was committed this long ago.
                 {source: round(now - moment, 3) for source, moment in stage.last_commit.items()},
+                history,
             )
 
     def abort(self, messages: list[TaskReport | None], batchId: int) -> None:
