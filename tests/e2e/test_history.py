@@ -94,6 +94,8 @@ class TopicState:
         self.consumer.subscribe([topic])
         self.last: dict[int, dict[str, Any] | None] = {}
         self.types: dict[str, int] = {}
+        self.history: dict[int, list[tuple[int, int, str]]] = {}
+        """Per key, every message's (binlog file number, position, type suffix), in order."""
 
     def poll(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -106,6 +108,20 @@ class TopicState:
                 self.types[suffix] = self.types.get(suffix, 0) + 1
                 (key,) = json.loads(msg.key())
                 self.last[key] = None if suffix == "deleted" else event.get_data()["after"]
+                number = int(event.get_extension("binlogfile").rsplit(".", 1)[-1])
+                place = (number, int(event.get_extension("binlogpos")), suffix)
+                self.history.setdefault(key, []).append(place)
+
+    def merge_violations(self) -> list[tuple[int, list[tuple[int, int, str]]]]:
+        """Keys whose messages are not in strictly growing position order, or whose
+        snapshot row is not the first: a change the snapshot already held was sent."""
+        bad = []
+        for key, places in self.history.items():
+            positions = [(number, pos) for number, pos, _ in places]
+            snapshot_later = any(suffix == "snapshot" for _, _, suffix in places[1:])
+            if snapshot_later or positions != sorted(set(positions)):
+                bad.append((key, places))
+        return bad
 
     def contents(self) -> dict[int, dict[str, Any]]:
         return {key: value for key, value in self.last.items() if value is not None}
@@ -205,6 +221,8 @@ def test_a_bootstrap_under_concurrent_writes_ends_equal_to_the_table_in_kafka_an
         stop(query, spark)
     task = HistoryStore(store_file).tasks("src")[f"catalog:{table}"]
     assert task.chunks >= ROWS // CHUNK_ROWS
+    # Per key, a snapshot row comes first and nothing older follows it.
+    assert topic_state.merge_violations()[:5] == []
     # Rows of the table came as snapshot rows, later changes as changes.
     assert topic_state.types.get("snapshot", 0) >= len(want) * 0.5
     assert topic_state.types.get("updated", 0) > 0
