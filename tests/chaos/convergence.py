@@ -407,6 +407,7 @@ class RuntimeProcess:
         logs: Path,
         master: str = "local[2]",
         start: str = "earliest",
+        options: Sequence[str] = (),
     ) -> RuntimeProcess:
         dbus = Path(sys.executable).parent / "dbus"
         return cls(
@@ -419,6 +420,7 @@ class RuntimeProcess:
                 "--checkpoint", str(checkpoint),
                 "--from", start,
                 "--master", master,
+                *options,
             ],
             logs,
             checkpoint,

@@ -3,21 +3,16 @@ changes, merged per key with the live stream."""
 
 from __future__ import annotations
 
-import json
-import random
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from e2e_support import Scratch
-from elasticsearch import Elasticsearch
-from support import kafka_consumer, wait_for
+from history_support import CATALOG, Churn, TopicState, create_products, expected, index_contents
+from support import wait_for
 
-from dbus_fn.kafka_binding import from_kafka_message
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.job import start, stop
 
@@ -26,168 +21,23 @@ pytestmark = pytest.mark.e2e
 ROWS = 6000
 CHUNK_ROWS = 500
 
-PRODUCTS = """
-CREATE TABLE products (
-    id INT PRIMARY KEY,
-    name VARCHAR(64) NOT NULL,
-    price INT NOT NULL,
-    note VARCHAR(32)
-)
-"""
-
-CATALOG = '''
-import dbus_fn as fn
-
-@fn.filter(tables="{table}")
-def skip_sevens(event: fn.RowChange) -> bool:
-    return event.row["id"] % 10 != 7
-
-@fn.projection(tables="{table}")
-def public(event: fn.RowChange) -> dict:
-    return {{"id": event.row["id"], "name": event.row["name"].upper(),
-             "price": event.row["price"]}}
-
-@fn.route(tables="{table}")
-def both(event: fn.RowChange) -> list[str]:
-    return ["kafka://{topic}", "es://{index}"]
-'''
-
-
-def expected(connection: Any) -> dict[int, dict[str, Any]]:
-    """What the catalog functions make of the table as it is now."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT id, name, price FROM products")
-        return {
-            id_: {"id": id_, "name": name.upper(), "price": price}
-            for id_, name, price in cursor.fetchall()
-            if id_ % 10 != 7
-        }
-
-
-def index_contents(url: str, index: str) -> dict[int, dict[str, Any]]:
-    with Elasticsearch(url) as es:
-        if not es.indices.exists(index=index):
-            return {}
-        es.indices.refresh(index=index)
-        docs = {}
-        for hit in _scan(es, index):
-            docs[int(hit["_id"])] = hit["_source"]
-        return docs
-
-
-def _scan(es: Elasticsearch, index: str) -> Iterator[dict[str, Any]]:
-    after: list[Any] | None = None
-    while True:
-        page = es.search(index=index, size=5000, sort=[{"id": "asc"}], search_after=after,
-                         query={"match_all": {}})["hits"]["hits"]  # fmt: skip
-        if not page:
-            return
-        yield from page
-        after = page[-1]["sort"]
-
-
-class TopicState:
-    """The last message per key of a topic, and every event type seen, read as it grows."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
-        self.consumer.subscribe([topic])
-        self.last: dict[int, dict[str, Any] | None] = {}
-        self.types: dict[str, int] = {}
-        self.history: dict[int, list[tuple[int, int, str]]] = {}
-        """Per key, every message's (binlog file number, position, type suffix), in order."""
-
-    def poll(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            for msg in self.consumer.consume(10000, 0.5):
-                if msg.error():
-                    continue
-                event = from_kafka_message(msg.key(), msg.value(), msg.headers())
-                suffix = event.get_type().rsplit(".", 1)[-1]
-                self.types[suffix] = self.types.get(suffix, 0) + 1
-                (key,) = json.loads(msg.key())
-                self.last[key] = None if suffix == "deleted" else event.get_data()["after"]
-                number = int(event.get_extension("binlogfile").rsplit(".", 1)[-1])
-                place = (number, int(event.get_extension("binlogpos")), suffix)
-                self.history.setdefault(key, []).append(place)
-
-    def merge_violations(self) -> list[tuple[int, list[tuple[int, int, str]]]]:
-        """Keys whose messages are not in strictly growing position order, or whose
-        snapshot row is not the first: a change the snapshot already held was sent."""
-        bad = []
-        for key, places in self.history.items():
-            positions = [(number, pos) for number, pos, _ in places]
-            snapshot_later = any(suffix == "snapshot" for _, _, suffix in places[1:])
-            if snapshot_later or positions != sorted(set(positions)):
-                bad.append((key, places))
-        return bad
-
-    def contents(self) -> dict[int, dict[str, Any]]:
-        return {key: value for key, value in self.last.items() if value is not None}
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-class Churn(threading.Thread):
-    """Inserts, updates and deletes across the whole key range, chunk edges included."""
-
-    def __init__(self, connection: Any, rows: int) -> None:
-        super().__init__(daemon=True)
-        self.connection = connection
-        self.rows = rows
-        self.stopped = threading.Event()
-        self.writes = 0
-
-    def run(self) -> None:
-        rng = random.Random(7)
-        edges = [n * CHUNK_ROWS + d for n in range(1, self.rows // CHUNK_ROWS) for d in (0, 1)]
-        with self.connection.cursor() as cursor:
-            while not self.stopped.is_set():
-                key = rng.choice(edges) if rng.random() < 0.3 else rng.randint(1, self.rows * 2)
-                action = rng.random()
-                if action < 0.4:
-                    cursor.execute(
-                        "INSERT INTO products VALUES (%s, %s, %s, NULL) "
-                        "ON DUPLICATE KEY UPDATE price = price + 1",
-                        (key, f"new-{key}", key),
-                    )
-                elif action < 0.75:
-                    cursor.execute(
-                        "UPDATE products SET name = CONCAT('u', name), price = price + 1 "
-                        "WHERE id = %s",
-                        (key,),
-                    )
-                else:
-                    cursor.execute("DELETE FROM products WHERE id = %s", (key,))
-                self.writes += 1
-                time.sleep(0.002)
-
-
 @pytest.fixture
 def products(fresh_database: Any) -> Any:
     connection = fresh_database.connect()
-    with connection.cursor() as cursor:
-        cursor.execute(PRODUCTS)
-        for begin in range(1, ROWS + 1, 1000):
-            cursor.executemany(
-                "INSERT INTO products VALUES (%s, %s, %s, 'seed')",
-                [(i, f"item-{i}", i * 3) for i in range(begin, min(begin + 1000, ROWS + 1))],
-            )
+    create_products(connection, ROWS)
     return connection
 
 
 def test_a_bootstrap_under_concurrent_writes_ends_equal_to_the_table_in_kafka_and_elasticsearch(
     spark: Any, scratch: Scratch, products: Any
 ) -> None:
-    services, database, topic, index, tmp_path, function_folder = scratch
+    services, database, topic, index, _tmp, function_folder = scratch
     table = f"{database.name}.products"
     folder = function_folder(
         "catalog", CATALOG.format(table=table, topic=topic, index=index), [table]
     )
     config = replace(scratch.runtime_config(folder), chunk_rows=CHUNK_ROWS)
-    churn = Churn(database.connect(), ROWS)
+    churn = Churn(database.connect(), ROWS, CHUNK_ROWS)
     churn.start()
     query = start(config, spark=spark)
     topic_state = TopicState(services.kafka.bootstrap_servers, topic)

@@ -12,6 +12,7 @@ import click
 
 from dbus_fn.cli._options import env_option, given_as
 from dbus_fn.errors import ConfigError, UndeliveredError
+from dbus_spark.config import DEFAULT_CHUNK_ROWS
 from dbus_spark.preflight import check_runtime
 from dbus_spark.settings import runtime_config
 
@@ -81,6 +82,15 @@ def runtime() -> None:
     "(0: one per two Spark cores).",
 )
 @env_option(
+    "--chunk-rows",
+    type=click.IntRange(min=1),
+    default=DEFAULT_CHUNK_ROWS,
+    show_default=True,
+    env="DBUS_CHUNK_ROWS",
+    help="Rows per chunk when a deployment's history is read from its tables (its "
+    "bootstrap or a backfill); chunks are read in parallel, a few per micro-batch.",
+)
+@env_option(
     "--master",
     default="local[*]",
     show_default=True,
@@ -144,6 +154,7 @@ def start(
     start: str,
     trigger: float,
     decode_shards: int,
+    chunk_rows: int,
     master: str,
     cluster: str | None,
     zookeeper: str | None,
@@ -195,6 +206,7 @@ def start(
             start=start,
             trigger=trigger,
             decode_shards=decode_shards,
+            chunk_rows=chunk_rows,
         )
         checkpoint_dir = config.checkpoint_dir
         query = start_query(config, master=master, verbose=verbose)
@@ -272,7 +284,9 @@ def _member(options: Mapping[str, Any]) -> ClusterMember:
         session_timeout=options["zk_session_timeout"],
     )
     name = options["runtime_id"] or f"{socket.gethostname()}-{os.getpid()}"
-    settings_of_base = ("kafka", "elasticsearch", "checkpoint", "trigger", "decode_shards")
+    settings_of_base = (
+        "kafka", "elasticsearch", "checkpoint", "trigger", "decode_shards", "chunk_rows",
+    )  # fmt: skip
     base = member_config(**{key: options[key] for key in settings_of_base})
     check_runtime(
         kafka=base.kafka_bootstrap, elasticsearch=base.elasticsearch_url, master=options["master"]

@@ -69,6 +69,19 @@ def runtime_log_level() -> int:
     return level if isinstance(level, int) else logging.INFO
 
 
+def runtime_logger() -> logging.Logger:
+    """The runtime's own logger, writing to stderr also from a Spark-managed Python
+    process (an executor's worker, or the driver's commit), where nothing set logging up."""
+    log = logging.getLogger("dbus.runtime")
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(runtime_log_level())
+        log.propagate = False
+    return log
+
+
 def client_log_level() -> int:
     """Client libraries show errors; verbose, their warnings and notices too."""
     return logging.INFO if verbose() else logging.ERROR

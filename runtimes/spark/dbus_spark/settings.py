@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.errors import ConfigError
 from dbus_fn.manifest import load_manifest
-from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.config import DEFAULT_CHUNK_ROWS, RuntimeConfig, SourceBinding
 
 if TYPE_CHECKING:
     from dbus_deploy.services import Endpoints
@@ -40,6 +40,7 @@ def runtime_config(
     start: str = "latest",
     trigger: float = 0.0,
     decode_shards: int = 0,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
     home: Path | None = None,
 ) -> RuntimeConfig:
     """Resolve every setting of a runtime; raise ``ConfigError`` naming the fix."""
@@ -82,6 +83,7 @@ def runtime_config(
         checkpoint_dir=checkpoint,
         trigger_seconds=trigger,
         decode_shards=decode_shards,
+        chunk_rows=chunk_rows,
     )
 
 
@@ -92,6 +94,7 @@ def member_config(
     checkpoint: str | None,
     trigger: float = 0.0,
     decode_shards: int = 0,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
     home: Path | None = None,
 ) -> RuntimeConfig:
     """The settings of a cluster member; ZooKeeper gives its sources and functions."""
@@ -105,6 +108,7 @@ def member_config(
         checkpoint_dir=_checkpoint(checkpoint, home),
         trigger_seconds=trigger,
         decode_shards=decode_shards,
+        chunk_rows=chunk_rows,
     )
 
 

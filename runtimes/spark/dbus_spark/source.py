@@ -64,6 +64,7 @@ from dbus_spark.history import (
     plan_chunks,
     store_path,
 )
+from dbus_spark.logs import runtime_logger
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 
@@ -316,7 +317,10 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             reader = self._reader(binding)
             offset = position_to_offset(reader.master_position(), binding)
             name = binding.spec.name
-            self._history.consider(reader, self._manifests)
+            if config.fencing is None:
+                # A cluster member does not read history yet: its progress would
+                # have to move with the source (ZooKeeper), not stay in this runtime.
+                self._history.consider(reader, self._manifests)
             if start and name in start and _hold(start[name]) == _hold(offset):
                 self._history.settle(name, offset_to_position(start[name]))
             chunks = plan_chunks(
@@ -482,6 +486,11 @@ def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
             _drop_reader(reader)
             raise
         counts.read_seconds = time.monotonic() - began
+        runtime_logger().info(
+            "history: read chunk %s of %s for %s: %d rows at %s in %.3fs",
+            _bounds(chunk), partition.table, partition.deployment, rows,
+            position_from_json(position) if position else "-", counts.read_seconds,
+        )  # fmt: skip
         counts.chunks.append(
             ChunkDone(
                 partition.source,
@@ -499,6 +508,12 @@ def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
     last = batcher.flush()
     if last is not None:
         yield last
+
+
+def _bounds(chunk: PlannedChunk) -> str:
+    lower, upper = key_from_json(chunk.lower), key_from_json(chunk.upper)
+    low = "-inf" if lower is None else list(lower)
+    return f"({low}, {'+inf' if upper is None else list(upper)}]"
 
 
 def _manifests(config: RuntimeConfig) -> list[Manifest]:

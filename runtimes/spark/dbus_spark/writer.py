@@ -12,7 +12,6 @@ every deployment has the data.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 import time
@@ -32,21 +31,15 @@ from pyspark.sql.types import StructType
 from dbus_fn.coordination import HoldCheck
 from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.history import ChunkDone, HistoryStore, progress_text, store_path
-from dbus_spark.logs import runtime_log_level
+from dbus_spark.logs import runtime_logger
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
 from dbus_spark.stage import StageCounts, refusal_dead_letter
 
-log = logging.getLogger("dbus.runtime")
-if not log.handlers:
-    # commit() runs in a Spark-managed Python process with no logging set up;
-    # batch metrics must still reach the runtime's log (its stderr).
-    _handler = logging.StreamHandler()
-    _handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
-    log.addHandler(_handler)
-    log.setLevel(runtime_log_level())
-    log.propagate = False
+# commit() runs in a Spark-managed Python process with no logging set up;
+# batch metrics must still reach the runtime's log (its stderr).
+log = runtime_logger()
 
 
 @dataclass

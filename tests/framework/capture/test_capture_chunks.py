@@ -114,7 +114,7 @@ def test_a_table_without_a_key_is_refused_unless_read_unchunked(
 
 
 def test_an_unknown_table_is_refused(reader: BinlogReader) -> None:
-    with pytest.raises(HistoryError, match="has no table nowhere.t; name an existing table"):
+    with pytest.raises(HistoryError, match=r"has no table nowhere\.t; name an existing table"):
         chunked_table(reader, "nowhere", "t")
 
 
