@@ -419,3 +419,48 @@ def delete(name: str, zk: ZooKeeperOptions) -> None:
 
         versions = FunctionStore(client, settings).delete(name)
     click.echo(f"Deleted {name} ({len(versions)} version{'s' if len(versions) != 1 else ''})")
+
+
+_CHECKPOINT_HELP = (
+    "Checkpoint directory of the runtime to ask (as given to `dbus runtime start`). "
+    "Default: runtime/checkpoint in the local services' home."
+)
+
+
+@fn.command("backfill")
+@click.argument("name")
+@click.option(
+    "--table",
+    "tables",
+    multiple=True,
+    help="A table (db.table) to read again; repeatable. Default: every table the "
+    "deployment subscribes to.",
+)
+@click.option(
+    "--where",
+    default=None,
+    help="Only rows matching this SQL condition on the table's own columns "
+    '(e.g. "updated_at > \'2024-01-01\'").',
+)
+@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=_CHECKPOINT_HELP)
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Show the progress until the last chunk is read.",
+)
+def backfill(
+    name: str, tables: tuple[str, ...], where: str | None, checkpoint: str | None, wait: bool
+) -> None:
+    """Send deployment NAME its tables' current rows again, while it runs.
+
+    The running runtime reads the tables in chunks, as the deployment's bootstrap
+    does (see docs/history.md): the rows reach only this deployment, as snapshot
+    rows, merged per key with the live stream. Exit 2 for an unknown deployment or
+    table, a --where that is not a condition on the table, or a backfill of the
+    same table already running; exit 3 when no runtime answers.
+    """
+    from dbus_spark.history.follow import backfill as request_backfill
+
+    request_backfill(name, tables, where, checkpoint=checkpoint, wait=wait)
+

@@ -137,6 +137,11 @@ def default_home() -> Path:
     return load_config().home
 
 
+def checkpoint_dir(checkpoint: str | None = None) -> str:
+    """The checkpoint folder a runtime uses for ``--checkpoint`` (None: the default)."""
+    return _checkpoint(checkpoint, None)
+
+
 def _checkpoint(checkpoint: str | None, home: Path | None) -> str:
     chosen = checkpoint or str((home or default_home()) / "runtime" / "checkpoint")
     return str(Path(chosen).resolve())

@@ -64,6 +64,7 @@ from dbus_spark.history import (
     plan_chunks,
     store_path,
 )
+from dbus_spark.history.requests import take_requests
 from dbus_spark.logs import runtime_logger
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
@@ -248,6 +249,7 @@ class ChunkRange(InputPartition):  # type: ignore[misc]
     deployment: str
     table: str
     unchunked: bool
+    where: str | None = None
 
 
 class BinlogDataSource(DataSource):  # type: ignore[misc]
@@ -312,6 +314,11 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
     ) -> dict[str, Any]:
         config = self._current()
         self._history.reload()
+        if config.fencing is None:
+            take_requests(
+                config.checkpoint_dir, self._history,
+                {b.spec.name: self._reader(b) for b in config.sources}, self._manifests,
+            )  # fmt: skip
         latest, planned = {}, False
         for binding in config.sources:
             reader = self._reader(binding)
@@ -356,7 +363,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         ranges: list[SourceRange | ChunkRange] = []
         for name, begin, upto in moved:
             count = split if _span(begin, upto) >= SHARD_MIN_BYTES else 1
-            gate = Gate(self._history.active(name))
+            gate = Gate(self._history.gated(name))
             ranges += [
                 SourceRange(
                     self._config_path,
@@ -386,6 +393,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                         task.deployment,
                         task.table,
                         task.unchunked,
+                        task.where,
                     )
                 )
         return ranges
@@ -471,7 +479,7 @@ def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
         try:
             for item in read_chunk(
                 reader, chunked_of(reader, task), key_from_json(chunk.lower),
-                key_from_json(chunk.upper),
+                key_from_json(chunk.upper), where=partition.where,
             ):  # fmt: skip
                 if type(item) is ChunkRead:
                     position = position_to_json(item.position)
@@ -500,6 +508,7 @@ def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
                 position,
                 rows,
                 partition.seq,
+                chunk.run,
             ).to_json()
         )
     # else: planned before the source moved away or the deployment went: nothing is

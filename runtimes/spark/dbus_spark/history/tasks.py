@@ -1,4 +1,6 @@
-"""History: a deployment's sinks brought up to its tables' current state (bootstrap).
+"""History tasks: which tables are read for which deployment, and how far each got.
+
+A deployment's sinks are brought up to its tables' current state (bootstrap).
 
 A *history task* is one table read for one deployment: every row, in chunks of
 its key (``dbus_fn.capture.read_chunk``), through that deployment's functions
@@ -23,10 +25,10 @@ replays its uncommitted batch and goes on from the last committed chunk.
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,19 +46,14 @@ from dbus_fn.capture import (
     position_from_json,
 )
 from dbus_fn.capture._snapshot import snapshot_tables
-from dbus_fn.errors import HistoryError
-from dbus_fn.events import BinlogPosition, RowChange
+from dbus_fn.errors import HistoryError, SourceError
+from dbus_fn.events import BinlogPosition
 from dbus_fn.manifest import Manifest
-from dbus_spark.sinks.records import document_version
+from dbus_spark.history.gate import position_order
 
 log = logging.getLogger("dbus.runtime")
 
 KeyJson = list[Any] | None
-
-
-def position_order(position: BinlogPosition) -> int:
-    """An integer that orders binlog positions (file number, then offset)."""
-    return document_version(position, 0)
 
 
 def task_id(deployment: str, table: str) -> str:
@@ -70,13 +67,14 @@ class PlannedChunk:
     task: str
     lower: KeyJson
     upper: KeyJson
+    run: int = 1
 
     def to_json(self) -> list[Any]:
-        return [self.task, self.lower, self.upper]
+        return [self.task, self.lower, self.upper, self.run]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> PlannedChunk:
-        return cls(data[0], data[1], data[2])
+        return cls(data[0], data[1], data[2], int(data[3]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,19 +89,20 @@ class ChunkDone:
     rows: int
     seq: int
     """Its place in the micro-batch's plan: chunks of one task are recorded in order."""
+    run: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source, "task": self.task, "lower": self.lower,
             "upper": self.upper, "position": self.position, "rows": self.rows,
-            "seq": self.seq,
+            "seq": self.seq, "run": self.run,
         }  # fmt: skip
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ChunkDone:
         return cls(
             data["source"], data["task"], data["lower"], data["upper"], data["position"],
-            int(data["rows"]), int(data["seq"]),
+            int(data["rows"]), int(data["seq"]), int(data.get("run", 1)),
         )  # fmt: skip
 
 
@@ -124,6 +123,18 @@ class HistoryTask:
     """When its last chunk was read (0: not yet)."""
     live: bool = False
     """Finished, and the stream is past every chunk's position: no gate needed."""
+    run: int = 1
+    """Which read of this table for this deployment (a backfill starts a new one)."""
+    where: str | None = None
+    """A backfill's condition: only the rows it holds are read (and nothing is gated)."""
+    estimated_rows: int = 0
+    """The server's estimate of the table's rows when the task began (for an ETA)."""
+
+    @property
+    def gated(self) -> bool:
+        """Whether the live stream of the table waits for the chunks (see ``gate``):
+        not for a ``where``, whose rows the gate cannot tell from the others."""
+        return self.where is None and not self.live
 
     @property
     def id(self) -> str:
@@ -151,6 +162,7 @@ class HistoryTask:
             "splittable": self.splittable, "unchunked": self.unchunked,
             "done": [[upper, position] for upper, position in self.done], "rows": self.rows,
             "started": self.started, "finished": self.finished, "live": self.live,
+            "run": self.run, "where": self.where, "estimated_rows": self.estimated_rows,
         }  # fmt: skip
 
     @classmethod
@@ -166,6 +178,9 @@ class HistoryTask:
             started=float(data.get("started", 0.0)),
             finished=float(data.get("finished", 0.0)),
             live=bool(data.get("live", False)),
+            run=int(data.get("run", 1)),
+            where=data.get("where"),
+            estimated_rows=int(data.get("estimated_rows", 0)),
         )
 
 
@@ -218,8 +233,12 @@ class HistoryStore:
         return self._tasks.get(source, {})
 
     def active(self, source: str) -> list[HistoryTask]:
-        """The tasks whose binlog changes still need the gate."""
+        """The tasks still reading chunks, or whose binlog changes still need the gate."""
         return [task for task in self.tasks(source).values() if not task.live]
+
+    def gated(self, source: str) -> list[HistoryTask]:
+        """The tasks whose table's binlog changes the gate holds back for now."""
+        return [task for task in self.tasks(source).values() if task.gated]
 
     def consider(self, reader: BinlogReader, deployments: Iterable[Manifest]) -> list[HistoryTask]:
         """Start a task for every table a deployment asks history of and was not asked
@@ -258,11 +277,71 @@ class HistoryStore:
                         table=table,
                     ) from None
                 task = HistoryTask(
-                    manifest.name, table, chunked.key, chunked.splittable, started=time.time()
-                )
+                    manifest.name, table, chunked.key, chunked.splittable, started=time.time(),
+                    estimated_rows=estimated_rows(reader, table),
+                )  # fmt: skip
                 tasks[task.id] = task
                 created.append(task)
                 log.info("history: bootstrapping %s for deployment %s", table, manifest.name)
+        self.save()
+        return created
+
+    def backfill(
+        self,
+        reader: BinlogReader,
+        manifests: Iterable[Manifest],
+        deployment: str,
+        tables: Iterable[str],
+        where: str | None = None,
+    ) -> list[HistoryTask]:
+        """Read ``tables`` (all the deployment's on this source if none) again for
+        ``deployment``; refused (``HistoryError``) naming the problem, changing nothing."""
+        source = reader.spec.name
+        manifest = next((m for m in manifests if m.name == deployment), None)
+        if manifest is None:
+            names = ", ".join(sorted(m.name for m in manifests)) or "none"
+            raise HistoryError(
+                f"no deployment {deployment!r} runs here (it runs: {names}); name one of them"
+            )
+        existing = [f"{t.database}.{t.table}" for t in snapshot_tables(reader)]
+        chosen = list(tables) or [t for t in existing if manifest.subscribes(t)]
+        for table in chosen:
+            if not manifest.subscribes(table):
+                raise HistoryError(
+                    f"deployment {deployment!r} does not subscribe to {table} (its tables: "
+                    f"{', '.join(manifest.tables)}); name one of its tables",
+                    table=table,
+                )
+            if table not in existing:
+                raise HistoryError(
+                    f"source {source!r} has no table {table}; name an existing table",
+                    table=table,
+                )
+            running = self.tasks(source).get(task_id(deployment, table))
+            if running is not None and not running.finished:
+                raise HistoryError(
+                    f"a backfill of {table} for {deployment!r} is running ({running.rows} rows, "
+                    f"{running.chunks} chunks read); wait for it to end, then ask again",
+                    table=table,
+                )
+        if where is not None:
+            for table in chosen:
+                check_where(reader, table, where)
+        tasks = self._tasks.setdefault(source, {})
+        created = []
+        for table in chosen:
+            database, name = table.split(".", 1)
+            chunked = chunked_table(reader, database, name)
+            before = tasks.get(task_id(deployment, table))
+            task = HistoryTask(
+                deployment, table, chunked.key, chunked.splittable, started=time.time(),
+                run=(before.run + 1) if before else 1, where=where,
+                estimated_rows=estimated_rows(reader, table),
+            )  # fmt: skip
+            tasks[task.id] = task
+            created.append(task)
+            log.info("history: backfilling %s for deployment %s%s", table, deployment,
+                     f" where {where}" if where else "")  # fmt: skip
         self.save()
         return created
 
@@ -271,8 +350,8 @@ class HistoryStore:
         changed = False
         for chunk in sorted(done, key=lambda c: (c.source, c.seq)):
             task = self.tasks(chunk.source).get(chunk.task)
-            if task is None:
-                continue
+            if task is None or task.run != chunk.run:
+                continue  # a chunk of an earlier read, replaced by a backfill since
             if task.cursor != chunk.lower or task.planned_all:
                 # A replayed batch's chunk already recorded: its newer position wins.
                 for i, (upper, _) in enumerate(task.done):
@@ -296,11 +375,52 @@ class HistoryStore:
         """Tasks whose every chunk is older than what the stream has read need no gate."""
         changed = False
         for task in self.active(source):
-            if task.planned_all and task.highest_position() <= position_order(read_to):
+            if task.planned_all and (
+                task.where is not None or task.highest_position() <= position_order(read_to)
+            ):
                 task.live = True
                 changed = True
         if changed:
             self.save()
+
+
+_NOT_IN_WHERE = re.compile(r";|--|/\*|#|\b(select|from|join|union|into|sleep|benchmark)\b", re.I)
+_STRING = re.compile(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def check_where(reader: BinlogReader, table: str, where: str) -> None:
+    """Refuse a condition that is not one boolean expression over ``table``'s own
+    columns: a second statement, a subquery, another table, or what the server
+    cannot parse."""
+    bare = _STRING.sub("''", where)
+    found = _NOT_IN_WHERE.search(bare)
+    if not where.strip() or found:
+        what = f"{found.group(0)!r}" if found else "nothing"
+        raise HistoryError(
+            f"--where {where!r} is not a condition on {table} alone (it has {what}); write "
+            "an expression over the table's columns, e.g. --where \"id > 1000\"",
+            table=table,
+        )
+    database, name = table.split(".", 1)
+    quoted = ".".join("`" + part.replace("`", "``") + "`" for part in (database, name))
+    try:
+        reader._sql(f"EXPLAIN SELECT 1 FROM {quoted} WHERE ({where})", doing="checking --where")
+    except SourceError as exc:
+        raise HistoryError(
+            f"--where {where!r} does not work on {table}: {exc}; fix the expression",
+            table=table,
+        ) from None
+
+
+def estimated_rows(reader: BinlogReader, table: str) -> int:
+    database, name = table.split(".", 1)
+    found = reader._sql(
+        "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+        "AND TABLE_NAME = %s",
+        (database, name),
+        doing="estimating a table's rows",
+    )
+    return int(found[0][0] or 0) if found else 0
 
 
 def plan_chunks(
@@ -316,7 +436,9 @@ def plan_chunks(
         lower = key_from_json(task.cursor)
         while len(planned) < budget:
             upper = next_boundary(reader, chunked, lower, chunk_rows)
-            planned.append(PlannedChunk(task.id, key_to_json(lower), key_to_json(upper)))
+            planned.append(
+                PlannedChunk(task.id, key_to_json(lower), key_to_json(upper), task.run)
+            )
             if upper is None:
                 break
             lower = upper
@@ -330,56 +452,6 @@ def chunked_of(reader: BinlogReader, task: HistoryTask) -> ChunkedTable:
     return chunked_table(reader, database, name, unchunked=task.unchunked)
 
 
-class Gate:
-    """Which binlog changes of a task's table its deployment receives (module docstring)."""
-
-    def __init__(self, tasks: Iterable[HistoryTask]) -> None:
-        self._tasks: dict[tuple[str, str], tuple[tuple[str, ...], list[Any], list[int]]] = {}
-        for task in tasks:
-            uppers = [key_from_json(upper) for upper, _ in task.done]
-            positions = [position_order(position_from_json(p)) for _, p in task.done]
-            self._tasks[(task.deployment, task.table)] = (task.key, uppers, positions)
-
-    def __bool__(self) -> bool:
-        return bool(self._tasks)
-
-    def tables(self) -> set[str]:
-        return {table for _, table in self._tasks}
-
-    def admits(self, deployment: str, change: RowChange) -> bool:
-        found = self._tasks.get((deployment, change.qualified_table))
-        if found is None:
-            return True
-        key_columns, uppers, positions = found
-        if not uppers:
-            return False  # no chunk read yet: the first one holds this change
-        row = change.row
-        key = tuple(row[column] for column in key_columns)
-        # The first chunk whose upper bound is at or above the key (None: unbounded).
-        bounded = len(uppers) - (1 if uppers[-1] is None else 0)
-        index = bisect.bisect_left(uppers, key, 0, bounded)
-        if index == len(uppers):
-            return False  # past every chunk read so far: a later chunk holds it
-        return position_order(change.position) > positions[index]
-
-    def to_json(self) -> list[Any]:
-        return [
-            [deployment, table, list(key), [key_to_json(u) for u in uppers], positions]
-            for (deployment, table), (key, uppers, positions) in self._tasks.items()
-        ]
-
-    @classmethod
-    def from_json(cls, data: list[Any]) -> Gate:
-        gate = cls(())
-        for deployment, table, key, uppers, positions in data:
-            gate._tasks[(deployment, table)] = (
-                tuple(key),
-                [key_from_json(u) for u in uppers],
-                list(positions),
-            )
-        return gate
-
-
 def progress_text(tasks: Iterable[HistoryTask]) -> dict[str, str]:
     """Per task, what the batch log shows: rows and chunks read, or done."""
     return {
@@ -390,13 +462,11 @@ def progress_text(tasks: Iterable[HistoryTask]) -> dict[str, str]:
 
 __all__ = [
     "ChunkDone",
-    "Gate",
     "HistoryStore",
     "HistoryTask",
     "PlannedChunk",
     "chunked_of",
     "plan_chunks",
-    "position_order",
     "progress_text",
     "store_path",
     "task_id",

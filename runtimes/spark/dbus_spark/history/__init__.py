@@ -1,0 +1,34 @@
+"""History: a deployment's sinks brought up to its tables, and kept checkable.
+
+``tasks`` holds what is read for whom and how far it got (bootstrap, backfill);
+``gate`` merges what is read with the live stream per key.
+"""
+
+from __future__ import annotations
+
+from dbus_spark.history.gate import Gate, position_order
+from dbus_spark.history.tasks import (
+    ChunkDone,
+    HistoryStore,
+    HistoryTask,
+    PlannedChunk,
+    chunked_of,
+    plan_chunks,
+    progress_text,
+    store_path,
+    task_id,
+)
+
+__all__ = [
+    "ChunkDone",
+    "Gate",
+    "HistoryStore",
+    "HistoryTask",
+    "PlannedChunk",
+    "chunked_of",
+    "plan_chunks",
+    "position_order",
+    "progress_text",
+    "store_path",
+    "task_id",
+]

@@ -1,0 +1,142 @@
+"""What `dbus fn backfill` does: ask the runtime, then show the read's progress.
+
+Progress is rows and chunks read, the rate and an ETA (from the server's row
+estimate), as a progress bar on a terminal and as a plain line every few seconds
+otherwise (a log, CI). It is read from the runtime's history file, so what the
+bar shows is what the runtime has committed.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from dbus_fn.errors import HistoryError
+from dbus_spark.config import load_config
+from dbus_spark.history.requests import BackfillRequest, submit, wait_answer
+from dbus_spark.history.tasks import HistoryStore, HistoryTask, store_path
+from dbus_spark.settings import checkpoint_dir as default_checkpoint
+
+_TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")
+PLAIN_EVERY = 5.0
+ANSWER_TIMEOUT = 30.0
+
+
+def backfill(
+    deployment: str,
+    tables: Sequence[str],
+    where: str | None,
+    *,
+    checkpoint: str | None = None,
+    wait: bool = True,
+    out: IO[str] | None = None,
+    answer_timeout: float = ANSWER_TIMEOUT,
+) -> list[HistoryTask]:
+    """Ask the runtime at ``checkpoint`` to read ``tables`` (default: all of the
+    deployment's) again for ``deployment``; follow it to the end if ``wait``."""
+    out = out or sys.stderr
+    bad = [t for t in tables if not _TABLE.match(t)]
+    if bad:
+        raise HistoryError(f"--table {bad[0]!r} is not db.table; name a table as db.table")
+    folder = default_checkpoint(checkpoint)
+    config_file = Path(folder).parent / f"{Path(folder).name}.config.json"
+    if not config_file.exists():
+        raise HistoryError(
+            f"no runtime has run with checkpoint {folder}; pass the --checkpoint of a running "
+            "`dbus runtime start` (or set DBUS_CHECKPOINT)"
+        )
+    from dbus_fn.manifest import load_manifest
+
+    names = sorted(load_manifest(p).name for p in load_config(config_file).deployments)
+    if deployment not in names:
+        raise HistoryError(
+            f"no deployment {deployment!r} runs at checkpoint {folder} (it runs: "
+            f"{', '.join(names) or 'none'}); name one of them"
+        )
+    request = BackfillRequest(deployment, tuple(tables), where)
+    submit(folder, request)
+    reply = wait_answer(folder, request, timeout=answer_timeout)
+    print(f"backfill of {deployment}: {reply.message}", file=out)
+    store = HistoryStore(store_path(folder))
+    if not wait:
+        return _tasks(store, reply.tasks)
+    return follow(store, reply.tasks, out=out)
+
+
+def _tasks(store: HistoryStore, ids: Sequence[tuple[str, str]]) -> list[HistoryTask]:
+    store.reload()
+    return [store.tasks(source)[task] for source, task in ids if task in store.tasks(source)]
+
+
+def _line(task: HistoryTask, now: float) -> str:
+    elapsed = max(now - task.started, 1e-6)
+    rate = task.rows / elapsed
+    total = f"/~{task.estimated_rows}" if task.estimated_rows else ""
+    if task.finished:
+        return (f"{task.id}: done, {task.rows} rows in {task.chunks} chunks, "
+                f"{task.rows / max(task.finished - task.started, 1e-6):.0f} rows/s")  # fmt: skip
+    left = max(task.estimated_rows - task.rows, 0)
+    eta = f", ETA {left / rate:.0f}s" if rate > 0 and task.estimated_rows else ""
+    return f"{task.id}: {task.rows}{total} rows, {task.chunks} chunks, {rate:.0f} rows/s{eta}"
+
+
+def follow(
+    store: HistoryStore, ids: Sequence[tuple[str, str]], *, out: IO[str]
+) -> list[HistoryTask]:
+    """Show the tasks' progress until every one has read its last chunk."""
+    if out.isatty():
+        return _follow_bars(store, ids, out)
+    last = 0.0
+    while True:
+        tasks = _tasks(store, ids)
+        now = time.time()
+        ended = all(t.finished for t in tasks)
+        if ended or now - last >= PLAIN_EVERY:
+            for task in tasks:
+                print(_line(task, now), file=out, flush=True)
+            last = now
+        if ended:
+            return tasks
+        time.sleep(0.5)
+
+
+def _follow_bars(
+    store: HistoryStore, ids: Sequence[tuple[str, str]], out: IO[str]
+) -> list[HistoryTask]:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("rows · {task.fields[chunks]} chunks · {task.fields[rate]} rows/s"),
+        TimeRemainingColumn(),
+    )  # fmt: skip
+    with Progress(*columns, console=Console(file=out)) as progress:
+        bars = {}
+        while True:
+            tasks = _tasks(store, ids)
+            now = time.time()
+            for task in tasks:
+                rate = f"{task.rows / max(now - task.started, 1e-6):.0f}"
+                total = task.rows if task.finished else max(task.estimated_rows, task.rows)
+                if task.id not in bars:
+                    bars[task.id] = progress.add_task(task.id, total=total or None,
+                                                      chunks=0, rate="0")  # fmt: skip
+                progress.update(bars[task.id], completed=task.rows, total=total or None,
+                                chunks=task.chunks, rate=rate)  # fmt: skip
+            if all(t.finished for t in tasks):
+                return tasks
+            time.sleep(0.5)
+
+
+__all__ = ["backfill", "follow"]

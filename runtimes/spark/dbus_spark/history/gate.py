@@ -1,0 +1,77 @@
+"""The gate: which binlog changes of a table being read for a deployment it receives.
+
+See ``dbus_spark.history.tasks`` for the merge this implements: a change of key
+``k`` goes through only once ``k``'s chunk is read, and only if it is newer than
+that chunk's consistent-snapshot position.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from dbus_fn.capture import key_from_json, key_to_json, position_from_json
+from dbus_fn.events import BinlogPosition, RowChange
+from dbus_spark.sinks.records import document_version
+
+if TYPE_CHECKING:
+    from dbus_spark.history.tasks import HistoryTask
+
+
+def position_order(position: BinlogPosition) -> int:
+    """An integer that orders binlog positions (file number, then offset)."""
+    return document_version(position, 0)
+
+
+class Gate:
+    """Which binlog changes of a task's table its deployment receives (module docstring)."""
+
+    def __init__(self, tasks: Iterable[HistoryTask]) -> None:
+        self._tasks: dict[tuple[str, str], tuple[tuple[str, ...], list[Any], list[int]]] = {}
+        for task in tasks:
+            uppers = [key_from_json(upper) for upper, _ in task.done]
+            positions = [position_order(position_from_json(p)) for _, p in task.done]
+            self._tasks[(task.deployment, task.table)] = (task.key, uppers, positions)
+
+    def __bool__(self) -> bool:
+        return bool(self._tasks)
+
+    def tables(self) -> set[str]:
+        return {table for _, table in self._tasks}
+
+    def admits(self, deployment: str, change: RowChange) -> bool:
+        found = self._tasks.get((deployment, change.qualified_table))
+        if found is None:
+            return True
+        key_columns, uppers, positions = found
+        if not uppers:
+            return False  # no chunk read yet: the first one holds this change
+        row = change.row
+        key = tuple(row[column] for column in key_columns)
+        # The first chunk whose upper bound is at or above the key (None: unbounded).
+        bounded = len(uppers) - (1 if uppers[-1] is None else 0)
+        index = bisect.bisect_left(uppers, key, 0, bounded)
+        if index == len(uppers):
+            return False  # past every chunk read so far: a later chunk holds it
+        return position_order(change.position) > positions[index]
+
+    def to_json(self) -> list[Any]:
+        return [
+            [deployment, table, list(key), [key_to_json(u) for u in uppers], positions]
+            for (deployment, table), (key, uppers, positions) in self._tasks.items()
+        ]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> Gate:
+        gate = cls(())
+        for deployment, table, key, uppers, positions in data:
+            gate._tasks[(deployment, table)] = (
+                tuple(key),
+                [key_from_json(u) for u in uppers],
+                list(positions),
+            )
+        return gate
+
+
+__all__ = ["Gate", "position_order"]
