@@ -58,6 +58,7 @@ from __future__ import annotations
 from dbus_fn.capture._chunks import (
     ChunkedTable,
     ChunkRead,
+    KeyValues,
     chunked_table,
     key_from_json,
     key_to_json,
@@ -84,6 +85,7 @@ __all__ = [
     "ChunkRead",
     "ChunkedTable",
     "ConnectionSettings",
+    "KeyValues",
     "ServerInfo",
     "Shard",
     "SourceSpec",

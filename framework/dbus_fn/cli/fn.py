@@ -464,3 +464,34 @@ def backfill(
 
     request_backfill(name, tables, where, checkpoint=checkpoint, wait=wait)
 
+
+@fn.command("verify")
+@click.argument("name")
+@click.option(
+    "--table",
+    "tables",
+    multiple=True,
+    help="Only this table (db.table); repeatable. Default: every table of the deployment "
+    "(extra keys, a lost delete, are found only then).",
+)
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Send the drifted keys again through the running runtime, then verify again.",
+)
+@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=_CHECKPOINT_HELP)
+def verify(name: str, tables: tuple[str, ...], repair: bool, checkpoint: str | None) -> None:
+    """Compare what deployment NAME's sinks hold with what its functions make of its
+    tables now.
+
+    Every row is read (in chunks, no lock) and run through the deployment's
+    filters, projections and routes; each Elasticsearch index and each Kafka
+    topic's last message per key is compared with the result. Keys missing, extra
+    or differing are checked again a few seconds later (changes in flight are not
+    drift) and listed per destination. Exit 6 when drift remains, 2 for an unknown
+    deployment or table.
+    """
+    from dbus_spark.history.verify import verify as run_verify
+
+    run_verify(name, tables, checkpoint=checkpoint, repair=repair, out=sys.stdout)
+

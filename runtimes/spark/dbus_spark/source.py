@@ -51,7 +51,13 @@ from dbus_fn.capture import (
     position_to_json,
     read_chunk,
 )
-from dbus_fn.events import BinlogPosition, RowChange, SchemaChange, TransactionCommit
+from dbus_fn.events import (
+    BinlogPosition,
+    Operation,
+    RowChange,
+    SchemaChange,
+    TransactionCommit,
+)
 from dbus_fn.manifest import Manifest, load_manifest
 from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
 from dbus_spark.history import (
@@ -65,6 +71,7 @@ from dbus_spark.history import (
     store_path,
 )
 from dbus_spark.history.requests import take_requests
+from dbus_spark.history.tasks import key_of_text
 from dbus_spark.logs import runtime_logger
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
@@ -250,6 +257,8 @@ class ChunkRange(InputPartition):  # type: ignore[misc]
     table: str
     unchunked: bool
     where: str | None = None
+    deletes: tuple[tuple[str, str], ...] = ()
+    """A repair's (destination, key text) pairs to delete if the read finds no row."""
 
 
 class BinlogDataSource(DataSource):  # type: ignore[misc]
@@ -394,6 +403,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                         task.table,
                         task.unchunked,
                         task.where,
+                        tuple(task.deletes),
                     )
                 )
         return ranges
@@ -476,6 +486,8 @@ def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
         began = time.monotonic()
         position: dict[str, Any] = {}
         rows = 0
+        found: set[str] = set()
+        read: ChunkRead | None = None
         try:
             for item in read_chunk(
                 reader, chunked_of(reader, task), key_from_json(chunk.lower),
@@ -483,10 +495,18 @@ def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
             ):  # fmt: skip
                 if type(item) is ChunkRead:
                     position = position_to_json(item.position)
+                    read = item
                     continue
                 assert type(item) is RowChange
                 rows += 1
+                if partition.deletes:
+                    found.update(stage.sink_keys(item))
                 for record in stage.process_snapshot(partition.deployment, item, counts):
+                    batch = batcher.add(record)
+                    if batch is not None:
+                        yield batch
+            if read is not None:
+                for record in _repair_deletes(partition, stage, read, found, counts, reader):
                     batch = batcher.add(record)
                     if batch is not None:
                         yield batch
@@ -517,6 +537,35 @@ def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
     last = batcher.flush()
     if last is not None:
         yield last
+
+
+def _repair_deletes(
+    partition: ChunkRange,
+    stage: FunctionStage,
+    read: ChunkRead,
+    found: set[str],
+    counts: StageCounts,
+    reader: BinlogReader,
+) -> Iterator[StageRecord]:
+    """Deletes of the keys a repair named that its read did not find, as of its position."""
+    missing = [(d, text) for d, text in partition.deletes if text not in found]
+    if not missing:
+        return
+    chunked = chunked_of(reader, HistoryTask(partition.deployment, partition.table, (), False))
+    info = reader.server_info()
+    database, table = partition.table.split(".", 1)
+    for destination, text in missing:
+        key = key_of_text(text, len(chunked.key))
+        if key is None:
+            continue
+        image = dict(zip(chunked.key, key, strict=True))
+        change = RowChange(
+            source=partition.source, database=database, table=table, op=Operation.DELETE,
+            before=image, after=None, primary_key=chunked.key, position=read.position,
+            commit_time=read.taken, server_id=info.identity,
+        )  # fmt: skip
+        counts.delivered[partition.deployment] += 1
+        yield stage.deletion(partition.deployment, destination, change)
 
 
 def _bounds(chunk: PlannedChunk) -> str:

@@ -30,6 +30,7 @@ from dbus_fn.errors import (
 )
 from dbus_fn.events import Operation, RowChange
 from dbus_fn.kafka_binding import to_kafka_message
+from dbus_fn.manifest import Destination
 from dbus_fn.outcomes import Delivery
 from dbus_fn.pipeline import DeadLetter, Pipeline
 from dbus_fn.registry import LoadedDeployment, load_deployment
@@ -172,6 +173,21 @@ class FunctionStage:
             if deployment.manifest.name == deployment_name:
                 yield from self._run(deployment, pipeline, change, counts)
 
+    def sink_keys(self, change: RowChange) -> tuple[str, str]:
+        """How Elasticsearch (document id) and Kafka (message key) name the change's row."""
+        document = self._index_actions.build(change, "-").doc_id
+        return document, primary_key_text(change) or ""
+
+    def deletion(self, deployment_name: str, destination: str, change: RowChange) -> StageRecord:
+        """A repair's delete, past the functions: ``destination`` holds a row the table
+        does not (as of ``change.position``, where the repair read found none)."""
+        deployment = next(d for d in self.deployments if d.manifest.name == deployment_name)
+        dead_topic = deployment.manifest.dead_letter_route.name
+        return StageRecord(
+            deployment_name, self._record(Delivery(Destination.parse(destination), change,
+                                                   change.row), dead_topic)
+        )  # fmt: skip
+
     def has_deployment(self, name: str) -> bool:
         return any(d.manifest.name == name for d in self.deployments)
 
@@ -266,11 +282,9 @@ class IndexActions:
             image, types = row_json(change)  # infers what the declared types do not fit
         if any(name not in image for name in change.primary_key):
             primary_key_text(change)  # raises the event format's error naming the column
-        key = [image[name] for name in change.primary_key]
-        single = len(key) == 1 and isinstance(key[0], int | str)
         return IndexAction(
             index=index,
-            doc_id=str(key[0]) if single else key_json(key),
+            doc_id=document_id([image[name] for name in change.primary_key]),
             # A snapshot row sits between the changes before its position and after.
             version=document_version(
                 change.position, 0 if change.op is Operation.SNAPSHOT else change.row_index
@@ -289,6 +303,12 @@ class IndexActions:
                 self._shapes.clear()
             encoder = self._shapes[shape] = row_encoder(types)
         return encoder
+
+
+def document_id(key: list[Any]) -> str:
+    """A document's ``_id``: a one-column key as its plain value, else its JSON array."""
+    single = len(key) == 1 and isinstance(key[0], int | str)
+    return str(key[0]) if single else key_json(key)
 
 
 def index_action(change: RowChange, index: str, *, dead_letter: str = "") -> IndexAction:

@@ -50,6 +50,33 @@ class BackfillRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class RepairRequest:
+    """Send these keys again, and delete these extra ones, as ``dbus fn verify
+    --repair`` found them: per (source, table), the keys (as JSON) to read again and
+    the (destination, key text) pairs a destination holds that the table does not."""
+
+    deployment: str
+    items: tuple[tuple[str, str, tuple[Any, ...], tuple[tuple[str, str], ...]], ...]
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "repair", "id": self.id, "deployment": self.deployment,
+            "items": [[s, t, list(k), [list(d) for d in dl]] for s, t, k, dl in self.items],
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RepairRequest:
+        items = tuple(
+            (s, t, tuple(k), tuple((d[0], d[1]) for d in dl)) for s, t, k, dl in data["items"]
+        )
+        return cls(data["deployment"], items, data["id"])
+
+
+Request = BackfillRequest | RepairRequest
+
+
+@dataclass(frozen=True, slots=True)
 class Answer:
     accepted: bool
     message: str
@@ -75,13 +102,13 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
-def submit(checkpoint_dir: str, request: BackfillRequest) -> Path:
+def submit(checkpoint_dir: str, request: Request) -> Path:
     path = requests_dir(checkpoint_dir) / f"{request.id}.json"
     _write(path, request.to_json())
     return path
 
 
-def pending(checkpoint_dir: str) -> Iterator[BackfillRequest]:
+def pending(checkpoint_dir: str) -> Iterator[Request]:
     """Requests not yet answered, oldest first (for the runtime's driver)."""
     folder = requests_dir(checkpoint_dir)
     if not folder.is_dir():
@@ -92,12 +119,14 @@ def pending(checkpoint_dir: str) -> Iterator[BackfillRequest]:
     )
     for path in files:
         try:
-            yield BackfillRequest.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError):
+            data = json.loads(path.read_text())
+            kind = RepairRequest if data.get("kind") == "repair" else BackfillRequest
+            yield kind.from_json(data)
+        except (OSError, ValueError, KeyError, TypeError):
             continue  # half-written by a CLI that died, or not ours
 
 
-def answer(checkpoint_dir: str, request: BackfillRequest, reply: Answer) -> None:
+def answer(checkpoint_dir: str, request: Request, reply: Answer) -> None:
     folder = requests_dir(checkpoint_dir)
     _write(folder / f"{request.id}.answer.json", reply.to_json())
     (folder / f"{request.id}.json").unlink(missing_ok=True)
@@ -116,9 +145,16 @@ def take_requests(
         problems: list[str] = []
         for source, reader in readers.items():
             try:
-                tasks = store.backfill(
-                    reader, manifests, request.deployment, request.tables, request.where
-                )
+                if isinstance(request, RepairRequest):
+                    tasks = [
+                        store.repair(reader, manifests, request.deployment, table, keys, deletes)
+                        for item_source, table, keys, deletes in request.items
+                        if item_source == source
+                    ]
+                else:
+                    tasks = store.backfill(
+                        reader, manifests, request.deployment, request.tables, request.where
+                    )
             except HistoryError as exc:
                 problems.append(str(exc))
                 continue
@@ -130,7 +166,7 @@ def take_requests(
         answer(checkpoint_dir, request, reply)
 
 
-def wait_answer(checkpoint_dir: str, request: BackfillRequest, *, timeout: float) -> Answer:
+def wait_answer(checkpoint_dir: str, request: Request, *, timeout: float) -> Answer:
     """The runtime's answer; ``HistoryError`` if it refused, ``ServiceUnreachableError``
     (the request withdrawn) if no runtime took it in time."""
     folder = requests_dir(checkpoint_dir)
@@ -156,6 +192,7 @@ def wait_answer(checkpoint_dir: str, request: BackfillRequest, *, timeout: float
 __all__ = [
     "Answer",
     "BackfillRequest",
+    "RepairRequest",
     "answer",
     "pending",
     "requests_dir",

@@ -30,7 +30,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -39,6 +39,7 @@ from typing import Any
 from dbus_fn.capture import (
     BinlogReader,
     ChunkedTable,
+    KeyValues,
     chunked_table,
     key_from_json,
     key_to_json,
@@ -129,6 +130,10 @@ class HistoryTask:
     """A backfill's condition: only the rows it holds are read (and nothing is gated)."""
     estimated_rows: int = 0
     """The server's estimate of the table's rows when the task began (for an ETA)."""
+    deletes: list[tuple[str, str]] = field(default_factory=list)
+    """A repair's (destination, key text) pairs to delete if the read finds no such row."""
+    repair: bool = False
+    """A repair: a few keys, read as one chunk (``where`` names them)."""
 
     @property
     def gated(self) -> bool:
@@ -163,6 +168,7 @@ class HistoryTask:
             "done": [[upper, position] for upper, position in self.done], "rows": self.rows,
             "started": self.started, "finished": self.finished, "live": self.live,
             "run": self.run, "where": self.where, "estimated_rows": self.estimated_rows,
+            "deletes": [list(d) for d in self.deletes], "repair": self.repair,
         }  # fmt: skip
 
     @classmethod
@@ -181,6 +187,8 @@ class HistoryTask:
             run=int(data.get("run", 1)),
             where=data.get("where"),
             estimated_rows=int(data.get("estimated_rows", 0)),
+            deletes=[(d[0], d[1]) for d in data.get("deletes", [])],
+            repair=bool(data.get("repair", False)),
         )
 
 
@@ -345,6 +353,42 @@ class HistoryStore:
         self.save()
         return created
 
+    def repair(
+        self,
+        reader: BinlogReader,
+        manifests: Iterable[Manifest],
+        deployment: str,
+        table: str,
+        keys: Iterable[KeyJson],
+        deletes: Iterable[tuple[str, str]],
+    ) -> HistoryTask:
+        """Read ``keys`` of ``table`` again for ``deployment``, and delete each
+        (destination, key text) of ``deletes`` the read does not find."""
+        if not any(m.name == deployment for m in manifests):
+            raise HistoryError(f"no deployment {deployment!r} runs here; name one that does")
+        running = self.tasks(reader.spec.name).get(task_id(deployment, table))
+        if running is not None and not running.finished:
+            raise HistoryError(
+                f"a backfill of {table} for {deployment!r} is running; wait for it to end, "
+                "then repair"
+            )
+        database, name = table.split(".", 1)
+        chunked = chunked_table(reader, database, name)
+        wanted = [key_from_json(k) for k in keys] + [
+            key_of_text(text, len(chunked.key)) for _, text in deletes
+        ]
+        task = HistoryTask(
+            deployment, table, chunked.key, chunked.splittable, started=time.time(),
+            run=(running.run + 1) if running else 1,
+            where=keys_where(chunked.key, [k for k in wanted if k is not None]),
+            estimated_rows=len(wanted), deletes=list(deletes), repair=True,
+        )  # fmt: skip
+        self._tasks.setdefault(reader.spec.name, {})[task.id] = task
+        self.save()
+        log.info("history: repairing %d key(s) of %s for deployment %s", len(wanted), table,
+                 deployment)  # fmt: skip
+        return task
+
     def record(self, done: Iterable[ChunkDone]) -> None:
         """Chunks a committed micro-batch read: they join their tasks' progress."""
         changed = False
@@ -412,6 +456,29 @@ def check_where(reader: BinlogReader, table: str, where: str) -> None:
         ) from None
 
 
+def key_of_text(text: str, columns: int) -> KeyValues | None:
+    """The key values a sink's key text names: a JSON array (a Kafka key, a composite
+    document id) or one plain value (a one-column document id)."""
+    if text.startswith("["):
+        try:
+            values = json.loads(text)
+        except ValueError:
+            return None
+        return tuple(values) if isinstance(values, list) and len(values) == columns else None
+    return (text,) if columns == 1 else None
+
+
+def keys_where(columns: Sequence[str], keys: Iterable[KeyValues]) -> str:
+    """SQL that selects exactly these keys (values quoted by the client library)."""
+    from pymysql.converters import escape_item
+
+    names = ", ".join("`" + c.replace("`", "``") + "`" for c in columns)
+    values = ", ".join(
+        "(" + ", ".join(escape_item(v, "utf8mb4") for v in key) + ")" for key in keys
+    )
+    return f"({names}) IN ({values or '(NULL)'})"
+
+
 def estimated_rows(reader: BinlogReader, table: str) -> int:
     database, name = table.split(".", 1)
     found = reader._sql(
@@ -435,7 +502,8 @@ def plan_chunks(
         chunked = chunked_of(reader, task)
         lower = key_from_json(task.cursor)
         while len(planned) < budget:
-            upper = next_boundary(reader, chunked, lower, chunk_rows)
+            # A repair's few keys are one chunk: its where clause finds them by key.
+            upper = None if task.repair else next_boundary(reader, chunked, lower, chunk_rows)
             planned.append(
                 PlannedChunk(task.id, key_to_json(lower), key_to_json(upper), task.run)
             )
