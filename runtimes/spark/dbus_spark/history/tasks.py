@@ -251,7 +251,10 @@ class HistoryStore:
     def consider(self, reader: BinlogReader, deployments: Iterable[Manifest]) -> list[HistoryTask]:
         """Start a task for every table a deployment asks history of and was not asked
         before: at its first run, every existing table it subscribes to; for a new
-        version, the tables only its new patterns match. Returns the new tasks."""
+        version, the tables only its new patterns match. Returns the new tasks.
+
+        Called after the runtime's start positions are pinned: a table empty now
+        has all its rows in the binlog after them, so it needs no task."""
         source = reader.spec.name
         considered = self._considered.setdefault(source, {})
         pending = [m for m in deployments if set(m.tables) - set(considered.get(m.name, []))]
@@ -274,6 +277,11 @@ class HistoryStore:
                 if not new or any(fnmatchcase(table, p) for p in old):
                     continue
                 if task_id(manifest.name, table) in tasks:
+                    continue
+                if _empty(reader, table):
+                    # Every row it will have is in the binlog after the runtime's start.
+                    log.info("history: %s is empty; deployment %s gets its changes",
+                             table, manifest.name)  # fmt: skip
                     continue
                 database, name = table.split(".", 1)
                 try:
@@ -477,6 +485,11 @@ def keys_where(columns: Sequence[str], keys: Iterable[KeyValues]) -> str:
         "(" + ", ".join(escape_item(v, "utf8mb4") for v in key) + ")" for key in keys
     )
     return f"({names}) IN ({values or '(NULL)'})"
+
+
+def _empty(reader: BinlogReader, table: str) -> bool:
+    quoted = ".".join("`" + part.replace("`", "``") + "`" for part in table.split(".", 1))
+    return not reader._sql(f"SELECT 1 FROM {quoted} LIMIT 1", doing=f"looking into {table}")
 
 
 def estimated_rows(reader: BinlogReader, table: str) -> int:

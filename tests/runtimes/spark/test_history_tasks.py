@@ -1,0 +1,122 @@
+"""History tasks and the gate, without services: which live changes a deployment
+being bootstrapped receives, and how committed chunks add up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dbus_fn.capture import position_to_json
+from dbus_fn.events import BinlogPosition
+from dbus_fn.testing import update
+from dbus_spark.history import ChunkDone, Gate, HistoryStore, HistoryTask, position_order
+from dbus_spark.history.tasks import key_of_text, keys_where
+
+TABLE = "shop.products"
+
+
+def at(pos: int, file: str = "binlog.000001") -> dict[str, Any]:
+    return position_to_json(BinlogPosition(file, pos))
+
+
+def change(key: int, pos: int, file: str = "binlog.000001", table: str = TABLE) -> Any:
+    event = update(table, {"id": key, "v": 1}, v=2)
+    return type(event)(
+        event.source, event.database, event.table, event.op, event.before, event.after,
+        ("id",), BinlogPosition(file, pos), event.commit_time, event.server_id,
+    )  # fmt: skip
+
+
+def task(done: list[tuple[Any, dict[str, Any]]], **fields: Any) -> HistoryTask:
+    return HistoryTask("catalog", TABLE, ("id",), True, done=done, **fields)
+
+
+def test_before_any_chunk_is_read_every_change_of_the_table_is_held() -> None:
+    gate = Gate([task([])])
+    assert not gate.admits("catalog", change(5, 1000))
+    assert gate.admits("other", change(5, 1000))  # another deployment: untouched
+    assert gate.admits("catalog", change(5, 1000, table="shop.orders"))  # another table
+
+
+def test_a_read_chunk_admits_only_changes_after_its_position() -> None:
+    gate = Gate([task([([["i", 100]], at(5000)), ([["i", 200]], at(7000))])])
+    assert not gate.admits("catalog", change(50, 4999))  # the chunk holds it
+    assert not gate.admits("catalog", change(100, 5000))  # its upper bound is inclusive
+    assert gate.admits("catalog", change(100, 5001))
+    assert not gate.admits("catalog", change(101, 6000))  # second chunk, older than it
+    assert gate.admits("catalog", change(200, 7001))
+    assert not gate.admits("catalog", change(201, 9999))  # no chunk read there yet
+
+
+def test_the_last_chunk_is_unbounded_and_positions_order_across_files() -> None:
+    gate = Gate([task([([["i", 100]], at(5000)), (None, at(40, "binlog.000002"))])])
+    assert not gate.admits("catalog", change(10**9, 9000))  # file 1 is older than file 2
+    assert gate.admits("catalog", change(10**9, 41, "binlog.000002"))
+    assert position_order(BinlogPosition("binlog.000002", 4)) > position_order(
+        BinlogPosition("binlog.000001", 10**8)
+    )
+
+
+def test_the_gate_survives_json() -> None:
+    gate = Gate([task([([["i", 100]], at(5000)), (None, at(9000))])])
+    again = Gate.from_json(gate.to_json())
+    for key, pos in [(1, 4000), (1, 6000), (150, 8000), (150, 9500)]:
+        assert again.admits("catalog", change(key, pos)) == gate.admits("catalog", change(key, pos))
+
+
+def test_a_backfill_with_a_condition_and_a_settled_task_hold_nothing(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "h.json")
+    store._tasks["src"] = {
+        "catalog:a": HistoryTask("catalog", "shop.a", ("id",), True, where="id > 5"),
+        "catalog:b": HistoryTask("catalog", "shop.b", ("id",), True, live=True),
+        "catalog:c": HistoryTask("catalog", "shop.c", ("id",), True),
+    }
+    assert [t.table for t in store.gated("src")] == ["shop.c"]
+
+
+def done(task_name: str, lower: Any, upper: Any, pos: int, seq: int, run: int = 1) -> ChunkDone:
+    return ChunkDone("src", task_name, lower, upper, at(pos), 10, seq, run)
+
+
+def test_chunks_are_recorded_in_plan_order_and_a_replay_only_moves_positions(
+    tmp_path: Path,
+) -> None:
+    store = HistoryStore(tmp_path / "h.json")
+    store._tasks["src"] = {"catalog:shop.products": task([])}
+    name = "catalog:shop.products"
+    store.record([done(name, [["i", 100]], [["i", 200]], 600, 1),
+                  done(name, None, [["i", 100]], 500, 0)])  # fmt: skip
+    again = HistoryStore(tmp_path / "h.json")
+    recorded = again.tasks("src")[name]
+    assert [upper for upper, _ in recorded.done] == [[["i", 100]], [["i", 200]]]
+    assert recorded.rows == 20 and recorded.cursor == [["i", 200]] and not recorded.finished
+    # The same batch replayed after a crash reads its chunks at later positions.
+    again.record([done(name, None, [["i", 100]], 800, 0)])
+    assert again.tasks("src")[name].done[0][1] == at(800)
+    assert again.tasks("src")[name].rows == 20
+    # A chunk of an earlier run (before a backfill replaced the task) is ignored.
+    again.record([done(name, [["i", 200]], None, 900, 0, run=0)])
+    assert again.tasks("src")[name].chunks == 2
+    again.record([done(name, [["i", 200]], None, 900, 0)])
+    finished = again.tasks("src")[name]
+    assert finished.planned_all and finished.finished > 0
+    # Once the stream has read past every chunk's position, the gate lets go.
+    again.settle("src", BinlogPosition("binlog.000001", 850))
+    assert not again.tasks("src")[name].live
+    again.settle("src", BinlogPosition("binlog.000001", 900))
+    assert again.tasks("src")[name].live
+
+
+@pytest.mark.parametrize(
+    ("text", "columns", "key"),
+    [("12", 1, ("12",)), ("[12]", 1, (12,)), ('[1,"a"]', 2, (1, "a")), ("[1]", 2, None)],
+)
+def test_sink_key_texts_name_key_values(text: str, columns: int, key: Any) -> None:
+    assert key_of_text(text, columns) == key
+
+
+def test_keys_are_selected_with_quoted_values() -> None:
+    assert keys_where(("id",), [(1,), (2,)]) == "(`id`) IN ((1), (2))"
+    assert keys_where(("a", "b"), [(1, "x'y")]) == "(`a`, `b`) IN ((1, 'x\\'y'))"
