@@ -495,3 +495,52 @@ def verify(name: str, tables: tuple[str, ...], repair: bool, checkpoint: str | N
 
     run_verify(name, tables, checkpoint=checkpoint, repair=repair, out=sys.stdout)
 
+
+@fn.command("replay")
+@click.argument("name")
+@click.option(
+    "--from",
+    "start",
+    required=True,
+    help="Where to start: file:pos, file:pos@gtid, a GTID state (0-1-14) or an ISO time "
+    "(2026-11-25T08:00:00, UTC unless it says).",
+)
+@click.option(
+    "--to",
+    "end",
+    default=None,
+    help="Where to end, in the same forms (default: the source's position now).",
+)
+@click.option(
+    "--route",
+    default=None,
+    help="Send every result here instead of the deployment's own destinations, e.g. a "
+    "shadow topic: kafka://orders.shadow.",
+)
+@click.option("--source", default=None, help="The source a position belongs to (with several).")
+@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=_CHECKPOINT_HELP)
+@click.option(
+    "--wait/--no-wait", default=True, show_default=True, help="Show the progress to the end."
+)
+def replay(
+    name: str,
+    start: str,
+    end: str | None,
+    route: str | None,
+    source: str | None,
+    checkpoint: str | None,
+    wait: bool,
+) -> None:
+    """Run deployment NAME's current version again over retained binlog, while it runs.
+
+    Only NAME sees the replayed changes; every other deployment goes on untouched.
+    Exit 4 when --from is purged or past the end (a backfill reads the tables
+    instead), 2 for an unknown deployment, a bad --route or a replay of NAME
+    already running, 3 when no runtime answers.
+    """
+    from dbus_spark.history.follow import replay as request_replay
+
+    request_replay(
+        name, start, end, route=route, source=source, checkpoint=checkpoint, wait=wait
+    )
+

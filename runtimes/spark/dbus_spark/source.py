@@ -50,6 +50,7 @@ from dbus_fn.capture import (
     position_from_json,
     position_to_json,
     read_chunk,
+    replica_id_for,
 )
 from dbus_fn.events import (
     BinlogPosition,
@@ -58,7 +59,7 @@ from dbus_fn.events import (
     SchemaChange,
     TransactionCommit,
 )
-from dbus_fn.manifest import Manifest, load_manifest
+from dbus_fn.manifest import Destination, Manifest, load_manifest
 from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
 from dbus_spark.history import (
     ChunkDone,
@@ -68,6 +69,7 @@ from dbus_spark.history import (
     PlannedChunk,
     chunked_of,
     plan_chunks,
+    position_order,
     store_path,
 )
 from dbus_spark.history.requests import take_requests
@@ -346,6 +348,10 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             if chunks:
                 offset["chunks"] = [chunk.to_json() for chunk in chunks]
                 planned = True
+            replays = [r for r in self._history.replays(name).values() if not r.finished]
+            if replays:
+                offset["replays"] = [[r.deployment, r.run, r.cursor] for r in replays]
+                planned = True
             latest[name] = offset
         if start is not None and not planned and _same_positions(start, latest):
             return start  # nothing to read: no micro-batch
@@ -353,7 +359,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def partitions(
         self, start: dict[str, Any], end: dict[str, Any]
-    ) -> Sequence[SourceRange | ChunkRange]:
+    ) -> Sequence[SourceRange | ChunkRange | ReplayRange]:
         config = self._current()
         self._history.reload()
         moved = []
@@ -369,7 +375,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             if _moved(begin, upto):
                 moved.append((name, begin, upto))
         split = max(1, self._shards // max(1, len(moved)))
-        ranges: list[SourceRange | ChunkRange] = []
+        ranges: list[SourceRange | ChunkRange | ReplayRange] = []
         for name, begin, upto in moved:
             count = split if _span(begin, upto) >= SHARD_MIN_BYTES else 1
             gate = Gate(self._history.gated(name))
@@ -386,6 +392,14 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 for index in range(count)
             ]
         for name, upto in end.items():
+            for deployment, run, cursor in upto.get("replays", ()):
+                replay = self._history.replays(name).get(deployment)
+                if replay is None or replay.run != run:
+                    continue
+                ranges.append(
+                    ReplayRange(self._config_path, name, upto, deployment, run, cursor,
+                                replay.end, replay.route, replay.since, replay.until)
+                )  # fmt: skip
             tasks = self._history.tasks(name)
             for seq, data in enumerate(upto.get("chunks", ())):
                 chunk = PlannedChunk.from_json(data)
@@ -408,9 +422,14 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 )
         return ranges
 
-    def read(self, partition: SourceRange | ChunkRange) -> Iterator[pa.RecordBatch]:
+    def read(
+        self, partition: SourceRange | ChunkRange | ReplayRange
+    ) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, ChunkRange):
             yield from _read_chunk(partition)
+            return
+        if isinstance(partition, ReplayRange):
+            yield from _read_replay(partition)
             return
         config, stage = worker_stage(partition.config_path)
         if not config.reads(partition.source, *_hold(partition.end)):
@@ -466,6 +485,83 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
     def stop(self) -> None:
         for reader in self._readers.values():
             reader.close()
+
+
+@dataclass(frozen=True)
+class ReplayRange(InputPartition):  # type: ignore[misc]
+    """Read a part of a replay: one deployment over retained binlog (``history``)."""
+
+    config_path: str
+    source: str
+    end: dict[str, Any]
+    """The source's offset of the batch: the hold the part was planned under."""
+    deployment: str
+    run: int
+    start: dict[str, Any]
+    stop: dict[str, Any]
+    route: str | None
+    since: float | None
+    until: float | None
+
+
+REPLAY_ROWS = 20_000
+"""Rows a replay reads per micro-batch at most (it stops at the next commit)."""
+
+
+def _read_replay(partition: ReplayRange) -> Iterator[pa.RecordBatch]:
+    config, stage = worker_stage(partition.config_path)
+    batcher = _Batcher(partition.source)
+    counts = StageCounts(started=time.time())
+    if config.reads(partition.source, *_hold(partition.end)) and stage.has_deployment(
+        partition.deployment
+    ):
+        binding = config.source(partition.source)
+        if binding.epoch:
+            batcher.add_hold(binding.epoch)
+        reader = worker_reader(binding, replica_id_for(
+            f"{binding.replica_id}/replay/{partition.deployment}"))  # fmt: skip
+        start, stop = position_from_json(partition.start), position_from_json(partition.stop)
+        route = None if partition.route is None else Destination.parse(partition.route)
+        reached, rows, ended = partition.start, 0, True
+        began = time.monotonic()
+        if not stop.file or not start.file or position_order(start) < position_order(stop):
+            items = reader.read(start, stop=stop)
+            try:
+                for item in items:
+                    if type(item) is RowChange:
+                        moment = item.commit_time.timestamp()
+                        if partition.since is not None and moment < partition.since:
+                            continue
+                        if partition.until is not None and moment > partition.until:
+                            break
+                        rows += 1
+                        for record in stage.process_only(partition.deployment, item, counts,
+                                                         route):  # fmt: skip
+                            batch = batcher.add(record)
+                            if batch is not None:
+                                yield batch
+                    elif type(item) is TransactionCommit:
+                        reached = position_to_json(item.position)
+                        if rows >= REPLAY_ROWS and (
+                            not stop.file or position_order(item.position) < position_order(stop)
+                        ):
+                            ended = False
+                            break
+            except BaseException:
+                _drop_reader(reader)
+                raise
+            finally:
+                items.close()
+        counts.read_seconds = time.monotonic() - began
+        counts.replays.append({
+            "source": partition.source, "deployment": partition.deployment,
+            "run": partition.run, "start": partition.start, "stop": reached, "rows": rows,
+            "ended": ended,
+        })  # fmt: skip
+    batcher.add_stats(counts)
+    last = batcher.flush()
+    if last is not None:
+        yield last
 
 
 def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:

@@ -75,6 +75,8 @@ class StageCounts:
     """Per deployment, snapshot rows read for its history tasks."""
     chunks: list[dict[str, Any]] = field(default_factory=list)
     """The history chunks read (``history.ChunkDone`` as JSON)."""
+    replays: list[dict[str, Any]] = field(default_factory=list)
+    """The replay parts read: where each stopped, how many rows."""
 
     def to_json(self) -> bytes:
         return json.dumps(
@@ -91,6 +93,7 @@ class StageCounts:
                 "held": self.held,
                 "snapshot_rows": self.snapshot_rows,
                 "chunks": self.chunks,
+                "replays": self.replays,
             }
         ).encode()
 
@@ -113,6 +116,7 @@ class StageCounts:
             held=Counter(counts.get("held", {})),
             snapshot_rows=Counter(counts.get("snapshot_rows", {})),
             chunks=counts.get("chunks", []),
+            replays=counts.get("replays", []),
         )
 
     def add(self, other: StageCounts) -> None:
@@ -131,6 +135,7 @@ class StageCounts:
         self.held.update(other.held)
         self.snapshot_rows.update(other.snapshot_rows)
         self.chunks += other.chunks
+        self.replays += other.replays
 
 
 class FunctionStage:
@@ -163,6 +168,18 @@ class FunctionStage:
                 counts.held[deployment.manifest.name] += 1
                 continue
             yield from self._run(deployment, pipeline, change, counts)
+
+    def process_only(
+        self,
+        deployment_name: str,
+        change: RowChange,
+        counts: StageCounts,
+        route: Destination | None = None,
+    ) -> Iterator[StageRecord]:
+        """A replayed change through one deployment; ``route`` replaces its destinations."""
+        for deployment, pipeline in self._subscribers(change.source, change.qualified_table):
+            if deployment.manifest.name == deployment_name:
+                yield from self._run(deployment, pipeline, change, counts, route)
 
     def process_snapshot(
         self, deployment_name: str, change: RowChange, counts: StageCounts
@@ -197,6 +214,7 @@ class FunctionStage:
         pipeline: Pipeline,
         change: RowChange,
         counts: StageCounts,
+        route: Destination | None = None,
     ) -> Iterator[StageRecord]:
         name = deployment.manifest.name
         dead_topic = deployment.manifest.dead_letter_route.name
@@ -205,7 +223,11 @@ class FunctionStage:
             counts.filtered[name] += 1
         dead = list(outcome.dead_letters)
         encoded: list[StageRecord] = []
-        for delivery in outcome.deliveries:
+        deliveries = outcome.deliveries
+        if route is not None and deliveries:
+            # Rerouted: every destination becomes the one given, once.
+            deliveries = [Delivery(route, deliveries[0].change, deliveries[0].payload)]
+        for delivery in deliveries:
             try:
                 encoded.append(StageRecord(name, self._record(delivery, dead_topic)))
             except DbusError as exc:

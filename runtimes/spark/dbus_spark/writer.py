@@ -163,7 +163,9 @@ def _history_text(store: HistoryStore, sources: set[str]) -> dict[str, str]:
     return {
         key: text
         for source in sorted(sources)
-        for key, text in progress_text(store.tasks(source).values()).items()
+        for key, text in progress_text(
+            [*store.tasks(source).values(), *store.replays(source).values()]
+        ).items()
     }
 
 
@@ -217,11 +219,12 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             total.stage.add(report.stage)
         stage = total.stage
         history = ""
-        if stage.chunks:
+        if stage.chunks or stage.replays:
             # Before Spark records the batch as committed: a replay re-reads its chunks.
             store = HistoryStore(store_path(_config(self._config_path).checkpoint_dir))
             store.record(ChunkDone.from_json(chunk) for chunk in stage.chunks)
-            sources = {chunk["source"] for chunk in stage.chunks}
+            store.record_replays(stage.replays)
+            sources = {part["source"] for part in (*stage.chunks, *stage.replays)}
             history = f" history={_history_text(store, sources)}"
         if total.fenced:
             log.warning(
@@ -230,7 +233,7 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 batchId,
                 total.fenced,
             )
-        if stage.rows or stage.ddl or total.records or stage.chunks:
+        if stage.rows or stage.ddl or total.records or stage.chunks or stage.replays:
             now = time.time()
             log.info(
                 "batch %d: rows=%d ddl=%d records=%d kafka=%d es=%d per_source=%s "

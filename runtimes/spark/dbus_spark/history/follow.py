@@ -1,4 +1,4 @@
-"""What `dbus fn backfill` does: ask the runtime, then show the read's progress.
+"""What `dbus fn backfill` and `replay` do: ask the runtime, then show the progress.
 
 Progress is rows and chunks read, the rate and an ETA (from the server's row
 estimate), as a progress bar on a terminal and as a plain line every few seconds
@@ -15,10 +15,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from dbus_fn.errors import HistoryError
+from dbus_fn.errors import ConfigError, DestinationError, HistoryError
+from dbus_fn.manifest import Destination
 from dbus_spark.config import load_config
-from dbus_spark.history.requests import BackfillRequest, submit, wait_answer
-from dbus_spark.history.tasks import HistoryStore, HistoryTask, store_path
+from dbus_spark.history.requests import (
+    BackfillRequest,
+    ReplayRequest,
+    Request,
+    submit,
+    wait_answer,
+)
+from dbus_spark.history.tasks import HistoryStore, HistoryTask, ReplayTask, store_path
 from dbus_spark.settings import checkpoint_dir as default_checkpoint
 
 _TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")
@@ -35,7 +42,7 @@ def backfill(
     wait: bool = True,
     out: IO[str] | None = None,
     answer_timeout: float = ANSWER_TIMEOUT,
-) -> list[HistoryTask]:
+) -> list[Followed]:
     """Ask the runtime at ``checkpoint`` to read ``tables`` (default: all of the
     deployment's) again for ``deployment``; follow it to the end if ``wait``."""
     out = out or sys.stderr
@@ -43,50 +50,100 @@ def backfill(
     if bad:
         raise HistoryError(f"--table {bad[0]!r} is not db.table; name a table as db.table")
     folder = default_checkpoint(checkpoint)
-    config_file = Path(folder).parent / f"{Path(folder).name}.config.json"
-    if not config_file.exists():
-        raise HistoryError(
-            f"no runtime has run with checkpoint {folder}; pass the --checkpoint of a running "
-            "`dbus runtime start` (or set DBUS_CHECKPOINT)"
-        )
-    from dbus_fn.manifest import load_manifest
+    _check_deployment(folder, deployment)
+    return _ask(folder, BackfillRequest(deployment, tuple(tables), where), "backfill",
+                wait=wait, out=out, answer_timeout=answer_timeout)  # fmt: skip
 
-    names = sorted(load_manifest(p).name for p in load_config(config_file).deployments)
-    if deployment not in names:
-        raise HistoryError(
-            f"no deployment {deployment!r} runs at checkpoint {folder} (it runs: "
-            f"{', '.join(names) or 'none'}); name one of them"
-        )
-    request = BackfillRequest(deployment, tuple(tables), where)
+
+def replay(
+    deployment: str,
+    start: str,
+    end: str | None = None,
+    *,
+    route: str | None = None,
+    source: str | None = None,
+    checkpoint: str | None = None,
+    wait: bool = True,
+    out: IO[str] | None = None,
+    answer_timeout: float = ANSWER_TIMEOUT,
+) -> list[Followed]:
+    """Ask the runtime at ``checkpoint`` to run ``deployment`` over the binlog from
+    ``start`` (a position, a GTID state or an ISO time) to ``end`` (default: now)."""
+    out = out or sys.stderr
+    if route is not None:
+        try:
+            Destination.parse(route)
+        except DestinationError as exc:
+            raise ConfigError(f"--route {route!r} is not a destination: {exc}",
+                              setting="route") from None  # fmt: skip
+    folder = default_checkpoint(checkpoint)
+    _check_deployment(folder, deployment)
+    request = ReplayRequest(deployment, start, end, route, source)
+    return _ask(folder, request, "replay", wait=wait, out=out, answer_timeout=answer_timeout)
+
+
+def _ask(
+    folder: str, request: Request, what: str, *, wait: bool, out: IO[str], answer_timeout: float
+) -> list[Followed]:
     submit(folder, request)
     reply = wait_answer(folder, request, timeout=answer_timeout)
-    print(f"backfill of {deployment}: {reply.message}", file=out)
+    print(f"{what} of {request.deployment}: {reply.message}", file=out)
     store = HistoryStore(store_path(folder))
     if not wait:
         return _tasks(store, reply.tasks)
     return follow(store, reply.tasks, out=out)
 
 
-def _tasks(store: HistoryStore, ids: Sequence[tuple[str, str]]) -> list[HistoryTask]:
+def _check_deployment(folder: str, deployment: str) -> None:
+    """Refuse at once what no runtime at ``folder`` could take."""
+    from dbus_fn.manifest import load_manifest
+
+    config_file = Path(folder).parent / f"{Path(folder).name}.config.json"
+    if not config_file.exists():
+        raise HistoryError(
+            f"no runtime has run with checkpoint {folder}; pass the --checkpoint of a running "
+            "`dbus runtime start` (or set DBUS_CHECKPOINT)"
+        )
+    names = sorted(load_manifest(p).name for p in load_config(config_file).deployments)
+    if deployment not in names:
+        raise HistoryError(
+            f"no deployment {deployment!r} runs at checkpoint {folder} (it runs: "
+            f"{', '.join(names) or 'none'}); name one of them"
+        )
+
+
+Followed = HistoryTask | ReplayTask
+
+
+def _tasks(store: HistoryStore, ids: Sequence[tuple[str, str]]) -> list[Followed]:
     store.reload()
-    return [store.tasks(source)[task] for source, task in ids if task in store.tasks(source)]
+    found: list[Followed] = []
+    for source, task in ids:
+        if task.endswith(":replay"):
+            replay = store.replays(source).get(task.rsplit(":", 1)[0])
+            found += [replay] if replay is not None else []
+        elif task in store.tasks(source):
+            found.append(store.tasks(source)[task])
+    return found
 
 
-def _line(task: HistoryTask, now: float) -> str:
+def _line(task: Followed, now: float) -> str:
     elapsed = max(now - task.started, 1e-6)
     rate = task.rows / elapsed
-    total = f"/~{task.estimated_rows}" if task.estimated_rows else ""
+    estimate = task.estimated_rows if isinstance(task, HistoryTask) else 0
+    chunks = f" in {task.chunks} chunks" if isinstance(task, HistoryTask) else ""
+    total = f"/~{estimate}" if estimate else ""
     if task.finished:
-        return (f"{task.id}: done, {task.rows} rows in {task.chunks} chunks, "
+        return (f"{task.id}: done, {task.rows} rows{chunks}, "
                 f"{task.rows / max(task.finished - task.started, 1e-6):.0f} rows/s")  # fmt: skip
-    left = max(task.estimated_rows - task.rows, 0)
-    eta = f", ETA {left / rate:.0f}s" if rate > 0 and task.estimated_rows else ""
-    return f"{task.id}: {task.rows}{total} rows, {task.chunks} chunks, {rate:.0f} rows/s{eta}"
+    left = max(estimate - task.rows, 0)
+    eta = f", ETA {left / rate:.0f}s" if rate > 0 and estimate else ""
+    return f"{task.id}: {task.rows}{total} rows{chunks.replace(' in', ',')}, {rate:.0f} rows/s{eta}"
 
 
 def follow(
     store: HistoryStore, ids: Sequence[tuple[str, str]], *, out: IO[str]
-) -> list[HistoryTask]:
+) -> list[Followed]:
     """Show the tasks' progress until every one has read its last chunk."""
     if out.isatty():
         return _follow_bars(store, ids, out)
@@ -106,7 +163,7 @@ def follow(
 
 def _follow_bars(
     store: HistoryStore, ids: Sequence[tuple[str, str]], out: IO[str]
-) -> list[HistoryTask]:
+) -> list[Followed]:
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -128,15 +185,17 @@ def _follow_bars(
             now = time.time()
             for task in tasks:
                 rate = f"{task.rows / max(now - task.started, 1e-6):.0f}"
-                total = task.rows if task.finished else max(task.estimated_rows, task.rows)
+                estimate = task.estimated_rows if isinstance(task, HistoryTask) else 0
+                total = task.rows if task.finished else max(estimate, task.rows)
+                chunks = task.chunks if isinstance(task, HistoryTask) else "-"
                 if task.id not in bars:
                     bars[task.id] = progress.add_task(task.id, total=total or None,
                                                       chunks=0, rate="0")  # fmt: skip
                 progress.update(bars[task.id], completed=task.rows, total=total or None,
-                                chunks=task.chunks, rate=rate)  # fmt: skip
+                                chunks=chunks, rate=rate)  # fmt: skip
             if all(t.finished for t in tasks):
                 return tasks
             time.sleep(0.5)
 
 
-__all__ = ["backfill", "follow"]
+__all__ = ["backfill", "follow", "replay"]

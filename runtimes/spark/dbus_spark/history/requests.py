@@ -16,13 +16,20 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dbus_fn.capture import BinlogReader
-from dbus_fn.errors import HistoryError, ServiceUnreachableError
-from dbus_fn.manifest import Manifest
-from dbus_spark.history.tasks import HistoryStore
+from dbus_fn.capture import BinlogReader, parse_position, position_to_json
+from dbus_fn.errors import (
+    DbusError,
+    HistoryError,
+    PositionError,
+    ServiceUnreachableError,
+)
+from dbus_fn.manifest import Destination, Manifest
+from dbus_spark.history.gate import position_order
+from dbus_spark.history.tasks import HistoryStore, ReplayTask
 
 
 def requests_dir(checkpoint_dir: str) -> Path:
@@ -73,7 +80,32 @@ class RepairRequest:
         return cls(data["deployment"], items, data["id"])
 
 
-Request = BackfillRequest | RepairRequest
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """Run a deployment's current version over retained binlog (``dbus fn replay``)."""
+
+    deployment: str
+    start: str
+    """A position (file:pos, file:pos@gtid, a GTID state) or an ISO time."""
+    end: str | None = None
+    route: str | None = None
+    source: str | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "replay", "id": self.id, "deployment": self.deployment,
+            "start": self.start, "end": self.end, "route": self.route, "source": self.source,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ReplayRequest:
+        return cls(data["deployment"], data["start"], data.get("end"), data.get("route"),
+                   data.get("source"), data["id"])  # fmt: skip
+
+
+Request = BackfillRequest | RepairRequest | ReplayRequest
+_KINDS: dict[str, Any] = {"repair": RepairRequest, "replay": ReplayRequest}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +114,27 @@ class Answer:
     message: str
     tasks: tuple[tuple[str, str], ...] = ()
     """(source, task id) of every task started."""
+    error: str = "HistoryError"
+    """The refusal's error class, so the CLI exits with its code."""
 
     def to_json(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "message": self.message,
-                "tasks": [list(t) for t in self.tasks]}  # fmt: skip
+                "tasks": [list(t) for t in self.tasks], "error": self.error}  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Answer:
         return cls(bool(data["accepted"]), str(data["message"]),
-                   tuple((s, t) for s, t in data.get("tasks", ())))  # fmt: skip
+                   tuple((s, t) for s, t in data.get("tasks", ())),
+                   str(data.get("error", "HistoryError")))  # fmt: skip
+
+    @classmethod
+    def refused(cls, error: DbusError) -> Answer:
+        return cls(False, str(error), error=type(error).__name__)
+
+    def raise_refusal(self) -> None:
+        if self.error == "PositionError":
+            raise PositionError(self.message, choices=("backfill",))
+        raise HistoryError(self.message)
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
@@ -120,8 +164,7 @@ def pending(checkpoint_dir: str) -> Iterator[Request]:
     for path in files:
         try:
             data = json.loads(path.read_text())
-            kind = RepairRequest if data.get("kind") == "repair" else BackfillRequest
-            yield kind.from_json(data)
+            yield _KINDS.get(data.get("kind", ""), BackfillRequest).from_json(data)
         except (OSError, ValueError, KeyError, TypeError):
             continue  # half-written by a CLI that died, or not ours
 
@@ -143,6 +186,15 @@ def take_requests(
     for request in pending(checkpoint_dir):
         started: list[tuple[str, str]] = []
         problems: list[str] = []
+        if isinstance(request, ReplayRequest):
+            try:
+                started = start_replay(store, readers, manifests, request)
+                reply = Answer(True, f"started replaying {len(started)} source(s)",
+                               tuple(started))  # fmt: skip
+            except DbusError as exc:
+                reply = Answer.refused(exc)
+            answer(checkpoint_dir, request, reply)
+            continue
         for source, reader in readers.items():
             try:
                 if isinstance(request, RepairRequest):
@@ -166,6 +218,77 @@ def take_requests(
         answer(checkpoint_dir, request, reply)
 
 
+def start_replay(
+    store: HistoryStore,
+    readers: Mapping[str, BinlogReader],
+    manifests: Sequence[Manifest],
+    request: ReplayRequest,
+) -> list[tuple[str, str]]:
+    """Check a replay against the sources and start it on each; nothing starts if any
+    part is refused."""
+    manifest = next((m for m in manifests if m.name == request.deployment), None)
+    if manifest is None:
+        names = ", ".join(sorted(m.name for m in manifests)) or "none"
+        raise HistoryError(
+            f"no deployment {request.deployment!r} runs here (it runs: {names}); name one of them"
+        )
+    route = None if request.route is None else str(Destination.parse(request.route))
+    sources = [
+        name for name in readers
+        if (request.source in (None, name))
+        and (not manifest.sources or name in manifest.sources)
+    ]  # fmt: skip
+    if not sources:
+        raise HistoryError(f"no source {request.source!r} runs here for {request.deployment!r}")
+    since, start_text = _time_or_position(request.start)
+    until, end_text = _time_or_position(request.end) if request.end else (None, None)
+    if start_text is not None and len(sources) > 1:
+        raise HistoryError(
+            f"--from {request.start} is a position of one source; name it with --source "
+            f"({', '.join(sources)})"
+        )
+    replays = []
+    for name in sources:
+        reader = readers[name]
+        try:
+            start = reader.resolve_start(
+                "earliest" if start_text is None else parse_position(start_text)
+            )
+        except PositionError as exc:
+            raise PositionError(
+                f"{exc.message.split('; choose')[0]}; replay only what the binlog still "
+                f"holds, or read the tables again with `dbus fn backfill {request.deployment}`",
+                source=name, position=request.start, choices=("backfill",),
+            ) from None  # fmt: skip
+        latest = reader.master_position()
+        end = latest if end_text is None else reader.resolve_start(parse_position(end_text))
+        if end.file and start.file and position_order(end) < position_order(start):
+            raise HistoryError(f"--to {request.end} comes before --from {request.start}")
+        replays.append((name, ReplayTask(
+            request.deployment, position_to_json(start), position_to_json(end), route=route,
+            since=since, until=until,
+        )))  # fmt: skip
+    running = [n for n, r in replays if (o := store.replays(n).get(r.deployment)) and not
+               o.finished]  # fmt: skip
+    if running:
+        raise HistoryError(
+            f"a replay of {request.deployment!r} is running on {running[0]}; wait for it "
+            "to end, then ask again"
+        )
+    return [(name, store.replay(name, replay).id) for name, replay in replays]
+
+
+def _time_or_position(text: str) -> tuple[float | None, str | None]:
+    """An ISO time (epoch seconds) or a position's text."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None, text
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp(), None
+
+
 def wait_answer(checkpoint_dir: str, request: Request, *, timeout: float) -> Answer:
     """The runtime's answer; ``HistoryError`` if it refused, ``ServiceUnreachableError``
     (the request withdrawn) if no runtime took it in time."""
@@ -185,7 +308,7 @@ def wait_answer(checkpoint_dir: str, request: Request, *, timeout: float) -> Ans
     reply = Answer.from_json(json.loads(path.read_text()))
     path.unlink(missing_ok=True)
     if not reply.accepted:
-        raise HistoryError(reply.message)
+        reply.raise_refusal()
     return reply
 
 
@@ -193,6 +316,7 @@ __all__ = [
     "Answer",
     "BackfillRequest",
     "RepairRequest",
+    "ReplayRequest",
     "answer",
     "pending",
     "requests_dir",

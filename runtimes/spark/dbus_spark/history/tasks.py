@@ -192,6 +192,49 @@ class HistoryTask:
         )
 
 
+@dataclass
+class ReplayTask:
+    """One deployment's current version run again over a range of retained binlog."""
+
+    deployment: str
+    start: dict[str, Any]
+    """Where the replay starts (exclusive), as position JSON."""
+    end: dict[str, Any]
+    """Where it ends (inclusive): a position, at most the source's end when asked."""
+    route: str | None = None
+    """Every delivery goes here instead (a shadow topic, say); None: the deployment's own."""
+    since: float | None = None
+    """Only transactions committed at or after this time (epoch seconds)."""
+    until: float | None = None
+    """Only transactions committed at or before this time."""
+    cursor: dict[str, Any] | None = None
+    """Where the last committed part of the replay stopped."""
+    rows: int = 0
+    run: int = 1
+    started: float = 0.0
+    finished: float = 0.0
+
+    @property
+    def id(self) -> str:
+        return f"{self.deployment}:replay"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment, "start": self.start, "end": self.end,
+            "route": self.route, "since": self.since, "until": self.until,
+            "cursor": self.cursor, "rows": self.rows, "run": self.run,
+            "started": self.started, "finished": self.finished,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReplayTask:
+        return cls(**{k: data.get(k) for k in (
+            "deployment", "start", "end", "route", "since", "until", "cursor")},
+            rows=int(data.get("rows", 0)), run=int(data.get("run", 1)),
+            started=float(data.get("started", 0.0)), finished=float(data.get("finished", 0.0)),
+        )  # fmt: skip
+
+
 class HistoryStore:
     """The history tasks of one runtime, per source, in a private JSON file.
 
@@ -203,6 +246,7 @@ class HistoryStore:
         self.path = Path(path)
         self._tasks: dict[str, dict[str, HistoryTask]] = {}
         self._considered: dict[str, dict[str, list[str]]] = {}
+        self._replays: dict[str, dict[str, ReplayTask]] = {}
         self._mtime = -1.0
         self.reload()
 
@@ -219,6 +263,10 @@ class HistoryStore:
             for source, tasks in data.get("tasks", {}).items()
         }
         self._considered = data.get("considered", {})
+        self._replays = {
+            source: {r["deployment"]: ReplayTask.from_json(r) for r in replays}
+            for source, replays in data.get("replays", {}).items()
+        }
         self._mtime = mtime
 
     def save(self) -> None:
@@ -229,6 +277,10 @@ class HistoryStore:
                 for source, tasks in self._tasks.items()
             },
             "considered": self._considered,
+            "replays": {
+                source: [replay.to_json() for replay in replays.values()]
+                for source, replays in self._replays.items()
+            },
         }
         partial = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -239,6 +291,40 @@ class HistoryStore:
 
     def tasks(self, source: str) -> dict[str, HistoryTask]:
         return self._tasks.get(source, {})
+
+    def replays(self, source: str) -> dict[str, ReplayTask]:
+        return self._replays.get(source, {})
+
+    def replay(self, source: str, replay: ReplayTask) -> ReplayTask:
+        """Start ``replay`` (checked by the caller); refused while one of the deployment runs."""
+        running = self.replays(source).get(replay.deployment)
+        if running is not None and not running.finished:
+            raise HistoryError(
+                f"a replay of {replay.deployment!r} is running ({running.rows} rows so far); "
+                "wait for it to end, then ask again"
+            )
+        replay.run = (running.run + 1) if running else 1
+        replay.started = time.time()
+        replay.cursor = replay.start
+        self._replays.setdefault(source, {})[replay.deployment] = replay
+        self.save()
+        return replay
+
+    def record_replays(self, parts: Iterable[Mapping[str, Any]]) -> None:
+        """Replay parts a committed micro-batch read: each moves its replay's cursor."""
+        changed = False
+        for part in parts:
+            replay = self.replays(part["source"]).get(part["deployment"])
+            if replay is None or replay.run != part["run"] or replay.cursor != part["start"]:
+                continue  # replaced since, or a replayed batch already recorded
+            replay.cursor = part["stop"]
+            replay.rows += int(part["rows"])
+            if part["ended"]:
+                replay.finished = time.time()
+                log.info("history: replay of %s ended: %d rows", replay.deployment, replay.rows)
+            changed = True
+        if changed:
+            self.save()
 
     def active(self, source: str) -> list[HistoryTask]:
         """The tasks still reading chunks, or whose binlog changes still need the gate."""
@@ -533,10 +619,12 @@ def chunked_of(reader: BinlogReader, task: HistoryTask) -> ChunkedTable:
     return chunked_table(reader, database, name, unchunked=task.unchunked)
 
 
-def progress_text(tasks: Iterable[HistoryTask]) -> dict[str, str]:
-    """Per task, what the batch log shows: rows and chunks read, or done."""
+def progress_text(tasks: Iterable[HistoryTask | ReplayTask]) -> dict[str, str]:
+    """Per task, what the batch log shows: rows (and chunks) read, or done."""
     return {
-        task.id: f"{task.rows} rows, {task.chunks} chunks" + (", done" if task.finished else "")
+        task.id: f"{task.rows} rows"
+        + (f", {task.chunks} chunks" if isinstance(task, HistoryTask) else "")
+        + (", done" if task.finished else "")
         for task in tasks
     }
 
@@ -546,6 +634,7 @@ __all__ = [
     "HistoryStore",
     "HistoryTask",
     "PlannedChunk",
+    "ReplayTask",
     "chunked_of",
     "plan_chunks",
     "progress_text",

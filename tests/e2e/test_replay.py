@@ -1,0 +1,142 @@
+"""`dbus fn replay` against a running runtime: one deployment's current version over a
+range of retained binlog, to a shadow topic, with every other output untouched."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import Scratch
+from history_support import CATALOG, create_products
+from support import kafka_consumer, wait_for
+
+from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
+from dbus_spark.config import RuntimeConfig
+from dbus_spark.history.follow import replay
+from dbus_spark.job import start, stop
+
+pytestmark = pytest.mark.e2e
+
+OTHER = '''
+import dbus_fn as fn
+
+@fn.route(tables="{table}")
+def audit(event: fn.RowChange) -> str:
+    return "kafka://{topic}"
+'''
+
+
+class Running:
+    def __init__(self, config: RuntimeConfig, topic: str, table: str, dsn: str) -> None:
+        self.config = config
+        self.topic = topic
+        self.table = table
+        self.dsn = dsn
+
+    def position(self) -> str:
+        reader = BinlogReader(SourceSpec("src", self.dsn), replica_id=replica_id_for("t/pos"))
+        try:
+            found = reader.master_position()
+        finally:
+            reader.close()
+        return f"{found.file}:{found.pos}"
+
+
+@pytest.fixture
+def running(spark: Any, scratch: Scratch) -> Iterator[Running]:
+    services, database, topic, index, _tmp, function_folder = scratch
+    create_products(database.connect(), 300)
+    table = f"{database.name}.products"
+    catalog = function_folder(
+        "catalog", CATALOG.format(table=table, topic=topic, index=index), [table],
+        initial="none",
+    )  # fmt: skip
+    other = function_folder(
+        "other", OTHER.format(table=table, topic=f"{topic}.other"), [table], initial="none"
+    )
+    config = scratch.runtime_config(catalog)
+    config = replace(config, deployments=(*config.deployments, str(other.resolve())))
+    query = start(config, spark=spark)
+    try:
+        assert query.exception() is None
+        yield Running(config, topic, table, services.mariadb.dsn)
+    finally:
+        stop(query, spark)
+
+
+def messages(bootstrap: str, topic: str, count: int, timeout: float = 120) -> list[Any]:
+    """(key, value, event id) of a topic's messages, at least ``count`` of them."""
+    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    found: list[Any] = []
+    try:
+        wait_for(lambda: found.extend(
+            (m.key(), m.value(), dict(m.headers())["ce_id"])
+            for m in consumer.consume(1000, 0.5) if not m.error()
+        ) or len(found) >= count, timeout, f"{count} messages on {topic}", every=0.1)  # fmt: skip
+        found += [(m.key(), m.value(), dict(m.headers())["ce_id"])
+                  for m in consumer.consume(1000, 2) if not m.error()]  # fmt: skip
+    finally:
+        consumer.close()
+    return found
+
+
+def test_a_replay_to_a_shadow_topic_reproduces_the_range_and_touches_nothing_else(
+    running: Running, fresh_database: Any, services: Any
+) -> None:
+    bootstrap = services.kafka.bootstrap_servers
+    connection = fresh_database.connect()
+    begin = running.position()
+    with connection.cursor() as cursor:
+        for key in range(1, 51):
+            cursor.execute("UPDATE products SET price = price + 5 WHERE id = %s", (key,))
+    end = running.position()
+    with connection.cursor() as cursor:
+        for key in range(51, 61):
+            cursor.execute("UPDATE products SET price = price + 5 WHERE id = %s", (key,))
+    live = messages(bootstrap, running.topic, 54)  # 60 updates, ids 7, 17, ... filtered
+    assert len(live) == 54
+    assert len(messages(bootstrap, f"{running.topic}.other", 60)) == 60
+
+    out = io.StringIO()
+    replay("catalog", begin, end, route=f"kafka://{running.topic}.shadow",
+           checkpoint=running.config.checkpoint_dir, out=out)  # fmt: skip
+    assert "catalog:replay: done, 50 rows" in out.getvalue(), out.getvalue()
+    shadow = messages(bootstrap, f"{running.topic}.shadow", 45)
+    # The first 50 updates, as the deployment made them: same keys, values and ids.
+    assert sorted(shadow) == sorted(m for m in live if int(m[0][1:-1]) <= 50)
+    # Nobody else heard of it.
+    assert len(messages(bootstrap, running.topic, 54)) == 54
+    assert len(messages(bootstrap, f"{running.topic}.other", 60)) == 60
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    dbus = Path(sys.executable).parent / "dbus"
+    return subprocess.run([str(dbus), "fn", "replay", *args], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
+def test_bad_replays_are_one_line_with_their_exit_code(running: Running) -> None:
+    checkpoint = ["--checkpoint", running.config.checkpoint_dir]
+    file, pos = running.position().split(":")
+    purged = f"{file.rsplit('.', 1)[0]}.000000:4"  # older than the oldest file there is
+    cases = [
+        (["catalog", "--from", purged, *checkpoint], 4, "was purged"),
+        (["catalog", "--from", f"{file}:{int(pos) + 10**6}", *checkpoint], 4,
+         "is outside"),
+        (["catalog", "--from", f"{file}:{pos}", "--route", "ftp://x", *checkpoint], 2,
+         "ftp://x"),
+        (["nope", "--from", f"{file}:{pos}", *checkpoint], 2, "no deployment 'nope' runs"),
+    ]  # fmt: skip
+    for args, code, message in cases:
+        result = _cli(*args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == code, (args, result.stderr)
+        assert len(lines) == 1 and message in lines[0], (args, result.stderr)
+    assert "dbus fn backfill catalog" in _cli(*cases[0][0]).stderr
