@@ -12,7 +12,8 @@ function failed at which stage, and the error with a short traceback summary.
 - ``time``: when the failure was recorded.
 - ``data``: ``{"function", "stage", "error": {"type", "message", "traceback",
   "cause"}, "position": {...}, "original": <event JSON object> | null,
-  "original_error": <why the change had no event form> | null}``.
+  "original_error": <why the change had no event form> | null, "version": <the
+  deployment's version> | null}``.
 """
 
 from __future__ import annotations
@@ -97,8 +98,10 @@ def dead_letter_event(
     traceback: str | None = None,
     type_prefix: str = DEFAULT_TYPE_PREFIX,
     time: datetime | None = None,
+    version: str | None = None,
 ) -> CloudEvent:
-    """The dead-letter CloudEvent for ``change`` failing in ``function`` at ``stage``.
+    """The dead-letter CloudEvent for ``change`` failing in ``function`` at ``stage``
+    (of the deployment's ``version``, when known).
 
     ``error`` is the exception (its type, message and frames are recorded) or an
     already formatted message; ``error_type`` and ``traceback`` override what is
@@ -142,6 +145,7 @@ def dead_letter_event(
         "position": _position(original, item),
         "original": body,
         "original_error": original_error,
+        "version": version,
     }
     return new_event(attrs, data, where=f"dead letter of {base_id}")
 

@@ -544,3 +544,41 @@ def replay(
         name, start, end, route=route, source=source, checkpoint=checkpoint, wait=wait
     )
 
+
+_SINCE = click.option(
+    "--since", default=None, help="Only dead letters recorded at or after this ISO time."
+)
+
+
+@fn.command("deadletters")
+@click.argument("name")
+@_SINCE
+@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=_CHECKPOINT_HELP)
+def deadletters(name: str, since: str | None, checkpoint: str | None) -> None:
+    """List what went to deployment NAME's dead-letter destination: when, which
+    version, which function at which stage, the key, the position and the error."""
+    from dbus_spark.history.deadletters import dead_letters, parse_since
+
+    dead_letters(name, checkpoint=checkpoint, since=parse_since(since), out=sys.stdout)
+
+
+@fn.command("redrive")
+@click.argument("name")
+@_SINCE
+@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=_CHECKPOINT_HELP)
+@click.option(
+    "--wait/--no-wait", default=True, show_default=True, help="Show the progress to the end."
+)
+def redrive(name: str, since: str | None, checkpoint: str | None, wait: bool) -> None:
+    """Send deployment NAME's dead-lettered rows through its current version, while it runs.
+
+    The running runtime reads each dead-lettered key's row as it is now (merged with
+    the live stream, so nothing older lands after a newer change) and runs it
+    through the deployed functions; a dead-lettered delete whose row is still gone
+    is delivered as a delete. Rows that fail again are dead letters again.
+    """
+    from dbus_spark.history.deadletters import parse_since
+    from dbus_spark.history.deadletters import redrive as run_redrive
+
+    run_redrive(name, checkpoint=checkpoint, since=parse_since(since), wait=wait, out=sys.stdout)
+

@@ -142,6 +142,7 @@ class FunctionStage:
     def __init__(self, deployment_paths: tuple[str, ...], *, type_prefix: str) -> None:
         self.deployments: list[LoadedDeployment] = [load_deployment(p) for p in deployment_paths]
         self._pipelines = [(d, Pipeline(d)) for d in self.deployments]
+        self._versions = {d.manifest.name: d.manifest.version for d in self.deployments}
         self._type_prefix = type_prefix
         self._index_actions = IndexActions()
         self._subscribed: dict[tuple[str, str], list[tuple[LoadedDeployment, Pipeline]]] = {}
@@ -259,6 +260,7 @@ class FunctionStage:
             error_type=dead.error_type or None,
             traceback=dead.traceback,
             type_prefix=self._type_prefix,
+            version=self._versions.get(deployment),
         )
         return StageRecord(deployment, _structured(dead.destination.name, event))
 

@@ -12,12 +12,10 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import IO
 
 from dbus_fn.errors import ConfigError, DestinationError, HistoryError
 from dbus_fn.manifest import Destination
-from dbus_spark.config import load_config
 from dbus_spark.history.requests import (
     BackfillRequest,
     ReplayRequest,
@@ -25,8 +23,8 @@ from dbus_spark.history.requests import (
     submit,
     wait_answer,
 )
+from dbus_spark.history.target import deployment_name_check, runtime_at
 from dbus_spark.history.tasks import HistoryStore, HistoryTask, ReplayTask, store_path
-from dbus_spark.settings import checkpoint_dir as default_checkpoint
 
 _TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")
 PLAIN_EVERY = 5.0
@@ -49,8 +47,8 @@ def backfill(
     bad = [t for t in tables if not _TABLE.match(t)]
     if bad:
         raise HistoryError(f"--table {bad[0]!r} is not db.table; name a table as db.table")
-    folder = default_checkpoint(checkpoint)
-    _check_deployment(folder, deployment)
+    folder, config = runtime_at(checkpoint)
+    deployment_name_check(folder, config, deployment)
     return _ask(folder, BackfillRequest(deployment, tuple(tables), where), "backfill",
                 wait=wait, out=out, answer_timeout=answer_timeout)  # fmt: skip
 
@@ -76,8 +74,8 @@ def replay(
         except DestinationError as exc:
             raise ConfigError(f"--route {route!r} is not a destination: {exc}",
                               setting="route") from None  # fmt: skip
-    folder = default_checkpoint(checkpoint)
-    _check_deployment(folder, deployment)
+    folder, config = runtime_at(checkpoint)
+    deployment_name_check(folder, config, deployment)
     request = ReplayRequest(deployment, start, end, route, source)
     return _ask(folder, request, "replay", wait=wait, out=out, answer_timeout=answer_timeout)
 
@@ -92,24 +90,6 @@ def _ask(
     if not wait:
         return _tasks(store, reply.tasks)
     return follow(store, reply.tasks, out=out)
-
-
-def _check_deployment(folder: str, deployment: str) -> None:
-    """Refuse at once what no runtime at ``folder`` could take."""
-    from dbus_fn.manifest import load_manifest
-
-    config_file = Path(folder).parent / f"{Path(folder).name}.config.json"
-    if not config_file.exists():
-        raise HistoryError(
-            f"no runtime has run with checkpoint {folder}; pass the --checkpoint of a running "
-            "`dbus runtime start` (or set DBUS_CHECKPOINT)"
-        )
-    names = sorted(load_manifest(p).name for p in load_config(config_file).deployments)
-    if deployment not in names:
-        raise HistoryError(
-            f"no deployment {deployment!r} runs at checkpoint {folder} (it runs: "
-            f"{', '.join(names) or 'none'}); name one of them"
-        )
 
 
 Followed = HistoryTask | ReplayTask

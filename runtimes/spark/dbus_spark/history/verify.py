@@ -24,7 +24,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 from dbus_fn.capture import (
@@ -42,10 +41,10 @@ from dbus_fn.errors import DbusError, HistoryError
 from dbus_fn.events import RowChange
 from dbus_fn.kafka_binding import to_kafka_message
 from dbus_fn.pipeline import Pipeline
-from dbus_fn.registry import LoadedDeployment, load_deployment
-from dbus_spark.config import RuntimeConfig, load_config
+from dbus_fn.registry import LoadedDeployment
+from dbus_spark.config import RuntimeConfig
+from dbus_spark.history.target import deployment_named, runtime_at
 from dbus_spark.history.tasks import keys_where
-from dbus_spark.settings import checkpoint_dir as default_checkpoint
 from dbus_spark.stage import IndexActions
 
 RECHECK_AFTER = 3.0
@@ -237,9 +236,8 @@ def verify(
     """Compare the deployment's sinks with its tables; with ``repair``, send the
     drifted keys again through the running runtime. Raises ``DriftError`` when drift
     remains."""
-    folder = default_checkpoint(checkpoint)
-    config = _runtime_config(folder)
-    deployment = _deployment(config, deployment_name, folder)
+    folder, config = runtime_at(checkpoint)
+    deployment = deployment_named(folder, config, deployment_name)
     report = _compare(config, deployment, tables, recheck_after)
     for line in report.lines():
         print(line, file=out, flush=True)
@@ -254,27 +252,6 @@ def verify(
             "tables (listed above); run again with --repair to send them again"
         )
     return report
-
-
-def _runtime_config(folder: str) -> RuntimeConfig:
-    config_file = Path(folder).parent / f"{Path(folder).name}.config.json"
-    if not config_file.exists():
-        raise HistoryError(
-            f"no runtime has run with checkpoint {folder}; pass the --checkpoint of the "
-            "runtime that runs the deployment (or set DBUS_CHECKPOINT)"
-        )
-    return load_config(config_file)
-
-
-def _deployment(config: RuntimeConfig, name: str, folder: str) -> LoadedDeployment:
-    loaded = [load_deployment(path) for path in config.deployments]
-    for deployment in loaded:
-        if deployment.manifest.name == name:
-            return deployment
-    names = ", ".join(sorted(d.manifest.name for d in loaded)) or "none"
-    raise HistoryError(
-        f"no deployment {name!r} runs at checkpoint {folder} (it runs: {names}); name one of them"
-    )
 
 
 def _tables_of(

@@ -1,0 +1,48 @@
+"""The runtime a history command talks to: its configuration and deployments, found
+by its checkpoint folder (as `dbus runtime start --checkpoint` was given)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dbus_fn.errors import HistoryError
+from dbus_fn.manifest import load_manifest
+from dbus_fn.registry import LoadedDeployment, load_deployment
+from dbus_spark.config import RuntimeConfig, load_config
+from dbus_spark.settings import checkpoint_dir
+
+
+def runtime_at(checkpoint: str | None) -> tuple[str, RuntimeConfig]:
+    """The checkpoint folder (default: the local one) and the configuration the runtime
+    there last ran with."""
+    folder = checkpoint_dir(checkpoint)
+    config_file = Path(folder).parent / f"{Path(folder).name}.config.json"
+    if not config_file.exists():
+        raise HistoryError(
+            f"no runtime has run with checkpoint {folder}; pass the --checkpoint of the "
+            "`dbus runtime start` that runs the deployment (or set DBUS_CHECKPOINT)"
+        )
+    return folder, load_config(config_file)
+
+
+def deployment_name_check(folder: str, config: RuntimeConfig, name: str) -> None:
+    """Refuse at once a deployment the runtime does not run (its manifests only)."""
+    names = sorted(load_manifest(path).name for path in config.deployments)
+    if name not in names:
+        raise HistoryError(
+            f"no deployment {name!r} runs at checkpoint {folder} (it runs: "
+            f"{', '.join(names) or 'none'}); name one of them"
+        )
+
+
+def deployment_named(folder: str, config: RuntimeConfig, name: str) -> LoadedDeployment:
+    """The deployment ``name`` the runtime runs, loaded (its functions included)."""
+    deployment_name_check(folder, config, name)
+    return next(
+        loaded
+        for loaded in (load_deployment(path) for path in config.deployments)
+        if loaded.manifest.name == name
+    )
+
+
+__all__ = ["deployment_name_check", "deployment_named", "runtime_at"]
