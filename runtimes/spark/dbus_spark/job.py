@@ -99,14 +99,18 @@ def preflight(config: RuntimeConfig) -> RuntimeConfig:
     """
     manifests = [load_deployment(deployment).manifest for deployment in config.deployments]
     history = HistoryStore(store_path(config.checkpoint_dir))
+    first_run = not any(Path(config.checkpoint_dir, "offsets").glob("[0-9]*"))
     bindings = []
     for binding in config.sources:
         reader = BinlogReader(binding.spec, replica_id=binding.replica_id)
         try:
             bindings.append(replace(binding, start=reader.resolve_start(binding.start)))
             # The tables a new deployment's history reads are those there now: a
-            # table created after start() returns is all in the binlog.
-            history.consider(reader, manifests)
+            # table created after start() returns is all in the binlog. A first run
+            # told where in the binlog to start takes its history from there.
+            history.consider(
+                reader, manifests, from_binlog=first_run and binding.start != "latest"
+            )
         finally:
             reader.close()
     return replace(config, sources=tuple(bindings))

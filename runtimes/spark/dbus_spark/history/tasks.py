@@ -334,13 +334,17 @@ class HistoryStore:
         """The tasks whose table's binlog changes the gate holds back for now."""
         return [task for task in self.tasks(source).values() if task.gated]
 
-    def consider(self, reader: BinlogReader, deployments: Iterable[Manifest]) -> list[HistoryTask]:
+    def consider(
+        self, reader: BinlogReader, deployments: Iterable[Manifest], *, from_binlog: bool = False
+    ) -> list[HistoryTask]:
         """Start a task for every table a deployment asks history of and was not asked
         before: at its first run, every existing table it subscribes to; for a new
         version, the tables only its new patterns match. Returns the new tasks.
 
         Called after the runtime's start positions are pinned: a table empty now
-        has all its rows in the binlog after them, so it needs no task."""
+        has all its rows in the binlog after them, so it needs no task. With
+        ``from_binlog`` (a first run told to start at ``earliest`` or a position),
+        the binlog is the history asked for: deployments are noted, nothing is read."""
         source = reader.spec.name
         considered = self._considered.setdefault(source, {})
         pending = [m for m in deployments if set(m.tables) - set(considered.get(m.name, []))]
@@ -352,8 +356,10 @@ class HistoryStore:
         for manifest in pending:
             old = considered.get(manifest.name, [])
             considered[manifest.name] = sorted(set(old) | set(manifest.tables))
-            if manifest.initial != "snapshot" or (
-                manifest.sources and source not in manifest.sources
+            if (
+                from_binlog
+                or manifest.initial != "snapshot"
+                or (manifest.sources and source not in manifest.sources)
             ):
                 continue
             if existing is None:  # the source's captured tables, as they are now
