@@ -7,7 +7,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from elasticsearch import Elasticsearch
@@ -101,14 +101,31 @@ class TopicState:
                 place = (number, int(event.get_extension("binlogpos")), suffix)
                 self.history.setdefault(key, []).append(place)
 
-    def merge_violations(self) -> list[tuple[int, list[tuple[int, int, str]]]]:
-        """Keys whose messages are not in strictly growing position order, or whose
-        snapshot row is not the first: a change the snapshot already held was sent."""
+    def merge_violations(
+        self, since_of: Callable[[int], tuple[int, int]] | None = None
+    ) -> list[tuple[int, list[tuple[int, int, str]]]]:
+        """Keys whose messages break the merge: a message before the key's first
+        snapshot row, a snapshot row older than a message before it, or (given
+        ``since_of``, the position each key's chunk was read after) a message after
+        the first snapshot row that is older than that position."""
         bad = []
         for key, places in self.history.items():
+            kinds = [suffix for _, _, suffix in places]
+            if "snapshot" not in kinds:
+                continue
             positions = [(number, pos) for number, pos, _ in places]
-            snapshot_later = any(suffix == "snapshot" for _, _, suffix in places[1:])
-            if snapshot_later or positions != sorted(set(positions)):
+            broken = kinds[0] != "snapshot" or any(
+                kind == "snapshot" and positions[i] < max(positions[:i], default=(0, 0))
+                for i, kind in enumerate(kinds)
+            )
+            if since_of is not None:
+                limit = since_of(key)
+                broken = broken or any(
+                    place <= limit
+                    for place, kind in zip(positions[1:], kinds[1:], strict=True)
+                    if kind != "snapshot"
+                )
+            if broken:
                 bad.append((key, places))
         return bad
 
@@ -167,3 +184,46 @@ def create_products(connection: Any, rows: int) -> None:
                 "INSERT INTO products VALUES (%s, %s, %s, 'seed')",
                 [(i, f"item-{i}", i * 3) for i in range(begin, min(begin + 1000, rows + 1))],
             )
+
+
+OTHER = '''
+import dbus_fn as fn
+
+@fn.route(tables="{table}")
+def audit(event: fn.RowChange) -> str:
+    return "kafka://{topic}"
+'''
+
+
+def catalog_and_other(scratch: Any, table: str, **changes: Any) -> Any:
+    """A runtime config running two deployments over ``table``, changes only: catalog
+    (CATALOG, to the scratch topic and index) and other (every change to
+    ``<topic>.other``)."""
+    from dataclasses import replace
+
+    _services, _db, topic, index, _tmp, function_folder = scratch
+    catalog = function_folder(
+        "catalog", CATALOG.format(table=table, topic=topic, index=index), [table],
+        initial="none",
+    )  # fmt: skip
+    other = function_folder(
+        "other", OTHER.format(table=table, topic=f"{topic}.other"), [table], initial="none"
+    )
+    config = scratch.runtime_config(catalog)
+    return replace(config, deployments=(*config.deployments, str(other.resolve())), **changes)
+
+
+def chunk_thresholds(store_file: Any, source: str, task: str) -> Callable[[int], tuple[int, int]]:
+    """For a key, the (binlog file number, position) its chunk's micro-batch ended at."""
+    import bisect
+
+    from dbus_spark.history import HistoryStore
+
+    done = HistoryStore(store_file).tasks(source)[task].done
+    uppers = [upper[0][1] for upper, _, _ in done if upper is not None]
+    sinces = [(int(s["file"].rsplit(".", 1)[1]), int(s["pos"])) for _, _, s in done]
+
+    def since_of(key: int) -> tuple[int, int]:
+        return sinces[bisect.bisect_left(uppers, key)]
+
+    return since_of

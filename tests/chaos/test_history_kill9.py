@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 from convergence import RuntimeProcess
-from history_support import CATALOG, Churn, TopicState, create_products, expected, index_contents
+from history_support import (
+    CATALOG,
+    Churn,
+    TopicState,
+    chunk_thresholds,
+    create_products,
+    expected,
+    index_contents,
+)
 from support import wait_for
 
 from dbus_spark.history import HistoryStore, store_path
@@ -105,4 +113,4 @@ def test_a_bootstrap_killed_mid_way_resumes_from_its_last_chunk_and_ends_equal(
     # at most the chunks of the batch it interrupted.
     assert done_at_kill == sorted(done_at_kill) and done_at_kill[-1] > 0
     assert total <= reads <= total + KILLS * CHUNKS_PER_BATCH
-    assert topic.merge_violations()[:5] == []
+    assert topic.merge_violations(chunk_thresholds(store, "chaos", task_name))[:5] == []

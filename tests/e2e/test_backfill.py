@@ -7,13 +7,12 @@ import io
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from e2e_support import Scratch
-from history_support import CATALOG, TopicState, create_products, expected, index_contents
+from history_support import TopicState, catalog_and_other, create_products, expected, index_contents
 from support import wait_for
 
 from dbus_fn.errors import HistoryError, ServiceUnreachableError
@@ -27,15 +26,6 @@ pytestmark = pytest.mark.e2e
 ROWS = 1500
 CHUNK_ROWS = 100
 
-OTHER = '''
-import dbus_fn as fn
-
-@fn.route(tables="{table}")
-def audit(event: fn.RowChange) -> str:
-    return "kafka://{topic}"
-'''
-
-
 class Running:
     def __init__(self, config: RuntimeConfig, catalog: str, other: str, table: str) -> None:
         self.config = config
@@ -46,21 +36,11 @@ class Running:
 
 @pytest.fixture
 def running(spark: Any, scratch: Scratch, fresh_database: Any) -> Iterator[Running]:
-    _services, database, topic, index, _tmp, function_folder = scratch
+    _services, database, topic, _index, _tmp, _ff = scratch
     connection = database.connect()
     create_products(connection, ROWS)
     table = f"{database.name}.products"
-    catalog = function_folder(
-        "catalog", CATALOG.format(table=table, topic=topic, index=index), [table],
-        initial="none",
-    )  # fmt: skip
-    other = function_folder(
-        "other", OTHER.format(table=table, topic=f"{topic}.other"), [table], initial="none"
-    )
-    config = scratch.runtime_config(catalog)
-    config = replace(
-        config, deployments=(*config.deployments, str(other.resolve())), chunk_rows=CHUNK_ROWS
-    )
+    config = catalog_and_other(scratch, table, chunk_rows=CHUNK_ROWS)
     query = start(config, spark=spark)
     try:
         assert query.exception() is None

@@ -7,13 +7,12 @@ import io
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from e2e_support import Scratch
-from history_support import CATALOG, create_products
+from history_support import catalog_and_other, create_products
 from support import kafka_consumer, wait_for
 
 from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
@@ -22,15 +21,6 @@ from dbus_spark.history.follow import replay
 from dbus_spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
-
-OTHER = '''
-import dbus_fn as fn
-
-@fn.route(tables="{table}")
-def audit(event: fn.RowChange) -> str:
-    return "kafka://{topic}"
-'''
-
 
 class Running:
     def __init__(self, config: RuntimeConfig, topic: str, table: str, dsn: str) -> None:
@@ -50,18 +40,10 @@ class Running:
 
 @pytest.fixture
 def running(spark: Any, scratch: Scratch) -> Iterator[Running]:
-    services, database, topic, index, _tmp, function_folder = scratch
+    services, database, topic, _index, _tmp, _ff = scratch
     create_products(database.connect(), 300)
     table = f"{database.name}.products"
-    catalog = function_folder(
-        "catalog", CATALOG.format(table=table, topic=topic, index=index), [table],
-        initial="none",
-    )  # fmt: skip
-    other = function_folder(
-        "other", OTHER.format(table=table, topic=f"{topic}.other"), [table], initial="none"
-    )
-    config = scratch.runtime_config(catalog)
-    config = replace(config, deployments=(*config.deployments, str(other.resolve())))
+    config = catalog_and_other(scratch, table)
     query = start(config, spark=spark)
     try:
         assert query.exception() is None

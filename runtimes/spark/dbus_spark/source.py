@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -422,9 +422,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 )
         return ranges
 
-    def read(
-        self, partition: SourceRange | ChunkRange | ReplayRange
-    ) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: SourceRange | ChunkRange | ReplayRange) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, ChunkRange):
             yield from _read_chunk(partition)
             return
@@ -509,63 +507,132 @@ REPLAY_ROWS = 20_000
 
 
 def _read_replay(partition: ReplayRange) -> Iterator[pa.RecordBatch]:
-    config, stage = worker_stage(partition.config_path)
-    batcher = _Batcher(partition.source)
-    counts = StageCounts(started=time.time())
-    if config.reads(partition.source, *_hold(partition.end)) and stage.has_deployment(
-        partition.deployment
-    ):
-        binding = config.source(partition.source)
-        if binding.epoch:
-            batcher.add_hold(binding.epoch)
-        reader = worker_reader(binding, replica_id_for(
-            f"{binding.replica_id}/replay/{partition.deployment}"))  # fmt: skip
-        start, stop = position_from_json(partition.start), position_from_json(partition.stop)
-        route = None if partition.route is None else Destination.parse(partition.route)
-        reached, rows, ended = partition.start, 0, True
-        began = time.monotonic()
-        if not stop.file or not start.file or position_order(start) < position_order(stop):
-            items = reader.read(start, stop=stop)
-            try:
-                for item in items:
-                    if type(item) is RowChange:
-                        moment = item.commit_time.timestamp()
-                        if partition.since is not None and moment < partition.since:
-                            continue
-                        if partition.until is not None and moment > partition.until:
-                            break
-                        rows += 1
-                        for record in stage.process_only(partition.deployment, item, counts,
-                                                         route):  # fmt: skip
-                            batch = batcher.add(record)
-                            if batch is not None:
-                                yield batch
-                    elif type(item) is TransactionCommit:
-                        reached = position_to_json(item.position)
-                        if rows >= REPLAY_ROWS and (
-                            not stop.file or position_order(item.position) < position_order(stop)
-                        ):
-                            ended = False
-                            break
-            except BaseException:
-                _drop_reader(reader)
-                raise
-            finally:
-                items.close()
-        counts.read_seconds = time.monotonic() - began
-        counts.replays.append({
-            "source": partition.source, "deployment": partition.deployment,
-            "run": partition.run, "start": partition.start, "stop": reached, "rows": rows,
-            "ended": ended,
-        })  # fmt: skip
-    batcher.add_stats(counts)
-    last = batcher.flush()
-    if last is not None:
-        yield last
+    """A part of a replay: retained binlog through one deployment only."""
+    return _one_deployment(partition, _replay_part)
+
+
+def _replay_part(
+    partition: ReplayRange,
+    stage: FunctionStage,
+    binding: SourceBinding,
+    batcher: _Batcher,
+    counts: StageCounts,
+) -> Iterator[pa.RecordBatch]:
+    reader = worker_reader(binding, replica_id_for(
+        f"{binding.replica_id}/replay/{partition.deployment}"))  # fmt: skip
+    start, stop = position_from_json(partition.start), position_from_json(partition.stop)
+    route = None if partition.route is None else Destination.parse(partition.route)
+    reached, rows, ended = partition.start, 0, True
+    began = time.monotonic()
+    if not stop.file or not start.file or position_order(start) < position_order(stop):
+        items = reader.read(start, stop=stop)
+        try:
+            for item in items:
+                if type(item) is RowChange:
+                    moment = item.commit_time.timestamp()
+                    if partition.since is not None and moment < partition.since:
+                        continue
+                    if partition.until is not None and moment > partition.until:
+                        break
+                    rows += 1
+                    for record in stage.process_only(partition.deployment, item, counts,
+                                                     route):  # fmt: skip
+                        batch = batcher.add(record)
+                        if batch is not None:
+                            yield batch
+                elif type(item) is TransactionCommit:
+                    reached = position_to_json(item.position)
+                    if rows >= REPLAY_ROWS and (
+                        not stop.file or position_order(item.position) < position_order(stop)
+                    ):
+                        ended = False
+                        break
+        except BaseException:
+            _drop_reader(reader)
+            raise
+        finally:
+            items.close()
+    counts.read_seconds = time.monotonic() - began
+    counts.replays.append({
+        "source": partition.source, "deployment": partition.deployment,
+        "run": partition.run, "start": partition.start, "stop": reached, "rows": rows,
+        "ended": ended,
+    })  # fmt: skip
 
 
 def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
     """One history chunk, through its deployment's functions only."""
+    return _one_deployment(partition, _chunk_rows)
+
+
+def _chunk_rows(
+    partition: ChunkRange,
+    stage: FunctionStage,
+    binding: SourceBinding,
+    batcher: _Batcher,
+    counts: StageCounts,
+) -> Iterator[pa.RecordBatch]:
+    reader = worker_reader(binding, binding.replica_id)
+    chunk = PlannedChunk.from_json(partition.chunk)
+    task = HistoryTask(partition.deployment, partition.table, (), False,
+                       unchunked=partition.unchunked)  # fmt: skip
+    began = time.monotonic()
+    position: dict[str, Any] = {}
+    rows = 0
+    found: set[str] = set()
+    read: ChunkRead | None = None
+    try:
+        for item in read_chunk(
+            reader, chunked_of(reader, task), key_from_json(chunk.lower),
+            key_from_json(chunk.upper), where=partition.where,
+        ):  # fmt: skip
+            if type(item) is ChunkRead:
+                position = position_to_json(item.position)
+                read = item
+                continue
+            assert type(item) is RowChange
+            rows += 1
+            if partition.deletes:
+                found.update(stage.sink_keys(item))
+            for record in stage.process_snapshot(partition.deployment, item, counts):
+                batch = batcher.add(record)
+                if batch is not None:
+                    yield batch
+        if read is not None:
+            for record in _repair_deletes(partition, stage, read, found, counts, reader):
+                batch = batcher.add(record)
+                if batch is not None:
+                    yield batch
+    except BaseException:
+        _drop_reader(reader)
+        raise
+    counts.read_seconds = time.monotonic() - began
+    runtime_logger().info(
+        "history: read chunk %s of %s for %s: %d rows at %s in %.3fs",
+        _bounds(chunk), partition.table, partition.deployment, rows,
+        position_from_json(position) if position else "-", counts.read_seconds,
+    )  # fmt: skip
+    counts.chunks.append(
+        ChunkDone(
+            partition.source,
+            chunk.task,
+            chunk.lower,
+            chunk.upper,
+            position,
+            rows,
+            partition.seq,
+            chunk.run,
+            position_to_json(offset_to_position(partition.end)),
+        ).to_json()
+    )
+
+
+def _one_deployment(
+    partition: Any, read: Callable[..., Iterator[pa.RecordBatch]]
+) -> Iterator[pa.RecordBatch]:
+    """A partition read for one deployment, its stage counts last. Planned before the
+    source moved away or the deployment went, it reads nothing and records nothing,
+    so its work is planned again where it is read now."""
     config, stage = worker_stage(partition.config_path)
     batcher = _Batcher(partition.source)
     counts = StageCounts(started=time.time())
@@ -575,60 +642,7 @@ def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
         binding = config.source(partition.source)
         if binding.epoch:
             batcher.add_hold(binding.epoch)
-        reader = worker_reader(binding, binding.replica_id)
-        chunk = PlannedChunk.from_json(partition.chunk)
-        task = HistoryTask(partition.deployment, partition.table, (), False,
-                           unchunked=partition.unchunked)  # fmt: skip
-        began = time.monotonic()
-        position: dict[str, Any] = {}
-        rows = 0
-        found: set[str] = set()
-        read: ChunkRead | None = None
-        try:
-            for item in read_chunk(
-                reader, chunked_of(reader, task), key_from_json(chunk.lower),
-                key_from_json(chunk.upper), where=partition.where,
-            ):  # fmt: skip
-                if type(item) is ChunkRead:
-                    position = position_to_json(item.position)
-                    read = item
-                    continue
-                assert type(item) is RowChange
-                rows += 1
-                if partition.deletes:
-                    found.update(stage.sink_keys(item))
-                for record in stage.process_snapshot(partition.deployment, item, counts):
-                    batch = batcher.add(record)
-                    if batch is not None:
-                        yield batch
-            if read is not None:
-                for record in _repair_deletes(partition, stage, read, found, counts, reader):
-                    batch = batcher.add(record)
-                    if batch is not None:
-                        yield batch
-        except BaseException:
-            _drop_reader(reader)
-            raise
-        counts.read_seconds = time.monotonic() - began
-        runtime_logger().info(
-            "history: read chunk %s of %s for %s: %d rows at %s in %.3fs",
-            _bounds(chunk), partition.table, partition.deployment, rows,
-            position_from_json(position) if position else "-", counts.read_seconds,
-        )  # fmt: skip
-        counts.chunks.append(
-            ChunkDone(
-                partition.source,
-                chunk.task,
-                chunk.lower,
-                chunk.upper,
-                position,
-                rows,
-                partition.seq,
-                chunk.run,
-            ).to_json()
-        )
-    # else: planned before the source moved away or the deployment went: nothing is
-    # read and nothing recorded, so the chunk is planned again where it is read now.
+        yield from read(partition, stage, binding, batcher, counts)
     batcher.add_stats(counts)
     last = batcher.flush()
     if last is not None:

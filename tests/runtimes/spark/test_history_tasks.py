@@ -30,7 +30,10 @@ def change(key: int, pos: int, file: str = "binlog.000001", table: str = TABLE) 
 
 
 def task(done: list[tuple[Any, dict[str, Any]]], **fields: Any) -> HistoryTask:
-    return HistoryTask("catalog", TABLE, ("id",), True, done=done, **fields)
+    """A task with these chunks (upper bound, the position its batch ended at); each
+    was read a little later than that."""
+    chunks = [(upper, at(since["pos"] + 50, since["file"]), since) for upper, since in done]
+    return HistoryTask("catalog", TABLE, ("id",), True, done=chunks, **fields)
 
 
 def test_before_any_chunk_is_read_every_change_of_the_table_is_held() -> None:
@@ -40,7 +43,7 @@ def test_before_any_chunk_is_read_every_change_of_the_table_is_held() -> None:
     assert gate.admits("catalog", change(5, 1000, table="shop.orders"))  # another table
 
 
-def test_a_read_chunk_admits_only_changes_after_its_position() -> None:
+def test_a_read_chunk_admits_only_changes_after_its_batch_ended() -> None:
     gate = Gate([task([([["i", 100]], at(5000)), ([["i", 200]], at(7000))])])
     assert not gate.admits("catalog", change(50, 4999))  # the chunk holds it
     assert not gate.admits("catalog", change(100, 5000))  # its upper bound is inclusive
@@ -77,7 +80,7 @@ def test_a_backfill_with_a_condition_and_a_settled_task_hold_nothing(tmp_path: P
 
 
 def done(task_name: str, lower: Any, upper: Any, pos: int, seq: int, run: int = 1) -> ChunkDone:
-    return ChunkDone("src", task_name, lower, upper, at(pos), 10, seq, run)
+    return ChunkDone("src", task_name, lower, upper, at(pos), 10, seq, run, at(pos - 100))
 
 
 def test_chunks_are_recorded_in_plan_order_and_a_replay_only_moves_positions(
@@ -90,11 +93,12 @@ def test_chunks_are_recorded_in_plan_order_and_a_replay_only_moves_positions(
                   done(name, None, [["i", 100]], 500, 0)])  # fmt: skip
     again = HistoryStore(tmp_path / "h.json")
     recorded = again.tasks("src")[name]
-    assert [upper for upper, _ in recorded.done] == [[["i", 100]], [["i", 200]]]
+    assert [upper for upper, _, _ in recorded.done] == [[["i", 100]], [["i", 200]]]
     assert recorded.rows == 20 and recorded.cursor == [["i", 200]] and not recorded.finished
-    # The same batch replayed after a crash reads its chunks at later positions.
+    # The same batch replayed after a crash reads its chunks at later positions; where
+    # its batch ended (what the gate holds changes back to) stays.
     again.record([done(name, None, [["i", 100]], 800, 0)])
-    assert again.tasks("src")[name].done[0][1] == at(800)
+    assert again.tasks("src")[name].done[0][1:] == (at(800), at(400))
     assert again.tasks("src")[name].rows == 20
     # A chunk of an earlier run (before a backfill replaced the task) is ignored.
     again.record([done(name, [["i", 200]], None, 900, 0, run=0)])
@@ -102,10 +106,10 @@ def test_chunks_are_recorded_in_plan_order_and_a_replay_only_moves_positions(
     again.record([done(name, [["i", 200]], None, 900, 0)])
     finished = again.tasks("src")[name]
     assert finished.planned_all and finished.finished > 0
-    # Once the stream has read past every chunk's position, the gate lets go.
-    again.settle("src", BinlogPosition("binlog.000001", 850))
+    # Once the stream has read past where every chunk's batch ended, the gate lets go.
+    again.settle("src", BinlogPosition("binlog.000001", 750))
     assert not again.tasks("src")[name].live
-    again.settle("src", BinlogPosition("binlog.000001", 900))
+    again.settle("src", BinlogPosition("binlog.000001", 800))
     assert again.tasks("src")[name].live
 
 

@@ -2,7 +2,7 @@
 
 See ``dbus_spark.history.tasks`` for the merge this implements: a change of key
 ``k`` goes through only once ``k``'s chunk is read, and only if it is newer than
-that chunk's consistent-snapshot position.
+where the stream stood when that chunk was read (the end of its micro-batch).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ class Gate:
     def __init__(self, tasks: Iterable[HistoryTask]) -> None:
         self._tasks: dict[tuple[str, str], tuple[tuple[str, ...], list[Any], list[int]]] = {}
         for task in tasks:
-            uppers = [key_from_json(upper) for upper, _ in task.done]
-            positions = [position_order(position_from_json(p)) for _, p in task.done]
+            uppers = [key_from_json(upper) for upper, _, _ in task.done]
+            positions = [position_order(position_from_json(since)) for _, _, since in task.done]
             self._tasks[(task.deployment, task.table)] = (task.key, uppers, positions)
 
     def __bool__(self) -> bool:

@@ -7,15 +7,19 @@ its key (``dbus_fn.capture.read_chunk``), through that deployment's functions
 only, as ``snapshot`` rows. Chunks are Spark input partitions of the same
 micro-batches that carry the binlog, so the live stream never stops.
 
-The merge with the live stream is exact per key. A chunk is read in a consistent
-snapshot at binlog position ``P``: its rows hold every change up to ``P``. So for
-the deployment and table of a task, a binlog change of key ``k`` goes through
-(the ``Gate``) only when ``k``'s chunk is done and the change is after that
-chunk's ``P``; before the chunk is done the change is dropped, because the chunk,
-read later, holds it. A snapshot row is thus never sent after a newer change of
-its key (micro-batches are written one after the other), and a row deleted
-before its chunk is read is never brought back. This holds for Kafka's
-last-value-per-key as for Elasticsearch, whose versions also order them.
+The merge with the live stream is exact per key, also when a read is retried.
+A chunk is read in a consistent snapshot at binlog position ``P``, during a
+micro-batch whose binlog part ends at ``E`` (fixed when the batch is planned, so
+``E <= P`` in every attempt of the batch). For the deployment and table of a
+task, a binlog change of key ``k`` goes through (the ``Gate``) only when ``k``'s
+chunk is done and the change is after that chunk's ``E``; before, the change is
+dropped, because every read of the chunk holds it. So a snapshot row is never
+sent after a newer change of its key (micro-batches are written one after the
+other), and a row deleted before its chunk is read is never brought back, not
+even when a killed attempt had sent it: its delete, after ``E``, follows. Changes
+between ``E`` and ``P`` are sent after the snapshot row that already holds them
+(at least once); Elasticsearch's versions keep the newer document, and Kafka's
+last value per key ends equal to the row.
 
 Progress lives in the ``HistoryStore``, a file beside the checkpoint, written by
 the driver when a micro-batch commits (chunks done, with their positions) and
@@ -91,12 +95,15 @@ class ChunkDone:
     seq: int
     """Its place in the micro-batch's plan: chunks of one task are recorded in order."""
     run: int = 1
+    since: dict[str, Any] = field(default_factory=dict)
+    """The position the stream's micro-batch that read it ends at: the same in every
+    attempt of that batch, and at or before every position the chunk was read at."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source, "task": self.task, "lower": self.lower,
             "upper": self.upper, "position": self.position, "rows": self.rows,
-            "seq": self.seq, "run": self.run,
+            "seq": self.seq, "run": self.run, "since": self.since,
         }  # fmt: skip
 
     @classmethod
@@ -104,6 +111,7 @@ class ChunkDone:
         return cls(
             data["source"], data["task"], data["lower"], data["upper"], data["position"],
             int(data["rows"]), int(data["seq"]), int(data.get("run", 1)),
+            data.get("since") or data["position"],
         )  # fmt: skip
 
 
@@ -116,8 +124,10 @@ class HistoryTask:
     key: tuple[str, ...]
     splittable: bool
     unchunked: bool = False
-    done: list[tuple[KeyJson, dict[str, Any]]] = field(default_factory=list)
-    """The chunks read, in key order: each one's upper bound and position."""
+    done: list[tuple[KeyJson, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    """The chunks read, in key order: each one's upper bound, the position its rows
+    are exact at, and the position the stream had reached when it was planned (what
+    the gate holds changes back to; see ``gate``)."""
     rows: int = 0
     started: float = 0.0
     finished: float = 0.0
@@ -159,13 +169,13 @@ class HistoryTask:
         return bool(self.done) and self.done[-1][0] is None
 
     def highest_position(self) -> int:
-        return max((position_order(position_from_json(p)) for _, p in self.done), default=0)
+        return max((position_order(position_from_json(s)) for _, _, s in self.done), default=0)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "deployment": self.deployment, "table": self.table, "key": list(self.key),
             "splittable": self.splittable, "unchunked": self.unchunked,
-            "done": [[upper, position] for upper, position in self.done], "rows": self.rows,
+            "done": [list(chunk) for chunk in self.done], "rows": self.rows,
             "started": self.started, "finished": self.finished, "live": self.live,
             "run": self.run, "where": self.where, "estimated_rows": self.estimated_rows,
             "deletes": [list(d) for d in self.deletes], "repair": self.repair,
@@ -179,7 +189,7 @@ class HistoryTask:
             key=tuple(data["key"]),
             splittable=bool(data["splittable"]),
             unchunked=bool(data.get("unchunked", False)),
-            done=[(upper, position) for upper, position in data.get("done", [])],
+            done=[(upper, position, since) for upper, position, since in data.get("done", [])],
             rows=int(data.get("rows", 0)),
             started=float(data.get("started", 0.0)),
             finished=float(data.get("finished", 0.0)),
@@ -498,12 +508,12 @@ class HistoryStore:
                 continue  # a chunk of an earlier read, replaced by a backfill since
             if task.cursor != chunk.lower or task.planned_all:
                 # A replayed batch's chunk already recorded: its newer position wins.
-                for i, (upper, _) in enumerate(task.done):
+                for i, (upper, _, since) in enumerate(task.done):
                     if upper == chunk.upper:
-                        task.done[i] = (upper, chunk.position)
+                        task.done[i] = (upper, chunk.position, since)
                         changed = True
                 continue
-            task.done.append((chunk.upper, chunk.position))
+            task.done.append((chunk.upper, chunk.position, chunk.since))
             task.rows += chunk.rows
             if chunk.upper is None:
                 task.finished = time.time()
