@@ -133,26 +133,30 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _after(key: Sequence[str], values: KeyValues) -> tuple[str, list[Any]]:
-    """SQL for "key > values" as OR'ed ranges, which the range optimizer reads as such."""
+def _ranges(
+    key: Sequence[str], values: KeyValues, *, above: bool
+) -> tuple[str, list[Any]]:
+    """SQL for "key > values" (``above``) or "key <= values", as OR'ed ranges, which
+    the range optimizer reads as such."""
     terms, args = [], []
     for i, column in enumerate(key):
         equal = [f"{_quoted(c)} = %s" for c in key[:i]]
-        terms.append("(" + " AND ".join([*equal, f"{_quoted(column)} > %s"]) + ")")
+        terms.append(
+            "(" + " AND ".join([*equal, f"{_quoted(column)} {'>' if above else '<'} %s"]) + ")"
+        )
         args += [*values[:i], values[i]]
+    if not above:
+        terms.append("(" + " AND ".join(f"{_quoted(c)} = %s" for c in key) + ")")
+        args += list(values)
     return "(" + " OR ".join(terms) + ")", args
+
+
+def _after(key: Sequence[str], values: KeyValues) -> tuple[str, list[Any]]:
+    return _ranges(key, values, above=True)
 
 
 def _not_after(key: Sequence[str], values: KeyValues) -> tuple[str, list[Any]]:
-    """SQL for "key <= values"."""
-    terms, args = [], []
-    for i, column in enumerate(key):
-        equal = [f"{_quoted(c)} = %s" for c in key[:i]]
-        terms.append("(" + " AND ".join([*equal, f"{_quoted(column)} < %s"]) + ")")
-        args += [*values[:i], values[i]]
-    terms.append("(" + " AND ".join(f"{_quoted(c)} = %s" for c in key) + ")")
-    args += list(values)
-    return "(" + " OR ".join(terms) + ")", args
+    return _ranges(key, values, above=False)
 
 
 def _from(table: SnapshotTable) -> str:
