@@ -20,6 +20,11 @@ pytestmark = pytest.mark.integration
 
 STATEMENTS = 20
 ROWS_PER_STATEMENT = 1000
+PAD = 3000
+"""Bytes of padding per row: 20,000 rows make a 60 MB transaction, more than the
+socket buffers of both ends can hold (Linux grows a receive buffer up to
+net.ipv4.tcp_rmem's maximum, 32 MiB on some machines), so a fault lands while the
+server is still sending it."""
 
 
 def write_big_transaction(connection: Any, first_id: int = 1) -> list[int]:
@@ -30,7 +35,9 @@ def write_big_transaction(connection: Any, first_id: int = 1) -> list[int]:
         for statement in range(STATEMENTS):
             base = first_id + statement * ROWS_PER_STATEMENT
             last = base + ROWS_PER_STATEMENT - 1
-            cursor.execute(f"INSERT INTO t SELECT seq, REPEAT('x', 200) FROM seq_{base}_to_{last}")
+            cursor.execute(
+                f"INSERT INTO t SELECT seq, REPEAT('x', {PAD}) FROM seq_{base}_to_{last}"
+            )
             ids += range(base, last + 1)
         cursor.execute("COMMIT")
     return ids
@@ -58,7 +65,7 @@ def read_into_a_big_transaction(
     connection: Any, reader: BinlogReader
 ) -> tuple[Any, list[int], list[int], Any]:
     """Writes a big transaction and reads its first rows: (stream, seen, expected, end)."""
-    execute(connection, "CREATE TABLE t (id INT PRIMARY KEY, pad VARCHAR(255))")
+    execute(connection, "CREATE TABLE t (id INT PRIMARY KEY, pad TEXT)")
     start = reader.master_position()
     expected = write_big_transaction(connection)
     end = reader.master_position()
@@ -84,7 +91,7 @@ def test_killed_replication_connection_resumes_mid_transaction_without_loss_or_d
 def test_restarted_server_resumes_from_the_last_commit_without_loss_or_duplicate(
     fresh_database: Any, tables_at: TablesAt, reader: BinlogReader
 ) -> None:
-    connection, start = tables_at("CREATE TABLE t (id INT PRIMARY KEY, pad VARCHAR(255))")
+    connection, start = tables_at("CREATE TABLE t (id INT PRIMARY KEY, pad TEXT)")
     expected = write_big_transaction(connection)
     stream = reader.read(start, idle_timeout=60)
     seen: list[int] = []
