@@ -43,8 +43,8 @@ from dbus_fn.kafka_binding import to_kafka_message
 from dbus_fn.pipeline import Pipeline
 from dbus_fn.registry import LoadedDeployment
 from dbus_spark.config import RuntimeConfig
+from dbus_spark.history.queries import keys_where
 from dbus_spark.history.target import deployment_named, runtime_at
-from dbus_spark.history.tasks import keys_where
 from dbus_spark.stage import IndexActions
 
 RECHECK_AFTER = 3.0
@@ -138,9 +138,14 @@ class _Elasticsearch:
         from elasticsearch import Elasticsearch
 
         self.client = Elasticsearch(url, request_timeout=60)
+        self._indexes: dict[str, bool] = {}
 
     def exists(self, index: str) -> bool:
-        return bool(self.client.indices.exists(index=index))
+        """Whether the index exists (asked once per verify, not once per chunk)."""
+        found = self._indexes.get(index)
+        if found is None:
+            found = self._indexes[index] = bool(self.client.indices.exists(index=index))
+        return found
 
     def documents(self, index: str, ids: Sequence[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
