@@ -31,7 +31,7 @@ from dbus_fn.coordination import Coordinator, FunctionWatcher, ZooKeeperSettings
 from dbus_fn.errors import DbusError, FencedError
 from dbus_spark.config import RuntimeConfig, SourceBinding, WriteFencing, default_decode_shards
 from dbus_spark.sinks.kafka import abort_scan_seconds
-from dbus_spark.source import offset_to_position
+from dbus_spark.worker import offset_to_position
 
 log = logging.getLogger("dbus.runtime")
 

@@ -24,11 +24,10 @@ transactions are fenced by it.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,191 +42,48 @@ from pyspark.sql.types import StructType
 
 from dbus_fn.capture import (
     BinlogReader,
-    ChunkRead,
     Shard,
-    SourceSpec,
-    key_from_json,
-    position_from_json,
-    position_to_json,
-    read_chunk,
-    replica_id_for,
 )
 from dbus_fn.events import (
     BinlogPosition,
-    Operation,
     RowChange,
     SchemaChange,
     TransactionCommit,
 )
-from dbus_fn.manifest import Destination, Manifest, load_manifest
+from dbus_fn.manifest import Manifest, load_manifest
 from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
 from dbus_spark.history import (
-    ChunkDone,
     Gate,
     HistoryStore,
-    HistoryTask,
     PlannedChunk,
-    chunked_of,
     plan_chunks,
-    position_order,
     store_path,
 )
+from dbus_spark.history.partitions import (
+    ChunkRange,
+    ReplayRange,
+    read_chunk_range,
+    read_replay_range,
+)
 from dbus_spark.history.requests import take_requests
-from dbus_spark.history.tasks import key_of_text
-from dbus_spark.logs import runtime_logger
-from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
-from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
+from dbus_spark.stage import StageCounts
+from dbus_spark.worker import (
+    ARROW_SCHEMA,
+    Batcher,
+    drop_reader,
+    hold,
+    offset_to_position,
+    position_to_offset,
+    worker_reader,
+    worker_stage,
+)
 
 log = logging.getLogger(__name__)
 
-ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("source", pa.string(), False),
-        pa.field("record_type", pa.string(), False),  # a RecordType
-        pa.field("deployment", pa.string(), False),
-        pa.field("destination", pa.string(), False),  # a topic or an index
-        # A KafkaRecord; the payload of a control row is its value.
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("headers", pa.map_(pa.string(), pa.binary())),
-        # An IndexAction; its document is JSON (null: a delete).
-        pa.field("doc_id", pa.string()),
-        pa.field("version", pa.int64()),
-        pa.field("document", pa.binary()),
-        pa.field("column_types", pa.string()),  # JSON
-        pa.field("dead_letter", pa.string()),
-        pa.field("change", pa.binary()),
-    ]
-)
 SCHEMA = from_arrow_schema(ARROW_SCHEMA)
-BATCH_ROWS = 2048
 # A range smaller than this is read by one task: a shard costs a replication
 # connection and a task (~10-20 ms), worth it only when decoding takes longer.
 SHARD_MIN_BYTES = 256 * 1024
-
-_stages: dict[tuple[str, float], tuple[RuntimeConfig, FunctionStage]] = {}
-_readers: dict[tuple[SourceSpec, int], BinlogReader] = {}
-
-
-def worker_stage(config_path: str) -> tuple[RuntimeConfig, FunctionStage]:
-    """The configuration and function stage of this worker process, loaded once.
-
-    A changed configuration file (new deployments) is picked up at the next read.
-    """
-    key = (config_path, os.stat(config_path).st_mtime)
-    found = _stages.get(key)
-    if found is None:
-        _stages.clear()
-        config = load_config(config_path)
-        found = (config, FunctionStage(config.deployments, type_prefix=config.type_prefix))
-        _stages[key] = found
-        known = {b.spec for b in config.sources}
-        for spec, replica_id in list(_readers):
-            if spec not in known:
-                _readers.pop((spec, replica_id)).close()  # a source gone, or changed
-    return found
-
-
-def worker_reader(binding: SourceBinding, replica_id: int) -> BinlogReader:
-    """This worker's reader of a source, kept between micro-batches.
-
-    A reader checks the server once and keeps a control connection; a new one per
-    batch would redo that each time (about a third of a small batch's read).
-    """
-    key = (binding.spec, replica_id)  # the whole spec: its tables decide what is read
-    reader = _readers.get(key)
-    if reader is None:
-        reader = _readers[key] = BinlogReader(binding.spec, replica_id=replica_id)
-    return reader
-
-
-def _drop_reader(reader: BinlogReader) -> None:
-    for key, known in list(_readers.items()):
-        if known is reader:
-            del _readers[key]
-    reader.close()
-
-
-class _Batcher:
-    """Collects stage records into Arrow record batches of bounded size."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self._columns: list[list[Any]] = [[] for _ in ARROW_SCHEMA]
-        self._types: dict[tuple[tuple[str, str], ...], str] = {}
-
-    def add(self, record: StageRecord) -> pa.RecordBatch | None:
-        out = record.record
-        if type(out) is KafkaRecord:
-            self._append(
-                RecordType.KAFKA, record.deployment, out.topic, out.key, out.value, out.headers
-            )
-        else:
-            assert type(out) is IndexAction
-            document = None if out.document is None else json.dumps(out.document).encode()
-            self._append(
-                RecordType.ELASTICSEARCH, record.deployment, out.index, None, None, None,
-                out.doc_id, out.version, document, self._types_json(out.column_types),
-                out.dead_letter, out.change,
-            )  # fmt: skip
-        return self.flush() if len(self._columns[0]) >= BATCH_ROWS else None
-
-    def _types_json(self, types: Mapping[str, str]) -> str:
-        """The JSON of a table's column types, written once per table shape."""
-        shape = tuple(types.items())
-        text = self._types.get(shape)
-        if text is None:
-            text = self._types[shape] = json.dumps(types)
-        return text
-
-    def _append(self, *row: Any) -> None:
-        """One row: the source, then the given columns in schema order, then nulls."""
-        columns = self._columns
-        columns[0].append(self.source)
-        for column, value in zip(columns[1:], row, strict=False):
-            column.append(value)
-        for column in columns[1 + len(row) :]:
-            column.append(None)
-
-    def add_stats(self, counts: StageCounts) -> None:
-        self._add_marker(RecordType.STATS, counts.to_json())
-
-    def add_hold(self, epoch: int) -> None:
-        """First row of a cluster member's partition: the epoch its source was read
-        at, which the writer's Kafka transactions are fenced by."""
-        self._add_marker(RecordType.HOLD, json.dumps({"epoch": epoch}).encode())
-
-    def _add_marker(self, record_type: RecordType, value: bytes) -> None:
-        self._append(record_type, "", "", None, value)
-
-    def flush(self) -> pa.RecordBatch | None:
-        if not self._columns[0]:
-            return None
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(self._columns, ARROW_SCHEMA, strict=True)],
-            schema=ARROW_SCHEMA,
-        )
-        self._columns = [[] for _ in ARROW_SCHEMA]
-        return batch
-
-
-def position_to_offset(
-    position: BinlogPosition, binding: SourceBinding | None = None
-) -> dict[str, Any]:
-    """A source's offset: its position, and the hold (epoch, generation) it was read under."""
-    return {
-        **position_to_json(position),
-        "epoch": binding.epoch if binding else 0,
-        "generation": binding.generation if binding else 0,
-    }
-
-
-def _hold(offset: dict[str, Any]) -> tuple[int, int]:
-    return int(offset.get("epoch", 0)), int(offset.get("generation", 0))
-
-
-def offset_to_position(offset: dict[str, Any]) -> BinlogPosition:
-    return position_from_json(offset)
 
 
 @dataclass(frozen=True)
@@ -242,25 +98,6 @@ class SourceRange(InputPartition):  # type: ignore[misc]
     shards: int = 1
     gate: list[Any] | None = None
     """The history tasks' ``Gate`` as JSON, when any task of the source needs one."""
-
-
-@dataclass(frozen=True)
-class ChunkRange(InputPartition):  # type: ignore[misc]
-    """Read one chunk of a history task (see ``dbus_spark.history``)."""
-
-    config_path: str
-    source: str
-    end: dict[str, Any]
-    """The source's offset of the batch: the hold the chunk was planned under."""
-    chunk: list[Any]
-    """A ``PlannedChunk`` as JSON."""
-    seq: int
-    deployment: str
-    table: str
-    unchunked: bool
-    where: str | None = None
-    deletes: tuple[tuple[str, str], ...] = ()
-    """A repair's (destination, key text) pairs to delete if the read finds no row."""
 
 
 class BinlogDataSource(DataSource):  # type: ignore[misc]
@@ -339,7 +176,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 # A cluster member does not read history yet: its progress would
                 # have to move with the source (ZooKeeper), not stay in this runtime.
                 self._history.consider(reader, self._manifests)
-            if start and name in start and _hold(start[name]) == _hold(offset):
+            if start and name in start and hold(start[name]) == hold(offset):
                 self._history.settle(name, offset_to_position(start[name]))
             chunks = plan_chunks(
                 reader, self._history.active(name), chunk_rows=config.chunk_rows,
@@ -365,7 +202,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         moved = []
         for name, upto in end.items():
             begin = start.get(name)
-            if begin is None or _hold(begin) != _hold(upto):
+            if begin is None or hold(begin) != hold(upto):
                 # Gained (or regained) in a cluster: resume where the last owner
                 # committed, not where this runtime's own checkpoint left off.
                 binding = next((b for b in config.sources if b.spec.name == name), None)
@@ -424,19 +261,19 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def read(self, partition: SourceRange | ChunkRange | ReplayRange) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, ChunkRange):
-            yield from _read_chunk(partition)
+            yield from read_chunk_range(partition)
             return
         if isinstance(partition, ReplayRange):
-            yield from _read_replay(partition)
+            yield from read_replay_range(partition)
             return
         config, stage = worker_stage(partition.config_path)
-        if not config.reads(partition.source, *_hold(partition.end)):
+        if not config.reads(partition.source, *hold(partition.end)):
             # Planned before a cluster moved the source away (or before this runtime
             # lost sight of it): read nothing, so nothing stale reaches the sinks. The
             # batch's position is not committed; whoever holds the source now reads
             # the range from the committed position.
             log.info("dbus_binlog: %s moved away since this batch was planned", partition.source)
-            batcher = _Batcher(partition.source)
+            batcher = Batcher(partition.source)
             batcher.add_stats(StageCounts())
             last = batcher.flush()
             if last is not None:
@@ -448,7 +285,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         reader = worker_reader(binding, binding.reader_replica_id(shard.index))
         counts = StageCounts(started=time.time())
         counts.positions[partition.source] = str(offset_to_position(partition.end))
-        batcher = _Batcher(partition.source)
+        batcher = Batcher(partition.source)
         if binding.epoch:
             batcher.add_hold(binding.epoch)
         gate = Gate.from_json(partition.gate) if partition.gate else None
@@ -469,7 +306,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 elif isinstance(item, SchemaChange) and not shard.index:
                     counts.ddl += 1  # every shard sees it; count it once
         except BaseException:
-            _drop_reader(reader)  # the next attempt starts from a fresh connection
+            drop_reader(reader)  # the next attempt starts from a fresh connection
             raise
         counts.read_seconds = time.monotonic() - began
         batcher.add_stats(counts)
@@ -485,205 +322,6 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             reader.close()
 
 
-@dataclass(frozen=True)
-class ReplayRange(InputPartition):  # type: ignore[misc]
-    """Read a part of a replay: one deployment over retained binlog (``history``)."""
-
-    config_path: str
-    source: str
-    end: dict[str, Any]
-    """The source's offset of the batch: the hold the part was planned under."""
-    deployment: str
-    run: int
-    start: dict[str, Any]
-    stop: dict[str, Any]
-    route: str | None
-    since: float | None
-    until: float | None
-
-
-REPLAY_ROWS = 20_000
-"""Rows a replay reads per micro-batch at most (it stops at the next commit)."""
-
-
-def _read_replay(partition: ReplayRange) -> Iterator[pa.RecordBatch]:
-    """A part of a replay: retained binlog through one deployment only."""
-    return _one_deployment(partition, _replay_part)
-
-
-def _replay_part(
-    partition: ReplayRange,
-    stage: FunctionStage,
-    binding: SourceBinding,
-    batcher: _Batcher,
-    counts: StageCounts,
-) -> Iterator[pa.RecordBatch]:
-    reader = worker_reader(binding, replica_id_for(
-        f"{binding.replica_id}/replay/{partition.deployment}"))  # fmt: skip
-    start, stop = position_from_json(partition.start), position_from_json(partition.stop)
-    route = None if partition.route is None else Destination.parse(partition.route)
-    reached, rows, ended = partition.start, 0, True
-    began = time.monotonic()
-    if not stop.file or not start.file or position_order(start) < position_order(stop):
-        items = reader.read(start, stop=stop)
-        try:
-            for item in items:
-                if type(item) is RowChange:
-                    moment = item.commit_time.timestamp()
-                    if partition.since is not None and moment < partition.since:
-                        continue
-                    if partition.until is not None and moment > partition.until:
-                        break
-                    rows += 1
-                    for record in stage.process_only(partition.deployment, item, counts,
-                                                     route):  # fmt: skip
-                        batch = batcher.add(record)
-                        if batch is not None:
-                            yield batch
-                elif type(item) is TransactionCommit:
-                    reached = position_to_json(item.position)
-                    if rows >= REPLAY_ROWS and (
-                        not stop.file or position_order(item.position) < position_order(stop)
-                    ):
-                        ended = False
-                        break
-        except BaseException:
-            _drop_reader(reader)
-            raise
-        finally:
-            items.close()
-    counts.read_seconds = time.monotonic() - began
-    counts.replays.append({
-        "source": partition.source, "deployment": partition.deployment,
-        "run": partition.run, "start": partition.start, "stop": reached, "rows": rows,
-        "ended": ended,
-    })  # fmt: skip
-
-
-def _read_chunk(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
-    """One history chunk, through its deployment's functions only."""
-    return _one_deployment(partition, _chunk_rows)
-
-
-def _chunk_rows(
-    partition: ChunkRange,
-    stage: FunctionStage,
-    binding: SourceBinding,
-    batcher: _Batcher,
-    counts: StageCounts,
-) -> Iterator[pa.RecordBatch]:
-    reader = worker_reader(binding, binding.replica_id)
-    chunk = PlannedChunk.from_json(partition.chunk)
-    task = HistoryTask(partition.deployment, partition.table, (), False,
-                       unchunked=partition.unchunked)  # fmt: skip
-    began = time.monotonic()
-    position: dict[str, Any] = {}
-    rows = 0
-    found: set[str] = set()
-    read: ChunkRead | None = None
-    try:
-        for item in read_chunk(
-            reader, chunked_of(reader, task), key_from_json(chunk.lower),
-            key_from_json(chunk.upper), where=partition.where,
-        ):  # fmt: skip
-            if type(item) is ChunkRead:
-                position = position_to_json(item.position)
-                read = item
-                continue
-            assert type(item) is RowChange
-            rows += 1
-            if partition.deletes:
-                found.update(stage.sink_keys(item))
-            for record in stage.process_snapshot(partition.deployment, item, counts):
-                batch = batcher.add(record)
-                if batch is not None:
-                    yield batch
-        if read is not None:
-            for record in _repair_deletes(partition, stage, read, found, counts, reader):
-                batch = batcher.add(record)
-                if batch is not None:
-                    yield batch
-    except BaseException:
-        _drop_reader(reader)
-        raise
-    counts.read_seconds = time.monotonic() - began
-    runtime_logger().info(
-        "history: read chunk %s of %s for %s: %d rows at %s in %.3fs",
-        _bounds(chunk), partition.table, partition.deployment, rows,
-        position_from_json(position) if position else "-", counts.read_seconds,
-    )  # fmt: skip
-    counts.chunks.append(
-        ChunkDone(
-            partition.source,
-            chunk.task,
-            chunk.lower,
-            chunk.upper,
-            position,
-            rows,
-            partition.seq,
-            chunk.run,
-            position_to_json(offset_to_position(partition.end)),
-        ).to_json()
-    )
-
-
-def _one_deployment(
-    partition: Any, read: Callable[..., Iterator[pa.RecordBatch]]
-) -> Iterator[pa.RecordBatch]:
-    """A partition read for one deployment, its stage counts last. Planned before the
-    source moved away or the deployment went, it reads nothing and records nothing,
-    so its work is planned again where it is read now."""
-    config, stage = worker_stage(partition.config_path)
-    batcher = _Batcher(partition.source)
-    counts = StageCounts(started=time.time())
-    if config.reads(partition.source, *_hold(partition.end)) and stage.has_deployment(
-        partition.deployment
-    ):
-        binding = config.source(partition.source)
-        if binding.epoch:
-            batcher.add_hold(binding.epoch)
-        yield from read(partition, stage, binding, batcher, counts)
-    batcher.add_stats(counts)
-    last = batcher.flush()
-    if last is not None:
-        yield last
-
-
-def _repair_deletes(
-    partition: ChunkRange,
-    stage: FunctionStage,
-    read: ChunkRead,
-    found: set[str],
-    counts: StageCounts,
-    reader: BinlogReader,
-) -> Iterator[StageRecord]:
-    """Deletes of the keys a repair named that its read did not find, as of its position."""
-    missing = [(d, text) for d, text in partition.deletes if text not in found]
-    if not missing:
-        return
-    chunked = chunked_of(reader, HistoryTask(partition.deployment, partition.table, (), False))
-    info = reader.server_info()
-    database, table = partition.table.split(".", 1)
-    for destination, text in missing:
-        key = key_of_text(text, len(chunked.key))
-        if key is None:
-            continue
-        image = dict(zip(chunked.key, key, strict=True))
-        change = RowChange(
-            source=partition.source, database=database, table=table, op=Operation.DELETE,
-            before=image, after=None, primary_key=chunked.key, position=read.position,
-            commit_time=read.taken, server_id=info.identity,
-        )  # fmt: skip
-        counts.delivered[partition.deployment] += 1
-        yield stage.deletion(partition.deployment, destination, change)
-
-
-def _bounds(chunk: PlannedChunk) -> str:
-    lower, upper = key_from_json(chunk.lower), key_from_json(chunk.upper)
-    low = "-inf" if lower is None else list(lower)
-    return f"({low}, {'+inf' if upper is None else list(upper)}]"
-
-
 def _manifests(config: RuntimeConfig) -> list[Manifest]:
     return [load_manifest(path) for path in config.deployments]
 
@@ -693,8 +331,7 @@ def _same_positions(start: dict[str, Any], end: dict[str, Any]) -> bool:
     if set(start) != set(end):
         return False
     return all(
-        not _moved(start[name], end[name]) and _hold(start[name]) == _hold(end[name])
-        for name in end
+        not _moved(start[name], end[name]) and hold(start[name]) == hold(end[name]) for name in end
     )
 
 

@@ -11,7 +11,8 @@ from test_runtime_config import _config
 
 from dbus_fn.capture import SourceSpec
 from dbus_spark.config import SourceBinding, default_decode_shards
-from dbus_spark.source import SHARD_MIN_BYTES, BinlogSourceReader, worker_reader
+from dbus_spark.source import SHARD_MIN_BYTES, BinlogSourceReader
+from dbus_spark.worker import worker_reader
 
 
 def _offset(pos: int, file: str = "bin.000001") -> dict[str, Any]:

@@ -1,0 +1,260 @@
+"""The history partitions of the ``dbus_binlog`` source: a chunk of a table read for
+one deployment (bootstrap, backfill, repair), and a part of a replay.
+
+Each runs in a Spark Python worker beside the binlog partitions of the same
+micro-batch, through one deployment's functions only (see ``dbus_spark.history``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from dbus_fn.capture import (
+    BinlogReader,
+    ChunkRead,
+    key_from_json,
+    position_from_json,
+    position_to_json,
+    read_chunk,
+    replica_id_for,
+)
+from dbus_fn.events import Operation, RowChange, TransactionCommit
+from dbus_fn.manifest import Destination
+from dbus_spark.config import SourceBinding
+from dbus_spark.history.gate import position_order
+from dbus_spark.history.queries import chunked_of, key_of_text
+from dbus_spark.history.tasks import ChunkDone, HistoryTask, PlannedChunk
+from dbus_spark.logs import runtime_logger
+from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
+from dbus_spark.worker import (
+    Batcher,
+    drop_reader,
+    hold,
+    offset_to_position,
+    worker_reader,
+    worker_stage,
+)
+
+
+@dataclass(frozen=True)
+class ChunkRange(InputPartition):  # type: ignore[misc]
+    """Read one chunk of a history task (see ``dbus_spark.history``)."""
+
+    config_path: str
+    source: str
+    end: dict[str, Any]
+    """The source's offset of the batch: the hold the chunk was planned under."""
+    chunk: list[Any]
+    """A ``PlannedChunk`` as JSON."""
+    seq: int
+    deployment: str
+    table: str
+    unchunked: bool
+    where: str | None = None
+    deletes: tuple[tuple[str, str], ...] = ()
+    """A repair's (destination, key text) pairs to delete if the read finds no row."""
+
+
+@dataclass(frozen=True)
+class ReplayRange(InputPartition):  # type: ignore[misc]
+    """Read a part of a replay: one deployment over retained binlog (``history``)."""
+
+    config_path: str
+    source: str
+    end: dict[str, Any]
+    """The source's offset of the batch: the hold the part was planned under."""
+    deployment: str
+    run: int
+    start: dict[str, Any]
+    stop: dict[str, Any]
+    route: str | None
+    since: float | None
+    until: float | None
+
+
+REPLAY_ROWS = 20_000
+"""Rows a replay reads per micro-batch at most (it stops at the next commit)."""
+
+
+def read_replay_range(partition: ReplayRange) -> Iterator[pa.RecordBatch]:
+    """A part of a replay: retained binlog through one deployment only."""
+    return _one_deployment(partition, _replay_part)
+
+
+def _replay_part(
+    partition: ReplayRange,
+    stage: FunctionStage,
+    binding: SourceBinding,
+    batcher: Batcher,
+    counts: StageCounts,
+) -> Iterator[pa.RecordBatch]:
+    reader = worker_reader(binding, replica_id_for(
+        f"{binding.replica_id}/replay/{partition.deployment}"))  # fmt: skip
+    start, stop = position_from_json(partition.start), position_from_json(partition.stop)
+    route = None if partition.route is None else Destination.parse(partition.route)
+    reached, rows, ended = partition.start, 0, True
+    began = time.monotonic()
+    if not stop.file or not start.file or position_order(start) < position_order(stop):
+        items = reader.read(start, stop=stop)
+        try:
+            for item in items:
+                if type(item) is RowChange:
+                    moment = item.commit_time.timestamp()
+                    if partition.since is not None and moment < partition.since:
+                        continue
+                    if partition.until is not None and moment > partition.until:
+                        break
+                    rows += 1
+                    for record in stage.process_only(partition.deployment, item, counts,
+                                                     route):  # fmt: skip
+                        batch = batcher.add(record)
+                        if batch is not None:
+                            yield batch
+                elif type(item) is TransactionCommit:
+                    reached = position_to_json(item.position)
+                    if rows >= REPLAY_ROWS and (
+                        not stop.file or position_order(item.position) < position_order(stop)
+                    ):
+                        ended = False
+                        break
+        except BaseException:
+            drop_reader(reader)
+            raise
+        finally:
+            items.close()
+    counts.read_seconds = time.monotonic() - began
+    counts.replays.append({
+        "source": partition.source, "deployment": partition.deployment,
+        "run": partition.run, "start": partition.start, "stop": reached, "rows": rows,
+        "ended": ended,
+    })  # fmt: skip
+
+
+def read_chunk_range(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
+    """One history chunk, through its deployment's functions only."""
+    return _one_deployment(partition, _chunk_rows)
+
+
+def _chunk_rows(
+    partition: ChunkRange,
+    stage: FunctionStage,
+    binding: SourceBinding,
+    batcher: Batcher,
+    counts: StageCounts,
+) -> Iterator[pa.RecordBatch]:
+    reader = worker_reader(binding, binding.replica_id)
+    chunk = PlannedChunk.from_json(partition.chunk)
+    task = HistoryTask(partition.deployment, partition.table, (), False,
+                       unchunked=partition.unchunked)  # fmt: skip
+    began = time.monotonic()
+    position: dict[str, Any] = {}
+    rows = 0
+    found: set[str] = set()
+    read: ChunkRead | None = None
+    try:
+        for item in read_chunk(
+            reader, chunked_of(reader, task), key_from_json(chunk.lower),
+            key_from_json(chunk.upper), where=partition.where,
+        ):  # fmt: skip
+            if type(item) is ChunkRead:
+                position = position_to_json(item.position)
+                read = item
+                continue
+            assert type(item) is RowChange
+            rows += 1
+            if partition.deletes:
+                found.update(stage.sink_keys(item))
+            for record in stage.process_snapshot(partition.deployment, item, counts):
+                batch = batcher.add(record)
+                if batch is not None:
+                    yield batch
+        if read is not None:
+            for record in _repair_deletes(partition, stage, read, found, counts, reader):
+                batch = batcher.add(record)
+                if batch is not None:
+                    yield batch
+    except BaseException:
+        drop_reader(reader)
+        raise
+    counts.read_seconds = time.monotonic() - began
+    runtime_logger().info(
+        "history: read chunk %s of %s for %s: %d rows at %s in %.3fs",
+        _bounds(chunk), partition.table, partition.deployment, rows,
+        position_from_json(position) if position else "-", counts.read_seconds,
+    )  # fmt: skip
+    counts.chunks.append(
+        ChunkDone(
+            partition.source,
+            chunk.task,
+            chunk.lower,
+            chunk.upper,
+            position,
+            rows,
+            partition.seq,
+            chunk.run,
+            position_to_json(offset_to_position(partition.end)),
+        ).to_json()
+    )
+
+
+def _one_deployment(
+    partition: Any, read: Callable[..., Iterator[pa.RecordBatch]]
+) -> Iterator[pa.RecordBatch]:
+    """A partition read for one deployment, its stage counts last. Planned before the
+    source moved away or the deployment went, it reads nothing and records nothing,
+    so its work is planned again where it is read now."""
+    config, stage = worker_stage(partition.config_path)
+    batcher = Batcher(partition.source)
+    counts = StageCounts(started=time.time())
+    if config.reads(partition.source, *hold(partition.end)) and stage.has_deployment(
+        partition.deployment
+    ):
+        binding = config.source(partition.source)
+        if binding.epoch:
+            batcher.add_hold(binding.epoch)
+        yield from read(partition, stage, binding, batcher, counts)
+    batcher.add_stats(counts)
+    last = batcher.flush()
+    if last is not None:
+        yield last
+
+
+def _repair_deletes(
+    partition: ChunkRange,
+    stage: FunctionStage,
+    read: ChunkRead,
+    found: set[str],
+    counts: StageCounts,
+    reader: BinlogReader,
+) -> Iterator[StageRecord]:
+    """Deletes of the keys a repair named that its read did not find, as of its position."""
+    missing = [(d, text) for d, text in partition.deletes if text not in found]
+    if not missing:
+        return
+    chunked = chunked_of(reader, HistoryTask(partition.deployment, partition.table, (), False))
+    info = reader.server_info()
+    database, table = partition.table.split(".", 1)
+    for destination, text in missing:
+        key = key_of_text(text, len(chunked.key))
+        if key is None:
+            continue
+        image = dict(zip(chunked.key, key, strict=True))
+        change = RowChange(
+            source=partition.source, database=database, table=table, op=Operation.DELETE,
+            before=image, after=None, primary_key=chunked.key, position=read.position,
+            commit_time=read.taken, server_id=info.identity,
+        )  # fmt: skip
+        counts.delivered[partition.deployment] += 1
+        yield stage.deletion(partition.deployment, destination, change)
+
+
+def _bounds(chunk: PlannedChunk) -> str:
+    lower, upper = key_from_json(chunk.lower), key_from_json(chunk.upper)
+    low = "-inf" if lower is None else list(lower)
+    return f"({low}, {'+inf' if upper is None else list(upper)}]"
