@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from elasticsearch import Elasticsearch
-from support import kafka_consumer
+from support import kafka_consumer, wait_for
 
 from dbus_fn.kafka_binding import from_kafka_message
 
@@ -227,3 +228,49 @@ def chunk_thresholds(store_file: Any, source: str, task: str) -> Callable[[int],
         return sinces[bisect.bisect_left(uppers, key)]
 
     return since_of
+
+
+CHUNK_READ = re.compile(r"history: read chunk ")
+
+
+def chunk_reads(runtime: Any) -> int:
+    """How many chunk reads the runs of a ``RuntimeProcess`` logged."""
+    return sum(len(CHUNK_READ.findall(run.log.read_text(errors="replace")))
+               for run in runtime.runs)  # fmt: skip
+
+
+def wait_sinks_equal_table(
+    connection: Any, topic: TopicState, elasticsearch: str, index: str, alive: Callable[[], bool]
+) -> None:
+    """Once the writes stopped: wait until the index and the topic's last value per key
+    equal what the catalog functions make of the table."""
+    want = expected(connection)
+
+    def converged() -> bool:
+        topic.poll(1)
+        return index_contents(elasticsearch, index) == want and topic.contents() == want
+
+    try:
+        wait_for(converged, 180, "Kafka and Elasticsearch to equal the table", every=0.5,
+                 alive=alive)  # fmt: skip
+    except AssertionError as exc:
+        found = {"Elasticsearch": index_contents(elasticsearch, index), "Kafka": topic.contents()}
+        raise AssertionError(f"{exc}; " + "; ".join(
+            f"{sink}: missing {sorted(set(want) - set(held))[:10]}, extra "
+            f"{sorted(set(held) - set(want))[:10]}, differing "
+            f"{sorted(k for k in set(want) & set(held) if want[k] != held[k])[:10]}"
+            for sink, held in found.items()
+        ) + "; Kafka's last messages of the first extra keys: " + "; ".join(
+            f"{k}: {topic.history.get(k, [])[-6:]}"
+            for k in sorted(set(found["Kafka"]) - set(want))[:3]
+        )) from None  # fmt: skip
+
+
+def catalog_folder(folder: Any, table: str, topic: str, index: str) -> Any:
+    """The catalog deployment (``CATALOG``) over ``table`` as an author writes it."""
+    folder.mkdir()
+    (folder / "catalog.py").write_text(CATALOG.format(table=table, topic=topic, index=index))
+    (folder / "dbus.toml").write_text(
+        f'name = "catalog"\nversion = "1.0.0"\nmodule = "catalog.py"\ntables = ["{table}"]\n'
+    )
+    return folder

@@ -440,6 +440,7 @@ class RuntimeProcess:
         env: Mapping[str, str],
         master: str = "local[1]",
         start: str = "earliest",
+        options: Sequence[str] = (),
     ) -> RuntimeProcess:
         """A cluster member: ZooKeeper gives its sources and functions; ``env`` holds
         what the sources' ``dsn_env`` variables name. Its checkpoint and logs go in
@@ -457,6 +458,7 @@ class RuntimeProcess:
                 "--checkpoint", str(folder / "checkpoint"),
                 "--from", start,
                 "--master", master,
+                *options,
             ],
             folder / "logs",
             folder / "checkpoint",

@@ -4,7 +4,6 @@ each run goes on from the last committed chunk, and the sinks end equal to the t
 from __future__ import annotations
 
 import random
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -12,13 +11,13 @@ from typing import Any
 import pytest
 from convergence import RuntimeProcess
 from history_support import (
-    CATALOG,
     Churn,
     TopicState,
+    catalog_folder,
+    chunk_reads,
     chunk_thresholds,
     create_products,
-    expected,
-    index_contents,
+    wait_sinks_equal_table,
 )
 from support import wait_for
 
@@ -30,7 +29,6 @@ ROWS = 24_000
 CHUNK_ROWS = 300
 KILLS = 3
 CHUNKS_PER_BATCH = 2  # local[2]: one chunk task per core
-READ = re.compile(r"history: read chunk ")
 
 
 def test_a_bootstrap_killed_mid_way_resumes_from_its_last_chunk_and_ends_equal(
@@ -45,13 +43,7 @@ def test_a_bootstrap_killed_mid_way_resumes_from_its_last_chunk_and_ends_equal(
     connection = fresh_database.connect()
     create_products(connection, ROWS)
     table = f"{fresh_database.name}.products"
-    folder = tmp_path / "catalog"
-    folder.mkdir()
-    (folder / "catalog.py").write_text(CATALOG.format(table=table, topic=kafka_topic,
-                                                      index=es_index))  # fmt: skip
-    (folder / "dbus.toml").write_text(
-        f'name = "catalog"\nversion = "1.0.0"\nmodule = "catalog.py"\ntables = ["{table}"]\n'
-    )
+    folder = catalog_folder(tmp_path / "catalog", table, kafka_topic, es_index)
     checkpoint = tmp_path / "checkpoint"
     runtime = RuntimeProcess.for_runtime(
         source_dsn=fresh_database.endpoint.dsn,
@@ -90,24 +82,15 @@ def test_a_bootstrap_killed_mid_way_resumes_from_its_last_chunk_and_ends_equal(
         time.sleep(2)
         churn.stopped.set()
         churn.join()
-        want = expected(connection)
-
-        def converged() -> bool:
-            topic.poll(1)
-            return (
-                index_contents(elasticsearch_service.url, es_index) == want
-                and topic.contents() == want
-            )
-
-        wait_for(converged, 180, "Kafka and Elasticsearch to equal the table", every=0.5,
-                 alive=runtime.alive)  # fmt: skip
+        wait_sinks_equal_table(connection, topic, elasticsearch_service.url, es_index,
+                               runtime.alive)  # fmt: skip
         assert runtime.stop() == 0, runtime.tail()
     finally:
         churn.stopped.set()
         topic.close()
         runtime.stop()
     total = task().chunks
-    reads = sum(len(READ.findall(run.log.read_text(errors="replace"))) for run in runtime.runs)
+    reads = chunk_reads(runtime)
     print(f"chunks: {total}; read: {reads}; committed at each kill: {done_at_kill}")
     # Progress only grew from kill to kill, and no run started over: each kill costs
     # at most the chunks of the batch it interrupted.

@@ -88,10 +88,28 @@ _OPTIONS = (
 )
 
 
+_OPTIONAL_CLUSTER = env_option(
+    "--cluster",
+    env="DBUS_CLUSTER",
+    default=None,
+    help="Ask this cluster's runtimes, through ZooKeeper, instead of the runtime at "
+    "--checkpoint.",
+)
+
+
 def zookeeper_options(command: F) -> F:
     """Add --zookeeper, --cluster, --zk-auth and --zk-timeout (each with its DBUS_*
     variable); the command receives them as one ``zk: ZooKeeperOptions``."""
+    return _with_zookeeper(command, _OPTIONS)
 
+
+def cluster_or_local_options(command: F) -> F:
+    """As ``zookeeper_options``, for a command that talks to a local runtime unless
+    --cluster (or DBUS_CLUSTER) names a cluster: ``zk`` is None then."""
+    return _with_zookeeper(command, (_OPTIONS[0], _OPTIONAL_CLUSTER, *_OPTIONS[2:]))
+
+
+def _with_zookeeper(command: F, options: tuple[Any, ...]) -> F:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         zk = ZooKeeperOptions(
@@ -100,10 +118,10 @@ def zookeeper_options(command: F) -> F:
             kwargs.pop("zk_auth"),
             kwargs.pop("zk_timeout"),
         )
-        return command(*args, zk=zk, **kwargs)
+        return command(*args, zk=zk if zk.cluster else None, **kwargs)
 
     decorated: Any = wrapper
-    for option in reversed(_OPTIONS):
+    for option in reversed(options):
         decorated = option(decorated)
     return cast(F, decorated)
 

@@ -26,7 +26,7 @@ import click
 from dbus_fn.cli._errors import CommandError, dbus_fn_requirement
 from dbus_fn.cli._options import FROM, env_option, start_point
 from dbus_fn.cli._output import check_output, output_file
-from dbus_fn.cli.cluster import ZooKeeperOptions, zookeeper_options
+from dbus_fn.cli.cluster import ZooKeeperOptions, cluster_or_local_options, zookeeper_options
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.emulator import EmulatedRecord, Emulator, read_event_file
 from dbus_fn.errors import EventFormatError
@@ -449,20 +449,28 @@ _CHECKPOINT_HELP = (
     show_default=True,
     help="Show the progress until the last chunk is read.",
 )
+@cluster_or_local_options
 def backfill(
-    name: str, tables: tuple[str, ...], where: str | None, checkpoint: str | None, wait: bool
+    name: str,
+    tables: tuple[str, ...],
+    where: str | None,
+    checkpoint: str | None,
+    wait: bool,
+    zk: ZooKeeperOptions | None,
 ) -> None:
     """Send deployment NAME its tables' current rows again, while it runs.
 
     The running runtime reads the tables in chunks, as the deployment's bootstrap
     does (see docs/history.md): the rows reach only this deployment, as snapshot
-    rows, merged per key with the live stream. Exit 2 for an unknown deployment or
-    table, a --where that is not a condition on the table, or a backfill of the
-    same table already running; exit 3 when no runtime answers.
+    rows, merged per key with the live stream. In a cluster (--cluster), the
+    request goes through ZooKeeper to the runtime owning each source. Exit 2 for an
+    unknown deployment or table, a --where that is not a condition on the table, or
+    a backfill of the same table already running; exit 3 when no runtime answers.
     """
     from dbus_spark.history.follow import backfill as request_backfill
 
-    request_backfill(name, tables, where, checkpoint=checkpoint, wait=wait)
+    request_backfill(name, tables, where, checkpoint=checkpoint, wait=wait,
+                     cluster=zk.settings() if zk else None)  # fmt: skip
 
 
 @fn.command("verify")
@@ -522,6 +530,7 @@ def verify(name: str, tables: tuple[str, ...], repair: bool, checkpoint: str | N
 @click.option(
     "--wait/--no-wait", default=True, show_default=True, help="Show the progress to the end."
 )
+@cluster_or_local_options
 def replay(
     name: str,
     start: str,
@@ -530,6 +539,7 @@ def replay(
     source: str | None,
     checkpoint: str | None,
     wait: bool,
+    zk: ZooKeeperOptions | None,
 ) -> None:
     """Run deployment NAME's current version again over retained binlog, while it runs.
 
@@ -541,8 +551,9 @@ def replay(
     from dbus_spark.history.follow import replay as request_replay
 
     request_replay(
-        name, start, end, route=route, source=source, checkpoint=checkpoint, wait=wait
-    )
+        name, start, end, route=route, source=source, checkpoint=checkpoint, wait=wait,
+        cluster=zk.settings() if zk else None,
+    )  # fmt: skip
 
 
 _SINCE = click.option(

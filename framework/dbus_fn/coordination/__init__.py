@@ -27,6 +27,7 @@ from dbus_fn.coordination._coordinator import Coordinator
 from dbus_fn.coordination._hold import HoldCheck
 from dbus_fn.coordination._lag import binlog_lag, bytes_behind
 from dbus_fn.coordination._layout import ClusterLayout
+from dbus_fn.coordination._plans import PlanLog, read_plans
 from dbus_fn.coordination._registry import (
     ActiveFunction,
     DeployResult,
@@ -34,6 +35,7 @@ from dbus_fn.coordination._registry import (
     FunctionSummary,
     VersionInfo,
 )
+from dbus_fn.coordination._requests import PostedRequest, RequestBox
 from dbus_fn.coordination._sources import SourceReference, SourceRegistry
 from dbus_fn.coordination._state import CommitOutcome, CommittedPosition, Ownership, SessionState
 from dbus_fn.coordination._status import (
@@ -42,6 +44,7 @@ from dbus_fn.coordination._status import (
     RuntimeStatus,
     SourceStatus,
     cluster_status,
+    history_progress,
 )
 from dbus_fn.coordination._watcher import ActiveSet, FunctionWatcher
 
@@ -61,7 +64,10 @@ __all__ = [
     "HoldCheck",
     "LagProbe",
     "Ownership",
+    "PlanLog",
+    "PostedRequest",
     "Quota",
+    "RequestBox",
     "RuntimeStatus",
     "SessionState",
     "SourceReference",
@@ -80,8 +86,10 @@ __all__ = [
     "content_hash",
     "default_cache_dir",
     "ensure_cluster",
+    "history_progress",
     "materialize",
     "moved_sources",
     "quotas",
+    "read_plans",
     "require_cluster",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kazoo.exceptions import (
     ConnectionLoss,
     NoAuthError,
@@ -46,10 +48,19 @@ class Commits(CoordinatorState):
             epoch=int(data.get("epoch", 0)),
             runtime=str(data.get("runtime", "")),
             committed=str(data.get("committed", "")),
+            history=data.get("history"),
         )
 
-    def commit_position(self, source: str, position: BinlogPosition, epoch: int) -> CommitOutcome:
-        """Commit ``position`` for ``source``, owned at ``epoch``.
+    def commit_position(
+        self,
+        source: str,
+        position: BinlogPosition,
+        epoch: int,
+        history: dict[str, Any] | None = None,
+    ) -> CommitOutcome:
+        """Commit ``position`` for ``source``, owned at ``epoch``, with ``history``
+        (the runtime's history progress of the source, at least as new as the
+        position; a held commit is written with the newest given).
 
         "committed": written. "held": ZooKeeper is unreachable; kept in memory
         (newest per source) and written when the session returns, if this
@@ -60,6 +71,8 @@ class Commits(CoordinatorState):
             own = self._owned.get(source)
             if own is None or own.epoch != epoch:
                 raise self._fenced(source, epoch, "it does not own the source at that epoch")
+            if history is not None:
+                self._histories[source] = history
             if not self._usable():
                 self._pending[source] = (position, epoch)
                 self._wake.set()
@@ -86,12 +99,15 @@ class Commits(CoordinatorState):
         from dbus_fn.capture import position_to_json
 
         source = own.source
+        with self._lock:
+            history = self._histories.get(source)
         data = dump(
             {
                 "position": position_to_json(position),
                 "epoch": own.epoch,
                 "runtime": self.runtime_id,
                 "committed": utc_timestamp(),
+                **({"history": history} if history is not None else {}),
             }
         )
         for _ in range(3):

@@ -254,6 +254,7 @@ class Coordinator(Commits, Leadership):
                 dropped = sorted(self._owned)
                 self._owned.clear()
                 self._pending.clear()
+                self._histories.clear()
                 self._position_versions.clear()
                 self._replica_ids.clear()
                 self._registered = False

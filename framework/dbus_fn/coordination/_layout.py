@@ -16,9 +16,16 @@ ZooKeeper address may carry a chroot too: ``127.0.0.1:2181/team-a``)::
       assignments                           {"epoch", "leader", "term"}  bumped per decision
         <source>                            {"runtime", "epoch", "handoff"}; released:
                                             {"runtime": "", "epoch", "handoff", "released"}
-      positions/<source>                    {"position", "epoch", "runtime", "committed"}
+      positions/<source>                    {"position", "epoch", "runtime", "committed",
+                                             "history"}
       server_ids/<id>                       ephemeral {"runtime", "source"}: a claimed
                                             replication server id
+      plans/<source>                        {"runtime", "epoch", "plans"}: the history reads
+                                            its owner planned and may have sent, not
+                                            yet committed with a position
+      requests/<id>                         {"body", "sources", "posted"}: a history
+                                            command (backfill, replay) for the sources
+        <source>                            the answer of the source's owner
 
 Names are plain data (a function, source or runtime name); secrets are never a
 name or a value anywhere in the tree.
@@ -133,6 +140,19 @@ class ClusterLayout:
 
     def replica_id(self, replica_id: int) -> str:
         return self._join("server_ids", str(replica_id))
+
+    def plans(self, source: str) -> str:
+        return self._join("plans", source)
+
+    @property
+    def requests(self) -> str:
+        return self._join("requests")
+
+    def request(self, request_id: str) -> str:
+        return self._join("requests", request_id)
+
+    def answer(self, request_id: str, source: str) -> str:
+        return self._join("requests", request_id, source)
 
     @property
     def containers(self) -> tuple[str, ...]:

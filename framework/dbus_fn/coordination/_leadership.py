@@ -277,6 +277,7 @@ class Leadership(CoordinatorState):
             lost = sorted(set(self._owned) - set(owned))
             for source in lost:
                 self._pending.pop(source, None)
+                self._histories.pop(source, None)
                 self._position_versions.pop(source, None)
             self._position_versions.update(positions)
             self._owned = owned

@@ -46,6 +46,9 @@ class CommittedPosition:
     epoch: int
     runtime: str
     committed: str
+    history: dict[str, Any] | None = None
+    """The runtime's history progress for the source (chunks read, per deployment and
+    table), committed with the position: it moves with the source."""
 
 
 class CoordinatorState:
@@ -97,6 +100,7 @@ class CoordinatorState:
         self._owned: dict[str, Ownership] = {}
         self._position_versions: dict[str, int | None] = {}
         self._pending: dict[str, tuple[BinlogPosition, int]] = {}
+        self._histories: dict[str, dict[str, Any]] = {}
         self._replica_ids: dict[str, int] = {}
         self._registered = False
         self._election_node: str | None = None

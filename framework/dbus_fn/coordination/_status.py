@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import calendar
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient
@@ -46,6 +46,9 @@ class SourceStatus:
     """The handoff of the assignment: of its owner, or of the owner it was released from."""
     handoff_left: float | None = None
     """Seconds of a released source's handoff still to go, by this machine's clock."""
+    history: dict[str, str] = field(default_factory=dict)
+    """Per history task (``deployment:table``, ``deployment:replay``), how far it got
+    as committed with the position: rows and chunks read, or done."""
 
     def owner_text(self) -> str:
         if self.released is not None:
@@ -103,9 +106,33 @@ class ClusterStatus:
             elif s.lag_problem:
                 lag = f"  lag unknown ({s.lag_problem})"
             out.append(f"  {s.name}  {owner}  position {where}{gone}{lag}")
+            out += [f"    history {task}: {text}" for task, text in sorted(s.history.items())]
         out.append(f"functions ({len(self.functions)}):")
         out += [f"  {name} {version}" for name, version in sorted(self.functions.items())]
         return out
+
+
+def history_progress(section: dict[str, Any]) -> dict[str, str]:
+    """Per task of a committed history section, its progress as one phrase."""
+    out = {}
+    for task in section.get("tasks", []):
+        chunks, rows = len(task.get("done", [])), int(task.get("rows", 0))
+        estimate = int(task.get("estimated_rows", 0))
+        of = f"/~{estimate}" if estimate and not task.get("finished") else ""
+        state = "done" if task.get("finished") else "reading"
+        first = int(task.get("run", 1)) == 1 and not task.get("where")
+        kind = (
+            "repair" if task.get("repair")
+            else "bootstrap" if task.get("bootstrap", first)
+            else "backfill"
+        )  # fmt: skip
+        out[f"{task['deployment']}:{task['table']}"] = (
+            f"{kind} {state}, {rows}{of} rows in {chunks} chunks"
+        )
+    for replay in section.get("replays", []):
+        state = "done" if replay.get("finished") else "running"
+        out[f"{replay['deployment']}:replay"] = f"replay {state}, {int(replay.get('rows', 0))} rows"
+    return out
 
 
 def _data(client: KazooClient, path: str) -> dict[str, Any]:
@@ -205,6 +232,7 @@ def cluster_status(
                 released=released,
                 handoff=handoff,
                 handoff_left=_left(released, handoff),
+                history=history_progress(position.get("history") or {}),
             )
         )
     functions = {

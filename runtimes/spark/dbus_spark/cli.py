@@ -87,8 +87,9 @@ def runtime() -> None:
     default=DEFAULT_CHUNK_ROWS,
     show_default=True,
     env="DBUS_CHUNK_ROWS",
-    help="Rows per chunk when a deployment's history is read from its tables (its "
-    "bootstrap or a backfill); chunks are read in parallel, a few per micro-batch.",
+    help="Rows per chunk at most when a deployment's history is read from its tables "
+    "(its bootstrap or a backfill); chunks are sized to be read in under a second, "
+    "and read in parallel, a few per micro-batch.",
 )
 @env_option(
     "--master",

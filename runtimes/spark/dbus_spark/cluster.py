@@ -6,7 +6,8 @@ function versions) into the runtime's private configuration file, which the
 binlog source and the function stage re-read at their next micro-batch: a
 deploy, a rollback or a moved source takes effect at a batch boundary, with no
 restart. A progress listener commits each finished batch's end positions to
-ZooKeeper, fenced by the epoch the batch read them under.
+ZooKeeper, fenced by the epoch the batch read them under, with the source's
+history progress (``dbus_spark.history``), which so moves with the source.
 
 Its Kafka writes are fenced too (``WriteFencing``; ``dbus_spark.sinks.kafka``
 explains how): the member advertises a ``handoff`` time, and the leader gives a
@@ -19,6 +20,7 @@ import json
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -27,9 +29,18 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQueryListener
 
 from dbus_fn.capture import BinlogReader
-from dbus_fn.coordination import Coordinator, FunctionWatcher, ZooKeeperSettings
+from dbus_fn.coordination import (
+    Coordinator,
+    FunctionWatcher,
+    RequestBox,
+    ZooKeeperSettings,
+    read_plans,
+)
 from dbus_fn.errors import DbusError, FencedError
 from dbus_spark.config import RuntimeConfig, SourceBinding, WriteFencing, default_decode_shards
+from dbus_spark.history import HistoryStore, store_path
+from dbus_spark.history.plans import open_plans
+from dbus_spark.history.requests import forward
 from dbus_spark.sinks.kafka import abort_scan_seconds
 from dbus_spark.worker import offset_to_position
 
@@ -81,6 +92,7 @@ class ClusterMember:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._history = HistoryStore(store_path(base.checkpoint_dir))
 
     def start(self) -> RuntimeConfig:
         """Join (one-line errors if ZooKeeper or the cluster is missing); write the
@@ -111,6 +123,7 @@ class ClusterMember:
         while not self._stop.wait(REFRESH_SECONDS):
             try:
                 self.refresh()
+                self.take_requests()
             except DbusError as exc:
                 log.warning("cluster: %s", exc)
             except Exception:  # the loop must outlive one bad refresh
@@ -154,15 +167,41 @@ class ClusterMember:
                 )
             return config
 
+    def take_requests(self) -> None:
+        """Carry the cluster's history requests (`dbus fn backfill`, `replay`) for the
+        sources this runtime owns to its driver, and its answers back."""
+        with self._lock:
+            owned = set(self._bindings)
+        if not owned:
+            return
+        box = RequestBox(self.coordinator.client, self.coordinator.settings)
+        for request in box.open():
+            for source in set(request.sources) & owned - request.answered:
+                reply = forward(self.checkpoint_dir, request.body, request.id, source)
+                if reply is not None:
+                    box.answer(request.id, source, reply)
+
     def _acquire(self, source: str, epoch: int) -> SourceBinding:
         """A source newly owned at ``epoch``: resume from its committed position."""
         spec = self.coordinator.sources.get(source).spec()
         replica_id = self.coordinator.replica_id(source)
         shard_ids = tuple(self.coordinator.replica_id(source, i) for i in range(1, self._shards))
         committed = self.coordinator.committed_position(source)
+        # The history progress committed with the position moves with the source: a
+        # bootstrap half done by the last owner goes on from its last chunk here. A
+        # source never committed starts afresh; read from a given position, the
+        # binlog is its history (see ``HistoryStore.consider``).
+        history: dict[str, Any] = {}
         if committed is not None:
             begin = committed.position
+            history = dict(committed.history or {})
+            # What the last owner planned after that and may have sent: read again
+            # first, as it was planned (see ``dbus_spark.history.plans``).
+            history["plans"] = open_plans(
+                read_plans(self.coordinator.client, self.coordinator.settings, source), history
+            )
         else:
+            history = {"from_binlog": True} if self._start != "latest" else {}
             reader = BinlogReader(spec, replica_id=replica_id)
             try:
                 begin = reader.resolve_start(self._start)
@@ -180,6 +219,8 @@ class ClusterMember:
             epoch=epoch,
             generation=self._generations,
             shard_replica_ids=shard_ids,
+            history=history,
+            taken=f"{self.coordinator.runtime_id}/{uuid.uuid4().hex}",
         )
 
     def commit(self, end_offsets: Mapping[str, Any]) -> None:
@@ -190,14 +231,25 @@ class ClusterMember:
         since taken it up again from its committed position.
         """
         with self._lock:
-            generations = {name: b.generation for name, b in self._bindings.items()}
+            bindings = dict(self._bindings)
+        self._history.reload()
         for source, offset in end_offsets.items():
             epoch = int(offset.get("epoch", 0))
-            if generations.get(source) != int(offset.get("generation", 0)):
+            binding = bindings.get(source)
+            if binding is None or binding.generation != int(offset.get("generation", 0)):
                 log.info("cluster: not committing %s, read under an earlier hold of it", source)
                 continue
+            # The history file is written before Spark records a batch, so it is at
+            # least as new as this position: a chunk it has is in the sinks.
+            history = (
+                self._history.section(source)
+                if self._history.adopted(source) == binding.taken
+                else binding.history
+            )
             try:
-                self.coordinator.commit_position(source, offset_to_position(offset), epoch)
+                self.coordinator.commit_position(
+                    source, offset_to_position(offset), epoch, dict(history or {})
+                )
             except FencedError as exc:
                 # Another runtime owns it now; it resumes from the last commit.
                 log.warning("cluster: %s", exc)

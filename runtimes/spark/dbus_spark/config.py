@@ -44,6 +44,12 @@ class SourceBinding:
     shard_replica_ids: tuple[int, ...] = ()
     """Server ids of the extra connections of key shards 1, 2, ... as claimed in a
     cluster; a shard past them (or any, alone) derives its id from ``replica_id``."""
+    history: Mapping[str, Any] | None = None
+    """In a cluster, the source's history progress as its last owner committed it
+    with ``start`` (``HistoryStore.section``): the driver takes it over once per
+    ``taken``. None alone: the runtime's own history file is the truth."""
+    taken: str = ""
+    """Which gain of the source this is (unique per acquisition)."""
 
     def reader_replica_id(self, shard: int) -> int:
         """The replication server id of key shard ``shard``'s connection."""
@@ -196,6 +202,8 @@ def _binding_to_json(binding: SourceBinding) -> dict[str, Any]:
         "epoch": binding.epoch,
         "generation": binding.generation,
         "shard_replica_ids": list(binding.shard_replica_ids),
+        "history": None if binding.history is None else dict(binding.history),
+        "taken": binding.taken,
     }
 
 
@@ -207,6 +215,8 @@ def _binding_from_json(data: Mapping[str, Any]) -> SourceBinding:
         epoch=int(data.get("epoch", 0)),
         generation=int(data.get("generation", 0)),
         shard_replica_ids=tuple(int(i) for i in data.get("shard_replica_ids", ())),
+        history=data.get("history"),
+        taken=str(data.get("taken", "")),
     )
 
 

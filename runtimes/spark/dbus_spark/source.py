@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from kazoo.exceptions import KazooException
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
@@ -43,7 +44,11 @@ from pyspark.sql.types import StructType
 from dbus_fn.capture import (
     BinlogReader,
     Shard,
+    position_from_json,
+    position_to_json,
 )
+from dbus_fn.coordination import PlanLog
+from dbus_fn.errors import DbusError
 from dbus_fn.events import (
     BinlogPosition,
     RowChange,
@@ -51,7 +56,7 @@ from dbus_fn.events import (
     TransactionCommit,
 )
 from dbus_fn.manifest import Manifest, load_manifest
-from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
+from dbus_spark.config import RuntimeConfig, SourceBinding, WriteFencing, load_config
 from dbus_spark.history import (
     Gate,
     HistoryStore,
@@ -65,6 +70,7 @@ from dbus_spark.history.partitions import (
     read_chunk_range,
     read_replay_range,
 )
+from dbus_spark.history.plans import open_plans
 from dbus_spark.history.requests import take_requests
 from dbus_spark.stage import StageCounts
 from dbus_spark.worker import (
@@ -96,7 +102,7 @@ class SourceRange(InputPartition):  # type: ignore[misc]
     end: dict[str, Any]
     shard: int = 0
     shards: int = 1
-    gate: list[Any] | None = None
+    gate: dict[str, Any] | None = None
     """The history tasks' ``Gate`` as JSON, when any task of the source needs one."""
 
 
@@ -131,6 +137,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         self._readers: dict[str, BinlogReader] = {}
         self._history = HistoryStore(store_path(self._config.checkpoint_dir))
         self._manifests = _manifests(self._config)
+        self._plan_log: PlanLog | None = None
 
     def _current(self) -> RuntimeConfig:
         """The configuration as the runtime last wrote it (sources come and go in a cluster)."""
@@ -162,26 +169,39 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
     ) -> dict[str, Any]:
         config = self._current()
         self._history.reload()
-        if config.fencing is None:
-            take_requests(
-                config.checkpoint_dir, self._history,
-                {b.spec.name: self._reader(b) for b in config.sources}, self._manifests,
-            )  # fmt: skip
+        for binding in config.sources:
+            if binding.history is not None:  # a source a cluster member gained
+                self._history.adopt(binding.spec.name, binding.taken, binding.history)
+        take_requests(
+            config.checkpoint_dir, self._history,
+            {b.spec.name: self._reader(b) for b in config.sources}, self._manifests,
+        )  # fmt: skip
         latest, planned = {}, False
         for binding in config.sources:
             reader = self._reader(binding)
             offset = position_to_offset(reader.master_position(), binding)
             name = binding.spec.name
-            if config.fencing is None:
-                # A cluster member does not read history yet: its progress would
-                # have to move with the source (ZooKeeper), not stay in this runtime.
-                self._history.consider(reader, self._manifests)
+            # A deployment a cluster member was given (`dbus fn deploy`); alone, the
+            # preflight considered them already (and refused what cannot be read).
+            self._history.consider(reader, self._manifests, strict=False)
             if start and name in start and hold(start[name]) == hold(offset):
                 self._history.settle(name, offset_to_position(start[name]))
-            chunks = plan_chunks(
-                reader, self._history.active(name), chunk_rows=config.chunk_rows,
-                budget=self._chunk_tasks,
-            )  # fmt: skip
+            again = self._history.next_replan(name) if config.fencing is not None else None
+            if again is not None:
+                # What the last owner may have sent: read again as it planned it.
+                offset = position_to_offset(position_from_json(again[0]), binding)
+                chunks = again[1]
+            else:
+                chunks = plan_chunks(
+                    reader, self._history.active(name), chunk_rows=config.chunk_rows,
+                    budget=self._chunk_tasks,
+                )  # fmt: skip
+                chunks, offset = self._quiet(binding, (start or {}).get(name), offset, chunks)
+            if chunks and config.fencing is not None:
+                if not self._record_plan(config.fencing, binding, offset, chunks):
+                    chunks = []  # unrecorded, a next owner could not read it again
+                elif again is not None:
+                    self._history.replanned(name)
             if chunks:
                 offset["chunks"] = [chunk.to_json() for chunk in chunks]
                 planned = True
@@ -193,6 +213,53 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         if start is not None and not planned and _same_positions(start, latest):
             return start  # nothing to read: no micro-batch
         return latest
+
+    def _quiet(
+        self,
+        binding: SourceBinding,
+        previous: dict[str, Any] | None,
+        offset: dict[str, Any],
+        chunks: list[PlannedChunk],
+    ) -> tuple[list[PlannedChunk], dict[str, Any]]:
+        """A backfill's or a repair's chunks go into a micro-batch that reads none of
+        the source's binlog (``HistoryTask.bootstrap`` says why): then every change
+        before the chunk's read is in an earlier batch, and every one after it is
+        sent after it. Such batches take turns with the binlog's."""
+        tasks = self._history.tasks(binding.spec.name)
+        quiet = [(t := tasks.get(c.task)) is not None and not t.bootstrap for c in chunks]
+        if not any(quiet):
+            return chunks, offset
+        if (
+            previous is None
+            or hold(previous) != hold(offset)
+            or (previous.get("quiet") and _moved(previous, offset))
+        ):
+            return [c for c, q in zip(chunks, quiet, strict=True) if not q], offset  # binlog's turn
+        held = position_to_offset(offset_to_position(previous), binding)
+        held["quiet"] = True
+        return chunks, held
+
+    def _record_plan(
+        self,
+        fencing: WriteFencing,
+        binding: SourceBinding,
+        offset: dict[str, Any],
+        chunks: Sequence[PlannedChunk],
+    ) -> bool:
+        """Write the batch's history plan to ZooKeeper (``history.plans``), with the
+        plans still open; False if this runtime may not (not the owner, no answer)."""
+        if self._plan_log is None:
+            self._plan_log = PlanLog(fencing.zookeeper, fencing.runtime_id)
+        name = binding.spec.name
+        try:
+            plans = open_plans(self._plan_log.read(name), self._plan_log.committed_history(name))
+        except (DbusError, KazooException):
+            return False
+        plan = {
+            "end": position_to_json(offset_to_position(offset)),
+            "chunks": [chunk.to_json() for chunk in chunks],
+        }
+        return self._plan_log.write(name, binding.epoch, [*plans, plan])
 
     def partitions(
         self, start: dict[str, Any], end: dict[str, Any]
@@ -215,7 +282,10 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         ranges: list[SourceRange | ChunkRange | ReplayRange] = []
         for name, begin, upto in moved:
             count = split if _span(begin, upto) >= SHARD_MIN_BYTES else 1
-            gate = Gate(self._history.gated(name))
+            gate = Gate(
+                self._history.gated(name),
+                self._history.considered(name) if config.fencing is not None else None,
+            )
             ranges += [
                 SourceRange(
                     self._config_path,
@@ -320,6 +390,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
     def stop(self) -> None:
         for reader in self._readers.values():
             reader.close()
+        if self._plan_log is not None:
+            self._plan_log.close()
 
 
 def _manifests(config: RuntimeConfig) -> list[Manifest]:

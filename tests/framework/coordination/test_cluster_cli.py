@@ -96,3 +96,64 @@ def test_status_of_a_missing_cluster(dbus: Any, settings: ZooKeeperSettings) -> 
     result = dbus("cluster", "status", "--cluster", "nope")
     assert result.exit_code == 1
     assert result.output.startswith("Error: no cluster 'nope'")
+
+
+HISTORY = {
+    "tasks": [
+        {"deployment": "cfn_demo", "table": "shop.orders", "key": ["id"], "splittable": True,
+         "done": [[[["i", 300]], {}, {}], [[["i", 600]], {}, {}]], "rows": 600,
+         "estimated_rows": 1000, "finished": 0.0},
+        {"deployment": "cfn_demo", "table": "shop.items", "key": ["id"], "splittable": True,
+         "done": [[None, {}, {}]], "rows": 40, "finished": 1.0},
+    ],
+    "considered": {"cfn_demo": ["shop.*"]},
+    "replays": [{"deployment": "cfn_demo", "start": {}, "end": {}, "rows": 12}],
+}  # fmt: skip
+
+
+def test_status_shows_the_history_committed_with_a_position(
+    dbus: Any, cluster: ZooKeeperSettings
+) -> None:
+    assert dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN").exit_code == 0
+    with Coordinator.from_settings(cluster, "rt-a") as runtime:
+        wait_until(lambda: "shop" in runtime.owned_sources(), 10, "shop owned")
+        epoch = runtime.owned_sources()["shop"]
+        position = BinlogPosition("binlog.000003", 1234)
+        runtime.commit_position("shop", position, epoch, HISTORY)
+        # A commit without history keeps the last one given (a held commit does too).
+        runtime.commit_position("shop", BinlogPosition("binlog.000003", 2000), epoch)
+        committed = runtime.committed_position("shop")
+        lines = dbus("cluster", "status").output.splitlines()
+    assert committed is not None and committed.history == HISTORY
+    at = lines.index(f"  shop  rt-a epoch {epoch}  position binlog.000003:2000")
+    assert lines[at + 1 : at + 4] == [
+        "    history cfn_demo:replay: replay running, 12 rows",
+        "    history cfn_demo:shop.items: bootstrap done, 40 rows in 1 chunks",
+        "    history cfn_demo:shop.orders: bootstrap reading, 600/~1000 rows in 2 chunks",
+    ]
+
+
+def test_a_history_command_to_a_cluster_names_what_is_missing(
+    dbus: Any, cluster: ZooKeeperSettings, tmp_path: Path
+) -> None:
+    unknown = dbus("fn", "backfill", "nope")
+    assert unknown.exit_code == 2
+    assert "no deployment 'nope' is deployed in cluster test (deployed: none)" in unknown.output
+    assert dbus("fn", "deploy", str(make_function(tmp_path / "fn"))).exit_code == 0
+    # Deployed, but no runtime owns a source to read it from.
+    nobody = dbus("fn", "replay", "cfn_demo", "--from", "2026-11-25T08:00:00")
+    assert nobody.exit_code == 3
+    assert "no runtime of cluster test owns a source" in nobody.output
+    assert dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN").exit_code == 0
+    assert dbus("cluster", "source", "add", "shop2", "--dsn-env", "SHOP_DSN").exit_code == 0
+    with Coordinator.from_settings(cluster, "rt-a") as runtime:
+        wait_until(lambda: len(runtime.owned_sources()) == 2, 10, "both sources owned")
+        position = dbus("fn", "replay", "cfn_demo", "--from", "binlog.000001:4")
+        # The owner is a bare coordinator: nobody takes the request.
+        silent = dbus("fn", "backfill", "cfn_demo", "--table", "shop.orders")
+    assert position.exit_code == 2
+    assert "--from binlog.000001:4 is a position of one source; name it with --source" in (
+        position.output
+    )
+    assert silent.exit_code == 3
+    assert "no runtime of cluster test answered within 30s for shop, shop2" in silent.output

@@ -33,7 +33,8 @@ def task(done: list[tuple[Any, dict[str, Any]]], **fields: Any) -> HistoryTask:
     """A task with these chunks (upper bound, the position its batch ended at); each
     was read a little later than that."""
     chunks = [(upper, at(since["pos"] + 50, since["file"]), since) for upper, since in done]
-    return HistoryTask("catalog", TABLE, ("id",), True, done=chunks, **fields)
+    return HistoryTask("catalog", TABLE, ("id",), True, done=chunks,
+                       **{"bootstrap": True, **fields})  # fmt: skip
 
 
 def test_before_any_chunk_is_read_every_change_of_the_table_is_held() -> None:
@@ -69,14 +70,20 @@ def test_the_gate_survives_json() -> None:
         assert again.admits("catalog", change(key, pos)) == gate.admits("catalog", change(key, pos))
 
 
-def test_a_backfill_with_a_condition_and_a_settled_task_hold_nothing(tmp_path: Path) -> None:
+def test_a_backfill_and_a_settled_bootstrap_hold_nothing(tmp_path: Path) -> None:
     store = HistoryStore(tmp_path / "h.json")
     store._tasks["src"] = {
         "catalog:a": HistoryTask("catalog", "shop.a", ("id",), True, where="id > 5"),
-        "catalog:b": HistoryTask("catalog", "shop.b", ("id",), True, live=True),
-        "catalog:c": HistoryTask("catalog", "shop.c", ("id",), True),
+        "catalog:b": HistoryTask("catalog", "shop.b", ("id",), True, live=True, bootstrap=True),
+        "catalog:c": HistoryTask("catalog", "shop.c", ("id",), True, bootstrap=True),
+        "catalog:d": HistoryTask("catalog", "shop.d", ("id",), True, run=2),
     }
     assert [t.table for t in store.gated("src")] == ["shop.c"]
+    # A task stored before the field existed is a bootstrap if it is the first read.
+    old = {k: v for k, v in store._tasks["src"]["catalog:c"].to_json().items()
+           if k != "bootstrap"}  # fmt: skip
+    assert HistoryTask.from_json(old).bootstrap
+    assert not HistoryTask.from_json({**old, "run": 2}).bootstrap
 
 
 def done(task_name: str, lower: Any, upper: Any, pos: int, seq: int, run: int = 1) -> ChunkDone:
@@ -124,3 +131,101 @@ def test_sink_key_texts_name_key_values(text: str, columns: int, key: Any) -> No
 def test_keys_are_selected_with_quoted_values() -> None:
     assert keys_where(("id",), [(1,), (2,)]) == "(`id`) IN ((1), (2))"
     assert keys_where(("a", "b"), [(1, "x'y")]) == "(`a`, `b`) IN ((1, 'x\\'y'))"
+
+
+def test_a_gained_source_takes_its_committed_history_over_once(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "h.json")
+    store._tasks["src"] = {"catalog:shop.products": task([([["i", 100]], at(5000))])}
+    store._tasks["other"] = {"catalog:shop.x": HistoryTask("catalog", "shop.x", ("id",), True)}
+    store.save()
+    committed = store.section("src")
+    committed["tasks"][0]["rows"] = 77  # as the last owner committed it
+    fresh = HistoryStore(tmp_path / "h.json")
+    assert fresh.adopt("src", "rt-2/1", committed)
+    assert not fresh.adopt("src", "rt-2/1", {})  # once per gain
+    again = HistoryStore(tmp_path / "h.json")
+    assert again.adopted("src") == "rt-2/1"
+    assert again.tasks("src")["catalog:shop.products"].rows == 77
+    assert again.tasks("src")["catalog:shop.products"].cursor == [["i", 100]]
+    assert "catalog:shop.x" in again.tasks("other")  # other sources are untouched
+    # Gained again later, with nothing committed: everything of it is forgotten.
+    assert again.adopt("src", "rt-2/2", {})
+    assert HistoryStore(tmp_path / "h.json").tasks("src") == {}
+
+
+def test_a_cluster_request_is_handed_to_the_driver_once_and_answered_back(
+    tmp_path: Path,
+) -> None:
+    from dbus_spark.history.requests import Answer, answer, forward, pending
+
+    checkpoint = str(tmp_path / "checkpoint")
+    body = {"kind": "backfill", "id": "x", "deployment": "catalog", "tables": []}
+    assert forward(checkpoint, body, "r1", "shop") is None
+    assert forward(checkpoint, body, "r1", "shop") is None  # not handed over twice
+    ((request, only),) = list(pending(checkpoint))
+    assert (request.id, request.deployment, only) == ("r1-shop", "catalog", "shop")
+    answer(checkpoint, request, Answer(True, "started 1 table read(s)", (("shop", "t"),)))
+    assert list(pending(checkpoint)) == []
+    reply = forward(checkpoint, body, "r1", "shop")
+    assert reply is not None and Answer.from_json(reply).tasks == (("shop", "t"),)
+
+
+def test_chunks_are_sized_to_the_rate_their_reads_went_at(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "h.json")
+    name = "catalog:shop.products"
+    store._tasks["src"] = {name: task([])}
+    fresh = store.tasks("src")[name]
+    assert fresh.chunk_rows(10_000) == 2_000  # the rate is not known yet
+    assert fresh.chunk_rows(500) == 500  # never more than asked
+    slow = ChunkDone("src", name, None, [["i", 100]], at(600), 4_000, 0, 1, at(500), 2.0)
+    store.record([slow])
+    recorded = HistoryStore(tmp_path / "h.json").tasks("src")[name]
+    assert recorded.rate == 2_000.0
+    assert recorded.chunk_rows(10_000) == 1_500  # 0.75 s at 2,000 rows/s
+    fast = ChunkDone("src", name, [["i", 100]], [["i", 200]], at(700), 4_000, 0, 1, at(650), 0.2)
+    store.record([fast])
+    assert store.tasks("src")[name].rate == 11_000.0  # halfway to the newest rate
+    assert store.tasks("src")[name].chunk_rows(10_000) == 8_250
+    store.tasks("src")[name].rate = 10.0
+    assert store.tasks("src")[name].chunk_rows(10_000) == 200  # a floor for slow tables
+    assert store.tasks("src")[name].chunk_rows(100) == 100  # below the floor when asked
+
+
+def test_a_deployment_gets_no_change_of_a_table_before_its_history_is_planned() -> None:
+    # A cluster member: the stage may run a deployment the driver has not considered.
+    gate = Gate([], {"catalog": ["shop.*"], "audit": []})
+    assert gate.admits("catalog", change(5, 1000))
+    assert not gate.admits("audit", change(5, 1000))  # no table of it planned yet
+    assert not gate.admits("new", change(5, 1000))  # not seen at all yet
+    assert not gate.admits("catalog", change(5, 1000, table="other.orders"))
+    again = Gate.from_json(gate.to_json())
+    assert again.admits("catalog", change(5, 1000)) and not again.admits("new", change(5, 1))
+    assert not Gate([]) and Gate([], {})  # alone, no task: no gate at all
+
+
+def test_a_new_owner_reads_again_what_the_last_one_planned_and_did_not_commit(
+    tmp_path: Path,
+) -> None:
+    name = "catalog:shop.products"
+    committed = {"tasks": [task([([["i", 100]], at(5000))]).to_json()]}
+    planned = [
+        {"end": at(5000), "chunks": [[name, None, [["i", 100]], 1]]},  # committed since
+        {"end": at(6000), "chunks": [[name, [["i", 100]], [["i", 200]], 1],
+                                     [name, [["i", 200]], [["i", 300]], 1]]},
+        {"end": at(6100), "chunks": [["gone:shop.x", None, None, 1]]},  # no such task
+        {"end": at(7000), "chunks": [[name, [["i", 300]], None, 1]]},
+    ]  # fmt: skip
+    from dbus_spark.history.plans import open_plans
+
+    still = open_plans(planned, committed)
+    assert [plan["end"] for plan in still] == [at(6000), at(7000)]
+    store = HistoryStore(tmp_path / "h.json")
+    store.adopt("src", "rt-2/1", {**committed, "plans": still})
+    end, chunks = store.next_replan("src") or ({}, [])
+    # The same chunks, in a micro-batch that ends where the planned one did.
+    assert end == at(6000) and [c.upper for c in chunks] == [[["i", 200]], [["i", 300]]]
+    store.replanned("src")
+    end, chunks = store.next_replan("src") or ({}, [])
+    assert end == at(7000) and [c.upper for c in chunks] == [None]
+    store.replanned("src")
+    assert store.next_replan("src") is None

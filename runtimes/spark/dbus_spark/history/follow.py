@@ -12,19 +12,24 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from dbus_fn.errors import ConfigError, DestinationError, HistoryError
+from dbus_fn.errors import ConfigError, DestinationError, HistoryError, ServiceUnreachableError
 from dbus_fn.manifest import Destination
 from dbus_spark.history.requests import (
+    Answer,
     BackfillRequest,
     ReplayRequest,
     Request,
     submit,
+    time_or_position,
     wait_answer,
 )
-from dbus_spark.history.target import deployment_name_check, runtime_at
+from dbus_spark.history.target import CommittedHistory, deployment_name_check, runtime_at
 from dbus_spark.history.tasks import HistoryStore, HistoryTask, ReplayTask, store_path
+
+if TYPE_CHECKING:
+    from dbus_fn.coordination import ZooKeeperSettings
 
 _TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")
 PLAIN_EVERY = 5.0
@@ -37,20 +42,26 @@ def backfill(
     where: str | None,
     *,
     checkpoint: str | None = None,
+    cluster: ZooKeeperSettings | None = None,
     wait: bool = True,
     out: IO[str] | None = None,
     answer_timeout: float = ANSWER_TIMEOUT,
 ) -> list[Followed]:
-    """Ask the runtime at ``checkpoint`` to read ``tables`` (default: all of the
-    deployment's) again for ``deployment``; follow it to the end if ``wait``."""
+    """Ask the runtime at ``checkpoint`` (or the runtimes of ``cluster``) to read
+    ``tables`` (default: all of the deployment's) again for ``deployment``; follow
+    it to the end if ``wait``."""
     out = out or sys.stderr
     bad = [t for t in tables if not _TABLE.match(t)]
     if bad:
         raise HistoryError(f"--table {bad[0]!r} is not db.table; name a table as db.table")
+    request = BackfillRequest(deployment, tuple(tables), where)
+    if cluster is not None:
+        return _ask_cluster(cluster, request, "backfill", wait=wait, out=out,
+                            answer_timeout=answer_timeout)  # fmt: skip
     folder, config = runtime_at(checkpoint)
     deployment_name_check(folder, config, deployment)
-    return _ask(folder, BackfillRequest(deployment, tuple(tables), where), "backfill",
-                wait=wait, out=out, answer_timeout=answer_timeout)  # fmt: skip
+    return _ask(folder, request, "backfill", wait=wait, out=out,
+                answer_timeout=answer_timeout)  # fmt: skip
 
 
 def replay(
@@ -61,6 +72,7 @@ def replay(
     route: str | None = None,
     source: str | None = None,
     checkpoint: str | None = None,
+    cluster: ZooKeeperSettings | None = None,
     wait: bool = True,
     out: IO[str] | None = None,
     answer_timeout: float = ANSWER_TIMEOUT,
@@ -74,9 +86,12 @@ def replay(
         except DestinationError as exc:
             raise ConfigError(f"--route {route!r} is not a destination: {exc}",
                               setting="route") from None  # fmt: skip
+    request = ReplayRequest(deployment, start, end, route, source)
+    if cluster is not None:
+        return _ask_cluster(cluster, request, "replay", wait=wait, out=out,
+                            answer_timeout=answer_timeout)  # fmt: skip
     folder, config = runtime_at(checkpoint)
     deployment_name_check(folder, config, deployment)
-    request = ReplayRequest(deployment, start, end, route, source)
     return _ask(folder, request, "replay", wait=wait, out=out, answer_timeout=answer_timeout)
 
 
@@ -90,6 +105,80 @@ def _ask(
     if not wait:
         return _tasks(store, reply.tasks)
     return follow(store, reply.tasks, out=out)
+
+
+def _ask_cluster(
+    settings: ZooKeeperSettings,
+    request: BackfillRequest | ReplayRequest,
+    what: str,
+    *,
+    wait: bool,
+    out: IO[str],
+    answer_timeout: float,
+) -> list[Followed]:
+    """Post ``request`` to the runtimes owning the cluster's sources; wait for every
+    owner's answer; follow the accepted tasks in what they commit to ZooKeeper."""
+    from dbus_fn.coordination import FunctionStore, RequestBox, cluster_client, cluster_status
+
+    with cluster_client(settings) as client:
+        deployed = FunctionStore(client, settings).active()
+        if request.deployment not in deployed:
+            raise HistoryError(
+                f"no deployment {request.deployment!r} is deployed in cluster "
+                f"{settings.cluster} (deployed: {', '.join(sorted(deployed)) or 'none'}); "
+                "name one of them"
+            )
+        status = cluster_status(client, settings)
+        sources = [s.name for s in status.sources if s.registered and s.owner]
+        if isinstance(request, ReplayRequest) and request.source is not None:
+            sources = [s for s in sources if s == request.source]
+        if not sources:
+            raise ServiceUnreachableError(
+                f"no runtime of cluster {settings.cluster} owns a source"
+                + (f" named {request.source!r}" if getattr(request, "source", None) else "")
+                + "; start one with `dbus runtime start --cluster`, then ask again",
+                service="runtime",
+            )
+        if (
+            isinstance(request, ReplayRequest)
+            and len(sources) > 1
+            and time_or_position(request.start)[1] is not None
+        ):
+            raise HistoryError(
+                f"--from {request.start} is a position of one source; name it with "
+                f"--source ({', '.join(sources)})"
+            )
+        box = RequestBox(client, settings)
+        posted = box.post(request.to_json(), sources)
+        deadline = time.monotonic() + answer_timeout
+        try:
+            while len(answers := box.answers(posted)) < len(sources):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        finally:
+            box.withdraw(posted)
+        replies = [Answer.from_json(answer) for answer in answers.values()]
+        accepted = [reply for reply in replies if reply.accepted]
+        if not replies:
+            raise ServiceUnreachableError(
+                f"no runtime of cluster {settings.cluster} answered within "
+                f"{answer_timeout:.0f}s for {', '.join(sources)}; check `dbus cluster "
+                "status`, then ask again",
+                service="runtime",
+            )
+        if not accepted:
+            replies[0].raise_refusal()
+        missing = sorted(set(sources) - set(answers))
+        ids = [task for reply in accepted for task in reply.tasks]
+        print(f"{what} of {request.deployment}: started {len(ids)} task(s) on "
+              f"{', '.join(sorted(s for s, _ in ids))}"
+              + (f"; no answer for {', '.join(missing)}" if missing else ""),
+              file=out)  # fmt: skip
+        history = CommittedHistory(client, settings, sorted({s for s, _ in ids}))
+        if not wait:
+            return _tasks(history, ids)
+        return follow(history, ids, out=out)
 
 
 Followed = HistoryTask | ReplayTask
@@ -131,7 +220,8 @@ def follow(
     while True:
         tasks = _tasks(store, ids)
         now = time.time()
-        ended = all(t.finished for t in tasks)
+        # A cluster's tasks show up once committed with a position.
+        ended = len(tasks) == len(ids) and all(t.finished for t in tasks)
         if ended or now - last >= PLAIN_EVERY:
             for task in tasks:
                 print(_line(task, now), file=out, flush=True)
@@ -173,7 +263,7 @@ def _follow_bars(
                                                       chunks=0, rate="0")  # fmt: skip
                 progress.update(bars[task.id], completed=task.rows, total=total or None,
                                 chunks=chunks, rate=rate)  # fmt: skip
-            if all(t.finished for t in tasks):
+            if len(tasks) == len(ids) and all(t.finished for t in tasks):
                 return tasks
             time.sleep(0.5)
 

@@ -3,12 +3,20 @@
 See ``dbus_spark.history.tasks`` for the merge this implements: a change of key
 ``k`` goes through only once ``k``'s chunk is read, and only if it is newer than
 where the stream stood when that chunk was read (the end of its micro-batch).
+
+In a cluster member, functions are deployed while the query runs: the stage may
+run a new deployment (or a version with new tables) before the driver has
+planned its history. Until it has (``considered``), the deployment receives
+nothing of those tables: a change sent before its bootstrap began would stand in
+its sink like a snapshot row that no gate protects, and a later delete the gate
+holds back would never reach it.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from dbus_fn.capture import key_from_json, key_to_json, position_from_json
@@ -27,7 +35,12 @@ def position_order(position: BinlogPosition) -> int:
 class Gate:
     """Which binlog changes of a task's table its deployment receives (module docstring)."""
 
-    def __init__(self, tasks: Iterable[HistoryTask]) -> None:
+    def __init__(
+        self, tasks: Iterable[HistoryTask], considered: Mapping[str, list[str]] | None = None
+    ) -> None:
+        self._considered = None if considered is None else dict(considered)
+        """Per deployment, the table patterns whose history was planned (None: all)."""
+        self._seen: dict[tuple[str, str], bool] = {}
         self._tasks: dict[tuple[str, str], tuple[tuple[str, ...], list[Any], list[int]]] = {}
         for task in tasks:
             uppers = [key_from_json(upper) for upper, _, _ in task.done]
@@ -35,12 +48,24 @@ class Gate:
             self._tasks[(task.deployment, task.table)] = (task.key, uppers, positions)
 
     def __bool__(self) -> bool:
-        return bool(self._tasks)
+        return bool(self._tasks) or self._considered is not None
 
     def tables(self) -> set[str]:
         return {table for _, table in self._tasks}
 
+    def _considers(self, deployment: str, table: str) -> bool:
+        assert self._considered is not None
+        seen = self._seen.get((deployment, table))
+        if seen is None:
+            patterns = self._considered.get(deployment, ())
+            seen = self._seen[(deployment, table)] = any(fnmatchcase(table, p) for p in patterns)
+        return seen
+
     def admits(self, deployment: str, change: RowChange) -> bool:
+        if self._considered is not None and not self._considers(
+            deployment, change.qualified_table
+        ):
+            return False  # its history is not planned yet (module docstring)
         found = self._tasks.get((deployment, change.qualified_table))
         if found is None:
             return True
@@ -56,16 +81,19 @@ class Gate:
             return False  # past every chunk read so far: a later chunk holds it
         return position_order(change.position) > positions[index]
 
-    def to_json(self) -> list[Any]:
-        return [
-            [deployment, table, list(key), [key_to_json(u) for u in uppers], positions]
-            for (deployment, table), (key, uppers, positions) in self._tasks.items()
-        ]
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tasks": [
+                [deployment, table, list(key), [key_to_json(u) for u in uppers], positions]
+                for (deployment, table), (key, uppers, positions) in self._tasks.items()
+            ],
+            "considered": self._considered,
+        }
 
     @classmethod
-    def from_json(cls, data: list[Any]) -> Gate:
-        gate = cls(())
-        for deployment, table, key, uppers, positions in data:
+    def from_json(cls, data: dict[str, Any]) -> Gate:
+        gate = cls((), data.get("considered"))
+        for deployment, table, key, uppers, positions in data["tasks"]:
             gate._tasks[(deployment, table)] = (
                 tuple(key),
                 [key_from_json(u) for u in uppers],

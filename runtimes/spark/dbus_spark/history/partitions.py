@@ -199,6 +199,7 @@ def _chunk_rows(
             partition.seq,
             chunk.run,
             position_to_json(offset_to_position(partition.end)),
+            counts.read_seconds,
         ).to_json()
     )
 

@@ -95,7 +95,8 @@ def plan_chunks(
     reader: BinlogReader, tasks: Iterable[HistoryTask], *, chunk_rows: int, budget: int
 ) -> list[PlannedChunk]:
     """The next chunks to read, at most ``budget``: in key order per task, each task's
-    from where its last committed chunk ended."""
+    from where its last committed chunk ended, each of at most ``chunk_rows`` rows
+    (fewer, when the task's chunks read slowly: ``HistoryTask.chunk_rows``)."""
     from dbus_spark.history.tasks import PlannedChunk  # tasks reads its source through here
 
     planned: list[PlannedChunk] = []
@@ -106,7 +107,10 @@ def plan_chunks(
         lower = key_from_json(task.cursor)
         while len(planned) < budget:
             # A repair's few keys are one chunk: its where clause finds them by key.
-            upper = None if task.repair else next_boundary(reader, chunked, lower, chunk_rows)
+            upper = (
+                None if task.repair
+                else next_boundary(reader, chunked, lower, task.chunk_rows(chunk_rows))
+            )  # fmt: skip
             planned.append(PlannedChunk(task.id, key_to_json(lower), key_to_json(upper), task.run))
             if upper is None:
                 break

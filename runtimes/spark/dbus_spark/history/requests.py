@@ -152,8 +152,9 @@ def submit(checkpoint_dir: str, request: Request) -> Path:
     return path
 
 
-def pending(checkpoint_dir: str) -> Iterator[Request]:
-    """Requests not yet answered, oldest first (for the runtime's driver)."""
+def pending(checkpoint_dir: str) -> Iterator[tuple[Request, str | None]]:
+    """Requests not yet answered, oldest first (for the runtime's driver), each with
+    the one source it is for (a cluster's request, one per source) or None (all)."""
     folder = requests_dir(checkpoint_dir)
     if not folder.is_dir():
         return
@@ -164,15 +165,37 @@ def pending(checkpoint_dir: str) -> Iterator[Request]:
     for path in files:
         try:
             data = json.loads(path.read_text())
-            yield _KINDS.get(data.get("kind", ""), BackfillRequest).from_json(data)
+            request = _KINDS.get(data.get("kind", ""), BackfillRequest).from_json(data)
         except (OSError, ValueError, KeyError, TypeError):
             continue  # half-written by a CLI that died, or not ours
+        yield request, data.get("only")
 
 
 def answer(checkpoint_dir: str, request: Request, reply: Answer) -> None:
     folder = requests_dir(checkpoint_dir)
     _write(folder / f"{request.id}.answer.json", reply.to_json())
     (folder / f"{request.id}.json").unlink(missing_ok=True)
+
+
+def forward(
+    checkpoint_dir: str, body: dict[str, Any], request_id: str, source: str
+) -> dict[str, Any] | None:
+    """A cluster's request for ``source``, carried to this runtime's driver: its answer
+    once there is one (then forgotten here), else None (the request is handed over
+    once; a runtime restarted meanwhile neither loses nor repeats it)."""
+    folder = requests_dir(checkpoint_dir)
+    local = f"{request_id}-{source}"
+    answered = folder / f"{local}.answer.json"
+    if answered.exists():
+        reply: dict[str, Any] = json.loads(answered.read_text())
+        answered.unlink(missing_ok=True)
+        (folder / f".{local}.taken").unlink(missing_ok=True)
+        return reply
+    taken = folder / f".{local}.taken"
+    if not taken.exists():
+        _write(folder / f"{local}.json", {**body, "id": local, "only": source})
+        taken.touch()
+    return None
 
 
 def take_requests(
@@ -183,7 +206,9 @@ def take_requests(
 ) -> None:
     """Answer every pending request (the runtime's driver, between micro-batches): a
     backfill starts on each source that has the tables, or is refused as a whole."""
-    for request in pending(checkpoint_dir):
+    everywhere = readers
+    for request, only in pending(checkpoint_dir):
+        readers = {s: r for s, r in everywhere.items() if only in (None, s)}
         started: list[tuple[str, str]] = []
         problems: list[str] = []
         if isinstance(request, ReplayRequest):
@@ -240,8 +265,8 @@ def start_replay(
     ]  # fmt: skip
     if not sources:
         raise HistoryError(f"no source {request.source!r} runs here for {request.deployment!r}")
-    since, start_text = _time_or_position(request.start)
-    until, end_text = _time_or_position(request.end) if request.end else (None, None)
+    since, start_text = time_or_position(request.start)
+    until, end_text = time_or_position(request.end) if request.end else (None, None)
     if start_text is not None and len(sources) > 1:
         raise HistoryError(
             f"--from {request.start} is a position of one source; name it with --source "
@@ -278,7 +303,7 @@ def start_replay(
     return [(name, store.replay(name, replay).id) for name, replay in replays]
 
 
-def _time_or_position(text: str) -> tuple[float | None, str | None]:
+def time_or_position(text: str) -> tuple[float | None, str | None]:
     """An ISO time (epoch seconds) or a position's text."""
     try:
         moment = datetime.fromisoformat(text)
@@ -322,5 +347,6 @@ __all__ = [
     "requests_dir",
     "submit",
     "take_requests",
+    "time_or_position",
     "wait_answer",
 ]

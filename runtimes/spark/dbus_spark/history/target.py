@@ -1,14 +1,18 @@
 """The runtime a history command talks to: its configuration and deployments, found
-by its checkpoint folder (as `dbus runtime start --checkpoint` was given)."""
+by its checkpoint folder (as `dbus runtime start --checkpoint` was given); or a
+cluster's runtimes, through ZooKeeper."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dbus_fn.errors import HistoryError
 from dbus_fn.manifest import load_manifest
 from dbus_fn.registry import LoadedDeployment, load_deployment
 from dbus_spark.config import RuntimeConfig, load_config
+from dbus_spark.history.tasks import HistoryStore
 from dbus_spark.settings import checkpoint_dir
 
 
@@ -45,4 +49,36 @@ def deployment_named(folder: str, config: RuntimeConfig, name: str) -> LoadedDep
     )
 
 
-__all__ = ["deployment_name_check", "deployment_named", "runtime_at"]
+class CommittedHistory(HistoryStore):
+    """A cluster's history progress of some sources, as committed with their positions
+    in ZooKeeper (what ``dbus cluster status`` shows)."""
+
+    def __init__(self, client: Any, settings: Any, sources: Sequence[str]) -> None:
+        from dbus_fn.coordination import ClusterLayout
+
+        super().__init__(Path("/nonexistent/history.json"))
+        self._client = client
+        self._layout = ClusterLayout.for_cluster(settings.cluster, settings.root)
+        self._sources = tuple(sources)
+        self.reload()
+
+    def reload(self) -> None:
+        import json
+
+        from kazoo.exceptions import NoNodeError
+
+        client = getattr(self, "_client", None)
+        if client is None:
+            return
+        for source in self._sources:
+            try:
+                raw, _ = client.get(self._layout.position(source))
+            except NoNodeError:
+                continue
+            self._load_section(source, json.loads(raw or b"{}").get("history") or {})
+
+    def save(self) -> None:
+        raise HistoryError("a cluster's committed history is read here, never written")
+
+
+__all__ = ["CommittedHistory", "deployment_name_check", "deployment_named", "runtime_at"]

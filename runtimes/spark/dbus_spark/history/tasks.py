@@ -64,6 +64,12 @@ log = logging.getLogger("dbus.runtime")
 
 KeyJson = list[Any] | None
 
+CHUNK_SECONDS = 0.75
+"""How long a chunk's read should take (see ``HistoryTask.chunk_rows``)."""
+FIRST_CHUNK_ROWS = 2_000
+"""A task's first chunk, before its read rate is known."""
+MIN_CHUNK_ROWS = 200
+
 
 def task_id(deployment: str, table: str) -> str:
     return f"{deployment}:{table}"
@@ -102,12 +108,14 @@ class ChunkDone:
     since: dict[str, Any] = field(default_factory=dict)
     """The position the stream's micro-batch that read it ends at: the same in every
     attempt of that batch, and at or before every position the chunk was read at."""
+    seconds: float = 0.0
+    """How long its read took (rows through the functions, records out)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source, "task": self.task, "lower": self.lower,
             "upper": self.upper, "position": self.position, "rows": self.rows,
-            "seq": self.seq, "run": self.run, "since": self.since,
+            "seq": self.seq, "run": self.run, "since": self.since, "seconds": self.seconds,
         }  # fmt: skip
 
     @classmethod
@@ -115,7 +123,7 @@ class ChunkDone:
         return cls(
             data["source"], data["task"], data["lower"], data["upper"], data["position"],
             int(data["rows"]), int(data["seq"]), int(data.get("run", 1)),
-            data.get("since") or data["position"],
+            data.get("since") or data["position"], float(data.get("seconds", 0.0)),
         )  # fmt: skip
 
 
@@ -148,12 +156,21 @@ class HistoryTask:
     """A repair's (destination, key text) pairs to delete if the read finds no such row."""
     repair: bool = False
     """A repair: a few keys, read as one chunk (``where`` names them)."""
+    rate: float = 0.0
+    """Rows per second its chunks were read at lately (0: none read yet)."""
+    bootstrap: bool = False
+    """A deployment's first read of the table, into sinks that hold nothing of it:
+    the gate merges it with the stream. Any other read (a backfill, a repair) goes
+    to sinks that already hold rows, where a change the gate held back could be a
+    delete that no chunk sends again; so nothing is held back, and its chunks are
+    read in micro-batches where the source's binlog does not move (see
+    ``dbus_spark.source``)."""
 
     @property
     def gated(self) -> bool:
         """Whether the live stream of the table waits for the chunks (see ``gate``):
-        not for a ``where``, whose rows the gate cannot tell from the others."""
-        return self.where is None and not self.live
+        only for a bootstrap (see ``bootstrap``)."""
+        return self.bootstrap and not self.live
 
     @property
     def id(self) -> str:
@@ -172,6 +189,15 @@ class HistoryTask:
     def planned_all(self) -> bool:
         return bool(self.done) and self.done[-1][0] is None
 
+    def chunk_rows(self, most: int) -> int:
+        """Rows for its next chunk: as many as are read in about ``CHUNK_SECONDS`` at
+        the rate its chunks were read at so far, at most ``most``. A micro-batch ends
+        with its slowest partition, so a chunk's read time is what the live stream
+        waits for at worst."""
+        if self.rate <= 0:
+            return min(most, FIRST_CHUNK_ROWS)
+        return min(most, max(MIN_CHUNK_ROWS, int(self.rate * CHUNK_SECONDS)))
+
     def highest_position(self) -> int:
         return max((position_order(position_from_json(s)) for _, _, s in self.done), default=0)
 
@@ -183,6 +209,7 @@ class HistoryTask:
             "started": self.started, "finished": self.finished, "live": self.live,
             "run": self.run, "where": self.where, "estimated_rows": self.estimated_rows,
             "deletes": [list(d) for d in self.deletes], "repair": self.repair,
+            "rate": self.rate, "bootstrap": self.bootstrap,
         }  # fmt: skip
 
     @classmethod
@@ -203,7 +230,12 @@ class HistoryTask:
             estimated_rows=int(data.get("estimated_rows", 0)),
             deletes=[(d[0], d[1]) for d in data.get("deletes", [])],
             repair=bool(data.get("repair", False)),
-        )
+            rate=float(data.get("rate", 0.0)),
+            bootstrap=bool(data.get("bootstrap", (
+                int(data.get("run", 1)) == 1 and data.get("where") is None
+                and not data.get("repair")
+            ))),
+        )  # fmt: skip
 
 
 @dataclass
@@ -261,6 +293,9 @@ class HistoryStore:
         self._tasks: dict[str, dict[str, HistoryTask]] = {}
         self._considered: dict[str, dict[str, list[str]]] = {}
         self._replays: dict[str, dict[str, ReplayTask]] = {}
+        self._adopted: dict[str, str] = {}
+        self._from_binlog: set[str] = set()
+        self._replans: dict[str, list[dict[str, Any]]] = {}
         self._mtime = -1.0
         self.reload()
 
@@ -272,16 +307,79 @@ class HistoryStore:
         if mtime == self._mtime:
             return
         data = json.loads(self.path.read_text())
-        self._tasks = {
-            source: {t["deployment"] + ":" + t["table"]: HistoryTask.from_json(t) for t in tasks}
-            for source, tasks in data.get("tasks", {}).items()
-        }
-        self._considered = data.get("considered", {})
-        self._replays = {
-            source: {r["deployment"]: ReplayTask.from_json(r) for r in replays}
-            for source, replays in data.get("replays", {}).items()
-        }
+        sources = set(data.get("tasks", {})) | set(data.get("considered", {})) | set(
+            data.get("replays", {})
+        )
+        self._tasks, self._considered, self._replays = {}, {}, {}
+        for source in sources:
+            self._load_section(source, {
+                "tasks": data.get("tasks", {}).get(source, []),
+                "considered": data.get("considered", {}).get(source, {}),
+                "replays": data.get("replays", {}).get(source, []),
+            })  # fmt: skip
+        self._adopted = data.get("adopted", {})
         self._mtime = mtime
+
+    def _load_section(self, source: str, section: Mapping[str, Any]) -> None:
+        self._tasks[source] = {
+            task_id(t["deployment"], t["table"]): HistoryTask.from_json(t)
+            for t in section.get("tasks", [])
+        }
+        self._considered[source] = dict(section.get("considered", {}))
+        self._replays[source] = {
+            r["deployment"]: ReplayTask.from_json(r) for r in section.get("replays", [])
+        }
+
+    def section(self, source: str) -> dict[str, Any]:
+        """Everything about ``source`` (its tasks, replays and the deployments whose
+        tables were considered), as JSON: what a cluster commits with its position."""
+        return {
+            "tasks": [task.to_json() for task in self.tasks(source).values()],
+            "considered": self._considered.get(source, {}),
+            "replays": [replay.to_json() for replay in self.replays(source).values()],
+        }
+
+    def adopt(self, source: str, token: str, section: Mapping[str, Any]) -> bool:
+        """Take ``source``'s history as its last owner committed it (a cluster member
+        that gained the source), once per gain (``token``). A section marked
+        ``from_binlog`` (a source first read from a given position) notes the
+        deployments there now and reads nothing for them (see ``consider``)."""
+        if self._adopted.get(source) == token:
+            return False
+        self._load_section(source, section)
+        if section.get("from_binlog"):
+            self._from_binlog.add(source)
+        self._replans[source] = list(section.get("plans", []))
+        self._adopted[source] = token
+        self.save()
+        log.info("history: %s's history taken over from its last owner: %s", source,
+                 progress_text(self.active(source)) or "nothing being read")  # fmt: skip
+        return True
+
+    def next_replan(self, source: str) -> tuple[dict[str, Any], list[PlannedChunk]] | None:
+        """What the source's last owner planned and may have sent, not committed: the
+        first such plan's end and chunks, to read again now (``history.plans``)."""
+        from dbus_spark.history.plans import replan
+
+        plans = self._replans.get(source, [])
+        found = replan(plans, self.tasks(source))
+        if found is None:
+            self._replans.pop(source, None)
+        return found
+
+    def replanned(self, source: str) -> None:
+        """The first open plan was planned again: drop it."""
+        from dbus_spark.history.plans import replan
+
+        plans = self._replans.get(source, [])
+        while plans and replan(plans[:1], self.tasks(source)) is None:
+            plans.pop(0)
+        if plans:
+            plans.pop(0)
+
+    def adopted(self, source: str) -> str | None:
+        """Which gain of ``source`` this store took over last (see ``adopt``)."""
+        return self._adopted.get(source)
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -295,6 +393,7 @@ class HistoryStore:
                 source: [replay.to_json() for replay in replays.values()]
                 for source, replays in self._replays.items()
             },
+            "adopted": self._adopted,
         }
         partial = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -305,6 +404,10 @@ class HistoryStore:
 
     def tasks(self, source: str) -> dict[str, HistoryTask]:
         return self._tasks.get(source, {})
+
+    def considered(self, source: str) -> dict[str, list[str]]:
+        """Per deployment, the table patterns whose history was planned on ``source``."""
+        return dict(self._considered.get(source, {}))
 
     def replays(self, source: str) -> dict[str, ReplayTask]:
         return self._replays.get(source, {})
@@ -349,7 +452,12 @@ class HistoryStore:
         return [task for task in self.tasks(source).values() if task.gated]
 
     def consider(
-        self, reader: BinlogReader, deployments: Iterable[Manifest], *, from_binlog: bool = False
+        self,
+        reader: BinlogReader,
+        deployments: Iterable[Manifest],
+        *,
+        from_binlog: bool = False,
+        strict: bool = True,
     ) -> list[HistoryTask]:
         """Start a task for every table a deployment asks history of and was not asked
         before: at its first run, every existing table it subscribes to; for a new
@@ -358,10 +466,16 @@ class HistoryStore:
         Called after the runtime's start positions are pinned: a table empty now
         has all its rows in the binlog after them, so it needs no task. With
         ``from_binlog`` (a first run told to start at ``earliest`` or a position),
-        the binlog is the history asked for: deployments are noted, nothing is read."""
+        the binlog is the history asked for: deployments are noted, nothing is read.
+        A table that cannot be read in chunks raises ``HistoryError``; unless
+        ``strict`` (a running runtime, which a deploy must not stop), then the error
+        is logged and the deployment gets that table's changes only."""
         source = reader.spec.name
         considered = self._considered.setdefault(source, {})
         pending = [m for m in deployments if set(m.tables) - set(considered.get(m.name, []))]
+        if source in self._from_binlog:
+            self._from_binlog.discard(source)
+            from_binlog = True
         if not pending:
             return []
         existing: list[str] | None = None
@@ -393,14 +507,18 @@ class HistoryStore:
                 try:
                     chunked = chunked_table(reader, database, name)
                 except HistoryError as exc:
-                    raise HistoryError(
+                    refusal = HistoryError(
                         f"deployment {manifest.name!r} cannot be bootstrapped: {exc}; or set "
                         'initial = "none" in its dbus.toml',
                         table=table,
-                    ) from None
+                    )
+                    if strict:
+                        raise refusal from None
+                    log.error("history: %s (it gets the table's changes only)", refusal)
+                    continue
                 task = HistoryTask(
                     manifest.name, table, chunked.key, chunked.splittable, started=time.time(),
-                    estimated_rows=estimated_rows(reader, table),
+                    estimated_rows=estimated_rows(reader, table), bootstrap=True,
                 )  # fmt: skip
                 tasks[task.id] = task
                 created.append(task)
@@ -519,6 +637,9 @@ class HistoryStore:
                 continue
             task.done.append((chunk.upper, chunk.position, chunk.since))
             task.rows += chunk.rows
+            if chunk.seconds > 0 and chunk.rows:
+                rate = chunk.rows / chunk.seconds
+                task.rate = rate if task.rate <= 0 else (task.rate + rate) / 2
             if chunk.upper is None:
                 task.finished = time.time()
                 log.info(
@@ -534,7 +655,7 @@ class HistoryStore:
         changed = False
         for task in self.active(source):
             if task.planned_all and (
-                task.where is not None or task.highest_position() <= position_order(read_to)
+                not task.bootstrap or task.highest_position() <= position_order(read_to)
             ):
                 task.live = True
                 changed = True
