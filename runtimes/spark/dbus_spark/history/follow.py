@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING
 
 from dbus_fn.errors import ConfigError, DestinationError, HistoryError, ServiceUnreachableError
 from dbus_fn.manifest import Destination
+from dbus_spark.history.records import HistoryTask, ReplayTask
 from dbus_spark.history.requests import (
     Answer,
     BackfillRequest,
@@ -26,7 +27,7 @@ from dbus_spark.history.requests import (
     wait_answer,
 )
 from dbus_spark.history.target import CommittedHistory, deployment_name_check, runtime_at
-from dbus_spark.history.tasks import HistoryStore, HistoryTask, ReplayTask, store_path
+from dbus_spark.history.tasks import HistoryStore, store_path
 
 if TYPE_CHECKING:
     from dbus_fn.coordination import ZooKeeperSettings

@@ -24,7 +24,7 @@ from dbus_fn.events import BinlogPosition, RowChange
 from dbus_spark.sinks.records import document_version
 
 if TYPE_CHECKING:
-    from dbus_spark.history.tasks import HistoryTask
+    from dbus_spark.history.records import HistoryTask
 
 
 def position_order(position: BinlogPosition) -> int:

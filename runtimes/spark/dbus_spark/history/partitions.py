@@ -29,7 +29,7 @@ from dbus_fn.manifest import Destination
 from dbus_spark.config import SourceBinding
 from dbus_spark.history.gate import position_order
 from dbus_spark.history.queries import chunked_of, key_of_text
-from dbus_spark.history.tasks import ChunkDone, HistoryTask, PlannedChunk
+from dbus_spark.history.records import ChunkDone, HistoryTask, PlannedChunk
 from dbus_spark.logs import runtime_logger
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 from dbus_spark.worker import (

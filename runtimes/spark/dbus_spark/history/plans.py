@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dbus_spark.history.tasks import HistoryTask, PlannedChunk, task_id
+from dbus_spark.history.records import HistoryTask, PlannedChunk, task_id
 
 
 def _done(tasks: Mapping[str, HistoryTask], chunk: PlannedChunk) -> bool:

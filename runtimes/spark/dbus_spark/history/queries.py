@@ -19,9 +19,10 @@ from dbus_fn.capture import (
     next_boundary,
 )
 from dbus_fn.errors import HistoryError, SourceError
+from dbus_spark.history.records import PlannedChunk
 
 if TYPE_CHECKING:
-    from dbus_spark.history.tasks import HistoryTask, PlannedChunk
+    from dbus_spark.history.records import HistoryTask
 
 
 _NOT_IN_WHERE = re.compile(r";|--|/\*|#|\b(select|from|join|union|into|sleep|benchmark)\b", re.I)
@@ -97,8 +98,6 @@ def plan_chunks(
     """The next chunks to read, at most ``budget``: in key order per task, each task's
     from where its last committed chunk ended, each of at most ``chunk_rows`` rows
     (fewer, when the task's chunks read slowly: ``HistoryTask.chunk_rows``)."""
-    from dbus_spark.history.tasks import PlannedChunk  # tasks reads its source through here
-
     planned: list[PlannedChunk] = []
     for task in tasks:
         if task.planned_all:

@@ -29,7 +29,8 @@ from dbus_fn.errors import (
 )
 from dbus_fn.manifest import Destination, Manifest
 from dbus_spark.history.gate import position_order
-from dbus_spark.history.tasks import HistoryStore, ReplayTask
+from dbus_spark.history.records import ReplayTask
+from dbus_spark.history.tasks import HistoryStore
 
 
 def requests_dir(checkpoint_dir: str) -> Path:

@@ -56,23 +56,19 @@ class CommittedHistory(HistoryStore):
     def __init__(self, client: Any, settings: Any, sources: Sequence[str]) -> None:
         from dbus_fn.coordination import ClusterLayout
 
-        super().__init__(Path("/nonexistent/history.json"))
         self._client = client
         self._layout = ClusterLayout.for_cluster(settings.cluster, settings.root)
         self._sources = tuple(sources)
-        self.reload()
+        super().__init__(Path(f"zookeeper:{self._layout.positions}"))  # reads it (reload)
 
     def reload(self) -> None:
         import json
 
         from kazoo.exceptions import NoNodeError
 
-        client = getattr(self, "_client", None)
-        if client is None:
-            return
         for source in self._sources:
             try:
-                raw, _ = client.get(self._layout.position(source))
+                raw, _ = self._client.get(self._layout.position(source))
             except NoNodeError:
                 continue
             self._load_section(source, json.loads(raw or b"{}").get("history") or {})
