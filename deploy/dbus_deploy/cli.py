@@ -33,8 +33,9 @@ def _show(statuses: Sequence[ServiceStatus]) -> None:
 @click.group(epilog=ENV_HELP)
 def services() -> None:
     """Install, start, inspect and stop the local services (MariaDB, ZooKeeper, Kafka,
-    Elasticsearch) on 127.0.0.1. NAME is one of: mariadb, zookeeper, kafka,
-    elasticsearch (default: all).
+    Elasticsearch, and Prometheus when named) on 127.0.0.1. NAME is one of: mariadb,
+    zookeeper, kafka, elasticsearch, prometheus (default: all but prometheus for `up`
+    and `restart`, all for `down` and `status`).
     """
 
 

@@ -18,6 +18,7 @@ def test_status_lists_every_service_with_state_pid_and_ports(isolated) -> None:
         ["zookeeper", "stopped", "-"],
         ["kafka", "stopped", "-"],
         ["elasticsearch", "stopped", "-"],
+        ["prometheus", "stopped", "-"],
     ]
     kafka = rows[2].split()[3]
     assert kafka == f"{config.ports['kafka']},{config.ports['kafka_controller']}"

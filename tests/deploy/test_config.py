@@ -23,6 +23,7 @@ def test_defaults_use_the_usual_ports_and_a_home_for_this_checkout() -> None:
         "kafka": 9092,
         "kafka_controller": 9093,
         "elasticsearch": 9200,
+        "prometheus": 9090,
     }
     assert config.heaps["kafka"] == "1g"
 

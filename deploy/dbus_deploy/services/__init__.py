@@ -2,12 +2,14 @@
 
 MariaDB (ROW binlog), ZooKeeper, an Apache Kafka broker (KRaft) and
 Elasticsearch 8, installed from Debian packages and Maven Central and run from
-one state directory (``<repo>/.dbus``, or ``$DBUS_HOME``).
+one state directory (``<repo>/.dbus``, or ``$DBUS_HOME``); and, when named,
+Prometheus, which scrapes the runtimes' metrics.
 """
 
 from __future__ import annotations
 
 from dbus_deploy.services._config import (
+    DEFAULT_SERVICES,
     ENV_HELP,
     PORT_VARIABLES,
     SERVICE_NAMES,
@@ -19,6 +21,7 @@ from dbus_deploy.services._endpoints import (
     Endpoints,
     KafkaEndpoint,
     MariaDBEndpoint,
+    PrometheusEndpoint,
     ZooKeeperEndpoint,
     endpoints,
 )
@@ -31,6 +34,7 @@ from dbus_deploy.services._errors import (
 from dbus_deploy.services._lifecycle import ServiceStatus, down, restart, status, up
 
 __all__ = [
+    "DEFAULT_SERVICES",
     "ENV_HELP",
     "PORT_VARIABLES",
     "SERVICE_NAMES",
@@ -40,6 +44,7 @@ __all__ = [
     "KafkaEndpoint",
     "MariaDBEndpoint",
     "PortInUseError",
+    "PrometheusEndpoint",
     "ServiceStartError",
     "ServiceStatus",
     "ServicesConfig",

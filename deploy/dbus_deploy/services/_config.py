@@ -18,8 +18,11 @@ from pathlib import Path
 
 from dbus_fn.errors import ConfigError
 
-SERVICE_NAMES: tuple[str, ...] = ("mariadb", "zookeeper", "kafka", "elasticsearch")
+SERVICE_NAMES: tuple[str, ...] = ("mariadb", "zookeeper", "kafka", "elasticsearch", "prometheus")
 """Every service, in start order (stop order is the reverse)."""
+DEFAULT_SERVICES: tuple[str, ...] = SERVICE_NAMES[:4]
+"""What ``up`` starts when no service is named: what dbus itself reads and writes.
+Prometheus, which watches dbus, starts only when named."""
 
 HOME_ENV = "DBUS_HOME"
 
@@ -30,6 +33,7 @@ _PORTS: tuple[tuple[str, str, int], ...] = (
     ("kafka", "DBUS_KAFKA_PORT", 9092),
     ("kafka_controller", "DBUS_KAFKA_CONTROLLER_PORT", 9093),
     ("elasticsearch", "DBUS_ELASTICSEARCH_PORT", 9200),
+    ("prometheus", "DBUS_PROMETHEUS_PORT", 9090),
 )
 PORT_VARIABLES = tuple(variable for _, variable, _ in _PORTS)
 """The environment variables that move a service to another port."""

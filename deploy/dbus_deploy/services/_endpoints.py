@@ -14,6 +14,7 @@ from typing import Any
 
 from dbus_deploy.services._config import ServicesConfig, load_config
 from dbus_deploy.services._mariadb import PASSWORD, USER
+from dbus_deploy.services._prometheus import targets_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,14 @@ class ElasticsearchEndpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class PrometheusEndpoint:
+    url: str
+    targets_dir: str
+    """A JSON file here (``[{"targets": ["host:port"], "labels": {...}}]``) adds
+    runtimes to scrape."""
+
+
+@dataclass(frozen=True, slots=True)
 class Endpoints:
     """How to reach each local service."""
 
@@ -71,6 +80,7 @@ class Endpoints:
     zookeeper: ZooKeeperEndpoint
     kafka: KafkaEndpoint
     elasticsearch: ElasticsearchEndpoint
+    prometheus: PrometheusEndpoint
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -85,6 +95,10 @@ class Endpoints:
             zookeeper=ZooKeeperEndpoint(**data["zookeeper"]),
             kafka=KafkaEndpoint(**data["kafka"]),
             elasticsearch=ElasticsearchEndpoint(**data["elasticsearch"]),
+            # Written before Prometheus was a service: where it would listen now.
+            prometheus=PrometheusEndpoint(**data["prometheus"])
+            if "prometheus" in data
+            else Endpoints.from_config(load_config()).prometheus,
         )
 
     @classmethod
@@ -95,6 +109,9 @@ class Endpoints:
             zookeeper=ZooKeeperEndpoint(hosts=f"{host}:{ports['zookeeper']}"),
             kafka=KafkaEndpoint(bootstrap_servers=f"{host}:{ports['kafka']}"),
             elasticsearch=ElasticsearchEndpoint(url=f"http://{host}:{ports['elasticsearch']}"),
+            prometheus=PrometheusEndpoint(
+                url=f"http://{host}:{ports['prometheus']}", targets_dir=str(targets_dir(config))
+            ),
         )
 
 

@@ -21,7 +21,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dbus_deploy.services._config import SERVICE_NAMES, ServicesConfig, load_config
+from dbus_deploy.services._config import (
+    DEFAULT_SERVICES,
+    SERVICE_NAMES,
+    ServicesConfig,
+    load_config,
+)
 from dbus_deploy.services._elasticsearch import Elasticsearch
 from dbus_deploy.services._endpoints import write_endpoints
 from dbus_deploy.services._errors import PortInUseError, ServiceStartError
@@ -35,6 +40,7 @@ from dbus_deploy.services._process import (
     spawn,
     stop,
 )
+from dbus_deploy.services._prometheus import Prometheus
 from dbus_deploy.services._service import Service
 from dbus_deploy.services._zookeeper import ZooKeeper
 from dbus_fn.errors import ConfigError
@@ -49,6 +55,7 @@ _SERVICES: dict[str, type[Service]] = {
     "zookeeper": ZooKeeper,
     "kafka": Kafka,
     "elasticsearch": Elasticsearch,
+    "prometheus": Prometheus,
 }
 
 
@@ -66,8 +73,10 @@ class ServiceStatus:
     seconds: float | None = None
 
 
-def _select(names: Iterable[str] | None, config: ServicesConfig) -> list[Service]:
-    wanted = list(names or SERVICE_NAMES)
+def _select(
+    names: Iterable[str] | None, config: ServicesConfig, default: Iterable[str] = SERVICE_NAMES
+) -> list[Service]:
+    wanted = list(names or default)
     unknown = [name for name in wanted if name not in SERVICE_NAMES]
     if unknown:
         raise ConfigError(
@@ -182,10 +191,10 @@ def up(
     config: ServicesConfig | None = None,
     progress: Progress | None = None,
 ) -> list[ServiceStatus]:
-    """Make sure the named services (default: all) run and are healthy."""
+    """Make sure the named services (default: ``DEFAULT_SERVICES``) run and are healthy."""
     config = config or load_config()
     say = progress or (lambda _message: None)
-    services = _select(names, config)
+    services = _select(names, config, DEFAULT_SERVICES)
     with _locked(config), _terminate_raises():
         running = {s.name: running_pid(s.pid_file, s.root) for s in services}
         to_start = [s for s in services if running[s.name] is None]
@@ -271,5 +280,6 @@ def restart(
 ) -> list[ServiceStatus]:
     """Stop then start the named services (for fault tests)."""
     config = config or load_config()
+    names = list(names or DEFAULT_SERVICES)
     down(names, config=config)
     return up(names, config=config, progress=progress)
