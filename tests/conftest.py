@@ -28,12 +28,17 @@ if TYPE_CHECKING:
         ServicesConfig,
     )
 
+# Tests run several runtimes at once: each serves its API on a free port (it writes
+# the address beside its checkpoint) instead of all asking for the default one.
+os.environ.setdefault("DBUS_API", "127.0.0.1:0")
+
 SERVICE_FIXTURES = frozenset(
     {
         "mariadb_service",
         "zookeeper_service",
         "kafka_service",
         "elasticsearch_service",
+        "prometheus_service",
         "services",
         "private_zookeeper",
         "fresh_database",
@@ -84,6 +89,8 @@ mariadb_service = _service("mariadb")
 zookeeper_service = _service("zookeeper")
 kafka_service = _service("kafka")
 elasticsearch_service = _service("elasticsearch")
+# Not among the services `up` starts by default: it watches the runtimes.
+prometheus_service = _service("prometheus")
 
 
 @pytest.fixture(scope="session")

@@ -75,3 +75,45 @@ def kafka_consumer(
             **(settings or {}),
         }
     )
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(url: str) -> Samples:
+    """A runtime's ``/metrics`` (``url`` is its API's), per (sample name, sorted labels)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        return parse_metrics(answer.read().decode())
+
+
+def parse_metrics(text: str) -> Samples:
+    """The exposition format's samples, per (sample name, sorted labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sample_sum(samples: Mapping[tuple[str, Any], float], name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    return sum(
+        value
+        for (sample, pairs), value in samples.items()
+        if sample == name and set(labels.items()) <= set(pairs)
+    )
+
+
+def runtime_api(checkpoint: Any, within: float = 180.0) -> str:
+    """The API URL a runtime started with ``checkpoint`` serves (``dbus_spark.api``)."""
+    from pathlib import Path
+
+    from dbus_spark.api import address_path
+
+    path = address_path(str(checkpoint))
+    wait_for(lambda: Path(path).exists(), within, f"the runtime writes {path}")
+    return Path(path).read_text().strip()

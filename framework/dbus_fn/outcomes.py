@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -93,6 +94,32 @@ class FunctionStats:
     dead: int
     timeouts: int
     counters: Mapping[str, int] = field(default_factory=dict)
+    latency: tuple[int, ...] = ()
+    """How many calls took at most each of ``LATENCY_BOUNDS`` seconds (not
+    cumulative), then how many took longer."""
+    seconds: float = 0.0
+    """The calls' total time."""
+
+
+LATENCY_BOUNDS: tuple[float, ...] = (
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+"""Upper bounds (seconds) of the buckets a function's call times are counted in."""
+
+
+class Latency:
+    """Call times of one function, counted in ``LATENCY_BOUNDS`` buckets."""
+
+    __slots__ = ("counts", "seconds")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BOUNDS) + 1)
+        self.seconds = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(LATENCY_BOUNDS, seconds)] += 1
+        self.seconds += seconds
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
+from time import perf_counter
 from typing import Any, NamedTuple
 
 from dbus_fn._budget import Budget, Overrun, disarm, start_watchdog
@@ -44,7 +45,14 @@ from dbus_fn.errors import (
 )
 from dbus_fn.events import Operation, Row, RowChange
 from dbus_fn.manifest import Destination
-from dbus_fn.outcomes import DeadLetter, Delivery, FunctionStats, Outcome, PipelineStats
+from dbus_fn.outcomes import (
+    DeadLetter,
+    Delivery,
+    FunctionStats,
+    Latency,
+    Outcome,
+    PipelineStats,
+)
 from dbus_fn.registry import LoadedDeployment
 
 __all__ = [
@@ -73,6 +81,8 @@ class _Step(NamedTuple):
     info: FunctionInfo
     slot: int
     """Where the step stands in its chain: its slot in the chain's counts."""
+    latency: Latency
+    """The function's call times (shared by every chain it is in)."""
 
 
 class _Failed:
@@ -103,10 +113,11 @@ class _Chain:
         filters: tuple[FunctionInfo, ...],
         projections: tuple[FunctionInfo, ...],
         routes: tuple[FunctionInfo, ...],
+        latency: Mapping[str, Latency],
     ) -> None:
         infos = (*filters, *projections, *routes)
         steps = [
-            _Step(info.function, info.takes_context, info, index)
+            _Step(info.function, info.takes_context, info, index, latency[info.name])
             for index, info in enumerate(infos)
         ]
         self.steps: tuple[FunctionInfo, ...] = infos
@@ -159,6 +170,7 @@ class Pipeline:
         self._chains: list[_Chain] = []
         self._destinations: dict[str, Destination] = {}
         self._counters = {info.name: Counters() for info in deployment.functions}
+        self._latency = {info.name: Latency() for info in deployment.functions}
         self._loggers = {info.name: function_logger(info.name) for info in deployment.functions}
         self._ignored = 0
         self._user_errors = 0
@@ -218,6 +230,7 @@ class Pipeline:
         if budget is not None:
             budget.calls += 1
             budget.step = step
+        started = perf_counter()
         try:
             result = (
                 step.function(event, self._context(step.info, event))
@@ -225,7 +238,9 @@ class Pipeline:
                 else step.function(event)
             )
         except BaseException as exc:
+            step.latency.observe(perf_counter() - started)
             return _Failed(self._raised(chain, change, step, exc, budget))
+        step.latency.observe(perf_counter() - started)
         if budget is not None:
             budget.step = None
         return result
@@ -309,7 +324,7 @@ class Pipeline:
         else:
             by_op = {}
             for op in Operation:
-                chain = _Chain(*self.deployment.chain(database, table, op))
+                chain = _Chain(*self.deployment.chain(database, table, op), self._latency)
                 self._chains.append(chain)
                 by_op[op] = chain
             chains = _TableChains(
@@ -555,6 +570,8 @@ class Pipeline:
                 dead=counts[3],
                 timeouts=counts[4],
                 counters=self._counters[name].snapshot(),
+                latency=tuple(self._latency[name].counts),
+                seconds=self._latency[name].seconds,
             )
             for name, counts in per_function.items()
         }

@@ -5,6 +5,9 @@ In one run, on the same binlog of 20-column rows:
 * (a) bare mysql-replication decoding, rows/s (as in ``bench_capture.py``);
 * (b) the runtime end to end into Kafka (source → function stage → acknowledged
   by the broker), rows/s, and (c) into Elasticsearch;
+* (b) again with metrics on against off, taking turns (``--metrics-runs`` each):
+  batch reports written, Spark's progress counted, ``/metrics`` served and
+  scraped every second;
 * their ratios to (a);
 * latency from COMMIT to the message being readable in Kafka at a steady
   ``--rate`` rows/s (p50, p99);
@@ -22,6 +25,7 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -37,8 +41,10 @@ from support import kafka_consumer
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.events import BinlogPosition
+from dbus_spark.api import ApiServer, ApiSettings, build_app
 from dbus_spark.config import RuntimeConfig, SourceBinding
 from dbus_spark.job import spark_session, start
+from dbus_spark.metrics import RuntimeMetrics
 
 WARM = WIDE.replace("CREATE TABLE wide", "CREATE TABLE warm")
 WARM_FILL = WIDE_FILL.replace("INSERT INTO wide", "INSERT INTO warm")
@@ -107,14 +113,19 @@ def _wait(query: Any, rows: int, since: int = 0, timeout: float = 1800) -> None:
         time.sleep(0.2)
 
 
-def steady_rows_per_second(spark: Any, cfg: RuntimeConfig, cursor: Any, rows: int) -> float:
+def steady_rows_per_second(
+    spark: Any, cfg: RuntimeConfig, cursor: Any, rows: int, *, metrics: bool = False
+) -> float:
     """Rows/s of a warm runtime: busy time of the micro-batches that carry ``rows`` new rows.
 
     The first micro-batch starts the Python workers and loads the functions
     (seconds, once per runtime); a warm-up batch takes that cost, as a long-running
-    runtime does, and the measured rows are written after it.
+    runtime does, and the measured rows are written after it. With ``metrics`` the
+    runtime counts every batch and serves ``/metrics``, scraped every second.
     """
-    query = start(cfg, spark=spark)
+    watched = RuntimeMetrics() if metrics else None
+    query = start(cfg, spark=spark, metrics=watched)
+    scraper = None if watched is None else Scraper(watched)
     try:
         cursor.execute(WARM_FILL.format(first=1, last=1000))
         _wait(query, 1000)
@@ -128,6 +139,33 @@ def steady_rows_per_second(spark: Any, cfg: RuntimeConfig, cursor: Any, rows: in
         return rows / (busy_ms / 1000)
     finally:
         query.stop()
+        if scraper is not None:
+            scraper.stop()
+
+
+class Scraper:
+    """``/metrics`` of a runtime served on a free port and read every second."""
+
+    def __init__(self, metrics: RuntimeMetrics) -> None:
+        self._metrics = metrics
+        self._server = ApiServer(build_app(metrics), ApiSettings("127.0.0.1", 0))
+        self._url = self._server.start() + "/metrics"
+        self._done = threading.Event()
+        self.scrapes = 0
+        self._thread = threading.Thread(target=self._scrape, daemon=True)
+        self._thread.start()
+
+    def _scrape(self) -> None:
+        while not self._done.wait(1.0):
+            with urllib.request.urlopen(self._url, timeout=10) as answer:
+                answer.read()
+            self.scrapes += 1
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self._server.stop()
+        self._metrics.close()
 
 
 def latency(spark: Any, cfg: RuntimeConfig, dsn_settings: dict[str, Any], database: str,
@@ -238,7 +276,12 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=1000, help="rows/s for the latency run")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the latency run")
     parser.add_argument("--big", type=int, default=1_000_000, help="rows in the big transaction")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["es", "latency", "big"])
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["es", "metrics", "latency", "big"]
+    )
+    parser.add_argument(
+        "--metrics-runs", type=int, default=3, help="runs each with metrics on and off"
+    )
     parser.add_argument(
         "--decode-shards",
         type=int,
@@ -288,6 +331,21 @@ def main() -> None:
             )
             print(f"(c) runtime end to end → ES         {es:>12,.0f} rows/s", end="")
             print(f"   c/a {es / decode:.2f}")
+        if "metrics" not in args.skip:
+            runs: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(args.metrics_runs):
+                for on in (False, True):
+                    cur.execute("TRUNCATE wide")
+                    cur.execute("TRUNCATE warm")
+                    topic = f"bench-{uuid.uuid4().hex[:8]}"
+                    cfg = config(work, dsn, database, f"kafka://{topic}", "latest",
+                                 args.decode_shards)  # fmt: skip
+                    runs[on].append(steady_rows_per_second(spark, cfg, cur, args.rows, metrics=on))
+            off, on = statistics.median(runs[False]), statistics.median(runs[True])
+            print(f"(b) → Kafka, metrics off / on      {off:>12,.0f} / {on:,.0f} rows/s "
+                  f"(median of {args.metrics_runs} each, taking turns): on/off {on / off:.3f}"
+                  f"; runs off {[round(r) for r in runs[False]]}, "
+                  f"on {[round(r) for r in runs[True]]}")  # fmt: skip
         if "latency" not in args.skip:
             cur.execute("CREATE TABLE pulse (id INT PRIMARY KEY, v VARCHAR(8))")
             topic = f"bench-{uuid.uuid4().hex[:8]}"

@@ -3,8 +3,10 @@
 Kafka, then (separately) Elasticsearch, private to this test, are stopped for 30
 seconds while a writer keeps changing three tables, then started again. The
 runtime must stay up, hold back its positions while a sink is down, retry at a
-calm pace (its log during the outage stays short), and after the outages every
-committed change is in Kafka, in order per key, and each index equals its table.
+calm pace (its log during the outage stays short), show the outage in its
+metrics within 10 seconds (the sink's retries and what it has in flight), and
+after the outages every committed change is in Kafka, in order per key, each
+index equals its table, and the source's lag is back at 0.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from convergence import (
 )
 from elasticsearch import Elasticsearch
 from scratch import FreshDatabase
+from support import runtime_api, sample_sum, scrape, wait_for
 
 from dbus_deploy.services import down, up
 
@@ -43,6 +46,8 @@ MAX_LINES_PER_OUTAGE = 600
 # Quiet, each Python worker passes at most one Kafka client line per 30 s
 # (logs.CLIENT_LINE_INTERVAL); a few workers over a 30 s outage, with margin.
 MAX_CLIENT_LINES = 10
+METRICS_WITHIN = 10.0
+"""Seconds an outage may take to show in the runtime's metrics."""
 
 
 def _log_lines(runtime: RuntimeProcess) -> list[str]:
@@ -50,16 +55,27 @@ def _log_lines(runtime: RuntimeProcess) -> list[str]:
 
 
 def _outage(
-    name: str, services: Any, runtime: RuntimeProcess, workload: Workload
+    name: str, services: Any, runtime: RuntimeProcess, workload: Workload, api: str
 ) -> dict[str, Any]:
-    """Stop ``name`` for OUTAGE seconds under load; what the runtime logged meanwhile."""
+    """Stop ``name`` for OUTAGE seconds under load; what the runtime logged meanwhile,
+    and how soon its metrics showed the sink retrying with messages in flight."""
+    sink = "elasticsearch" if name == "elasticsearch" else "kafka"
     committed_before = len(workload.committed)
     lines_before = len(_log_lines(runtime))
+    retries_before = sample_sum(scrape(api), "dbus_sink_retries_total", sink=sink)
     stopped_at = time.monotonic()
     down([name], config=services.config)
     deadline = stopped_at + OUTAGE
+    shown_after = None
     while time.monotonic() < deadline:
         assert runtime.alive(), f"the runtime exited while {name} was down:\n{runtime.tail()}"
+        if shown_after is None:
+            samples = scrape(api)
+            if (
+                sample_sum(samples, "dbus_sink_retries_total", sink=sink) > retries_before
+                and sample_sum(samples, "dbus_sink_in_flight", sink=sink) > 0
+            ):
+                shown_after = time.monotonic() - stopped_at
         time.sleep(0.5)
     window = _log_lines(runtime)[lines_before:]
     restarted = time.monotonic()
@@ -71,6 +87,7 @@ def _outage(
         "changes_meanwhile": len(workload.committed) - committed_before,
         "log_lines": len(window),
         "sink_retries": sum(1 for line in window if SINK_RETRY.search(line)),
+        "metrics_after": shown_after,
         "client_errors": sum(
             1 for line in window if CLIENT_NOISE.search(line) and not SINK_RETRY.search(line)
         ),
@@ -107,10 +124,11 @@ def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop
         workload.start()
         writing = True
         runtime.wait_first_commit(180)
+        api = runtime_api(runtime.checkpoint)
         time.sleep(5)
-        outages.append(_outage("kafka", services, runtime, workload))
+        outages.append(_outage("kafka", services, runtime, workload, api))
         time.sleep(15)
-        outages.append(_outage("elasticsearch", services, runtime, workload))
+        outages.append(_outage("elasticsearch", services, runtime, workload, api))
         time.sleep(15)
         workload.stop()
         writing = False
@@ -120,6 +138,11 @@ def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop
             alive=runtime.alive,
             on_timeout=runtime.tail,
         )
+        wait_for(
+            lambda: sample_sum(scrape(api), "dbus_source_lag_bytes") == 0
+            and sample_sum(scrape(api), "dbus_source_lag_seconds") == 0,
+            60, "the source's lag back at 0 after the outages",
+        )  # fmt: skip
         assert runtime.alive()
         code = runtime.stop()
         assert code == 0, f"the runtime stopped with {code}:\n{runtime.tail()}"
@@ -135,7 +158,8 @@ def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop
         print(
             "{sink} down {down_for:.0f}s (back in {back_after:.0f}s), "
             "{changes_meanwhile} changes written meanwhile: {log_lines} runtime log lines, "
-            "{sink_retries} sink retry warnings, {client_errors} client errors".format(**outage)
+            "{sink_retries} sink retry warnings, {client_errors} client errors; "
+            "in the metrics after {metrics_after}s".format(**outage)
         )
     print(
         f"changes committed: {len(workload.committed)}; "
@@ -145,6 +169,11 @@ def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop
     )
     for outage in outages:
         assert outage["changes_meanwhile"] > 100, f"no load during the {outage['sink']} outage"
+        shown = outage["metrics_after"]
+        assert shown is not None and shown <= METRICS_WITHIN, (
+            f"the {outage['sink']} outage showed in the metrics (retries up, messages in "
+            f"flight) after {shown}s, not within {METRICS_WITHIN:.0f}s"
+        )
         assert outage["sink_retries"] >= 1, f"the runtime never noticed {outage['sink']} was down"
         assert outage["sink_retries"] <= MAX_SINK_RETRIES, (
             f"{outage['sink_retries']} retry warnings in {OUTAGE:.0f}s without "

@@ -9,6 +9,7 @@ import pytest
 from fn_modules import make_module
 
 from dbus_fn.manifest import Destination
+from dbus_fn.outcomes import LATENCY_BOUNDS
 from dbus_fn.pipeline import Outcome, Pipeline
 from dbus_fn.registry import LoadedDeployment, deployment_from_module
 from dbus_fn.testing import delete, insert, update
@@ -392,6 +393,27 @@ def boom(event) -> dict:
     boom = next(s for s in stats.functions.values() if s.kind == "projection")
     assert (keep.calls, keep.passed, keep.filtered) == (4, 3, 1)
     assert (boom.calls, boom.passed, boom.dead) == (3, 2, 1)
+
+
+def test_each_call_is_timed_raising_ones_included(tmp_path: Path) -> None:
+    source = """
+import time
+
+@fn.projection(tables="shop.a")
+def slow(event) -> dict:
+    time.sleep(0.03)
+    if event.row["id"] == 2:
+        raise ValueError("no")
+    return {}
+"""
+    with Pipeline(_deployment(tmp_path, source)) as pipeline:
+        list(pipeline.process_many([insert("shop.a", id=i) for i in (1, 2, 3)]))
+        (slow,) = pipeline.stats().functions.values()
+    assert len(slow.latency) == len(LATENCY_BOUNDS) + 1
+    assert sum(slow.latency) == slow.calls == 3
+    # 30 ms each: in the bucket up to 50 ms (or above, on a slow machine), never below.
+    assert sum(slow.latency[: LATENCY_BOUNDS.index(0.025) + 1]) == 0
+    assert slow.seconds >= 0.09
 
 
 def test_framework_failure_is_counted_apart(

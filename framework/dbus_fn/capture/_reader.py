@@ -358,9 +358,10 @@ class BinlogReader:
         else:
             seconds = None
         master = self.master_position()
-        return CaptureLag(seconds, self._bytes_between(self._read_file, self._read_pos, master))
+        return CaptureLag(seconds, self.bytes_between(self._read_file, self._read_pos, master))
 
-    def _bytes_between(self, file: str, pos: int, master: BinlogPosition) -> int:
+    def bytes_between(self, file: str, pos: int, master: BinlogPosition) -> int:
+        """Binlog bytes from ``file:pos`` to ``master`` (0 at or past it)."""
         if file == master.file:
             return max(0, master.pos - pos)
         total, counting = 0, False

@@ -6,18 +6,24 @@ import logging
 import signal
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from dbus_fn.cli._options import env_option, given_as
 from dbus_fn.errors import ConfigError, UndeliveredError
-from dbus_spark.config import DEFAULT_CHUNK_ROWS
+from dbus_spark.config import DEFAULT_API_ADDRESS, DEFAULT_CHUNK_ROWS
 from dbus_spark.preflight import check_runtime
 from dbus_spark.settings import runtime_config
 
 if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+    from dbus_spark.api import ApiServer
     from dbus_spark.cluster import ClusterMember
+    from dbus_spark.metrics import RuntimeMetrics
 
 
 @click.group()
@@ -132,6 +138,22 @@ def runtime() -> None:
     show_default=True,
     help="This runtime's share of the cluster's sources, relative to the others.",
 )
+@env_option(
+    "--api",
+    "api_address",
+    env="DBUS_API",
+    default=DEFAULT_API_ADDRESS,
+    show_default=True,
+    help="Serve the runtime's metrics (/metrics, for Prometheus) at HOST:PORT (port 0: "
+    "any free one; the address is logged and written beside the checkpoint), or off.",
+)
+@env_option(
+    "--api-token",
+    env="DBUS_API_TOKEN",
+    default=None,
+    help="A token every API request must carry (Authorization: Bearer TOKEN); needed to "
+    "serve beyond loopback.",
+)
 @click.option(
     "--for",
     "run_for",
@@ -162,55 +184,26 @@ def start(
     zk_session_timeout: float | None,
     runtime_id: str | None,
     capacity: float,
+    api_address: str,
+    api_token: str | None,
     run_for: float | None,
     verbose: bool,
 ) -> None:
     """Run the function deployments over the sources until stopped (Ctrl-C)."""
-    from dbus_spark.job import start as start_query
-    from dbus_spark.job import start_member
     from dbus_spark.job import stop as stop_query
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    member = None
-    if cluster is not None:
-        if sources or deployments:
-            ctx = click.get_current_context()
-            given = [
-                given_as(ctx, name, flag)
-                for name, flag, value in (
-                    ("sources", "--source", sources), ("deployments", "--functions", deployments)
-                )
-                if value
-            ]  # fmt: skip
-            raise ConfigError(
-                f"{given_as(ctx, 'cluster', '--cluster')} takes the sources and functions from "
-                f"ZooKeeper: drop {' and '.join(given)} (register them with `dbus cluster "
-                "source add` and `dbus fn deploy`)",
-                setting="cluster",
-            )
-        member = _member(click.get_current_context().params)
-        checkpoint_dir = member.checkpoint_dir
-        query = start_member(member, master=master, verbose=verbose)
-    else:
-        if not deployments:
-            raise ConfigError(
-                "no function folder given: pass --functions PATH (a folder with dbus.toml), "
-                "or --cluster NAME to run what is deployed there",
-                setting="functions",
-            )
-        config = runtime_config(
-            sources=sources,
-            deployments=deployments,
-            kafka=kafka,
-            elasticsearch=elasticsearch,
-            checkpoint=checkpoint,
-            start=start,
-            trigger=trigger,
-            decode_shards=decode_shards,
-            chunk_rows=chunk_rows,
+    served = _api(api_address, api_token, runtime_id or "")
+    try:
+        query, member, checkpoint_dir = _launch(
+            click.get_current_context(), served.metrics if served else None
         )
-        checkpoint_dir = config.checkpoint_dir
-        query = start_query(config, master=master, verbose=verbose)
+        if served is not None:
+            served.start(checkpoint_dir)
+    except BaseException:
+        if served is not None:  # bound before Spark started: a taken port fails first
+            served.stop()
+        raise
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -241,6 +234,8 @@ def start(
             if not stop:
                 raise
         finally:
+            if served is not None:
+                served.stop()
             if member is not None:
                 member.stop()
     error = None if stop else query.exception()
@@ -249,6 +244,50 @@ def start(
     if not stop:  # a service manager's SIGTERM is a stop, not a failed run
         _check_delivered(checkpoint_dir, stopping)
     click.echo("runtime stopped")
+
+
+def _launch(
+    ctx: click.Context, metrics: RuntimeMetrics | None
+) -> tuple[StreamingQuery, ClusterMember | None, str]:
+    """Start the query `runtime start` asked for: the query, the cluster member (None
+    alone) and the checkpoint folder."""
+    from dbus_spark.job import start as start_query
+    from dbus_spark.job import start_member
+
+    options = ctx.params
+    if options["cluster"] is not None:
+        if options["sources"] or options["deployments"]:
+            given = [
+                given_as(ctx, name, flag)
+                for name, flag in (("sources", "--source"), ("deployments", "--functions"))
+                if options[name]
+            ]
+            raise ConfigError(
+                f"{given_as(ctx, 'cluster', '--cluster')} takes the sources and functions from "
+                f"ZooKeeper: drop {' and '.join(given)} (register them with `dbus cluster "
+                "source add` and `dbus fn deploy`)",
+                setting="cluster",
+            )
+        member = _member(options)
+        query = start_member(
+            member, master=options["master"], verbose=options["verbose"], metrics=metrics
+        )
+        return query, member, member.checkpoint_dir
+    if not options["deployments"]:
+        raise ConfigError(
+            "no function folder given: pass --functions PATH (a folder with dbus.toml), "
+            "or --cluster NAME to run what is deployed there",
+            setting="functions",
+        )
+    settings = (
+        "sources", "deployments", "kafka", "elasticsearch", "checkpoint", "start", "trigger",
+        "decode_shards", "chunk_rows",
+    )  # fmt: skip
+    config = runtime_config(**{key: options[key] for key in settings})
+    query = start_query(
+        config, master=options["master"], verbose=options["verbose"], metrics=metrics
+    )
+    return query, None, config.checkpoint_dir
 
 
 def _check_delivered(checkpoint_dir: str, stopping: float) -> None:
@@ -296,3 +335,38 @@ def _member(options: Mapping[str, Any]) -> ClusterMember:
         settings, name, base, default_config_path(base),
         capacity=options["capacity"], start=options["start"],
     )  # fmt: skip
+
+
+@dataclass
+class _Served:
+    """The runtime's API server and the metrics it shows."""
+
+    server: ApiServer
+    metrics: RuntimeMetrics
+    address_file: Path | None = None
+
+    def start(self, checkpoint_dir: str) -> None:
+        from dbus_spark.api import address_path
+
+        url = self.server.start()
+        self.address_file = address_path(checkpoint_dir)
+        self.address_file.write_text(url + "\n")
+        logging.getLogger("dbus.runtime").info("api: serving %s/metrics", url)
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.metrics.close()
+        if self.address_file is not None:
+            self.address_file.unlink(missing_ok=True)
+
+
+def _api(address: str, token: str | None, runtime_id: str) -> _Served | None:
+    """The API server, bound before Spark starts (a taken port fails at once), or None."""
+    from dbus_spark.api import ApiServer, ApiSettings, build_app
+    from dbus_spark.metrics import RuntimeMetrics
+
+    settings = ApiSettings.parse(address, token)
+    if settings is None:
+        return None
+    metrics = RuntimeMetrics(runtime_id=runtime_id)
+    return _Served(ApiServer(build_app(metrics, settings.token), settings), metrics)

@@ -21,8 +21,10 @@ from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
 
-StartPolicy = str | BinlogPosition
-DEFAULT_CHUNK_ROWS = 10_000  # "earliest" | "latest" | a position
+StartPolicy = str | BinlogPosition  # "earliest" | "latest" | a position
+DEFAULT_CHUNK_ROWS = 10_000
+DEFAULT_API_ADDRESS = "127.0.0.1:9464"
+"""Where a runtime serves its metrics unless told otherwise (see ``dbus_spark.api``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,18 +16,20 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from dbus_fn.capture import BinlogReader, position_from_json
+from dbus_fn.events import BinlogPosition
 from dbus_fn.registry import load_deployment
 from dbus_spark import logs
 from dbus_spark.cluster import ClusterMember, PositionCommitter
 from dbus_spark.config import RuntimeConfig, default_decode_shards
 from dbus_spark.history import HistoryStore, store_path
+from dbus_spark.metrics import BatchListener, RuntimeMetrics, reports_dir
 from dbus_spark.preflight import check_addresses, check_reachable
 from dbus_spark.source import BinlogDataSource
 from dbus_spark.writer import FunctionSinkDataSource
@@ -123,12 +125,13 @@ def start(
     master: str = "local[*]",
     config_path: Path | None = None,
     verbose: bool | None = None,
+    metrics: RuntimeMetrics | None = None,
 ) -> StreamingQuery:
     """Start the runtime's query; returns at once, the query runs in the background.
 
     Sources, deployments, sinks and the master are checked before any Spark
     session starts (see ``preflight``). ``verbose`` is the new session's (see
-    ``spark_session``).
+    ``spark_session``). ``metrics``, when given, counts every batch of the query.
     """
     master = master if spark is None else "local[*]"  # a given session has its master
     check_addresses(kafka=config.kafka_bootstrap, elasticsearch=config.elasticsearch_url,
@@ -138,7 +141,7 @@ def start(
                     master=master)  # fmt: skip
     spark = spark or spark_session(master, verbose=verbose)
     path = config.save(config_path or default_config_path(config))
-    return _start_query(spark, config, path)
+    return _start_query(spark, config, path, metrics)
 
 
 def start_member(
@@ -147,12 +150,13 @@ def start_member(
     spark: SparkSession | None = None,
     master: str = "local[*]",
     verbose: bool | None = None,
+    metrics: RuntimeMetrics | None = None,
 ) -> StreamingQuery:
     """Start a cluster member's query: ZooKeeper gives the sources and functions."""
     config = member.start()
     spark = spark or spark_session(master, verbose=verbose)
     spark.streams.addListener(PositionCommitter(member))
-    return _start_query(spark, config, member.config_path)
+    return _start_query(spark, config, member.config_path, metrics)
 
 
 def stop(
@@ -184,25 +188,38 @@ def default_config_path(config: RuntimeConfig) -> Path:
     return checkpoint.parent / f"{checkpoint.name}.config.json"
 
 
-def _start_query(spark: SparkSession, config: RuntimeConfig, path: Path) -> StreamingQuery:
+def _start_query(
+    spark: SparkSession, config: RuntimeConfig, path: Path, metrics: RuntimeMetrics | None
+) -> StreamingQuery:
     cores = spark.sparkContext.defaultParallelism
     shards = config.decode_shards or default_decode_shards(cores)
+    options = {"config": str(path)}
+    if metrics is not None:
+        reports = reports_dir(config.checkpoint_dir)
+        # Left by the last run: batches it never saw progress of, its workers' counts.
+        for stale in [*reports.glob("*.json"), *reports.glob("*/*.json")]:
+            stale.unlink(missing_ok=True)
+        metrics.attach(path, committed_positions(config.checkpoint_dir), reports)
+        options["reports"] = str(reports)  # the workers report there
     reader = (
         spark.readStream.format("dbus_binlog")
-        .option("config", str(path))
+        .options(**options)
         .option("shards", str(shards))
         .option("chunk_tasks", str(max(1, cores)))
         .load()
     )
     writer = (
         reader.writeStream.format("dbus_functions")
-        .option("config", str(path))
+        .options(**options)
         .option("checkpointLocation", config.checkpoint_dir)
         .queryName("dbus")
     )
     if config.trigger_seconds > 0:
         writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
     query = writer.start()
+    if metrics is not None:
+        metrics.listener = BatchListener(metrics, reports, str(query.id))
+        spark.streams.addListener(metrics.listener)
     log.info(
         "runtime started: sources=%s deployments=%s checkpoint=%s",
         [b.spec.name for b in config.sources],
@@ -230,20 +247,39 @@ def pending_batch(checkpoint_dir: str) -> PendingBatch | None:
     from its start positions at the next start.
     """
     checkpoint = Path(checkpoint_dir)
-
-    def newest(folder: str) -> int:
-        path = checkpoint / folder
-        ids = [int(p.name) for p in path.iterdir() if p.name.isdigit()] if path.is_dir() else []
-        return max(ids, default=-1)
-
-    planned = newest("offsets")
-    if planned < 0 or planned <= newest("commits"):
+    planned = _newest(checkpoint, "offsets")
+    if planned < 0 or planned <= _newest(checkpoint, "commits"):
         return None
-    lines = (checkpoint / "offsets" / str(planned)).read_text().splitlines()
+    metadata, offsets = _batch_offsets(checkpoint, planned)
+    positions = {source: str(position) for source, position in offsets.items()}
+    return PendingBatch(planned, metadata.get("batchTimestampMs", 0) / 1000, positions)
+
+
+def committed_positions(checkpoint_dir: str) -> dict[str, BinlogPosition]:
+    """Per source, the position the newest committed micro-batch read up to."""
+    checkpoint = Path(checkpoint_dir)
+    committed = _newest(checkpoint, "commits")
+    return _batch_offsets(checkpoint, committed)[1] if committed >= 0 else {}
+
+
+def _newest(checkpoint: Path, folder: str) -> int:
+    path = checkpoint / folder
+    ids = [int(p.name) for p in path.iterdir() if p.name.isdigit()] if path.is_dir() else []
+    return max(ids, default=-1)
+
+
+def _batch_offsets(
+    checkpoint: Path, batch: int
+) -> tuple[dict[str, Any], dict[str, BinlogPosition]]:
+    """A planned batch's metadata and, per source, the position it reads up to."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+    except FileNotFoundError:
+        return {}, {}
     metadata = json.loads(lines[1]) if len(lines) > 1 else {}
-    positions: dict[str, str] = {}
+    positions: dict[str, BinlogPosition] = {}
     for line in lines[2:]:
         with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
             for source, offset in json.loads(line).items():
-                positions[source] = str(position_from_json(offset))
-    return PendingBatch(planned, metadata.get("batchTimestampMs", 0) / 1000, positions)
+                positions[source] = position_from_json(offset)
+    return metadata, positions

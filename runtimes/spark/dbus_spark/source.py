@@ -80,6 +80,7 @@ from dbus_spark.worker import (
     hold,
     offset_to_position,
     position_to_offset,
+    publish_functions,
     worker_reader,
     worker_stage,
 )
@@ -121,6 +122,7 @@ class BinlogDataSource(DataSource):  # type: ignore[misc]
             self.options["config"],
             shards=int(self.options.get("shards", 1)),
             chunk_tasks=int(self.options.get("chunk_tasks", 1)),
+            reports=self.options.get("reports"),
         )
 
 
@@ -128,8 +130,17 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
     """Spark's reader of the ``dbus_binlog`` source: plans each micro-batch's positions
     and partitions on the driver, and reads a partition on an executor."""
 
-    def __init__(self, config_path: str, *, shards: int = 1, chunk_tasks: int = 1) -> None:
+    def __init__(
+        self,
+        config_path: str,
+        *,
+        shards: int = 1,
+        chunk_tasks: int = 1,
+        reports: str | None = None,
+    ) -> None:
         self._config_path = config_path
+        self._reports = reports
+        """Where the workers publish their functions' counts (None: metrics off)."""
         self._shards = max(1, shards)
         self._chunk_tasks = max(1, chunk_tasks)
         self._config_mtime = os.stat(config_path).st_mtime
@@ -330,6 +341,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         return ranges
 
     def read(self, partition: SourceRange | ChunkRange | ReplayRange) -> Iterator[pa.RecordBatch]:
+        publish_functions(self._reports, worker_stage(partition.config_path)[1])
         if isinstance(partition, ChunkRange):
             yield from read_chunk_range(partition)
             return

@@ -16,7 +16,7 @@ import json
 import pickle
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dbus_fn.cloudevent import key_json, primary_key_text, row_json
@@ -62,6 +62,10 @@ class StageCounts:
     read_seconds: float = 0.0
     started: float = 0.0
     """Epoch seconds the earliest read began."""
+    source_rows: Counter[str] = field(default_factory=Counter)
+    """Per source, the binlog row changes read (``rows`` summed over sources)."""
+    received: Counter[str] = field(default_factory=Counter)
+    """Per deployment, the events offered to its functions."""
     delivered: Counter[str] = field(default_factory=Counter)
     filtered: Counter[str] = field(default_factory=Counter)
     dead: Counter[str] = field(default_factory=Counter)
@@ -85,6 +89,8 @@ class StageCounts:
                 "ddl": self.ddl,
                 "read_seconds": self.read_seconds,
                 "started": self.started,
+                "source_rows": self.source_rows,
+                "received": self.received,
                 "delivered": self.delivered,
                 "filtered": self.filtered,
                 "dead": self.dead,
@@ -108,6 +114,8 @@ class StageCounts:
             ddl=counts["ddl"],
             read_seconds=counts["read_seconds"],
             started=counts.get("started", 0.0),
+            source_rows=Counter(counts.get("source_rows", {})),
+            received=Counter(counts.get("received", {})),
             delivered=Counter(counts["delivered"]),
             filtered=Counter(counts["filtered"]),
             dead=Counter(counts["dead"]),
@@ -126,6 +134,8 @@ class StageCounts:
         self.read_seconds = max(self.read_seconds, other.read_seconds)
         if other.started:
             self.started = min(self.started or other.started, other.started)
+        self.source_rows.update(other.source_rows)
+        self.received.update(other.received)
         self.delivered.update(other.delivered)
         self.filtered.update(other.filtered)
         self.dead.update(other.dead)
@@ -164,6 +174,7 @@ class FunctionStage:
         """A binlog change through every deployment subscribed to its table; ``gate``
         holds back what a deployment's history chunks bring instead."""
         counts.rows += 1
+        counts.source_rows[change.source] += 1
         for deployment, pipeline in self._subscribers(change.source, change.qualified_table):
             if gate is not None and not gate.admits(deployment.manifest.name, change):
                 counts.held[deployment.manifest.name] += 1
@@ -206,6 +217,16 @@ class FunctionStage:
                                                    change.row), dead_topic)
         )  # fmt: skip
 
+    def function_stats(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Per deployment and function, what its pipeline counted in this worker so far:
+        calls, passed, filtered, dead, timeouts, and call times (``dbus_spark.metrics``)."""
+        return {
+            deployment.manifest.name: {
+                name: asdict(stats) for name, stats in pipeline.stats().functions.items()
+            }
+            for deployment, pipeline in self._pipelines
+        }
+
     def has_deployment(self, name: str) -> bool:
         return any(d.manifest.name == name for d in self.deployments)
 
@@ -219,6 +240,7 @@ class FunctionStage:
     ) -> Iterator[StageRecord]:
         name = deployment.manifest.name
         dead_topic = deployment.manifest.dead_letter_route.name
+        counts.received[name] += 1
         outcome = pipeline.process(change)
         if outcome.filtered:
             counts.filtered[name] += 1

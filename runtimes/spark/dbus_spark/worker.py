@@ -25,6 +25,7 @@ from dbus_fn.capture import (
 )
 from dbus_fn.events import BinlogPosition
 from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
+from dbus_spark.metrics.live import Publisher
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 
@@ -51,6 +52,14 @@ BATCH_ROWS = 2048
 
 _stages: dict[tuple[str, float], tuple[RuntimeConfig, FunctionStage]] = {}
 _readers: dict[tuple[SourceSpec, int], BinlogReader] = {}
+_functions = Publisher("functions", dict)
+
+
+def publish_functions(reports: str | None, stage: FunctionStage) -> None:
+    """When metrics are on (``reports``), publish this worker's function counts
+    (``dbus_spark.metrics.live``)."""
+    if reports is not None:
+        _functions.use(reports, stage.function_stats)
 
 
 def worker_stage(config_path: str) -> tuple[RuntimeConfig, FunctionStage]:

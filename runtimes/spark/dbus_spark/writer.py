@@ -32,6 +32,8 @@ from dbus_fn.coordination import HoldCheck
 from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.history import ChunkDone, HistoryStore, progress_text, store_path
 from dbus_spark.logs import runtime_logger
+from dbus_spark.metrics.live import SinkPublisher
+from dbus_spark.metrics.reports import write_report
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
@@ -57,6 +59,15 @@ class TaskReport(WriterCommitMessage):  # type: ignore[misc]
     per_source: Counter[str] = field(default_factory=Counter)
     stage: StageCounts = field(default_factory=StageCounts)
 
+    def to_json(self) -> dict[str, object]:
+        """The batch's counters as the driver's metrics take them (``dbus_spark.metrics``)."""
+        return {
+            "records": self.records, "kafka": self.kafka, "elasticsearch": self.elasticsearch,
+            "fenced": self.fenced, "seconds": self.seconds, "started": self.started,
+            "read_seconds": self.stage.read_seconds, "per_source": self.per_source,
+            "stage": json.loads(self.stage.to_json()),
+        }  # fmt: skip
+
 
 class _Sinks:
     """The sinks of one Python worker process, kept between tasks."""
@@ -76,6 +87,9 @@ class _Sinks:
         )
         self._refused: list[KafkaRecord] = []
         self._types: dict[str, Mapping[str, str]] = {}
+        self.publisher = SinkPublisher(
+            {"kafka": self.kafka.activity, "elasticsearch": self.elasticsearch.activity}
+        )
 
     def _on_refused(self, action: IndexAction, reason: str) -> None:
         self._refused.append(
@@ -112,6 +126,7 @@ class _Sinks:
                             column_types=self._column_types(column_types),
                             dead_letter=dead_letter,
                             change=change,
+                            size=0 if document is None else len(document),
                         )
                     )
                 elif record_type == RecordType.STATS:
@@ -193,15 +208,21 @@ class FunctionSinkDataSource(DataSource):  # type: ignore[misc]
         return "dbus_functions"
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return SinkWriter(self.options["config"])
+        return SinkWriter(self.options["config"], self.options.get("reports"))
 
 
 class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
-    def __init__(self, config_path: str) -> None:
+    def __init__(self, config_path: str, reports: str | None = None) -> None:
         self._config_path = config_path
+        self._reports = reports
+        """Where ``commit()`` leaves each batch's counters for the driver's metrics
+        (``dbus_spark.metrics``); None: metrics are off."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
-        return _worker_sinks(self._config_path).run(iterator)
+        sinks = _worker_sinks(self._config_path)
+        if self._reports is not None:
+            sinks.publisher.use(self._reports)
+        return sinks.run(iterator)
 
     def commit(self, messages: list[TaskReport | None], batchId: int) -> None:
         total = TaskReport()
@@ -218,6 +239,11 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             total.per_source.update(report.per_source)
             total.stage.add(report.stage)
         stage = total.stage
+        if self._reports is not None:
+            try:
+                write_report(self._reports, batchId, total.to_json())
+            except OSError as exc:  # metrics never hold a batch back
+                log.warning("batch %d: its metrics report was not written: %s", batchId, exc)
         history = ""
         if stage.chunks or stage.replays:
             # Before Spark records the batch as committed: a replay re-reads its chunks.

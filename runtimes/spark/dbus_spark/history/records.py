@@ -126,6 +126,11 @@ class HistoryTask:
         return task_id(self.deployment, self.table)
 
     @property
+    def kind(self) -> str:
+        """What the read is for: ``bootstrap``, ``backfill`` or ``repair``."""
+        return "repair" if self.repair else "bootstrap" if self.bootstrap else "backfill"
+
+    @property
     def chunks(self) -> int:
         return len(self.done)
 

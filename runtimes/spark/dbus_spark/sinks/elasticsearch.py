@@ -17,6 +17,7 @@ from typing import Any
 from elasticsearch import ApiError, ConnectionError, Elasticsearch, TransportError
 
 from dbus_fn.errors import DbusError
+from dbus_spark.sinks.activity import SinkActivity
 from dbus_spark.sinks.records import IndexAction
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,8 @@ class ElasticsearchSink:
         self._buffer: list[IndexAction] = []
         self._known_indices: set[str] = set()
         self._written = 0
+        self._sending = 0
+        self.activity = SinkActivity(in_flight=lambda: len(self._buffer) + self._sending)
 
     def write(self, action: IndexAction) -> None:
         self._buffer.append(action)
@@ -149,23 +152,32 @@ class ElasticsearchSink:
         self._known_indices.add(action.index)
 
     def _send(self) -> None:
+        try:
+            self._send_buffer()
+        finally:
+            self._sending = 0
+
+    def _send_buffer(self) -> None:
         pending = self._buffer
         self._buffer = []
         deadline = time.monotonic() + self._retry_for
         backoff = 0.5
         while pending:
+            self._sending = len(pending)
             try:
                 for action in pending:
                     if action.op == "index":
                         self._ensure_index(action)
                 pending = self._bulk_once(pending)
             except (ConnectionError, TransportError) as exc:
+                self.activity.retried()
                 log.warning("elasticsearch %s unreachable (%s); retrying", self._url, exc)
             except ApiError as exc:
                 if exc.status_code not in _RETRY_STATUS:
                     raise ElasticsearchSinkError(
                         f"Elasticsearch at {self._url} refused a bulk request: {exc}"
                     ) from exc
+                self.activity.retried()
                 log.warning("elasticsearch busy (%s); retrying", exc.status_code)
             if not pending:
                 return
@@ -193,22 +205,23 @@ class ElasticsearchSink:
         response = self._es.bulk(operations=body)
         if not response.get("errors"):
             self._written += len(actions)
+            for action in actions:
+                self.activity.acknowledged(action.index, action.size)
             return []
         retry: list[IndexAction] = []
         for action, item in zip(actions, response["items"], strict=True):
             result = item.get(action.op, {})
             status = result.get("status", 500)
-            if status < 300:
+            # 409: a newer (or the same) version is already there; 404 of a delete:
+            # already gone. Either way this write is done.
+            if status < 300 or status == 409 or (status == 404 and action.op == "delete"):
                 self._written += 1
-            elif status == 409:
-                # A newer (or the same) version is already there: this write is done.
-                self._written += 1
-            elif status == 404 and action.op == "delete":
-                self._written += 1
+                self.activity.acknowledged(action.index, action.size)
             elif status in _RETRY_STATUS or status >= 500:
                 retry.append(action)
             else:
                 reason = result.get("error", {})
                 self._on_refused(action, f"{status} {reason.get('type')}: {reason.get('reason')}")
+                self.activity.failed()
                 self._written += 1
         return retry

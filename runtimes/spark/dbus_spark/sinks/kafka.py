@@ -35,6 +35,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from dbus_fn.errors import KafkaSinkError, ServiceError
 from dbus_spark.logs import kafka_config
+from dbus_spark.sinks.activity import SinkActivity
 from dbus_spark.sinks.records import KafkaRecord
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,7 @@ class KafkaSink:
         self._chunk_began = 0.0
         self._committed = 0
         self._confirmed: dict[tuple[str, int], float] = {}
+        self.activity = SinkActivity(in_flight=lambda: self._pending)
 
     def _new_producer(self) -> Producer:
         producer = Producer(self._config)
@@ -176,6 +178,10 @@ class KafkaSink:
                 self._errors.append(f"{msg.topic()}: {err.str()}")
             else:
                 self._sent += 1
+        if err is not None:
+            self.activity.failed()
+        else:
+            self.activity.acknowledged(msg.topic(), len(msg.value() or b"") + len(msg.key() or b""))
 
     def ensure_topics(self, topics: Iterable[str]) -> None:
         """Create missing topics explicitly, so partition counts are ours, not the broker's."""
@@ -267,6 +273,7 @@ class KafkaSink:
             remaining = self._producer.flush(5.0)
             if remaining == 0:
                 break
+            self.activity.retried()
             log.warning(
                 "kafka: %d message(s) not yet acknowledged after %.0fs (broker %s); waiting",
                 remaining,
@@ -376,6 +383,7 @@ class KafkaSink:
             self._produce(record)
 
     def _waiting(self, what: str, why: str) -> None:
+        self.activity.retried()
         log.warning("kafka: %s (%s; broker %s); trying again", what, why, self._bootstrap)
 
     def close(self) -> None:

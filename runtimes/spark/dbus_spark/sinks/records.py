@@ -52,6 +52,8 @@ class IndexAction:
     change: bytes = b""
     """The delivered ``RowChange``, pickled: what a refusal's dead letter is built
     from. It is decoded only then."""
+    size: int = 0
+    """The document's bytes as JSON, for the sink's metrics (0: not known)."""
 
     @property
     def op(self) -> Literal["index", "delete"]:

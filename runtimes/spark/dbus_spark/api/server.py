@@ -1,0 +1,150 @@
+"""The HTTP server of a runtime: an ASGI app (FastAPI) run by uvicorn on a thread.
+
+It binds to 127.0.0.1 unless told otherwise. Binding to any other address needs
+a token, and then every request must carry it (``Authorization: Bearer TOKEN``):
+what a runtime shows names its sources, tables and functions.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from dbus_fn.errors import ConfigError
+from dbus_spark.config import DEFAULT_API_ADDRESS
+from dbus_spark.metrics import RuntimeMetrics
+
+
+def address_path(checkpoint_dir: str) -> Path:
+    """Where a running runtime writes its API's URL (beside its checkpoint)."""
+    checkpoint = Path(checkpoint_dir)
+    return checkpoint.parent / f"{checkpoint.name}.api"
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    host: str
+    port: int
+    token: str | None = None
+
+    @classmethod
+    def parse(cls, address: str, token: str | None = None) -> ApiSettings | None:
+        """``HOST:PORT`` (``off``: no server). A host beyond loopback needs ``token``."""
+        if address.strip().lower() == "off":
+            return None
+        host, sep, port = address.strip().rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(
+                f"invalid API address {address!r}: expected HOST:PORT such as "
+                f"{DEFAULT_API_ADDRESS} (port 0: any free one), or off",
+                setting="api",
+            )
+        if not _loopback(host) and not token:
+            raise ConfigError(
+                f"the API address {address} is beyond loopback: set a token with --api-token "
+                "(or DBUS_API_TOKEN), which every request must then carry, or bind to "
+                "127.0.0.1",
+                setting="api_token",
+            )
+        return cls(host, int(port), token or None)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def build_app(metrics: RuntimeMetrics, token: str | None = None) -> FastAPI:
+    app = FastAPI(
+        title="dbus runtime",
+        summary="What one dbus runtime reads, runs and writes.",
+        version="1",
+    )
+    if token:
+        expected = f"Bearer {token}".encode()
+
+        @app.middleware("http")
+        async def require_token(
+            request: Request, call_next: Callable[[Request], Awaitable[Response]]
+        ) -> Response:
+            given = request.headers.get("authorization", "").encode()
+            if not secrets.compare_digest(given, expected):
+                return JSONResponse(
+                    {"detail": "missing or wrong token: send Authorization: Bearer TOKEN"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+            return await call_next(request)
+
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        summary="Prometheus metrics",
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
+    )
+    def prometheus_metrics() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+class ApiServer:
+    """``app`` served on ``settings``' address from a daemon thread."""
+
+    def __init__(self, app: FastAPI, settings: ApiSettings) -> None:
+        self._settings = settings
+        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._socket.bind((settings.host, settings.port))
+        except OSError as exc:
+            self._socket.close()
+            raise ConfigError(
+                f"cannot serve the API on {settings.host}:{settings.port}: {exc.strerror}; "
+                "pass another --api HOST:PORT (port 0: any free one), or --api off",
+                setting="api",
+            ) from None
+        self._socket.listen(64)
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="dbus-api",
+            daemon=True,
+        )  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        host, port = self._socket.getsockname()[:2]
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+    def start(self, timeout: float = 10.0) -> str:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started and self._thread.is_alive():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        return self.url
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.should_exit = True
+            self._thread.join(5.0)
+        self._socket.close()

@@ -1,0 +1,253 @@
+"""The runtime's metrics and their HTTP server, without Spark or services: batch
+reports handed from the sink's commit to the driver, what a batch adds to the
+metrics, and how the server binds and who it answers."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+from support import Samples, parse_metrics
+
+from dbus_fn.errors import ConfigError
+from dbus_fn.testing import insert
+from dbus_spark.api import ApiServer, ApiSettings, build_app
+from dbus_spark.config import RuntimeConfig
+from dbus_spark.metrics import RuntimeMetrics, take_report, write_report
+from dbus_spark.metrics.live import Publisher, SinkPublisher
+from dbus_spark.sinks.activity import SinkActivity
+from dbus_spark.stage import FunctionStage, StageCounts
+
+
+def _samples(metrics: RuntimeMetrics) -> Samples:
+    return parse_metrics(generate_latest(metrics.registry).decode())
+
+
+def _attached(tmp_path: Path, reports: Path) -> RuntimeMetrics:
+    """Metrics following a runtime with no source, whose workers report to ``reports``."""
+    config = tmp_path / "config.json"
+    RuntimeConfig(sources=(), deployments=(), kafka_bootstrap="127.0.0.1:9092",
+                  elasticsearch_url="http://127.0.0.1:9200",
+                  checkpoint_dir=str(tmp_path / "checkpoint")).save(config)  # fmt: skip
+    metrics = RuntimeMetrics()
+    metrics.attach(config, {}, reports)
+    return metrics
+
+
+def test_a_report_is_taken_once_with_older_ones_nobody_took(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint.reports"
+    for batch in (1, 2, 3):
+        write_report(checkpoint, batch, {"batch": batch})
+    assert take_report(checkpoint, 2) == {"batch": 2}
+    assert take_report(checkpoint, 2) is None
+    assert take_report(checkpoint, 1) is None  # dropped with 2: never shown late
+    assert take_report(checkpoint, 3) == {"batch": 3}
+
+
+def test_no_report_folder_is_no_report(tmp_path: Path) -> None:
+    assert take_report(str(tmp_path / "never"), 0) is None
+
+
+def test_a_batch_adds_its_counters_and_phases() -> None:
+    metrics = RuntimeMetrics(runtime_id="rt-1")
+    report = {
+        "records": 12, "kafka": 9, "elasticsearch": 3, "fenced": 1, "seconds": 0.4,
+        "read_seconds": 0.2,
+        "stage": {
+            "source_rows": {"shop": 10}, "received": {"orders": 10, "audit": 10},
+            "delivered": {"orders": 8, "audit": 4}, "filtered": {"audit": 6},
+            "dead": {"orders": 2}, "held": {}, "snapshot_rows": {"orders": 5},
+            "last_commit": {"shop": 1700000000.5},
+        },
+    }  # fmt: skip
+    progress = {"batchId": 7, "durationMs": {"latestOffset": 20, "addBatch": 600,
+                                             "triggerExecution": 700}}  # fmt: skip
+    metrics.record_batch(report, progress)
+    metrics.record_batch(report, progress)
+    samples = _samples(metrics)
+    assert samples[("dbus_batches_total", ())] == 2
+    assert samples[("dbus_source_rows_total", (("source", "shop"),))] == 20
+    assert samples[("dbus_deployment_events_total", (("deployment", "audit"),))] == 20
+    assert samples[("dbus_deployment_delivered_total", (("deployment", "orders"),))] == 16
+    assert samples[("dbus_deployment_filtered_total", (("deployment", "audit"),))] == 12
+    assert samples[("dbus_deployment_dead_letters_total", (("deployment", "orders"),))] == 4
+    assert samples[("dbus_deployment_snapshot_rows_total", (("deployment", "orders"),))] == 10
+    assert samples[("dbus_sink_fenced_total", ())] == 2
+    assert samples[("dbus_batch_phase_seconds_count", (("phase", "add_batch"),))] == 2
+    assert samples[("dbus_batch_phase_seconds_sum", (("phase", "add_batch"),))] == 1.2
+    assert samples[("dbus_batch_phase_seconds_count", (("phase", "read"),))] == 2
+    assert samples[("dbus_batch_phase_seconds_sum", (("phase", "write"),))] == 0.8
+    assert samples[("dbus_batch_seconds_count", ())] == 2
+    assert ("dbus_runtime_info", (("runtime", "rt-1"),)) not in samples  # not attached yet
+
+
+def test_a_batch_without_a_report_still_counts_its_phases() -> None:
+    metrics = RuntimeMetrics()
+    metrics.record_batch(None, {"durationMs": {"walCommit": 5}})
+    samples = _samples(metrics)
+    assert samples[("dbus_batches_total", ())] == 1
+    assert samples[("dbus_batch_phase_seconds_count", (("phase", "wal_commit"),))] == 1
+
+
+def test_labels_never_carry_positions_or_keys() -> None:
+    metrics = RuntimeMetrics()
+    metrics.record_batch(
+        {"stage": {"source_rows": {"s": 1}, "delivered": {"d": 1}}},
+        {"sources": [{"endOffset": json.dumps({"s": {"file": "binlog.000001", "pos": 99}})}]},
+    )
+    labels = {name for (_, pairs) in _samples(metrics) for name, _ in pairs}
+    allowed = {"source", "deployment", "function", "kind", "table", "sink", "destination",
+               "phase", "le", "runtime"}  # fmt: skip
+    assert labels <= allowed
+
+
+@pytest.mark.parametrize(
+    ("address", "needle"),
+    [
+        ("9464", "expected HOST:PORT"),
+        ("127.0.0.1:http", "expected HOST:PORT"),
+        ("127.0.0.1:70000", "expected HOST:PORT"),
+        ("0.0.0.0:9464", "--api-token"),
+        ("10.1.2.3:9464", "beyond loopback"),
+    ],
+)
+def test_a_bad_api_address_is_one_line_naming_the_fix(address: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        ApiSettings.parse(address)
+    message = str(caught.value)
+    assert needle in message and "\n" not in message
+
+
+def test_api_addresses_that_are_fine() -> None:
+    assert ApiSettings.parse("off") is None
+    assert ApiSettings.parse("127.0.0.1:0") == ApiSettings("127.0.0.1", 0)
+    assert ApiSettings.parse("localhost:9464") == ApiSettings("localhost", 9464)
+    assert ApiSettings.parse("[::1]:9464") == ApiSettings("::1", 9464)
+    assert ApiSettings.parse("0.0.0.0:9464", "s3cret") == ApiSettings("0.0.0.0", 9464, "s3cret")
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[str, RuntimeMetrics]]:
+    metrics = RuntimeMetrics(runtime_id="rt-x")
+    server = ApiServer(build_app(metrics), ApiSettings("127.0.0.1", 0))
+    url = server.start()
+    try:
+        yield url, metrics
+    finally:
+        server.stop()
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, str, str]:
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.headers["Content-Type"], answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def test_metrics_are_served_in_the_exposition_format(
+    served: tuple[str, RuntimeMetrics],
+) -> None:
+    url, metrics = served
+    metrics.record_batch({"stage": {"delivered": {"orders": 3}}}, {})
+    status, kind, body = _get(f"{url}/metrics")
+    assert status == 200 and kind.startswith("text/plain")
+    assert 'dbus_deployment_delivered_total{deployment="orders"} 3.0' in body
+    status, _, body = _get(f"{url}/openapi.json")
+    assert status == 200 and "/metrics" in json.loads(body)["paths"]
+
+
+def test_a_token_is_asked_of_every_request() -> None:
+    metrics = RuntimeMetrics()
+    server = ApiServer(build_app(metrics, "s3cret"), ApiSettings("127.0.0.1", 0, "s3cret"))
+    url = server.start()
+    try:
+        assert _get(f"{url}/metrics")[0] == 401
+        assert _get(f"{url}/metrics", "wrong")[0] == 401
+        assert _get(f"{url}/openapi.json")[0] == 401
+        assert _get(f"{url}/metrics", "s3cret")[0] == 200
+    finally:
+        server.stop()
+
+
+def test_a_taken_port_fails_at_once_naming_the_fix() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError) as caught:
+            ApiServer(build_app(RuntimeMetrics()), ApiSettings("127.0.0.1", port))
+    assert f"127.0.0.1:{port}" in str(caught.value) and "--api" in str(caught.value)
+
+
+def test_sink_activity_reaches_the_scrape_while_it_happens(tmp_path: Path) -> None:
+    kafka = SinkActivity(in_flight=lambda: 7)
+    elasticsearch = SinkActivity()
+    reports = tmp_path / "checkpoint.reports"
+    publisher = SinkPublisher({"kafka": kafka, "elasticsearch": elasticsearch})
+    kafka.acknowledged("orders", 100)  # before `use`: another query's, reset
+    publisher.use(str(reports))
+    kafka.acknowledged("orders", 120)
+    kafka.acknowledged("orders", 80)
+    kafka.retried()
+    elasticsearch.acknowledged("orders-idx", 300)
+    elasticsearch.failed()
+    publisher.publish()
+    # Another worker process that ended long ago: counted, but nothing in flight.
+    gone = {"messages": {"orders": 1}, "bytes": {"orders": 9}, "retries": 2, "errors": 0,
+            "in_flight": 50}  # fmt: skip
+    stale = {"updated": 0, "data": {"kafka": gone}}
+    (reports / "sinks" / "1.json").write_text(json.dumps(stale))
+    samples = _samples(_attached(tmp_path, reports))
+    kafka_orders = (("destination", "orders"), ("sink", "kafka"))
+    assert samples[("dbus_sink_messages_total", kafka_orders)] == 3
+    assert samples[("dbus_sink_bytes_total", kafka_orders)] == 209
+    assert samples[("dbus_sink_retries_total", (("sink", "kafka"),))] == 3
+    assert samples[("dbus_sink_in_flight", (("sink", "kafka"),))] == 7
+    es_index = (("destination", "orders-idx"), ("sink", "elasticsearch"))
+    assert samples[("dbus_sink_bytes_total", es_index)] == 300
+    assert samples[("dbus_sink_errors_total", (("sink", "elasticsearch"),))] == 1
+
+
+def test_functions_counts_and_call_times_reach_the_scrape(
+    tmp_path: Path, function_folder: Any
+) -> None:
+    folder = function_folder(
+        "counted",
+        """
+        import dbus_fn as fn
+
+        @fn.filter(tables="shop.orders")
+        def even(event: fn.RowChange) -> bool:
+            if event.after["id"] == 5:
+                raise ValueError("five")
+            return event.after["id"] % 2 == 0
+        """,
+        ["shop.orders"],
+    )
+    stage = FunctionStage((str(folder),), type_prefix="dbus")
+    counts = StageCounts()
+    for key in range(1, 7):
+        list(stage.process(insert("shop.orders", id=key), counts))
+    reports = tmp_path / "checkpoint.reports"
+    publisher = Publisher("functions", dict)
+    publisher.use(str(reports), stage.function_stats)
+    publisher.publish()
+    samples = _samples(_attached(tmp_path, reports))
+    labels = (("deployment", "counted"), ("function", "counted:even"), ("kind", "filter"))
+    assert samples[("dbus_function_calls_total", labels)] == 6
+    assert samples[("dbus_function_filtered_total", labels)] == 2  # 1 and 3
+    assert samples[("dbus_function_dead_letters_total", labels)] == 1
+    assert samples[("dbus_function_seconds_count", labels)] == 6
+    assert samples[("dbus_function_seconds_bucket", (*labels, ("le", "+Inf")))] == 6
+    assert samples[("dbus_function_seconds_sum", labels)] > 0
