@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ import click
 from dbus_fn.cli._options import env_option, given_as
 from dbus_fn.errors import ConfigError, UndeliveredError
 from dbus_spark.config import DEFAULT_API_ADDRESS, DEFAULT_CHUNK_ROWS
+from dbus_spark.logs import LOG_FORMAT_ENV, log_formatter
 from dbus_spark.preflight import check_runtime
 from dbus_spark.settings import runtime_config
 
@@ -154,6 +156,15 @@ def runtime() -> None:
     help="A token every API request must carry (Authorization: Bearer TOKEN); needed to "
     "serve beyond loopback.",
 )
+@env_option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    env="DBUS_LOG_FORMAT",
+    help="The runtime's log lines as text, or as one JSON object each (the batch line's "
+    "counters as fields) for machines.",
+)
 @click.option(
     "--for",
     "run_for",
@@ -186,13 +197,17 @@ def start(
     capacity: float,
     api_address: str,
     api_token: str | None,
+    log_format: str,
     run_for: float | None,
     verbose: bool,
 ) -> None:
     """Run the function deployments over the sources until stopped (Ctrl-C)."""
     from dbus_spark.job import stop as stop_query
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    os.environ[LOG_FORMAT_ENV] = log_format  # Spark's Python workers inherit it
+    handler = logging.StreamHandler()
+    handler.setFormatter(log_formatter())
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     served = _api(api_address, api_token, runtime_id or "")
     try:
         query, member, checkpoint_dir = _launch(
@@ -309,7 +324,6 @@ def _check_delivered(checkpoint_dir: str, stopping: float) -> None:
 
 def _member(options: Mapping[str, Any]) -> ClusterMember:
     """The cluster member ``runtime start --cluster`` runs, from the command's options."""
-    import os
     import socket
 
     from dbus_fn.coordination import ZooKeeperSettings

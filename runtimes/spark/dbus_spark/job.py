@@ -78,6 +78,7 @@ def spark_session(
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(_SPARK_SETTINGS)
     conf.set("spark.driver.extraJavaOptions", logs.spark_java_options())
     conf.set(f"spark.executorEnv.{logs.VERBOSE_ENV}", "1" if logs.verbose() else "0")
+    conf.set(f"spark.executorEnv.{logs.LOG_FORMAT_ENV}", "json" if logs.json_logs() else "text")
     if SparkContext._gateway is None:
         gateway = logs.launch_gateway(conf)
         if gateway is not None:

@@ -9,11 +9,13 @@ separate processes that inherit the environment of the JVM the driver starts.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,12 @@ if TYPE_CHECKING:
     from pyspark import SparkConf
 
 VERBOSE_ENV = "DBUS_VERBOSE"
+LOG_FORMAT_ENV = "DBUS_LOG_FORMAT"
+"""``text`` (the default) or ``json``: one JSON object per line, for machines."""
+FIELDS = "dbus_fields"
+"""The ``extra`` key of a record's structured fields (the batch line's counters), which
+the JSON form carries as they are and the text form has in its message."""
+TEXT_FORMAT = "%(asctime)s %(name)s %(message)s"
 RUNTIME_LOG_ENV = "DBUS_RUNTIME_LOG"
 """Level of the runtime's own log (``dbus.runtime``): INFO unless set, as by ``dbus demo``."""
 
@@ -75,11 +83,49 @@ def runtime_logger() -> logging.Logger:
     log = logging.getLogger("dbus.runtime")
     if not log.handlers:
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        handler.setFormatter(log_formatter())
         log.addHandler(handler)
         log.setLevel(runtime_log_level())
         log.propagate = False
     return log
+
+
+def json_logs() -> bool:
+    return os.environ.get(LOG_FORMAT_ENV, "").strip().lower() == "json"
+
+
+def log_formatter() -> logging.Formatter:
+    """The runtime's log format, as ``DBUS_LOG_FORMAT`` says when a line is written
+    (workers inherit it; a logger set up before the CLI read its options follows)."""
+    return _ChosenFormat()
+
+
+class _ChosenFormat(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+        self._json = JsonFormatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._json.format(record) if json_logs() else super().format(record)
+
+
+class JsonFormatter(logging.Formatter):
+    """A record as one JSON object: time (UTC, ISO 8601), level, logger, message, the
+    record's structured fields (``FIELDS``) and, with an exception, its traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, FIELDS, None)
+        if isinstance(fields, Mapping):
+            data.update(fields)
+        if record.exc_info:
+            data["error"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
 
 
 def client_log_level() -> int:

@@ -31,7 +31,7 @@ from pyspark.sql.types import StructType
 from dbus_fn.coordination import HoldCheck
 from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.history import ChunkDone, HistoryStore, progress_text, store_path
-from dbus_spark.logs import runtime_logger
+from dbus_spark.logs import FIELDS, runtime_logger
 from dbus_spark.metrics.live import SinkPublisher
 from dbus_spark.metrics.reports import write_report
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
@@ -244,14 +244,14 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 write_report(self._reports, batchId, total.to_json())
             except OSError as exc:  # metrics never hold a batch back
                 log.warning("batch %d: its metrics report was not written: %s", batchId, exc)
-        history = ""
+        history: dict[str, str] = {}
         if stage.chunks or stage.replays:
             # Before Spark records the batch as committed: a replay re-reads its chunks.
             store = HistoryStore(store_path(_config(self._config_path).checkpoint_dir))
             store.record(ChunkDone.from_json(chunk) for chunk in stage.chunks)
             store.record_replays(stage.replays)
             sources = {part["source"] for part in (*stage.chunks, *stage.replays)}
-            history = f" history={_history_text(store, sources)}"
+            history = _history_text(store, sources)
         if total.fenced:
             log.warning(
                 "batch %d: %d Kafka message(s) not sent: their source's hold was lost "
@@ -261,28 +261,31 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             )
         if stage.rows or stage.ddl or total.records or stage.chunks or stage.replays:
             now = time.time()
-            log.info(
-                "batch %d: rows=%d ddl=%d records=%d kafka=%d es=%d per_source=%s "
-                "delivered=%s filtered=%s dead=%s read_seconds=%.3f write_seconds=%.3f "
-                "batch_seconds=%.3f positions=%s lag_seconds=%s%s",
-                batchId,
-                stage.rows,
-                stage.ddl,
-                total.records,
-                total.kafka,
-                total.elasticsearch,
-                dict(total.per_source),
-                dict(stage.delivered),
-                dict(stage.filtered),
-                dict(stage.dead),
-                stage.read_seconds,
-                total.seconds,
-                now - total.started if total.started else 0.0,
-                stage.positions,
+            fields = {
+                "batch": batchId, "rows": stage.rows, "ddl": stage.ddl,
+                "records": total.records, "kafka": total.kafka, "es": total.elasticsearch,
+                "per_source": dict(total.per_source), "delivered": dict(stage.delivered),
+                "filtered": dict(stage.filtered), "dead": dict(stage.dead),
+                "read_seconds": round(stage.read_seconds, 3),
+                "write_seconds": round(total.seconds, 3),
+                "batch_seconds": round(now - total.started if total.started else 0.0, 3),
+                "positions": stage.positions,
                 # How far behind its source each sink is as the batch commits: the
                 # newest change it now holds was committed this long ago.
-                {source: round(now - moment, 3) for source, moment in stage.last_commit.items()},
-                history,
+                "lag_seconds": {
+                    source: round(now - moment, 3) for source, moment in stage.last_commit.items()
+                },
+                "history": history,
+            }  # fmt: skip
+            log.info(
+                "batch %(batch)d: rows=%(rows)d ddl=%(ddl)d records=%(records)d kafka=%(kafka)d "
+                "es=%(es)d per_source=%(per_source)s delivered=%(delivered)s "
+                "filtered=%(filtered)s dead=%(dead)s read_seconds=%(read_seconds).3f "
+                "write_seconds=%(write_seconds).3f batch_seconds=%(batch_seconds).3f "
+                "positions=%(positions)s lag_seconds=%(lag_seconds)s"
+                + (" history=%(history)s" if history else ""),
+                fields,
+                extra={FIELDS: fields},
             )
 
     def abort(self, messages: list[TaskReport | None], batchId: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -60,6 +61,32 @@ def test_a_negative_shard_count_is_a_usage_error() -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "--decode-shards" in result.stderr and "-1" in result.stderr
+
+
+def test_an_unknown_log_format_is_a_usage_error() -> None:
+    result = _start("--functions", ORDERS, "--log-format", "yaml")
+    assert result.returncode == 2
+    assert "--log-format" in result.stderr and "yaml" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("address", "needle"),
+    [("9464", "expected HOST:PORT"), ("0.0.0.0:9464", "--api-token")],
+)
+def test_a_bad_api_address_is_one_line_with_exit_2(address: str, needle: str) -> None:
+    result = _start("--functions", ORDERS, "--api", address)
+    assert result.returncode == 2
+    _assert_one_line_error(result, needle)
+
+
+def test_a_taken_api_port_is_one_line_before_anything_starts() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = _start("--functions", ORDERS, "--api", f"127.0.0.1:{port}")
+    assert result.returncode == 2
+    _assert_one_line_error(result, f"127.0.0.1:{port}", "--api")
 
 
 def test_a_malformed_source_is_a_usage_error() -> None:

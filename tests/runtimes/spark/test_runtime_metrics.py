@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 
+from dbus_spark.logs import LOG_FORMAT_ENV, JsonFormatter, log_formatter
 from dbus_spark.stage import StageCounts
 from dbus_spark.writer import SinkWriter, TaskReport
 
@@ -81,3 +84,49 @@ def test_a_batch_logs_rows_per_source_and_deployment_duration_positions_and_lag(
 def test_an_empty_batch_logs_nothing(lines: list[str]) -> None:
     SinkWriter("/nonexistent/config.json").commit([TaskReport()], 8)
     assert lines == []
+
+
+def test_as_json_the_batch_line_carries_its_counters_as_fields(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep()
+    logger = logging.getLogger("dbus.runtime")
+    logger.addHandler(handler)
+    try:
+        now = time.time()
+        SinkWriter("/nonexistent/config.json").commit(
+            [_task("shop", 30, started=now - 2.0, committed=now - 5.0)], 9
+        )
+    finally:
+        logger.removeHandler(handler)
+    (record,) = records
+    monkeypatch.setenv(LOG_FORMAT_ENV, "json")
+    data = json.loads(log_formatter().format(record))
+    assert data["message"] == record.getMessage()  # the text line, whole
+    assert (data["level"], data["logger"], data["batch"]) == ("INFO", "dbus.runtime", 9)
+    assert data["rows"] == 30 and data["per_source"] == {"shop": 30}
+    assert data["delivered"] == {"orders": 30}
+    assert data["positions"] == {"shop": "bin.000003:4096 (0-1-9)"}
+    assert 3.0 <= data["lag_seconds"]["shop"] < 10
+    assert data["time"].endswith("+00:00")
+    monkeypatch.setenv(LOG_FORMAT_ENV, "text")
+    text = log_formatter().format(record)
+    assert text.endswith(f"dbus.runtime {record.getMessage()}")
+
+
+def test_a_json_line_carries_the_traceback_of_an_error() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logging.LogRecord(
+            "dbus.runtime", logging.ERROR, __file__, 1, "it failed: %s", ("x",), sys.exc_info()
+        )
+    data = json.loads(JsonFormatter().format(record))
+    assert data["message"] == "it failed: x" and data["level"] == "ERROR"
+    assert "ValueError: boom" in data["error"]
