@@ -146,8 +146,9 @@ def runtime() -> None:
     env="DBUS_API",
     default=DEFAULT_API_ADDRESS,
     show_default=True,
-    help="Serve the runtime's metrics (/metrics, for Prometheus) at HOST:PORT (port 0: "
-    "any free one; the address is logged and written beside the checkpoint), or off.",
+    help="Serve the runtime's metrics (/metrics, for Prometheus) and its JSON API "
+    "(/api/v1/...) at HOST:PORT (port 0: any free one; the address is logged and written "
+    "beside the checkpoint), or off.",
 )
 @env_option(
     "--api-token",

@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
-from support import Samples, parse_metrics
+from support import Samples, free_port, parse_metrics
 
+from dbus_fn.capture import SourceSpec
 from dbus_fn.errors import ConfigError
 from dbus_fn.testing import insert
 from dbus_spark.api import ApiServer, ApiSettings, build_app
-from dbus_spark.config import RuntimeConfig
+from dbus_spark.config import RuntimeConfig, SourceBinding
 from dbus_spark.metrics import RuntimeMetrics, take_report, write_report
 from dbus_spark.metrics.live import Publisher, SinkPublisher
 from dbus_spark.sinks.activity import SinkActivity
@@ -30,13 +31,20 @@ def _samples(metrics: RuntimeMetrics) -> Samples:
     return parse_metrics(generate_latest(metrics.registry).decode())
 
 
-def _attached(tmp_path: Path, reports: Path) -> RuntimeMetrics:
-    """Metrics following a runtime with no source, whose workers report to ``reports``."""
+def _attached(
+    tmp_path: Path, reports: Path, runtime_id: str = "", sources: tuple[str, ...] = ()
+) -> RuntimeMetrics:
+    """Metrics following a runtime whose ``sources`` are servers nobody listens on, and
+    whose workers report to ``reports``."""
     config = tmp_path / "config.json"
-    RuntimeConfig(sources=(), deployments=(), kafka_bootstrap="127.0.0.1:9092",
+    bindings = tuple(
+        SourceBinding(SourceSpec(name, f"mysql://u:p@127.0.0.1:{free_port()}", ("*.*",)), 1)
+        for name in sources
+    )
+    RuntimeConfig(sources=bindings, deployments=(), kafka_bootstrap="127.0.0.1:9092",
                   elasticsearch_url="http://127.0.0.1:9200",
                   checkpoint_dir=str(tmp_path / "checkpoint")).save(config)  # fmt: skip
-    metrics = RuntimeMetrics()
+    metrics = RuntimeMetrics(runtime_id=runtime_id)
     metrics.attach(config, {}, reports)
     return metrics
 
@@ -55,8 +63,15 @@ def test_no_report_folder_is_no_report(tmp_path: Path) -> None:
     assert take_report(str(tmp_path / "never"), 0) is None
 
 
-def test_a_batch_adds_its_counters_and_phases() -> None:
+def test_nothing_but_phases_is_shown_before_a_runtime_is_followed() -> None:
     metrics = RuntimeMetrics(runtime_id="rt-1")
+    metrics.record_batch({"stage": {"delivered": {"orders": 3}}}, {"durationMs": {"walCommit": 5}})
+    names = {name for name, _ in _samples(metrics)}
+    assert names and all(name.startswith("dbus_batch_") for name in names), names
+
+
+def test_a_batch_adds_its_counters_and_phases(tmp_path: Path) -> None:
+    metrics = _attached(tmp_path, tmp_path / "reports", "rt-1", sources=("shop",))
     report = {
         "records": 12, "kafka": 9, "elasticsearch": 3, "fenced": 1, "seconds": 0.4,
         "read_seconds": 0.2,
@@ -85,19 +100,20 @@ def test_a_batch_adds_its_counters_and_phases() -> None:
     assert samples[("dbus_batch_phase_seconds_count", (("phase", "read"),))] == 2
     assert samples[("dbus_batch_phase_seconds_sum", (("phase", "write"),))] == 0.8
     assert samples[("dbus_batch_seconds_count", ())] == 2
-    assert ("dbus_runtime_info", (("runtime", "rt-1"),)) not in samples  # not attached yet
+    assert samples[("dbus_runtime_info", (("runtime", "rt-1"),))] == 1
+    assert samples[("dbus_source_up", (("source", "shop"),))] == 0  # nobody listens
 
 
-def test_a_batch_without_a_report_still_counts_its_phases() -> None:
-    metrics = RuntimeMetrics()
+def test_a_batch_without_a_report_still_counts_its_phases(tmp_path: Path) -> None:
+    metrics = _attached(tmp_path, tmp_path / "reports")
     metrics.record_batch(None, {"durationMs": {"walCommit": 5}})
     samples = _samples(metrics)
     assert samples[("dbus_batches_total", ())] == 1
     assert samples[("dbus_batch_phase_seconds_count", (("phase", "wal_commit"),))] == 1
 
 
-def test_labels_never_carry_positions_or_keys() -> None:
-    metrics = RuntimeMetrics()
+def test_labels_never_carry_positions_or_keys(tmp_path: Path) -> None:
+    metrics = _attached(tmp_path, tmp_path / "reports")
     metrics.record_batch(
         {"stage": {"source_rows": {"s": 1}, "delivered": {"d": 1}}},
         {"sources": [{"endOffset": json.dumps({"s": {"file": "binlog.000001", "pos": 99}})}]},
@@ -134,8 +150,8 @@ def test_api_addresses_that_are_fine() -> None:
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[str, RuntimeMetrics]]:
-    metrics = RuntimeMetrics(runtime_id="rt-x")
+def served(tmp_path: Path) -> Iterator[tuple[str, RuntimeMetrics]]:
+    metrics = _attached(tmp_path, tmp_path / "reports", "rt-x")
     server = ApiServer(build_app(metrics), ApiSettings("127.0.0.1", 0))
     url = server.start()
     try:
@@ -251,3 +267,36 @@ def test_functions_counts_and_call_times_reach_the_scrape(
     assert samples[("dbus_function_seconds_count", labels)] == 6
     assert samples[("dbus_function_seconds_bucket", (*labels, ("le", "+Inf")))] == 6
     assert samples[("dbus_function_seconds_sum", labels)] > 0
+
+
+def test_the_json_api_answers_from_the_same_counters(
+    served: tuple[str, RuntimeMetrics],
+) -> None:
+    url, metrics = served
+    metrics.record_batch(
+        {"stage": {"received": {"orders": 4}, "delivered": {"orders": 3},
+                   "dead": {"orders": 1}}},
+        {},
+    )  # fmt: skip
+    status, kind, body = _get(f"{url}/api/v1/deployments/orders")
+    assert status == 200 and kind == "application/json"
+    found = json.loads(body)
+    assert (found["events"], found["delivered"], found["dead_letters"]) == (4, 3, 1)
+    status, _, body = _get(f"{url}/api/v1/deployments/nope")
+    assert status == 404 and "GET /api/v1/deployments lists them" in json.loads(body)["detail"]
+    status, _, body = _get(f"{url}/api/v1/state")
+    whole = json.loads(body)
+    assert whole["runtime"] == "rt-x" and whole["batches"] == 1
+    assert [d["name"] for d in whole["deployments"]] == ["orders"]
+    metrics_text = _get(f"{url}/metrics")[2]
+    assert 'dbus_deployment_dead_letters_total{deployment="orders"} 1.0' in metrics_text
+
+
+def test_before_the_query_starts_the_api_says_so() -> None:
+    server = ApiServer(build_app(RuntimeMetrics()), ApiSettings("127.0.0.1", 0))
+    url = server.start()
+    try:
+        status, _, body = _get(f"{url}/api/v1/sources")
+    finally:
+        server.stop()
+    assert status == 503 and "not started" in json.loads(body)["detail"]

@@ -1,5 +1,5 @@
-"""The runtime's HTTP face: ``/metrics`` for Prometheus, served on loopback unless
-told otherwise (then only with a token). See ``server``."""
+"""The runtime's HTTP face: ``/metrics`` for Prometheus and a JSON API, served on
+loopback unless told otherwise (then only with a token). See ``server``."""
 
 from __future__ import annotations
 

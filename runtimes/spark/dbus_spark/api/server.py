@@ -1,5 +1,9 @@
 """The HTTP server of a runtime: an ASGI app (FastAPI) run by uvicorn on a thread.
 
+``/metrics`` is for Prometheus; ``/api/v1/...`` answers JSON (its OpenAPI document
+is ``/openapi.json``). Both are made from one snapshot of the runtime
+(``dbus_spark.metrics.state``).
+
 It binds to 127.0.0.1 unless told otherwise. Binding to any other address needs
 a token, and then every request must carry it (``Authorization: Bearer TOKEN``):
 what a runtime shows names its sources, tables and functions.
@@ -15,15 +19,23 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dbus_fn.errors import ConfigError
 from dbus_spark.config import DEFAULT_API_ADDRESS
 from dbus_spark.metrics import RuntimeMetrics
+from dbus_spark.metrics.state import (
+    DeploymentState,
+    HistoryState,
+    RuntimeState,
+    SinkState,
+    SourceState,
+)
 
 
 def address_path(checkpoint_dir: str) -> Path:
@@ -71,10 +83,16 @@ def _loopback(host: str) -> bool:
 
 
 def build_app(metrics: RuntimeMetrics, token: str | None = None) -> FastAPI:
+    responses: dict[int | str, dict[str, Any]] = {
+        503: {"description": "The runtime has not started its query yet"}
+    }
+    if token:
+        responses[401] = {"description": "Missing or wrong token"}
     app = FastAPI(
         title="dbus runtime",
         summary="What one dbus runtime reads, runs and writes.",
         version="1",
+        responses=responses,
     )
     if token:
         expected = f"Bearer {token}".encode()
@@ -91,6 +109,45 @@ def build_app(metrics: RuntimeMetrics, token: str | None = None) -> FastAPI:
                     headers={"WWW-Authenticate": "Bearer"},
                 )
             return await call_next(request)
+
+    def state() -> RuntimeState:
+        found = metrics.state()
+        if found is None:
+            raise HTTPException(503, "the runtime has not started its query yet; ask again soon")
+        return found
+
+    @app.get("/api/v1/state", summary="Everything below at once (what the dashboard polls)")
+    def whole_state() -> RuntimeState:
+        return state()
+
+    @app.get("/api/v1/sources", summary="Sources: positions, lag, rows read")
+    def sources() -> list[SourceState]:
+        return state().sources
+
+    @app.get("/api/v1/deployments", summary="Deployments: versions, counts, their functions")
+    def deployments() -> list[DeploymentState]:
+        return state().deployments
+
+    @app.get(
+        "/api/v1/deployments/{name}",
+        summary="One deployment",
+        responses={404: {"description": "No such deployment runs here"}},
+    )
+    def deployment(name: str) -> DeploymentState:
+        for found in state().deployments:
+            if found.name == name:
+                return found
+        raise HTTPException(
+            404, f"no deployment {name!r} runs here; GET /api/v1/deployments lists them"
+        )
+
+    @app.get("/api/v1/sinks", summary="Sinks: messages per destination, retries, in flight")
+    def sinks() -> list[SinkState]:
+        return state().sinks
+
+    @app.get("/api/v1/history", summary="History reads: bootstraps, backfills, repairs")
+    def history() -> list[HistoryState]:
+        return state().history
 
     @app.get(
         "/metrics",

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -36,6 +38,14 @@ from dbus_spark.config import RuntimeConfig, load_config
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.metrics.live import read_functions, read_sinks
 from dbus_spark.metrics.reports import take_report
+from dbus_spark.metrics.state import (
+    DeploymentState,
+    FunctionState,
+    HistoryState,
+    RuntimeState,
+    SinkState,
+    SourceState,
+)
 
 log = logging.getLogger("dbus.runtime")
 
@@ -59,6 +69,11 @@ _DEPLOYMENT_COUNTERS = (
 )
 """Per deployment: the ``StageCounts`` field, the metric's name after
 ``dbus_deployment_``, and its help."""
+_DEPLOYMENT_FIELDS = {
+    "received": "events", "delivered": "delivered", "filtered": "filtered",
+    "dead": "dead_letters", "held": "held", "snapshot_rows": "snapshot_rows",
+}  # fmt: skip
+"""The ``DeploymentState`` attribute of each ``StageCounts`` field."""
 
 _SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -80,26 +95,14 @@ class RuntimeMetrics:
         self.listener: BatchListener | None = None
         """Spark's listener of the query followed (see ``dbus_spark.job``)."""
 
-        def counter(name: str, text: str, *labels: str) -> Counter:
-            return Counter(name, text, labels, registry=self.registry)
-
-        self.batches = counter("dbus_batches", "Micro-batches committed.")
-        self.source_rows = counter(
-            "dbus_source_rows", "Row changes read from the source's binlog.", "source"
-        )
-        self.source_bytes = counter(
-            "dbus_source_read_bytes", "Binlog bytes the committed position moved over.", "source"
-        )
-        self.per_deployment = {
-            field: counter(f"dbus_deployment_{name}", text, "deployment")
-            for field, name, text in _DEPLOYMENT_COUNTERS
+        self._batches = 0
+        self._fenced = 0
+        self._source_rows: Counter[str] = Counter()
+        self._source_bytes: Counter[str] = Counter()
+        self._per_deployment: dict[str, Counter[str]] = {
+            field: Counter() for field, _, _ in _DEPLOYMENT_COUNTERS
         }
-        """Per ``StageCounts`` field, its counter per deployment."""
-        self.fenced = counter(
-            "dbus_sink_fenced",
-            "Kafka messages not sent because the source's hold was lost mid-batch "
-            "(the new owner sends them).",
-        )
+        """Per ``StageCounts`` field, per deployment."""
         self.phase = Histogram(
             "dbus_batch_phase_seconds",
             "Time a micro-batch spent in each phase: Spark's (latest_offset, get_batch, "
@@ -137,7 +140,8 @@ class RuntimeMetrics:
                 self.phase.labels(phase).observe(durations[spark_name] / 1000)
         if "triggerExecution" in durations:
             self.batch_seconds.observe(durations["triggerExecution"] / 1000)
-        self.batches.inc()
+        with self._lock:
+            self._batches += 1
         ends: dict[str, BinlogPosition] = {}
         for source in progress.get("sources") or ():
             offset = source.get("endOffset")
@@ -148,22 +152,19 @@ class RuntimeMetrics:
         if report is not None:
             self._record_report(report)
         moved = self._advance(ends)
-        for source, count in moved.items():
-            self.source_bytes.labels(source).inc(count)
+        with self._lock:
+            self._source_bytes.update(moved)
 
     def _record_report(self, report: Mapping[str, Any]) -> None:
         stage = report.get("stage", {})
         if report.get("read_seconds") is not None:
             self.phase.labels("read").observe(float(report["read_seconds"]))
         self.phase.labels("write").observe(float(report.get("seconds", 0.0)))
-        for source, count in stage.get("source_rows", {}).items():
-            self.source_rows.labels(source).inc(count)
-        for field, counter in self.per_deployment.items():
-            for deployment, count in stage.get(field, {}).items():
-                counter.labels(deployment).inc(count)
-        if report.get("fenced"):
-            self.fenced.inc(int(report["fenced"]))
         with self._lock:
+            self._source_rows.update(stage.get("source_rows", {}))
+            for field, totals in self._per_deployment.items():
+                totals.update(stage.get(field, {}))
+            self._fenced += int(report.get("fenced", 0))
             for source, moment in stage.get("last_commit", {}).items():
                 self._last_commit[source] = max(self._last_commit.get(source, 0.0), moment)
 
@@ -196,89 +197,93 @@ class RuntimeMetrics:
     def close(self) -> None:
         self._servers.close()
 
-    # -- read when scraped --------------------------------------------------
+    # -- read when asked -----------------------------------------------------
 
-    def scrape(self) -> Iterator[Metric]:
+    def state(self) -> RuntimeState | None:
+        """What the runtime shows now (None before it follows one): the servers are
+        asked for their positions, the workers' and history files are read."""
         config = self._config()
         if config is None:
-            return
+            return None
         now = time.time()
         with self._lock:
             committed = dict(self._committed)
             last_commit = dict(self._last_commit)
-        up = _gauge("dbus_source_up", "1 when the source answered this scrape.", "source")
-        lag_s = _gauge(
-            "dbus_source_lag_seconds",
-            "How long ago the newest change the sinks lack was committed, at most (0 when "
-            "the committed position is the server's).",
-            "source",
-        )
-        lag_b = _gauge(
-            "dbus_source_lag_bytes", "Binlog bytes from the committed position to the server's.",
-            "source",
-        )  # fmt: skip
-        file = _gauge(
-            "dbus_source_binlog_file", "The committed position's binlog file number.", "source"
-        )
-        offset = _gauge(
-            "dbus_source_binlog_offset_bytes", "The committed position's offset in its file.",
-            "source",
-        )  # fmt: skip
-        newest = _gauge(
-            "dbus_source_last_change_timestamp_seconds",
-            "Commit time of the newest change the sinks hold.",
-            "source",
-        )
-        epoch = _gauge(
-            "dbus_source_epoch",
-            "The ownership epoch the source is read at: 0 alone; in a cluster it grows with "
-            "every handoff, and the source's series are there only while this runtime owns it.",
-            "source",
-        )
+            rows, read = Counter(self._source_rows), Counter(self._source_bytes)
+            per_deployment = {field: Counter(t) for field, t in self._per_deployment.items()}
+            batches, last_batch = self._batches, self._last_batch
+        sources = []
         for binding in config.sources:
             name = binding.spec.name
-            epoch.add_metric([name], binding.epoch)
             position = committed.get(name)
             if position is None and isinstance(binding.start, BinlogPosition):
                 position = binding.start  # where it starts (in a cluster: as committed)
-            if position is not None:
-                file.add_metric([name], _file_number(position.file))
-                offset.add_metric([name], position.pos)
-            if name in last_commit:
-                newest.add_metric([name], last_commit[name])
+            source = SourceState(
+                name=name, up=False, position=None if position is None else str(position),
+                server_position=None, lag_bytes=None, lag_seconds=None, rows=rows[name],
+                read_bytes=read[name], epoch=binding.epoch, last_change=last_commit.get(name),
+                binlog_file=None if position is None else _file_number(position.file),
+                binlog_offset=None if position is None else position.pos,
+            )  # fmt: skip
+            sources.append(source)
             try:
                 server = self._servers.position(binding.spec)
+                behind = (
+                    None if position is None
+                    else self._servers.bytes_between(config, name, position, server)
+                )  # fmt: skip
             except (DbusError, OSError) as exc:
                 log.debug("metrics: source %s did not answer: %s", name, exc)
-                up.add_metric([name], 0)
                 continue
-            up.add_metric([name], 1)
-            if position is None:
-                continue
-            behind = self._servers.bytes_between(config, name, position, server)
-            lag_b.add_metric([name], behind)
-            since = last_commit.get(name, self.started)
-            lag_s.add_metric([name], 0.0 if not behind else max(0.0, now - since))
-        yield from (up, lag_s, lag_b, file, offset, newest, epoch)
-        if self.reports is not None:
-            yield from _sinks(read_sinks(self.reports, now))
-            yield from _functions(read_functions(self.reports, now))
-        yield from _history(config)
-        yield from _deployments(config)
-        info = GaugeMetricFamily(
-            "dbus_runtime_info", "This runtime: 1, labelled.", labels=["runtime"]
+            source.up, source.server_position = True, str(server)
+            if behind is not None:
+                since = last_commit.get(name, self.started)
+                source.lag_bytes = behind
+                source.lag_seconds = 0.0 if not behind else round(max(0.0, now - since), 3)
+        functions = read_functions(self.reports, now) if self.reports is not None else {}
+        sinks = read_sinks(self.reports, now) if self.reports is not None else {}
+        return RuntimeState(
+            runtime=self.runtime_id,
+            started=self.started,
+            batches=batches,
+            last_batch=last_batch or None,
+            sources=sources,
+            deployments=_deployments(config, per_deployment, functions),
+            sinks=[
+                SinkState(
+                    name, dict(t["messages"]), dict(t["bytes"]), t["retries"], t["errors"],
+                    t["in_flight"],
+                )
+                for name, t in sorted(sinks.items())
+            ],
+            history=_history(config),
         )
-        info.add_metric([self.runtime_id], 1)
-        yield info
-        started = GaugeMetricFamily("dbus_runtime_start_time_seconds", "When it started.")
-        started.add_metric([], self.started)
-        yield started
-        if self._last_batch:
-            last = GaugeMetricFamily(
-                "dbus_batch_last_timestamp_seconds", "When the last micro-batch committed."
-            )
-            last.add_metric([], self._last_batch)
-            yield last
+
+    def scrape(self) -> Iterator[Metric]:
+        state = self.state()
+        if state is None:
+            return
+        yield from _source_families(state.sources)
+        yield from _deployment_families(state.deployments)
+        yield from _sink_families(state.sinks)
+        yield from _history_families(state.history)
+        with self._lock:
+            batches, fenced = self._batches, self._fenced
+        yield _counter("dbus_batches", "Micro-batches committed.", [], [([], batches)])
+        yield _counter(
+            "dbus_sink_fenced",
+            "Kafka messages not sent because the source's hold was lost mid-batch "
+            "(the new owner sends them).",
+            [], [([], fenced)],
+        )  # fmt: skip
+        yield _gauge_of("dbus_runtime_info", "This runtime: 1, labelled.", ["runtime"],
+                        [([state.runtime], 1)])  # fmt: skip
+        yield _gauge_of("dbus_runtime_start_time_seconds", "When it started.", [],
+                        [([], state.started)])  # fmt: skip
+        if state.last_batch:
+            yield _gauge_of("dbus_batch_last_timestamp_seconds",
+                            "When the last micro-batch committed.", [],
+                            [([], state.last_batch)])  # fmt: skip
 
 
 class BatchListener(StreamingQueryListener):  # type: ignore[misc]
@@ -354,111 +359,184 @@ class _Servers:
             self._readers.clear()
 
 
-def _sinks(totals: Mapping[str, Mapping[str, Any]]) -> Iterator[Metric]:
-    per_destination = ["sink", "destination"]
-    messages = CounterMetricFamily(
-        "dbus_sink_messages", "Messages the destination acknowledged.", labels=per_destination
-    )
-    sizes = CounterMetricFamily(
-        "dbus_sink_bytes",
-        "Their bytes (Kafka: key and value; Elasticsearch: the document as JSON).",
-        labels=per_destination,
-    )
-    retries = CounterMetricFamily(
-        "dbus_sink_retries", "Times the sink waited on its destination and tried again.",
-        labels=["sink"],
-    )  # fmt: skip
-    errors = CounterMetricFamily(
-        "dbus_sink_errors", "Messages the destination refused.", labels=["sink"]
-    )
-    in_flight = GaugeMetricFamily(
-        "dbus_sink_in_flight", "Messages handed to the sink and not yet acknowledged.",
-        labels=["sink"],
-    )  # fmt: skip
-    for sink, total in totals.items():
-        for destination, count in total["messages"].items():
-            messages.add_metric([sink, destination], count)
-        for destination, size in total["bytes"].items():
-            sizes.add_metric([sink, destination], size)
-        retries.add_metric([sink], total["retries"])
-        errors.add_metric([sink], total["errors"])
-        in_flight.add_metric([sink], total["in_flight"])
-    yield from (messages, sizes, retries, errors, in_flight)
-
-
-def _functions(totals: Mapping[tuple[str, str], Mapping[str, Any]]) -> Iterator[Metric]:
-    labels = ["deployment", "function", "kind"]
-    families = {
-        field: CounterMetricFamily(f"dbus_function_{name}", text, labels=labels)
-        for field, name, text in (
-            ("calls", "calls", "Events the function was called with."),
-            ("filtered", "filtered", "Events the function (a filter) dropped."),
-            ("dead", "dead_letters", "Events dead-lettered where the function raised or "
-             "returned what it may not."),
-            ("timeouts", "timeouts", "Calls stopped at the deployment's time budget."),
-        )
-    }  # fmt: skip
-    latency = HistogramMetricFamily(
-        "dbus_function_seconds", "Time the function itself took per call.",
-        labels=labels,
-    )  # fmt: skip
-    for (deployment, function), total in sorted(totals.items()):
-        names = [deployment, function, total["kind"]]
-        for field, family in families.items():
-            family.add_metric(names, total["counts"][field])
-        buckets, running = [], 0
-        for bound, count in zip([*LATENCY_BOUNDS, float("inf")], total["latency"], strict=False):
-            running += count
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
-        if buckets:
-            latency.add_metric(names, buckets, sum_value=total["seconds"])
-    yield from (*families.values(), latency)
-
-
-def _history(config: RuntimeConfig) -> Iterator[Metric]:
-    labels = ["source", "deployment", "table", "kind"]
-    rows = GaugeMetricFamily("dbus_history_rows", "Rows a history read has read.", labels=labels)
-    estimate = GaugeMetricFamily(
-        "dbus_history_estimated_rows",
-        "The server's estimate of the table's rows when the read began.",
-        labels=labels,
-    )
-    chunks = GaugeMetricFamily("dbus_history_chunks", "Chunks read.", labels=labels)
-    done = GaugeMetricFamily("dbus_history_done", "1 once every chunk is read.", labels=labels)
-    store = HistoryStore(store_path(config.checkpoint_dir))
-    for binding in config.sources:
-        for task in store.tasks(binding.spec.name).values():
-            names = [binding.spec.name, task.deployment, task.table, task.kind]
-            rows.add_metric(names, task.rows)
-            estimate.add_metric(names, task.estimated_rows)
-            chunks.add_metric(names, task.chunks)
-            done.add_metric(names, 1 if task.finished else 0)
-    yield from (rows, estimate, chunks, done)
+def _deployments(
+    config: RuntimeConfig,
+    per_deployment: Mapping[str, Mapping[str, int]],
+    functions: Mapping[tuple[str, str], Mapping[str, Any]],
+) -> list[DeploymentState]:
+    versions = dict(_manifest(path) for path in config.deployments)
+    names = set(versions) | {d for totals in per_deployment.values() for d in totals}
+    names |= {deployment for deployment, _ in functions}
+    out = []
+    for name in sorted(names):
+        counts = {field: per_deployment.get(field, {}).get(name, 0)
+                  for field, _, _ in _DEPLOYMENT_COUNTERS}  # fmt: skip
+        out.append(DeploymentState(
+            name=name, version=versions.get(name, ""), events=counts["received"],
+            delivered=counts["delivered"], filtered=counts["filtered"],
+            dead_letters=counts["dead"], held=counts["held"],
+            snapshot_rows=counts["snapshot_rows"],
+            functions=[
+                FunctionState(function, total["kind"], total["counts"]["calls"],
+                              total["counts"]["filtered"], total["counts"]["dead"],
+                              total["counts"]["timeouts"], round(total["seconds"], 6),
+                              list(total["latency"]))
+                for (deployment, function), total in sorted(functions.items())
+                if deployment == name
+            ],
+        ))  # fmt: skip
+    return out
 
 
 _manifests: dict[tuple[str, float], tuple[str, str]] = {}
 
 
-def _deployments(config: RuntimeConfig) -> Iterator[Metric]:
-    info = GaugeMetricFamily(
+def _manifest(path: str) -> tuple[str, str]:
+    """A deployment folder's (name, version), read again only when its dbus.toml changes."""
+    try:
+        key = (path, Path(path, "dbus.toml").stat().st_mtime)
+        found = _manifests.get(key)
+        if found is None:
+            manifest = load_deployment(path).manifest
+            found = _manifests[key] = (manifest.name, manifest.version)
+        return found
+    except (DbusError, OSError):
+        return (Path(path).name, "")
+
+
+def _history(config: RuntimeConfig) -> list[HistoryState]:
+    store = HistoryStore(store_path(config.checkpoint_dir))
+    return [
+        HistoryState(binding.spec.name, task.deployment, task.table, task.kind, task.rows,
+                     task.estimated_rows, task.chunks, bool(task.finished))
+        for binding in config.sources
+        for task in store.tasks(binding.spec.name).values()
+    ]  # fmt: skip
+
+
+def _source_families(sources: list[SourceState]) -> Iterator[Metric]:
+    def per_source(name: str, text: str, value: Callable[[SourceState], float | None]) -> Metric:
+        found = [([s.name], value(s)) for s in sources]
+        return _gauge_of(name, text, ["source"], [(k, v) for k, v in found if v is not None])
+
+    yield per_source("dbus_source_up", "1 when the source answered this scrape.",
+                     lambda s: 1 if s.up else 0)  # fmt: skip
+    yield per_source(
+        "dbus_source_lag_seconds",
+        "How long ago the newest change the sinks lack was committed, at most (0 when "
+        "the committed position is the server's).",
+        lambda s: s.lag_seconds,
+    )
+    yield per_source("dbus_source_lag_bytes",
+                     "Binlog bytes from the committed position to the server's.",
+                     lambda s: s.lag_bytes)  # fmt: skip
+    yield per_source("dbus_source_binlog_file", "The committed position's binlog file number.",
+                     lambda s: s.binlog_file)  # fmt: skip
+    yield per_source("dbus_source_binlog_offset_bytes",
+                     "The committed position's offset in its file.",
+                     lambda s: s.binlog_offset)  # fmt: skip
+    yield per_source("dbus_source_last_change_timestamp_seconds",
+                     "Commit time of the newest change the sinks hold.",
+                     lambda s: s.last_change)  # fmt: skip
+    yield per_source(
+        "dbus_source_epoch",
+        "The ownership epoch the source is read at: 0 alone; in a cluster it grows with "
+        "every handoff, and the source's series are there only while this runtime owns it.",
+        lambda s: s.epoch,
+    )
+    yield _counter("dbus_source_rows", "Row changes read from the source's binlog.", ["source"],
+                   [([s.name], s.rows) for s in sources])  # fmt: skip
+    yield _counter("dbus_source_read_bytes", "Binlog bytes the committed position moved over.",
+                   ["source"], [([s.name], s.read_bytes) for s in sources])  # fmt: skip
+
+
+def _deployment_families(deployments: list[DeploymentState]) -> Iterator[Metric]:
+    for field, name, text in _DEPLOYMENT_COUNTERS:
+        attribute = _DEPLOYMENT_FIELDS[field]
+        yield _counter(f"dbus_deployment_{name}", text, ["deployment"],
+                       [([d.name], getattr(d, attribute)) for d in deployments])  # fmt: skip
+    yield _gauge_of(
         "dbus_deployment_info", "A deployment this runtime runs: 1, labelled with its version.",
-        labels=["deployment", "version"],
+        ["deployment", "version"], [([d.name, d.version], 1) for d in deployments if d.version],
     )  # fmt: skip
-    for path in config.deployments:
-        try:
-            key = (path, Path(path, "dbus.toml").stat().st_mtime)
-            found = _manifests.get(key)
-            if found is None:
-                manifest = load_deployment(path).manifest
-                found = _manifests[key] = (manifest.name, manifest.version)
-        except (DbusError, OSError):
-            continue
-        info.add_metric(list(found), 1)
-    yield info
+    labels = ["deployment", "function", "kind"]
+    functions = [(d.name, f) for d in deployments for f in d.functions]
+    for name, text, attribute in (
+        ("calls", "Events the function was called with.", "calls"),
+        ("filtered", "Events the function (a filter) dropped.", "filtered"),
+        ("dead_letters", "Events dead-lettered where the function raised or returned what "
+         "it may not.", "dead_letters"),
+        ("timeouts", "Calls stopped at the deployment's time budget.", "timeouts"),
+    ):  # fmt: skip
+        values = [([d, f.name, f.kind], getattr(f, attribute)) for d, f in functions]
+        yield _counter(f"dbus_function_{name}", text, labels, values)
+    latency = HistogramMetricFamily(
+        "dbus_function_seconds", "Time the function itself took per call.", labels=labels
+    )
+    for deployment, function in functions:
+        buckets, running = [], 0
+        for bound, count in zip([*LATENCY_BOUNDS, math.inf], function.latency, strict=False):
+            running += count
+            buckets.append(("+Inf" if bound == math.inf else repr(bound), running))
+        if buckets:
+            latency.add_metric([deployment, function.name, function.kind], buckets,
+                               sum_value=function.seconds)  # fmt: skip
+    yield latency
 
 
-def _gauge(name: str, text: str, *labels: str) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, text, labels=list(labels))
+def _sink_families(sinks: list[SinkState]) -> Iterator[Metric]:
+    per_destination = ["sink", "destination"]
+    yield _counter("dbus_sink_messages", "Messages the destination acknowledged.",
+                   per_destination,
+                   [([s.name, d], n) for s in sinks for d, n in s.messages.items()])  # fmt: skip
+    yield _counter("dbus_sink_bytes",
+                   "Their bytes (Kafka: key and value; Elasticsearch: the document as JSON).",
+                   per_destination,
+                   [([s.name, d], n) for s in sinks for d, n in s.bytes.items()])  # fmt: skip
+    yield _counter("dbus_sink_retries", "Times the sink waited on its destination and tried "
+                   "again.", ["sink"], [([s.name], s.retries) for s in sinks])  # fmt: skip
+    yield _counter("dbus_sink_errors", "Messages the destination refused.", ["sink"],
+                   [([s.name], s.errors) for s in sinks])  # fmt: skip
+    yield _gauge_of(
+        "dbus_sink_in_flight", "Messages handed to the sink and not yet acknowledged.",
+        ["sink"], [([s.name], s.in_flight) for s in sinks],
+    )  # fmt: skip
+
+
+def _history_families(history: list[HistoryState]) -> Iterator[Metric]:
+    labels = ["source", "deployment", "table", "kind"]
+
+    def per_task(name: str, text: str, value: Callable[[HistoryState], float]) -> Metric:
+        return _gauge_of(name, text, labels,
+                         [([h.source, h.deployment, h.table, h.kind], value(h))
+                          for h in history])  # fmt: skip
+
+    yield per_task("dbus_history_rows", "Rows a history read has read.", lambda h: h.rows)
+    yield per_task("dbus_history_estimated_rows",
+                   "The server's estimate of the table's rows when the read began.",
+                   lambda h: h.estimated_rows)  # fmt: skip
+    yield per_task("dbus_history_chunks", "Chunks read.", lambda h: h.chunks)
+    yield per_task("dbus_history_done", "1 once every chunk is read.",
+                   lambda h: 1 if h.done else 0)  # fmt: skip
+
+
+Samples = list[tuple[list[str], float]]
+"""A family's samples: label values, value."""
+
+
+def _family(kind: type[Any], name: str, text: str, labels: list[str], values: Samples) -> Metric:
+    family = kind(name, text, labels=labels)
+    for names, value in values:
+        family.add_metric(names, value)
+    return family
+
+
+def _counter(name: str, text: str, labels: list[str], values: Samples) -> Metric:
+    return _family(CounterMetricFamily, name, text, labels, values)
+
+
+def _gauge_of(name: str, text: str, labels: list[str], values: Samples) -> Metric:
+    return _family(GaugeMetricFamily, name, text, labels, values)
 
 
 def _file_number(file: str) -> int:

@@ -1,0 +1,60 @@
+"""The runtime's JSON API keeps to its own OpenAPI document: schemathesis generates
+requests for every operation (paths included) and checks each answer's status,
+content type and body against the document."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import schemathesis
+from fastapi import FastAPI
+from hypothesis import HealthCheck, given, settings
+
+from dbus_spark.api import build_app
+from dbus_spark.config import RuntimeConfig
+from dbus_spark.metrics import RuntimeMetrics
+from dbus_spark.metrics.live import Publisher
+from dbus_spark.stage import StageCounts
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> FastAPI:
+    config = tmp_path / "config.json"
+    RuntimeConfig(sources=(), deployments=(), kafka_bootstrap="127.0.0.1:9092",
+                  elasticsearch_url="http://127.0.0.1:9200",
+                  checkpoint_dir=str(tmp_path / "checkpoint")).save(config)  # fmt: skip
+    reports = tmp_path / "checkpoint.reports"
+    metrics = RuntimeMetrics(runtime_id="rt-schema")
+    metrics.attach(config, {}, reports)
+    counts = StageCounts(received=Counter(orders=2), delivered=Counter(orders=1),
+                         dead=Counter(orders=1))  # fmt: skip
+    metrics.record_batch({"stage": json.loads(counts.to_json())}, {"durationMs": {"addBatch": 10}})
+    functions = {"orders": {"orders:keep": {
+        "kind": "filter", "calls": 2, "passed": 1, "filtered": 1, "dead": 0, "timeouts": 0,
+        "latency": [2] + [0] * 19, "seconds": 0.00002}}}  # fmt: skip
+    publisher = Publisher("functions", lambda: functions)
+    publisher.use(str(reports))
+    publisher.publish()
+    return build_app(metrics)
+
+
+def test_every_answer_keeps_to_the_document(api: FastAPI) -> None:
+    schema = schemathesis.openapi.from_asgi("/openapi.json", api)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert {f"{op.method.upper()} {op.path}" for op in operations} >= {
+        "GET /api/v1/state", "GET /api/v1/sources", "GET /api/v1/deployments",
+        "GET /api/v1/deployments/{name}", "GET /api/v1/sinks", "GET /api/v1/history",
+        "GET /metrics",
+    }  # fmt: skip
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=25, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        def keeps_to_it(case: schemathesis.Case) -> None:
+            case.call_and_validate()
+
+        keeps_to_it()
