@@ -99,6 +99,20 @@ class FunctionStats:
     cumulative), then how many took longer."""
     seconds: float = 0.0
     """The calls' total time."""
+    last_error: LastError | None = None
+    """Why the function's latest dead letter was sent (None: none yet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LastError:
+    """A function's latest failure: when, the dead letter's one-line error, and where."""
+
+    at: float
+    """Epoch seconds."""
+    error: str
+    error_type: str
+    table: str
+    position: str
 
 
 LATENCY_BOUNDS: tuple[float, ...] = (

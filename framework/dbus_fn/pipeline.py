@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from time import perf_counter
@@ -49,6 +50,7 @@ from dbus_fn.outcomes import (
     DeadLetter,
     Delivery,
     FunctionStats,
+    LastError,
     Latency,
     Outcome,
     PipelineStats,
@@ -171,6 +173,7 @@ class Pipeline:
         self._destinations: dict[str, Destination] = {}
         self._counters = {info.name: Counters() for info in deployment.functions}
         self._latency = {info.name: Latency() for info in deployment.functions}
+        self._last_errors: dict[str, LastError] = {}
         self._loggers = {info.name: function_logger(info.name) for info in deployment.functions}
         self._ignored = 0
         self._user_errors = 0
@@ -488,6 +491,10 @@ class Pipeline:
     ) -> Outcome:
         chain.dead[index] += 1
         self._user_errors += 1
+        self._last_errors[function] = LastError(
+            time.time(), error.message, type(error).__name__, change.qualified_table,
+            str(change.position),
+        )  # fmt: skip
         dead = DeadLetter(
             change,
             function,
@@ -572,6 +579,7 @@ class Pipeline:
                 counters=self._counters[name].snapshot(),
                 latency=tuple(self._latency[name].counts),
                 seconds=self._latency[name].seconds,
+                last_error=self._last_errors.get(name),
             )
             for name, counts in per_function.items()
         }

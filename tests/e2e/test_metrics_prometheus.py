@@ -1,6 +1,7 @@
 """A real Prometheus scrapes a running runtime: after writes to MariaDB, its HTTP
 API shows the rows delivered and dead-lettered per deployment, and the source's
-lag back at 0 once the runtime has caught up, even while nothing more is written."""
+lag back at 0 once the runtime has caught up, even while nothing more is written;
+the runtime's own JSON API shows the raising function's dead letters and last error."""
 
 from __future__ import annotations
 
@@ -120,6 +121,16 @@ def test_prometheus_scrapes_delivered_dead_letters_and_lag(
         )  # fmt: skip
         assert _one(prometheus_service, f"dbus_source_up{mine}") == 1
         assert (_one(prometheus_service, f"dbus_source_rows_total{mine}") or 0) >= ROWS
+        # The API: the raising function's dead letters and its last error.
+        with urllib.request.urlopen(f"{url}/api/v1/deployments/scraped", timeout=10) as answer:
+            deployment = json.load(answer)
+        assert (deployment["events"], deployment["dead_letters"]) == (ROWS, dead)
+        (function,) = deployment["functions"]
+        assert (function["name"], function["calls"], function["dead_letters"]) == (
+            "scraped:there", ROWS, dead,
+        )  # fmt: skip
+        assert "tens are refused" in function["last_error"]["error"]
+        assert function["last_error"]["table"] == table
         for phase in ("latest_offset", "add_batch", "read", "write"):
             found = _one(prometheus_service, f'dbus_batch_phase_seconds_count{{test="{label}", '
                                              f'phase="{phase}"}}')  # fmt: skip

@@ -416,6 +416,30 @@ def slow(event) -> dict:
     assert slow.seconds >= 0.09
 
 
+def test_the_latest_failure_of_each_function_is_kept(tmp_path: Path) -> None:
+    source = """
+@fn.filter(tables="shop.a")
+def keep(event) -> bool:
+    return True
+
+@fn.projection(tables="shop.a")
+def boom(event) -> dict:
+    if event.row["id"] > 1:
+        raise ValueError(f"no {event.row['id']}")
+    return {}
+"""
+    with Pipeline(_deployment(tmp_path, source)) as pipeline:
+        list(pipeline.process_many([insert("shop.a", id=i) for i in (1, 2, 3)]))
+        functions = pipeline.stats().functions.values()
+    keep = next(s for s in functions if s.kind == "filter")
+    boom = next(s for s in functions if s.kind == "projection")
+    assert keep.last_error is None
+    assert boom.last_error is not None
+    assert "raised ValueError: no 3" in boom.last_error.error  # the latest of two
+    assert boom.last_error.error_type == "FunctionError"
+    assert boom.last_error.table == "shop.a" and boom.last_error.position
+
+
 def test_framework_failure_is_counted_apart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

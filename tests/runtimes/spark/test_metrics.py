@@ -259,7 +259,8 @@ def test_functions_counts_and_call_times_reach_the_scrape(
     publisher = Publisher("functions", dict)
     publisher.use(str(reports), stage.function_stats)
     publisher.publish()
-    samples = _samples(_attached(tmp_path, reports))
+    metrics = _attached(tmp_path, reports)
+    samples = _samples(metrics)
     labels = (("deployment", "counted"), ("function", "counted:even"), ("kind", "filter"))
     assert samples[("dbus_function_calls_total", labels)] == 6
     assert samples[("dbus_function_filtered_total", labels)] == 2  # 1 and 3
@@ -267,6 +268,11 @@ def test_functions_counts_and_call_times_reach_the_scrape(
     assert samples[("dbus_function_seconds_count", labels)] == 6
     assert samples[("dbus_function_seconds_bucket", (*labels, ("le", "+Inf")))] == 6
     assert samples[("dbus_function_seconds_sum", labels)] > 0
+    state = metrics.state()
+    assert state is not None
+    ((function,),) = [d.functions for d in state.deployments if d.name == "counted"]
+    assert function.dead_letters == 1 and function.last_error is not None
+    assert "raised ValueError: five" in function.last_error.error
 
 
 def test_the_json_api_answers_from_the_same_counters(

@@ -105,7 +105,8 @@ def _published(folder: Path, kind: str, now: float) -> Iterator[tuple[bool, dict
 
 def read_functions(folder: Path, now: float) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (deployment, function), the workers' counts summed: calls, passed,
-    filtered, dead, timeouts, and call times (``latency`` buckets, ``seconds``)."""
+    filtered, dead, timeouts, call times (``latency`` buckets, ``seconds``), and the
+    latest ``last_error`` of any worker."""
     totals: dict[tuple[str, str], dict[str, Any]] = {}
     for _, data in _published(folder, "functions", now):
         for deployment, functions in data.items():
@@ -121,6 +122,9 @@ def read_functions(folder: Path, now: float) -> dict[tuple[str, str], dict[str, 
                 for index, count in enumerate(buckets):
                     total["latency"][index] += int(count)
                 total["seconds"] += float(stats.get("seconds", 0.0))
+                error = stats.get("last_error")
+                if error and error.get("at", 0) > (total.get("last_error") or {}).get("at", 0):
+                    total["last_error"] = error
     return totals
 
 

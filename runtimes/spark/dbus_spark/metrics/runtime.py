@@ -40,6 +40,7 @@ from dbus_spark.metrics.live import read_functions, read_sinks
 from dbus_spark.metrics.reports import take_report
 from dbus_spark.metrics.state import (
     DeploymentState,
+    ErrorState,
     FunctionState,
     HistoryState,
     RuntimeState,
@@ -380,12 +381,19 @@ def _deployments(
                 FunctionState(function, total["kind"], total["counts"]["calls"],
                               total["counts"]["filtered"], total["counts"]["dead"],
                               total["counts"]["timeouts"], round(total["seconds"], 6),
-                              list(total["latency"]))
+                              list(total["latency"]), _error(total.get("last_error")))
                 for (deployment, function), total in sorted(functions.items())
                 if deployment == name
             ],
         ))  # fmt: skip
     return out
+
+
+def _error(data: Mapping[str, Any] | None) -> ErrorState | None:
+    if not data:
+        return None
+    return ErrorState(float(data["at"]), str(data["error"]), str(data.get("error_type", "")),
+                      str(data.get("table", "")), str(data.get("position", "")))  # fmt: skip
 
 
 _manifests: dict[tuple[str, float], tuple[str, str]] = {}

@@ -35,6 +35,18 @@ class SourceState:
 
 
 @dataclass
+class ErrorState:
+    """A function's latest failure: when, the dead letter's one-line error, and where."""
+
+    at: float
+    """Epoch seconds."""
+    error: str
+    error_type: str
+    table: str
+    position: str
+
+
+@dataclass
 class FunctionState:
     """One function of a deployment, summed over the runtime's workers."""
 
@@ -49,6 +61,8 @@ class FunctionState:
     """Time spent in its calls."""
     latency: list[int] = field(default_factory=list)
     """Calls per ``dbus_fn.outcomes.LATENCY_BOUNDS`` bucket (then slower ones)."""
+    last_error: ErrorState | None = None
+    """Why its latest dead letter was sent, in any of the runtime's workers."""
 
 
 @dataclass
