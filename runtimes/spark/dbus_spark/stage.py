@@ -53,6 +53,16 @@ class StageRecord:
         return RecordType.KAFKA
 
 
+def _pairs(counts: Counter[Any]) -> list[list[Any]]:
+    """A counter keyed by tuples as JSON: ``[[*key, count], ...]``."""
+    return [[*key, count] for key, count in counts.items()]
+
+
+def counter_of_pairs(pairs: list[list[Any]]) -> Counter[Any]:
+    """The counter ``_pairs`` wrote."""
+    return Counter({tuple(pair[:-1]): int(pair[-1]) for pair in pairs})
+
+
 @dataclass
 class StageCounts:
     """What the stage did, per deployment; summed on the driver into batch metrics."""
@@ -62,10 +72,12 @@ class StageCounts:
     read_seconds: float = 0.0
     started: float = 0.0
     """Epoch seconds the earliest read began."""
-    source_rows: Counter[str] = field(default_factory=Counter)
-    """Per source, the binlog row changes read (``rows`` summed over sources)."""
-    received: Counter[str] = field(default_factory=Counter)
-    """Per deployment, the events offered to its functions."""
+    tables: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Per (source, table), the binlog row changes read (``rows`` summed)."""
+    offered: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    """Per (source, table, deployment), the events offered to its functions."""
+    routed: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Per (deployment, destination), the records it sent there, dead letters included."""
     delivered: Counter[str] = field(default_factory=Counter)
     filtered: Counter[str] = field(default_factory=Counter)
     dead: Counter[str] = field(default_factory=Counter)
@@ -89,8 +101,9 @@ class StageCounts:
                 "ddl": self.ddl,
                 "read_seconds": self.read_seconds,
                 "started": self.started,
-                "source_rows": self.source_rows,
-                "received": self.received,
+                "tables": _pairs(self.tables),
+                "offered": _pairs(self.offered),
+                "routed": _pairs(self.routed),
                 "delivered": self.delivered,
                 "filtered": self.filtered,
                 "dead": self.dead,
@@ -114,8 +127,9 @@ class StageCounts:
             ddl=counts["ddl"],
             read_seconds=counts["read_seconds"],
             started=counts.get("started", 0.0),
-            source_rows=Counter(counts.get("source_rows", {})),
-            received=Counter(counts.get("received", {})),
+            tables=counter_of_pairs(counts.get("tables", [])),
+            offered=counter_of_pairs(counts.get("offered", [])),
+            routed=counter_of_pairs(counts.get("routed", [])),
             delivered=Counter(counts["delivered"]),
             filtered=Counter(counts["filtered"]),
             dead=Counter(counts["dead"]),
@@ -134,8 +148,9 @@ class StageCounts:
         self.read_seconds = max(self.read_seconds, other.read_seconds)
         if other.started:
             self.started = min(self.started or other.started, other.started)
-        self.source_rows.update(other.source_rows)
-        self.received.update(other.received)
+        self.tables.update(other.tables)
+        self.offered.update(other.offered)
+        self.routed.update(other.routed)
         self.delivered.update(other.delivered)
         self.filtered.update(other.filtered)
         self.dead.update(other.dead)
@@ -174,7 +189,7 @@ class FunctionStage:
         """A binlog change through every deployment subscribed to its table; ``gate``
         holds back what a deployment's history chunks bring instead."""
         counts.rows += 1
-        counts.source_rows[change.source] += 1
+        counts.tables[(change.source, change.qualified_table)] += 1
         for deployment, pipeline in self._subscribers(change.source, change.qualified_table):
             if gate is not None and not gate.admits(deployment.manifest.name, change):
                 counts.held[deployment.manifest.name] += 1
@@ -240,7 +255,7 @@ class FunctionStage:
     ) -> Iterator[StageRecord]:
         name = deployment.manifest.name
         dead_topic = deployment.manifest.dead_letter_route.name
-        counts.received[name] += 1
+        counts.offered[(change.source, change.qualified_table, name)] += 1
         outcome = pipeline.process(change)
         if outcome.filtered:
             counts.filtered[name] += 1
@@ -260,9 +275,12 @@ class FunctionStage:
                 encoded = []
                 break
         counts.delivered[name] += len(encoded)
+        for delivery in deliveries if encoded else ():
+            counts.routed[(name, str(delivery.destination))] += 1
         yield from encoded
         for letter in dead:
             counts.dead[name] += 1
+            counts.routed[(name, f"kafka://{dead_topic}")] += 1
             yield self._dead_letter(letter, name)
 
     def _record(self, delivery: Delivery, dead_topic: str) -> KafkaRecord | IndexAction:

@@ -29,8 +29,12 @@ def api(tmp_path: Path) -> FastAPI:
     reports = tmp_path / "checkpoint.reports"
     metrics = RuntimeMetrics(runtime_id="rt-schema")
     metrics.attach(config, {}, reports)
-    counts = StageCounts(received=Counter(orders=2), delivered=Counter(orders=1),
-                         dead=Counter(orders=1))  # fmt: skip
+    counts = StageCounts(
+        tables=Counter({("shop", "db.orders"): 2}),
+        offered=Counter({("shop", "db.orders", "orders"): 2}),
+        routed=Counter({("orders", "kafka://orders"): 1, ("orders", "kafka://dead"): 1}),
+        delivered=Counter(orders=1), dead=Counter(orders=1),
+    )  # fmt: skip
     metrics.record_batch({"stage": json.loads(counts.to_json())}, {"durationMs": {"addBatch": 10}})
     functions = {"orders": {"orders:keep": {
         "kind": "filter", "calls": 2, "passed": 1, "filtered": 1, "dead": 0, "timeouts": 0,
@@ -47,7 +51,7 @@ def test_every_answer_keeps_to_the_document(api: FastAPI) -> None:
     assert {f"{op.method.upper()} {op.path}" for op in operations} >= {
         "GET /api/v1/state", "GET /api/v1/sources", "GET /api/v1/deployments",
         "GET /api/v1/deployments/{name}", "GET /api/v1/sinks", "GET /api/v1/history",
-        "GET /metrics",
+        "GET /api/v1/topology", "GET /metrics",
     }  # fmt: skip
     for operation in operations:
 

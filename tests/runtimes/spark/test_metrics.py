@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -76,7 +77,10 @@ def test_a_batch_adds_its_counters_and_phases(tmp_path: Path) -> None:
         "records": 12, "kafka": 9, "elasticsearch": 3, "fenced": 1, "seconds": 0.4,
         "read_seconds": 0.2,
         "stage": {
-            "source_rows": {"shop": 10}, "received": {"orders": 10, "audit": 10},
+            "tables": [["shop", "db.orders", 10]],
+            "offered": [["shop", "db.orders", "orders", 10], ["shop", "db.orders", "audit", 10]],
+            "routed": [["orders", "kafka://orders", 8], ["orders", "kafka://orders-dead", 2],
+                       ["audit", "es://audit", 4]],
             "delivered": {"orders": 8, "audit": 4}, "filtered": {"audit": 6},
             "dead": {"orders": 2}, "held": {}, "snapshot_rows": {"orders": 5},
             "last_commit": {"shop": 1700000000.5},
@@ -115,7 +119,7 @@ def test_a_batch_without_a_report_still_counts_its_phases(tmp_path: Path) -> Non
 def test_labels_never_carry_positions_or_keys(tmp_path: Path) -> None:
     metrics = _attached(tmp_path, tmp_path / "reports")
     metrics.record_batch(
-        {"stage": {"source_rows": {"s": 1}, "delivered": {"d": 1}}},
+        {"stage": {"tables": [["s", "db.t", 1]], "delivered": {"d": 1}}},
         {"sources": [{"endOffset": json.dumps({"s": {"file": "binlog.000001", "pos": 99}})}]},
     )
     labels = {name for (_, pairs) in _samples(metrics) for name, _ in pairs}
@@ -280,7 +284,7 @@ def test_the_json_api_answers_from_the_same_counters(
 ) -> None:
     url, metrics = served
     metrics.record_batch(
-        {"stage": {"received": {"orders": 4}, "delivered": {"orders": 3},
+        {"stage": {"offered": [["shop", "db.orders", "orders", 4]], "delivered": {"orders": 3},
                    "dead": {"orders": 1}}},
         {},
     )  # fmt: skip
@@ -306,3 +310,40 @@ def test_before_the_query_starts_the_api_says_so() -> None:
     finally:
         server.stop()
     assert status == 503 and "not started" in json.loads(body)["detail"]
+
+
+def test_the_topology_counts_each_edge_and_its_rate(tmp_path: Path) -> None:
+    metrics = _attached(tmp_path, tmp_path / "reports", sources=("shop",))
+
+    def batch(rows: int) -> None:
+        metrics.record_batch({"stage": {
+            "tables": [["shop", "db.orders", rows]],
+            "offered": [["shop", "db.orders", "orders", rows]],
+            "routed": [["orders", "kafka://orders", rows]],
+        }}, {})  # fmt: skip
+
+    batch(10)
+    first = metrics.state()
+    assert first is not None
+    assert {n.id for n in first.topology.nodes} == {
+        "source:shop", "table:shop/db.orders", "deployment:orders",
+        "destination:kafka://orders",
+    }  # fmt: skip
+    assert [(e.source, e.target, e.count, e.rate) for e in first.topology.edges] == [
+        ("deployment:orders", "destination:kafka://orders", 10, None),
+        ("source:shop", "table:shop/db.orders", 10, None),
+        ("table:shop/db.orders", "deployment:orders", 10, None),
+    ]  # asked once: no rate yet
+    time.sleep(1.0)
+    batch(30)
+    second = metrics.state()
+    assert second is not None
+    for edge in second.topology.edges:
+        assert edge.count == 40
+        assert edge.rate is not None and 15 < edge.rate <= 30  # 30 more in 1 to 2 s
+    samples = _samples(metrics)
+    assert samples[("dbus_table_rows_total", (("source", "shop"), ("table", "db.orders")))] == 40
+    routed = (("deployment", "orders"), ("destination", "kafka://orders"))
+    assert samples[("dbus_deployment_routed_total", routed)] == 40
+    assert samples[("dbus_source_rows_total", (("source", "shop"),))] == 40
+    assert samples[("dbus_deployment_events_total", (("deployment", "orders"),))] == 40

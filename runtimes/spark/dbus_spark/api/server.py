@@ -35,6 +35,7 @@ from dbus_spark.metrics.state import (
     RuntimeState,
     SinkState,
     SourceState,
+    TopologyState,
 )
 
 
@@ -144,6 +145,13 @@ def build_app(metrics: RuntimeMetrics, token: str | None = None) -> FastAPI:
     @app.get("/api/v1/sinks", summary="Sinks: messages per destination, retries, in flight")
     def sinks() -> list[SinkState]:
         return state().sinks
+
+    @app.get(
+        "/api/v1/topology",
+        summary="The dataflow: sources → tables → deployments → destinations, with rates",
+    )
+    def topology() -> TopologyState:
+        return state().topology
 
     @app.get("/api/v1/history", summary="History reads: bootstraps, backfills, repairs")
     def history() -> list[HistoryState]:

@@ -14,7 +14,7 @@ import logging
 import math
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,13 +40,17 @@ from dbus_spark.metrics.live import read_functions, read_sinks
 from dbus_spark.metrics.reports import take_report
 from dbus_spark.metrics.state import (
     DeploymentState,
+    EdgeState,
     ErrorState,
     FunctionState,
     HistoryState,
+    NodeState,
     RuntimeState,
     SinkState,
     SourceState,
+    TopologyState,
 )
+from dbus_spark.stage import counter_of_pairs
 
 log = logging.getLogger("dbus.runtime")
 
@@ -76,6 +80,10 @@ _DEPLOYMENT_FIELDS = {
 }  # fmt: skip
 """The ``DeploymentState`` attribute of each ``StageCounts`` field."""
 
+RATE_SECONDS = 15.0
+"""An edge's rate is over at most this many seconds of asks (the dashboard asks every
+few seconds, Prometheus scrapes as often)."""
+
 _SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -97,13 +105,21 @@ class RuntimeMetrics:
         """Spark's listener of the query followed (see ``dbus_spark.job``)."""
 
         self._batches = 0
+        self._flows: deque[tuple[float, dict[tuple[str, str], int]]] = deque()
+        """Edge counts as last asked about, for rates (see ``_topology``)."""
         self._fenced = 0
-        self._source_rows: Counter[str] = Counter()
+        self._tables: Counter[tuple[str, str]] = Counter()
+        """Per (source, table), row changes read."""
+        self._offered: Counter[tuple[str, str, str]] = Counter()
+        """Per (source, table, deployment), events offered to its functions."""
+        self._routed: Counter[tuple[str, str]] = Counter()
+        """Per (deployment, destination), records sent there."""
         self._source_bytes: Counter[str] = Counter()
         self._per_deployment: dict[str, Counter[str]] = {
             field: Counter() for field, _, _ in _DEPLOYMENT_COUNTERS
         }
-        """Per ``StageCounts`` field, per deployment."""
+        """Per ``StageCounts`` field, per deployment (``received`` is summed from
+        ``offered`` when asked)."""
         self.phase = Histogram(
             "dbus_batch_phase_seconds",
             "Time a micro-batch spent in each phase: Spark's (latest_offset, get_batch, "
@@ -162,7 +178,9 @@ class RuntimeMetrics:
             self.phase.labels("read").observe(float(report["read_seconds"]))
         self.phase.labels("write").observe(float(report.get("seconds", 0.0)))
         with self._lock:
-            self._source_rows.update(stage.get("source_rows", {}))
+            self._tables.update(counter_of_pairs(stage.get("tables", [])))
+            self._offered.update(counter_of_pairs(stage.get("offered", [])))
+            self._routed.update(counter_of_pairs(stage.get("routed", [])))
             for field, totals in self._per_deployment.items():
                 totals.update(stage.get(field, {}))
             self._fenced += int(report.get("fenced", 0))
@@ -210,9 +228,16 @@ class RuntimeMetrics:
         with self._lock:
             committed = dict(self._committed)
             last_commit = dict(self._last_commit)
-            rows, read = Counter(self._source_rows), Counter(self._source_bytes)
+            tables, offered = Counter(self._tables), Counter(self._offered)
+            routed, read = Counter(self._routed), Counter(self._source_bytes)
             per_deployment = {field: Counter(t) for field, t in self._per_deployment.items()}
             batches, last_batch = self._batches, self._last_batch
+        rows: Counter[str] = Counter()
+        for (source, _), count in tables.items():
+            rows[source] += count
+        received = per_deployment["received"]
+        for (_, _, deployment), count in offered.items():
+            received[deployment] += count
         sources = []
         for binding in config.sources:
             name = binding.spec.name
@@ -258,7 +283,56 @@ class RuntimeMetrics:
                 for name, t in sorted(sinks.items())
             ],
             history=_history(config),
+            topology=self._topology(config, tables, offered, routed, now),
         )
+
+    def _topology(
+        self,
+        config: RuntimeConfig,
+        tables: Mapping[tuple[str, str], int],
+        offered: Mapping[tuple[str, str, str], int],
+        routed: Mapping[tuple[str, str], int],
+        now: float,
+    ) -> TopologyState:
+        """The dataflow graph, its edges' counts, and their rates since the oldest ask
+        of the last ``RATE_SECONDS``."""
+        nodes: dict[str, NodeState] = {}
+
+        def node(kind: str, key: str, label: str) -> str:
+            found = nodes.setdefault(f"{kind}:{key}", NodeState(f"{kind}:{key}", kind, label))
+            return found.id
+
+        for binding in config.sources:
+            node("source", binding.spec.name, binding.spec.name)
+        for path in config.deployments:
+            name = _manifest(path)[0]
+            node("deployment", name, name)
+        counts: dict[tuple[str, str], int] = {}
+        for (source, table), count in tables.items():
+            edge = (node("source", source, source), node("table", f"{source}/{table}", table))
+            counts[edge] = count
+        for (source, table, deployment), count in offered.items():
+            edge = (node("table", f"{source}/{table}", table),
+                    node("deployment", deployment, deployment))  # fmt: skip
+            counts[edge] = count
+        for (deployment, destination), count in routed.items():
+            edge = (node("deployment", deployment, deployment),
+                    node("destination", destination, destination))  # fmt: skip
+            counts[edge] = count
+        with self._lock:
+            samples = self._flows
+            while samples and samples[0][0] < now - RATE_SECONDS:
+                samples.popleft()
+            then = samples[0] if samples else None
+            if not samples or now - samples[-1][0] >= 1.0:
+                samples.append((now, counts))
+        edges = []
+        for (source, target), count in sorted(counts.items()):
+            rate = None
+            if then is not None and now > then[0]:
+                rate = round((count - then[1].get((source, target), 0)) / (now - then[0]), 3)
+            edges.append(EdgeState(source, target, count, rate))
+        return TopologyState(sorted(nodes.values(), key=lambda n: n.id), edges)
 
     def scrape(self) -> Iterator[Metric]:
         state = self.state()
@@ -268,6 +342,7 @@ class RuntimeMetrics:
         yield from _deployment_families(state.deployments)
         yield from _sink_families(state.sinks)
         yield from _history_families(state.history)
+        yield from _topology_families(state.topology)
         with self._lock:
             batches, fenced = self._batches, self._fenced
         yield _counter("dbus_batches", "Micro-batches committed.", [], [([], batches)])
@@ -508,6 +583,25 @@ def _sink_families(sinks: list[SinkState]) -> Iterator[Metric]:
     yield _gauge_of(
         "dbus_sink_in_flight", "Messages handed to the sink and not yet acknowledged.",
         ["sink"], [([s.name], s.in_flight) for s in sinks],
+    )  # fmt: skip
+
+
+def _topology_families(topology: TopologyState) -> Iterator[Metric]:
+    labels = {node.id: node.label for node in topology.nodes}
+
+    def kind(node_id: str) -> str:
+        return node_id.split(":", 1)[0]
+
+    yield _counter(
+        "dbus_table_rows", "Row changes read from the binlog, per table.", ["source", "table"],
+        [([labels[e.source], labels[e.target]], e.count) for e in topology.edges
+         if kind(e.source) == "source"],
+    )  # fmt: skip
+    yield _counter(
+        "dbus_deployment_routed", "Records the deployment sent to each destination, dead "
+        "letters included.", ["deployment", "destination"],
+        [([labels[e.source], labels[e.target]], e.count) for e in topology.edges
+         if kind(e.target) == "destination"],
     )  # fmt: skip
 
 

@@ -110,6 +110,36 @@ class HistoryState:
 
 
 @dataclass
+class NodeState:
+    """A node of the dataflow: a source, a table, a deployment or a destination."""
+
+    id: str
+    """``source:NAME``, ``table:SOURCE/DB.TABLE``, ``deployment:NAME`` or
+    ``destination:kafka://TOPIC`` (``es://INDEX``)."""
+    kind: str
+    label: str
+
+
+@dataclass
+class EdgeState:
+    """What flowed from one node to the next: rows read from a source's table, events a
+    table offered a deployment, records a deployment sent a destination."""
+
+    source: str
+    target: str
+    count: int
+    """Since the runtime started."""
+    rate: float | None
+    """Per second over the last seconds asked about (None: asked once only)."""
+
+
+@dataclass
+class TopologyState:
+    nodes: list[NodeState]
+    edges: list[EdgeState]
+
+
+@dataclass
 class RuntimeState:
     runtime: str
     started: float
@@ -119,3 +149,4 @@ class RuntimeState:
     deployments: list[DeploymentState]
     sinks: list[SinkState]
     history: list[HistoryState]
+    topology: TopologyState
