@@ -181,3 +181,33 @@ def function_folder(tmp_path: Path) -> FunctionFolder:
         return folder
 
     return write
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """A headless Chromium (Debian's ``chromium`` and ``chromium-driver``, installed
+    if missing) driven by Selenium."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    from dbus_deploy.services import apt_install, load_config
+
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        try:
+            apt_install(load_config(), {"chromium": "browser", "chromium-driver": "browser"})
+        except DbusError as exc:
+            pytest.fail(f"no headless browser: {exc}", pytrace=False)
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000",
+                 f"--user-data-dir={tmp_path / 'chromium'}"):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(
+        options=options, service=Service(executable_path=shutil.which("chromedriver"))
+    )
+    try:
+        yield driver
+    finally:
+        driver.quit()

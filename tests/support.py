@@ -117,3 +117,16 @@ def runtime_api(checkpoint: Any, within: float = 180.0) -> str:
     path = address_path(str(checkpoint))
     wait_for(lambda: Path(path).exists(), within, f"the runtime writes {path}")
     return Path(path).read_text().strip()
+
+
+def page_texts(browser: Any, selector: str, attribute: str | None = None) -> list[str]:
+    """The text (or ``attribute``) of every element ``selector`` finds, read in one go:
+    a page that redraws itself never hands back an element it has just replaced."""
+    return list(
+        browser.execute_script(
+            "return Array.from(document.querySelectorAll(arguments[0]))"
+            ".map(e => arguments[1] ? e.getAttribute(arguments[1]) : e.textContent);",
+            selector,
+            attribute,
+        )
+    )

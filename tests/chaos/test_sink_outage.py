@@ -4,7 +4,8 @@ Kafka, then (separately) Elasticsearch, private to this test, are stopped for 30
 seconds while a writer keeps changing three tables, then started again. The
 runtime must stay up, hold back its positions while a sink is down, retry at a
 calm pace (its log during the outage stays short), show the outage in its
-metrics within 10 seconds (the sink's retries and what it has in flight), and
+metrics and on its dashboard (open in a headless Chromium) within 10 seconds (the
+sink's retries and what it has in flight), and
 after the outages every committed change is in Kafka, in order per key, each
 index equals its table, and the source's lag is back at 0.
 """
@@ -27,7 +28,7 @@ from convergence import (
 )
 from elasticsearch import Elasticsearch
 from scratch import FreshDatabase
-from support import runtime_api, sample_sum, scrape, wait_for
+from support import page_texts, runtime_api, sample_sum, scrape, wait_for
 
 from dbus_deploy.services import down, up
 
@@ -54,19 +55,37 @@ def _log_lines(runtime: RuntimeProcess) -> list[str]:
     return runtime.log_text().splitlines()
 
 
+def _on_page(browser: Any, sink: str) -> dict[str, float]:
+    """The dashboard's counts of ``sink`` (retries, in flight, errors)."""
+    cells = f'#sinks tr[data-sink="{sink}"] td[data-field]'
+    found = {}
+    for field, text in zip(page_texts(browser, cells, "data-field"), page_texts(browser, cells),
+                           strict=False):  # fmt: skip
+        scale = {"k": 1e3, "M": 1e6}.get(text.strip()[-1:], 1)
+        found[field] = float(text.strip().rstrip("kM") or 0) * scale
+    return found
+
+
 def _outage(
-    name: str, services: Any, runtime: RuntimeProcess, workload: Workload, api: str
+    name: str,
+    services: Any,
+    runtime: RuntimeProcess,
+    workload: Workload,
+    api: str,
+    browser: Any,
 ) -> dict[str, Any]:
     """Stop ``name`` for OUTAGE seconds under load; what the runtime logged meanwhile,
-    and how soon its metrics showed the sink retrying with messages in flight."""
+    and how soon its metrics and its dashboard (open in ``browser``) showed the sink
+    retrying with messages in flight."""
     sink = "elasticsearch" if name == "elasticsearch" else "kafka"
     committed_before = len(workload.committed)
     lines_before = len(_log_lines(runtime))
     retries_before = sample_sum(scrape(api), "dbus_sink_retries_total", sink=sink)
+    page_before = _on_page(browser, sink).get("retries", 0)
     stopped_at = time.monotonic()
     down([name], config=services.config)
     deadline = stopped_at + OUTAGE
-    shown_after = None
+    shown_after = page_after = None
     while time.monotonic() < deadline:
         assert runtime.alive(), f"the runtime exited while {name} was down:\n{runtime.tail()}"
         if shown_after is None:
@@ -76,6 +95,9 @@ def _outage(
                 and sample_sum(samples, "dbus_sink_in_flight", sink=sink) > 0
             ):
                 shown_after = time.monotonic() - stopped_at
+        page = _on_page(browser, sink)
+        if page_after is None and page.get("retries", 0) > page_before and page.get("in_flight"):
+            page_after = time.monotonic() - stopped_at
         time.sleep(0.5)
     window = _log_lines(runtime)[lines_before:]
     restarted = time.monotonic()
@@ -88,6 +110,7 @@ def _outage(
         "log_lines": len(window),
         "sink_retries": sum(1 for line in window if SINK_RETRY.search(line)),
         "metrics_after": shown_after,
+        "page_after": page_after,
         "client_errors": sum(
             1 for line in window if CLIENT_NOISE.search(line) and not SINK_RETRY.search(line)
         ),
@@ -95,7 +118,7 @@ def _outage(
 
 
 def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop(
-    private_services: Any, chaos_seed: int, tmp_path: Path
+    private_services: Any, chaos_seed: int, tmp_path: Path, browser: Any
 ) -> None:
     began = time.monotonic()
     services = private_services("mariadb", "kafka", "elasticsearch")
@@ -125,10 +148,11 @@ def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop
         writing = True
         runtime.wait_first_commit(180)
         api = runtime_api(runtime.checkpoint)
+        browser.get(f"{api}/")
         time.sleep(5)
-        outages.append(_outage("kafka", services, runtime, workload, api))
+        outages.append(_outage("kafka", services, runtime, workload, api, browser))
         time.sleep(15)
-        outages.append(_outage("elasticsearch", services, runtime, workload, api))
+        outages.append(_outage("elasticsearch", services, runtime, workload, api, browser))
         time.sleep(15)
         workload.stop()
         writing = False
@@ -159,7 +183,8 @@ def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop
             "{sink} down {down_for:.0f}s (back in {back_after:.0f}s), "
             "{changes_meanwhile} changes written meanwhile: {log_lines} runtime log lines, "
             "{sink_retries} sink retry warnings, {client_errors} client errors; "
-            "in the metrics after {metrics_after}s".format(**outage)
+            "in the metrics after {metrics_after}s, on the dashboard after {page_after}s"
+            .format(**outage)
         )
     print(
         f"changes committed: {len(workload.committed)}; "
@@ -169,11 +194,12 @@ def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop
     )
     for outage in outages:
         assert outage["changes_meanwhile"] > 100, f"no load during the {outage['sink']} outage"
-        shown = outage["metrics_after"]
-        assert shown is not None and shown <= METRICS_WITHIN, (
-            f"the {outage['sink']} outage showed in the metrics (retries up, messages in "
-            f"flight) after {shown}s, not within {METRICS_WITHIN:.0f}s"
-        )
+        for where, key in (("metrics", "metrics_after"), ("dashboard", "page_after")):
+            shown = outage[key]
+            assert shown is not None and shown <= METRICS_WITHIN, (
+                f"the {outage['sink']} outage showed on the {where} (retries up, messages "
+                f"in flight) after {shown}s, not within {METRICS_WITHIN:.0f}s"
+            )
         assert outage["sink_retries"] >= 1, f"the runtime never noticed {outage['sink']} was down"
         assert outage["sink_retries"] <= MAX_SINK_RETRIES, (
             f"{outage['sink_retries']} retry warnings in {OUTAGE:.0f}s without "

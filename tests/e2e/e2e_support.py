@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -30,3 +36,70 @@ class Scratch(NamedTuple):
             checkpoint=str(self.tmp_path / "checkpoint"),
             start="latest",
         )
+
+
+@contextlib.contextmanager
+def cli_runtime(scratch: Scratch, folder: Path, *options: str) -> Iterator[str]:
+    """``dbus runtime start`` over the scratch's services and ``folder``, serving its API
+    on a free port: yields the API's URL; stops the runtime (SIGTERM) afterwards and
+    prints the end of its log."""
+    from support import runtime_api
+
+    services = scratch.services
+    checkpoint = scratch.tmp_path / "cli-checkpoint"
+    log = scratch.tmp_path / "runtime.log"
+    with log.open("wb") as out:
+        runtime = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "dbus"), "runtime", "start",
+                "--source", f"shop={services.mariadb.dsn}", "--functions", str(folder),
+                "--kafka", services.kafka.bootstrap_servers,
+                "--elasticsearch", services.elasticsearch.url,
+                "--checkpoint", str(checkpoint), "--from", "latest", "--master", "local[2]",
+                "--api", "127.0.0.1:0", *options,
+            ],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        )  # fmt: skip
+    try:
+        yield runtime_api(checkpoint)
+    finally:
+        runtime.send_signal(signal.SIGTERM)
+        try:
+            runtime.wait(60)
+        except subprocess.TimeoutExpired:
+            runtime.kill()
+            runtime.wait()
+        print(log.read_text(errors="replace")[-3000:])
+
+
+def tens_refused(scratch: Scratch, name: str) -> tuple[Path, str]:
+    """A deployment ``name`` over a new ``orders`` table that routes each row to the
+    scratch topic and raises on every tenth id: its folder, and the table."""
+    table = f"{scratch.fresh_database.name}.orders"
+    folder = scratch.function_folder(
+        name,
+        f'''
+        import dbus_fn as fn
+
+        @fn.route(tables="{table}")
+        def there(event: fn.RowChange) -> str:
+            if event.after["id"] % 10 == 0:
+                raise ValueError("tens are refused")
+            return "kafka://{scratch.kafka_topic}"
+        ''',
+        [table],
+    )
+    with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
+    return folder, table
+
+
+def insert_orders(scratch: Scratch, first: int, last: int) -> None:
+    """Orders ``first`` to ``last``, 50 to a transaction."""
+    with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+        for start in range(first, last + 1, 50):
+            cur.executemany(
+                "INSERT INTO orders VALUES (%s, %s)",
+                [(i, i * 3) for i in range(start, min(start + 50, last + 1))],
+            )

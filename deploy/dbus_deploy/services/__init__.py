@@ -31,6 +31,7 @@ from dbus_deploy.services._errors import (
     ServiceStartError,
     ToolMissingError,
 )
+from dbus_deploy.services._install import apt_install
 from dbus_deploy.services._lifecycle import ServiceStatus, down, restart, status, up
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "ServicesConfig",
     "ToolMissingError",
     "ZooKeeperEndpoint",
+    "apt_install",
     "down",
     "endpoints",
     "load_config",

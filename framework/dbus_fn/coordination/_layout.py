@@ -9,7 +9,7 @@ ZooKeeper address may carry a chroot too: ``127.0.0.1:2181/team-a``)::
           versions/<version>                manifest, content hash, size, files, created
             bundle                          the zip itself (immutable)
           active                            "<version>"
-      runtimes/<runtime-id>                 ephemeral: host, pid, capacity, handoff, started
+      runtimes/<runtime-id>                 ephemeral: host, pid, capacity, handoff, started, api?
       election/member-<seq>                 ephemeral sequential; the lowest is the leader
       leader                                {"runtime", "term", "since"}
       sources/<name>                        {"dsn_env" | "dsn_file", "tables", "added"}

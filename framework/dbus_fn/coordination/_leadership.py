@@ -32,15 +32,16 @@ class Leadership(CoordinatorState):
     """Joins the cluster, runs for leader, assigns sources when leading, reads assignments."""
 
     def _member_data(self) -> bytes:
-        return dump(
-            {
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "capacity": self.capacity,
-                "handoff": self.handoff,
-                "started": utc_timestamp(),
-            }
-        )
+        data: dict[str, object] = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "capacity": self.capacity,
+            "handoff": self.handoff,
+            "started": utc_timestamp(),
+        }
+        if self.api:
+            data["api"] = self.api
+        return dump(data)
 
     def _register(self) -> None:
         client = self.client

@@ -85,6 +85,9 @@ class CoordinatorState:
             raise CoordinationError(f"handoff must be finite seconds >= 0, got {handoff!r}")
         # Seconds this runtime's writes may stay in flight after a confirmed hold.
         self.handoff = float(handoff)
+        self.api = ""
+        """Where this runtime serves its metrics, API and dashboard (registered with
+        its membership, for ``dbus cluster status``); set before ``start``."""
         self.layout = self.settings.layout
         self._client: KazooClient | None = None
         self._lock = threading.RLock()

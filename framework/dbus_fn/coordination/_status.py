@@ -24,6 +24,8 @@ class RuntimeStatus:
     pid: int
     capacity: float
     started: str
+    api: str = ""
+    """Where it serves its metrics, API and dashboard ("" when off)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,7 @@ class ClusterStatus:
         ]
         out += [
             f"  {r.id}  host={r.host} pid={r.pid} capacity={r.capacity:g} started={r.started}"
+            + (f" api={r.api}" if r.api else "")
             for r in self.runtimes
         ]
         out.append(f"sources ({len(self.sources)}):")
@@ -200,6 +203,7 @@ def cluster_status(
                 pid=int(data.get("pid", 0)),
                 capacity=float(data.get("capacity", 0)),
                 started=str(data.get("started", "")),
+                api=str(data.get("api", "")),
             )
         )
     leader = _data(client, layout.leader)

@@ -211,9 +211,7 @@ def start(
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     served = _api(api_address, api_token, runtime_id or "")
     try:
-        query, member, checkpoint_dir = _launch(
-            click.get_current_context(), served.metrics if served else None
-        )
+        query, member, checkpoint_dir = _launch(click.get_current_context(), served)
         if served is not None:
             served.start(checkpoint_dir)
     except BaseException:
@@ -263,10 +261,11 @@ def start(
 
 
 def _launch(
-    ctx: click.Context, metrics: RuntimeMetrics | None
+    ctx: click.Context, served: _Served | None
 ) -> tuple[StreamingQuery, ClusterMember | None, str]:
     """Start the query `runtime start` asked for: the query, the cluster member (None
     alone) and the checkpoint folder."""
+    metrics = served.metrics if served else None
     from dbus_spark.job import start as start_query
     from dbus_spark.job import start_member
 
@@ -285,6 +284,8 @@ def _launch(
                 setting="cluster",
             )
         member = _member(options)
+        if served is not None:
+            member.coordinator.api = served.server.url  # shown by `dbus cluster status`
         query = start_member(
             member, master=options["master"], verbose=options["verbose"], metrics=metrics
         )

@@ -60,7 +60,9 @@ def test_status_shows_runtimes_leader_assignments_positions_and_functions(
 ) -> None:
     assert dbus("fn", "deploy", str(make_function(tmp_path / "fn"))).exit_code == 0
     assert dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN").exit_code == 0
-    with Coordinator.from_settings(cluster, "rt-a", 2) as runtime:
+    runtime = Coordinator.from_settings(cluster, "rt-a", 2)
+    runtime.api = "http://127.0.0.1:9464"  # where `runtime start` serves its dashboard
+    with runtime:
         wait_until(lambda: "shop" in runtime.owned_sources(), 10, "shop owned")
         epoch = runtime.owned_sources()["shop"]
         runtime.commit_position("shop", BinlogPosition("binlog.000003", 1234, "0-1-9"), epoch)
@@ -72,6 +74,7 @@ def test_status_shows_runtimes_leader_assignments_positions_and_functions(
     assert lines[1] == f"leader rt-a  term 1  assignment epoch {epoch}"
     assert lines[2] == "runtimes (1):"
     assert lines[3].startswith("  rt-a  host=") and "capacity=2" in lines[3]
+    assert lines[3].endswith(" api=http://127.0.0.1:9464")
     assert lines[4:] == [
         "sources (1):",
         f"  shop  rt-a epoch {epoch}  position binlog.000003:1234@0-1-9",
@@ -79,6 +82,7 @@ def test_status_shows_runtimes_leader_assignments_positions_and_functions(
         "  cfn_demo 1.0.0",
     ]
     assert as_json["leader"] == "rt-a"
+    assert as_json["runtimes"][0]["api"] == "http://127.0.0.1:9464"
     assert as_json["sources"][0]["position"] == {
         "file": "binlog.000003",
         "pos": 1234,

@@ -196,6 +196,11 @@ def test_a_token_is_asked_of_every_request() -> None:
         assert _get(f"{url}/metrics", "wrong")[0] == 401
         assert _get(f"{url}/openapi.json")[0] == 401
         assert _get(f"{url}/metrics", "s3cret")[0] == 200
+        assert _get(f"{url}/api/v1/state")[0] == 401
+        # The dashboard's page and script hold no data: they load, then ask with the token.
+        status, kind, page = _get(f"{url}/")
+        assert status == 200 and kind.startswith("text/html") and "dashboard.js" in page
+        assert _get(f"{url}/dashboard/dashboard.js")[0] == 200
     finally:
         server.stop()
 

@@ -1,12 +1,14 @@
 """The HTTP server of a runtime: an ASGI app (FastAPI) run by uvicorn on a thread.
 
 ``/metrics`` is for Prometheus; ``/api/v1/...`` answers JSON (its OpenAPI document
-is ``/openapi.json``). Both are made from one snapshot of the runtime
-(``dbus_spark.metrics.state``).
+is ``/openapi.json``); ``/`` is the dashboard, a page that polls the API. All are
+made from one snapshot of the runtime (``dbus_spark.metrics.state``).
 
 It binds to 127.0.0.1 unless told otherwise. Binding to any other address needs
 a token, and then every request must carry it (``Authorization: Bearer TOKEN``):
-what a runtime shows names its sources, tables and functions.
+what a runtime shows names its sources, tables and functions. The dashboard's
+page and script hold no data and load without it; the page sends the token it is
+given as ``#token=...`` in its URL.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dbus_fn.errors import ConfigError
@@ -37,6 +40,9 @@ from dbus_spark.metrics.state import (
     SourceState,
     TopologyState,
 )
+
+DASHBOARD = Path(__file__).with_name("dashboard")
+"""The dashboard's page, script and style: served as they are, no build step."""
 
 
 def address_path(checkpoint_dir: str) -> Path:
@@ -103,7 +109,8 @@ def build_app(metrics: RuntimeMetrics, token: str | None = None) -> FastAPI:
             request: Request, call_next: Callable[[Request], Awaitable[Response]]
         ) -> Response:
             given = request.headers.get("authorization", "").encode()
-            if not secrets.compare_digest(given, expected):
+            page = request.url.path == "/" or request.url.path.startswith("/dashboard/")
+            if not page and not secrets.compare_digest(given, expected):
                 return JSONResponse(
                     {"detail": "missing or wrong token: send Authorization: Bearer TOKEN"},
                     status_code=401,
@@ -156,6 +163,12 @@ def build_app(metrics: RuntimeMetrics, token: str | None = None) -> FastAPI:
     @app.get("/api/v1/history", summary="History reads: bootstraps, backfills, repairs")
     def history() -> list[HistoryState]:
         return state().history
+
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> FileResponse:
+        return FileResponse(DASHBOARD / "index.html")
+
+    app.mount("/dashboard", StaticFiles(directory=DASHBOARD), name="dashboard")
 
     @app.get(
         "/metrics",
