@@ -32,9 +32,10 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from time import perf_counter
-from typing import Any, NamedTuple
+from typing import Any
 
 from dbus_fn._budget import Budget, Overrun, disarm, start_watchdog
+from dbus_fn._chains import Chain, Step, TableChains
 from dbus_fn._failures import first_line, missing_image_hint, short, user_traceback
 from dbus_fn.context import Counters, FunctionContext, function_logger
 from dbus_fn.decorators import FunctionInfo
@@ -75,18 +76,6 @@ _DELETE = Operation.DELETE
 _DESTINATION_CACHE_LIMIT = 10_000
 
 
-class _Step(NamedTuple):
-    """One function of a chain, ready to call."""
-
-    function: Any
-    takes_context: bool
-    info: FunctionInfo
-    slot: int
-    """Where the step stands in its chain: its slot in the chain's counts."""
-    latency: Latency
-    """The function's call times (shared by every chain it is in)."""
-
-
 class _Failed:
     """What ``Pipeline._call`` returns for a call that raised: the dead-letter outcome."""
 
@@ -94,62 +83,6 @@ class _Failed:
 
     def __init__(self, outcome: Outcome) -> None:
         self.outcome = outcome
-
-
-class _Chain:
-    """The functions that apply to one (database, table, operation), with counts."""
-
-    __slots__ = (
-        "dead",
-        "entered",
-        "filtered",
-        "filters",
-        "projections",
-        "routes",
-        "steps",
-        "timeouts",
-    )
-
-    def __init__(
-        self,
-        filters: tuple[FunctionInfo, ...],
-        projections: tuple[FunctionInfo, ...],
-        routes: tuple[FunctionInfo, ...],
-        latency: Mapping[str, Latency],
-    ) -> None:
-        infos = (*filters, *projections, *routes)
-        steps = [
-            _Step(info.function, info.takes_context, info, index, latency[info.name])
-            for index, info in enumerate(infos)
-        ]
-        self.steps: tuple[FunctionInfo, ...] = infos
-        self.filters: tuple[_Step, ...] = tuple(steps[: len(filters)])
-        self.projections: tuple[_Step, ...] = tuple(
-            steps[len(filters) : len(filters) + len(projections)]
-        )
-        self.routes: tuple[_Step, ...] = tuple(steps[len(filters) + len(projections) :])
-        self.entered = 0
-        # Per step; the extra last slot counts events dead-lettered by the
-        # deployment itself (no route and no default route).
-        self.filtered = [0] * len(infos)
-        self.dead = [0] * (len(infos) + 1)
-        self.timeouts = [0] * len(infos)
-
-
-class _TableChains:
-    __slots__ = ("delete", "insert", "snapshot", "update")
-
-    def __init__(
-        self,
-        insert: _Chain | None,
-        update: _Chain | None,
-        delete: _Chain | None,
-        snapshot: _Chain | None = None,
-    ) -> None:
-        self.insert = insert
-        self.update = update
-        self.delete = delete
-        self.snapshot = snapshot
 
 
 class Pipeline:
@@ -168,8 +101,8 @@ class Pipeline:
         )
         self._dead_route = manifest.dead_letter_route
         self._sinks = frozenset(manifest.sinks)
-        self._tables: dict[tuple[str, str], _TableChains] = {}
-        self._chains: list[_Chain] = []
+        self._tables: dict[tuple[str, str], TableChains] = {}
+        self._chains: list[Chain] = []
         self._destinations: dict[str, Destination] = {}
         self._counters = {info.name: Counters() for info in deployment.functions}
         self._latency = {info.name: Latency() for info in deployment.functions}
@@ -227,7 +160,7 @@ class Pipeline:
         return outcome
 
     def _call(
-        self, chain: _Chain, change: RowChange, step: _Step, event: RowChange, budget: Budget | None
+        self, chain: Chain, change: RowChange, step: Step, event: RowChange, budget: Budget | None
     ) -> Any:
         """Call one function on ``event`` under the budget; a failure comes back ``_Failed``."""
         if budget is not None:
@@ -248,7 +181,7 @@ class Pipeline:
             budget.step = None
         return result
 
-    def _run(self, chain: _Chain, change: RowChange, budget: Budget | None) -> Outcome:
+    def _run(self, chain: Chain, change: RowChange, budget: Budget | None) -> Outcome:
         call = self._call
         for step in chain.filters:
             kept = call(chain, change, step, change, budget)
@@ -321,16 +254,16 @@ class Pipeline:
 
     # -- chains and destinations ---------------------------------------------
 
-    def _resolve(self, database: str, table: str) -> _TableChains:
+    def _resolve(self, database: str, table: str) -> TableChains:
         if not self.deployment.subscribes(f"{database}.{table}"):
-            chains = _TableChains(None, None, None)
+            chains = TableChains(None, None, None)
         else:
             by_op = {}
             for op in Operation:
-                chain = _Chain(*self.deployment.chain(database, table, op), self._latency)
+                chain = Chain(*self.deployment.chain(database, table, op), self._latency)
                 self._chains.append(chain)
                 by_op[op] = chain
-            chains = _TableChains(
+            chains = TableChains(
                 by_op[Operation.INSERT],
                 by_op[Operation.UPDATE],
                 by_op[Operation.DELETE],
@@ -395,9 +328,9 @@ class Pipeline:
 
     def _raised(
         self,
-        chain: _Chain,
+        chain: Chain,
         change: RowChange,
-        step: _Step,
+        step: Step,
         exc: BaseException,
         budget: Budget | None,
     ) -> Outcome:
@@ -429,7 +362,7 @@ class Pipeline:
         return self._dead(chain, change, step.slot, info.name, info.kind, error, summary)
 
     def _wrong(
-        self, chain: _Chain, change: RowChange, step: _Step, got: object, expected: str, hint: str
+        self, chain: Chain, change: RowChange, step: Step, got: object, expected: str, hint: str
     ) -> Outcome:
         info = step.info
         message = (
@@ -440,14 +373,14 @@ class Pipeline:
         return self._dead(chain, change, step.slot, info.name, info.kind, error, "")
 
     def _bad_route(
-        self, chain: _Chain, change: RowChange, step: _Step, named: object, why: str
+        self, chain: Chain, change: RowChange, step: Step, named: object, why: str
     ) -> Outcome:
         info = step.info
         message = f"{info.describe()} returned {short(named)}: {why}"
         error = FunctionError(message, function=info.name, location=info.location, stage="route")
         return self._dead(chain, change, step.slot, info.name, "route", error, "")
 
-    def _timed_out(self, chain: _Chain, change: RowChange, step: _Step, seconds: float) -> Outcome:
+    def _timed_out(self, chain: Chain, change: RowChange, step: Step, seconds: float) -> Outcome:
         info = step.info
         message = (
             f"{info.describe()} timed out: expected it to finish within {seconds:g} s "
@@ -458,11 +391,11 @@ class Pipeline:
         )
         return self._dead(chain, change, step.slot, info.name, info.kind, error, "")
 
-    def _late_overrun(self, chain: _Chain, change: RowChange, budget: Budget) -> Outcome:
+    def _late_overrun(self, chain: Chain, change: RowChange, budget: Budget) -> Outcome:
         running = budget.step
         step = (
             running
-            if isinstance(running, _Step)
+            if isinstance(running, Step)
             else (chain.filters + chain.projections + chain.routes)[-1]
         )
         budget.step = None
@@ -470,7 +403,7 @@ class Pipeline:
         chain.timeouts[step.slot] += 1
         return self._timed_out(chain, change, step, budget.seconds)
 
-    def _no_route(self, chain: _Chain, change: RowChange) -> Outcome:
+    def _no_route(self, chain: Chain, change: RowChange) -> Outcome:
         name = f"deployment {self._manifest.name}"
         message = (
             f"{name}: no destination for {change.database}.{change.table}: expected a "
@@ -481,7 +414,7 @@ class Pipeline:
 
     def _dead(
         self,
-        chain: _Chain,
+        chain: Chain,
         change: RowChange,
         index: int,
         function: str,
