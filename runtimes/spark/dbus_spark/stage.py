@@ -54,8 +54,9 @@ class StageRecord:
 
 
 def _pairs(counts: Counter[Any]) -> list[list[Any]]:
-    """A counter keyed by tuples as JSON: ``[[*key, count], ...]``."""
-    return [[*key, count] for key, count in counts.items()]
+    """A counter keyed by tuples as JSON: ``[[*key, count], ...]``, each key part a
+    str (a ``Destination`` becomes ``scheme://name`` here, not on the hot path)."""
+    return [[*map(str, key), count] for key, count in counts.items()]
 
 
 def counter_of_pairs(pairs: list[list[Any]]) -> Counter[Any]:
@@ -76,7 +77,7 @@ class StageCounts:
     """Per (source, table), the binlog row changes read (``rows`` summed)."""
     offered: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     """Per (source, table, deployment), the events offered to its functions."""
-    routed: Counter[tuple[str, str]] = field(default_factory=Counter)
+    routed: Counter[tuple[str, Destination]] = field(default_factory=Counter)
     """Per (deployment, destination), the records it sent there, dead letters included."""
     delivered: Counter[str] = field(default_factory=Counter)
     filtered: Counter[str] = field(default_factory=Counter)
@@ -95,26 +96,28 @@ class StageCounts:
     """The replay parts read: where each stopped, how many rows."""
 
     def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "rows": self.rows,
-                "ddl": self.ddl,
-                "read_seconds": self.read_seconds,
-                "started": self.started,
-                "tables": _pairs(self.tables),
-                "offered": _pairs(self.offered),
-                "routed": _pairs(self.routed),
-                "delivered": self.delivered,
-                "filtered": self.filtered,
-                "dead": self.dead,
-                "positions": self.positions,
-                "last_commit": self.last_commit,
-                "held": self.held,
-                "snapshot_rows": self.snapshot_rows,
-                "chunks": self.chunks,
-                "replays": self.replays,
-            }
-        ).encode()
+        return json.dumps(self.to_dict()).encode()
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON values (what ``to_json`` writes; the driver's metrics take it so)."""
+        return {
+            "rows": self.rows,
+            "ddl": self.ddl,
+            "read_seconds": self.read_seconds,
+            "started": self.started,
+            "tables": _pairs(self.tables),
+            "offered": _pairs(self.offered),
+            "routed": _pairs(self.routed),
+            "delivered": self.delivered,
+            "filtered": self.filtered,
+            "dead": self.dead,
+            "positions": self.positions,
+            "last_commit": self.last_commit,
+            "held": self.held,
+            "snapshot_rows": self.snapshot_rows,
+            "chunks": self.chunks,
+            "replays": self.replays,
+        }
 
     def add_json(self, data: bytes) -> None:
         self.add(StageCounts.from_json(data))
@@ -276,11 +279,11 @@ class FunctionStage:
                 break
         counts.delivered[name] += len(encoded)
         for delivery in deliveries if encoded else ():
-            counts.routed[(name, str(delivery.destination))] += 1
+            counts.routed[(name, delivery.destination)] += 1
         yield from encoded
         for letter in dead:
             counts.dead[name] += 1
-            counts.routed[(name, f"kafka://{dead_topic}")] += 1
+            counts.routed[(name, deployment.manifest.dead_letter_route)] += 1
             yield self._dead_letter(letter, name)
 
     def _record(self, delivery: Delivery, dead_topic: str) -> KafkaRecord | IndexAction:

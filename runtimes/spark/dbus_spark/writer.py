@@ -65,7 +65,7 @@ class TaskReport(WriterCommitMessage):  # type: ignore[misc]
             "records": self.records, "kafka": self.kafka, "elasticsearch": self.elasticsearch,
             "fenced": self.fenced, "seconds": self.seconds, "started": self.started,
             "read_seconds": self.stage.read_seconds, "per_source": self.per_source,
-            "stage": json.loads(self.stage.to_json()),
+            "stage": self.stage.to_dict(),
         }  # fmt: skip
 
 
