@@ -130,3 +130,24 @@ def page_texts(browser: Any, selector: str, attribute: str | None = None) -> lis
             attribute,
         )
     )
+
+
+def keeps_to_its_document(app: Any, examples: int) -> set[str]:
+    """Call every operation of an ASGI ``app`` with requests schemathesis makes from its
+    own OpenAPI document (``examples`` each) and check every answer against it; the
+    operations, as ``METHOD /path``."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    for operation in operations:
+
+        @given(case=operation.as_strategy())
+        @settings(max_examples=examples, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        def keeps_to_it(case: Any) -> None:
+            case.call_and_validate()
+
+        keeps_to_it()
+    return {f"{op.method.upper()} {op.path}" for op in operations}

@@ -101,6 +101,8 @@ class FunctionStats:
     """The calls' total time."""
     last_error: LastError | None = None
     """Why the function's latest dead letter was sent (None: none yet)."""
+    recent_errors: tuple[LastError, ...] = ()
+    """Why its latest dead letters were sent, oldest first (at most ``RECENT_ERRORS``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,9 @@ class LastError:
     table: str
     position: str
 
+
+RECENT_ERRORS = 10
+"""How many of a function's latest dead-letter errors a pipeline keeps."""
 
 LATENCY_BOUNDS: tuple[float, ...] = (
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,

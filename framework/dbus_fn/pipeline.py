@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from time import perf_counter
@@ -48,6 +49,7 @@ from dbus_fn.errors import (
 from dbus_fn.events import Operation, Row, RowChange
 from dbus_fn.manifest import Destination
 from dbus_fn.outcomes import (
+    RECENT_ERRORS,
     DeadLetter,
     Delivery,
     FunctionStats,
@@ -106,7 +108,9 @@ class Pipeline:
         self._destinations: dict[str, Destination] = {}
         self._counters = {info.name: Counters() for info in deployment.functions}
         self._latency = {info.name: Latency() for info in deployment.functions}
-        self._last_errors: dict[str, LastError] = {}
+        self._errors: dict[str, deque[LastError]] = {
+            info.name: deque(maxlen=RECENT_ERRORS) for info in deployment.functions
+        }
         self._loggers = {info.name: function_logger(info.name) for info in deployment.functions}
         self._ignored = 0
         self._user_errors = 0
@@ -424,10 +428,10 @@ class Pipeline:
     ) -> Outcome:
         chain.dead[index] += 1
         self._user_errors += 1
-        self._last_errors[function] = LastError(
+        self._errors.setdefault(function, deque(maxlen=RECENT_ERRORS)).append(LastError(
             time.time(), error.message, type(error).__name__, change.qualified_table,
             str(change.position),
-        )  # fmt: skip
+        ))  # fmt: skip
         dead = DeadLetter(
             change,
             function,
@@ -512,7 +516,8 @@ class Pipeline:
                 counters=self._counters[name].snapshot(),
                 latency=tuple(self._latency[name].counts),
                 seconds=self._latency[name].seconds,
-                last_error=self._last_errors.get(name),
+                last_error=errors[-1] if (errors := self._errors.get(name)) else None,
+                recent_errors=tuple(errors or ()),
             )
             for name, counts in per_function.items()
         }

@@ -27,7 +27,7 @@ def test_the_rules_file_is_valid(prometheus_service: PrometheusEndpoint) -> None
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 5 rules found" in result.stdout
+    assert "SUCCESS: 6 rules found" in result.stdout
 
 
 def test_each_alert_fires_on_what_should_raise_it(

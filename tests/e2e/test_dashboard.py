@@ -51,6 +51,8 @@ def test_the_dashboard_shows_the_flow_its_rates_and_a_raising_function(
         (error,) = page_texts(browser, f'{shown} tr[data-function="shown:there"] '
                                        'td[data-field="last_error"]')  # fmt: skip
         assert "tens are refused" in error
+        recent = page_texts(browser, f'{shown} details[data-field="recent_errors"] li')
+        assert recent and all("tens are refused" in line for line in recent), recent
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         screenshot = ARTIFACTS / "dashboard.png"
         assert browser.save_screenshot(str(screenshot))

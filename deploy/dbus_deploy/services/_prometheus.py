@@ -4,7 +4,9 @@ evaluates dbus's alert rules (``deploy/prometheus/dbus-rules.yml``).
 Not one of the services ``up`` starts by default: ``dbus services up prometheus``.
 It scrapes a runtime on its default API address (127.0.0.1:9464) and every target
 listed in ``config/targets/*.json`` (Prometheus file service discovery: a runtime
-on another port is one file there, picked up within seconds).
+on another port is one file there, picked up within seconds); and, as job
+``dbus-ui``, ``dbus ui`` on its default address (127.0.0.1:9465), which says who
+in a cluster reads what.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ _BINARY = "prometheus"
 SCRAPE_SECONDS = 2
 """Scrape and rule-evaluation interval: a local stack wants to see changes at once."""
 DEFAULT_RUNTIME = "127.0.0.1:9464"
+DEFAULT_UI = "127.0.0.1:9465"
 
 
 def targets_dir(config: ServicesConfig) -> Path:
@@ -65,7 +68,8 @@ class Prometheus(Service):
                     "file_sd_configs": [
                         {"files": [str(targets / "*.json")], "refresh_interval": "5s"}
                     ],
-                }
+                },
+                {"job_name": "dbus-ui", "static_configs": [{"targets": [DEFAULT_UI]}]},
             ],
         }
         config_file = self.conf / "prometheus.yml"

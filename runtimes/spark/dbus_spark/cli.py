@@ -28,6 +28,22 @@ if TYPE_CHECKING:
     from dbus_spark.metrics import RuntimeMetrics
 
 
+API_TOKEN = env_option(
+    "--api-token",
+    env="DBUS_API_TOKEN",
+    default=None,
+    help="A token every API request must carry (Authorization: Bearer TOKEN); needed to "
+    "serve beyond loopback.",
+)
+RUN_FOR = click.option(
+    "--for",
+    "run_for",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop after this many seconds.",
+)
+
+
 @click.group()
 def runtime() -> None:
     """Run the shared Spark Structured Streaming runtime."""
@@ -150,13 +166,7 @@ def runtime() -> None:
     "(/api/v1/...) at HOST:PORT (port 0: any free one; the address is logged and written "
     "beside the checkpoint), or off.",
 )
-@env_option(
-    "--api-token",
-    env="DBUS_API_TOKEN",
-    default=None,
-    help="A token every API request must carry (Authorization: Bearer TOKEN); needed to "
-    "serve beyond loopback.",
-)
+@API_TOKEN
 @env_option(
     "--log-format",
     type=click.Choice(["text", "json"]),
@@ -166,13 +176,7 @@ def runtime() -> None:
     help="The runtime's log lines as text, or as one JSON object each (the batch line's "
     "counters as fields) for machines.",
 )
-@click.option(
-    "--for",
-    "run_for",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Stop after this many seconds.",
-)
+@RUN_FOR
 @env_option(
     "--verbose",
     is_flag=True,

@@ -25,6 +25,8 @@ StartPolicy = str | BinlogPosition  # "earliest" | "latest" | a position
 DEFAULT_CHUNK_ROWS = 10_000
 DEFAULT_API_ADDRESS = "127.0.0.1:9464"
 """Where a runtime serves its metrics unless told otherwise (see ``dbus_spark.api``)."""
+DEFAULT_UI_ADDRESS = "127.0.0.1:9465"
+"""Where ``dbus ui`` serves a cluster's dashboard unless told otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import schemathesis
 from fastapi import FastAPI
-from hypothesis import HealthCheck, given, settings
+from support import keeps_to_its_document
 
 from dbus_spark.api import build_app
 from dbus_spark.config import RuntimeConfig
@@ -45,19 +44,8 @@ def api(tmp_path: Path) -> FastAPI:
 
 
 def test_every_answer_keeps_to_the_document(api: FastAPI) -> None:
-    schema = schemathesis.openapi.from_asgi("/openapi.json", api)
-    operations = [result.ok() for result in schema.get_all_operations()]
-    assert {f"{op.method.upper()} {op.path}" for op in operations} >= {
+    assert keeps_to_its_document(api, examples=25) >= {
         "GET /api/v1/state", "GET /api/v1/sources", "GET /api/v1/deployments",
         "GET /api/v1/deployments/{name}", "GET /api/v1/sinks", "GET /api/v1/history",
-        "GET /api/v1/topology", "GET /metrics",
+        "GET /api/v1/topology", "GET /api/v1/cluster", "GET /metrics",
     }  # fmt: skip
-    for operation in operations:
-
-        @given(case=operation.as_strategy())
-        @settings(max_examples=25, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
-        def keeps_to_it(case: schemathesis.Case) -> None:
-            case.call_and_validate()
-
-        keeps_to_it()

@@ -284,6 +284,41 @@ def test_functions_counts_and_call_times_reach_the_scrape(
     assert "raised ValueError: five" in function.last_error.error
 
 
+def test_recent_dead_letters_are_kept_newest_first_over_all_workers(
+    tmp_path: Path, function_folder: Any
+) -> None:
+    folder = function_folder(
+        "picky",
+        """
+        import dbus_fn as fn
+
+        @fn.filter(tables="shop.orders")
+        def picky(event: fn.RowChange) -> bool:
+            if event.after["id"] % 3 == 0:
+                raise ValueError(f"no {event.after['id']}")
+            return True
+        """,
+        ["shop.orders"],
+    )
+    reports = tmp_path / "checkpoint.reports"
+    for worker, keys in ((1, range(1, 31)), (2, range(31, 46))):  # 10 and 5 dead letters
+        stage = FunctionStage((str(folder),), type_prefix="dbus")
+        for key in keys:
+            list(stage.process(insert("shop.orders", id=key), StageCounts()))
+        published = {"updated": time.time(), "data": stage.function_stats()}
+        (reports / "functions").mkdir(parents=True, exist_ok=True)
+        (reports / "functions" / f"{worker}.json").write_text(json.dumps(published))
+    state = _attached(tmp_path, reports).state()
+    assert state is not None
+    ((function,),) = [d.functions for d in state.deployments if d.name == "picky"]
+    assert function.dead_letters == 15
+    assert [e.error.split("ValueError: ")[1].split(";")[0] for e in function.recent_errors] == [
+        f"no {key}" for key in range(45, 15, -3)
+    ]  # the last ten of both workers, newest first
+    assert function.last_error == function.recent_errors[0]
+    assert all(e.table == "shop.orders" and e.position for e in function.recent_errors)
+
+
 def test_the_json_api_answers_from_the_same_counters(
     served: tuple[str, RuntimeMetrics],
 ) -> None:

@@ -1,5 +1,6 @@
-"""The runtime's HTTP face: ``/metrics`` for Prometheus and a JSON API, served on
-loopback unless told otherwise (then only with a token). See ``server``."""
+"""The runtime's HTTP face: ``/metrics`` for Prometheus, a JSON API and a dashboard,
+served on loopback unless told otherwise (then only with a token). See ``server``;
+``cluster`` and ``ui`` serve the same for a whole cluster (``dbus ui``)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 ``/metrics`` is for Prometheus; ``/api/v1/...`` answers JSON (its OpenAPI document
 is ``/openapi.json``); ``/`` is the dashboard, a page that polls the API. All are
-made from one snapshot of the runtime (``dbus_spark.metrics.state``).
+made from one snapshot of the runtime (``dbus_spark.metrics.state``). ``dbus ui``
+serves the same app for a whole cluster (``dbus_spark.api.cluster``).
 
 It binds to 127.0.0.1 unless told otherwise. Binding to any other address needs
 a token, and then every request must carry it (``Authorization: Bearer TOKEN``):
@@ -21,18 +22,18 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from dbus_fn.errors import ConfigError
+from dbus_fn.errors import ConfigError, DbusError
 from dbus_spark.config import DEFAULT_API_ADDRESS
-from dbus_spark.metrics import RuntimeMetrics
 from dbus_spark.metrics.state import (
+    ClusterState,
     DeploymentState,
     HistoryState,
     RuntimeState,
@@ -89,10 +90,22 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def build_app(metrics: RuntimeMetrics, token: str | None = None) -> FastAPI:
+class View(Protocol):
+    """What the app shows: a runtime (``RuntimeMetrics``) or a cluster (``ClusterView``)."""
+
+    registry: CollectorRegistry
+
+    def state(self) -> RuntimeState | None:
+        """Now's snapshot; None before there is one. Raises ``DbusError`` when what it
+        is made from cannot be read (ZooKeeper, for a cluster)."""
+        ...
+
+
+def build_app(view: View, token: str | None = None) -> FastAPI:
     responses: dict[int | str, dict[str, Any]] = {
-        503: {"description": "The runtime has not started its query yet"}
-    }
+        503: {"description": "Nothing to show yet (the runtime has not started its query), "
+              "or ZooKeeper cannot be read (a cluster)"}
+    }  # fmt: skip
     if token:
         responses[401] = {"description": "Missing or wrong token"}
     app = FastAPI(
@@ -119,7 +132,10 @@ def build_app(metrics: RuntimeMetrics, token: str | None = None) -> FastAPI:
             return await call_next(request)
 
     def state() -> RuntimeState:
-        found = metrics.state()
+        try:
+            found = view.state()
+        except DbusError as exc:
+            raise HTTPException(503, str(exc)) from None
         if found is None:
             raise HTTPException(503, "the runtime has not started its query yet; ask again soon")
         return found
@@ -160,6 +176,19 @@ def build_app(metrics: RuntimeMetrics, token: str | None = None) -> FastAPI:
     def topology() -> TopologyState:
         return state().topology
 
+    @app.get(
+        "/api/v1/cluster",
+        summary="The cluster: its runtimes, leader, assignment epoch and functions",
+        responses={404: {"description": "This is one runtime's API, not a cluster's"}},
+    )
+    def cluster() -> ClusterState:
+        found = state().cluster
+        if found is None:
+            raise HTTPException(
+                404, "this is one runtime's API; `dbus ui --cluster NAME` serves a cluster's"
+            )
+        return found
+
     @app.get("/api/v1/history", summary="History reads: bootstraps, backfills, repairs")
     def history() -> list[HistoryState]:
         return state().history
@@ -177,7 +206,7 @@ def build_app(metrics: RuntimeMetrics, token: str | None = None) -> FastAPI:
         responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
     )
     def prometheus_metrics() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(view.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
 

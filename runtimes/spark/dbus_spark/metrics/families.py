@@ -20,6 +20,8 @@ from prometheus_client.core import (
 
 from dbus_fn.outcomes import LATENCY_BOUNDS
 from dbus_spark.metrics.state import (
+    HANDING_OFF,
+    ClusterState,
     DeploymentState,
     HistoryState,
     RuntimeState,
@@ -63,6 +65,43 @@ def families(state: RuntimeState, *, batches: int, fenced: int) -> Iterator[Metr
         yield _gauge_of("dbus_batch_last_timestamp_seconds",
                         "When the last micro-batch committed.", [],
                         [([], state.last_batch)])  # fmt: skip
+
+
+def cluster_families(cluster: ClusterState | None, sources: list[SourceState]) -> Iterator[Metric]:
+    """What ``dbus ui`` shows of a cluster (None: ZooKeeper could not be read). Each
+    runtime's own series come from its own ``/metrics``; these say who reads what. A
+    handoff raises the source's epoch: ``changes(dbus_cluster_source_epoch[1h])``
+    counts them."""
+    yield _gauge_of("dbus_cluster_zookeeper_up", "1 when ZooKeeper answered this scrape.",
+                    [], [([], 0 if cluster is None else 1)])  # fmt: skip
+    if cluster is None:
+        return
+    yield _gauge_of("dbus_cluster_runtimes", "Runtimes in the cluster.", [],
+                    [([], len(cluster.runtimes))])  # fmt: skip
+    yield _gauge_of("dbus_cluster_runtime_up", "1 when the runtime's API answered this scrape.",
+                    ["runtime"],
+                    [([r.id], 1 if r.answered else 0) for r in cluster.runtimes])  # fmt: skip
+    yield _gauge_of("dbus_cluster_leader", "The leader runtime: 1, labelled.", ["runtime"],
+                    [([cluster.leader], 1)] if cluster.leader else [])  # fmt: skip
+    yield _gauge_of("dbus_cluster_assignment_epoch",
+                    "Grows with every change of who reads what.", [],
+                    [([], cluster.epoch)])  # fmt: skip
+    owners = {name: r.id for r in cluster.runtimes for name in r.sources}
+    yield _gauge_of("dbus_cluster_source_owner", "The runtime a source is assigned to: 1, "
+                    "labelled.", ["source", "runtime"],
+                    [([s.name, owners[s.name]], 1) for s in sources
+                     if s.name in owners])  # fmt: skip
+    yield _gauge_of("dbus_cluster_source_epoch",
+                    "The epoch the source is read at; every handoff raises it.", ["source"],
+                    [([s.name], s.epoch) for s in sources])  # fmt: skip
+    yield _gauge_of("dbus_cluster_source_up",
+                    "1 when the source's reader answered and the source's server did too.",
+                    ["source"], [([s.name], 1 if s.up else 0) for s in sources])  # fmt: skip
+    yield _gauge_of("dbus_cluster_source_handing_off",
+                    "1 while a released source waits out its handoff, owned by none.",
+                    ["source"],
+                    [([s.name], 1 if s.owner == HANDING_OFF else 0)
+                     for s in sources])  # fmt: skip
 
 
 def _source_families(sources: list[SourceState]) -> Iterator[Metric]:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from dbus_fn.outcomes import RECENT_ERRORS
 from dbus_spark.sinks.activity import SinkActivity
 
 PUBLISH_SECONDS = 1.0
@@ -105,8 +106,8 @@ def _published(folder: Path, kind: str, now: float) -> Iterator[tuple[bool, dict
 
 def read_functions(folder: Path, now: float) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (deployment, function), the workers' counts summed: calls, passed,
-    filtered, dead, timeouts, call times (``latency`` buckets, ``seconds``), and the
-    latest ``last_error`` of any worker."""
+    filtered, dead, timeouts, call times (``latency`` buckets, ``seconds``), the
+    latest ``last_error`` of any worker and the latest ``recent_errors`` of all."""
     totals: dict[tuple[str, str], dict[str, Any]] = {}
     for _, data in _published(folder, "functions", now):
         for deployment, functions in data.items():
@@ -125,6 +126,10 @@ def read_functions(folder: Path, now: float) -> dict[tuple[str, str], dict[str, 
                 error = stats.get("last_error")
                 if error and error.get("at", 0) > (total.get("last_error") or {}).get("at", 0):
                     total["last_error"] = error
+                recent = total.setdefault("recent_errors", [])
+                recent += stats.get("recent_errors", ())
+                recent.sort(key=lambda e: e.get("at", 0))
+                del recent[:-RECENT_ERRORS]
     return totals
 
 

@@ -416,12 +416,18 @@ def _deployments(
                 FunctionState(function, total["kind"], total["counts"]["calls"],
                               total["counts"]["filtered"], total["counts"]["dead"],
                               total["counts"]["timeouts"], round(total["seconds"], 6),
-                              list(total["latency"]), _error(total.get("last_error")))
+                              list(total["latency"]), _error(total.get("last_error")),
+                              _errors(total.get("recent_errors", [])))
                 for (deployment, function), total in sorted(functions.items())
                 if deployment == name
             ],
         ))  # fmt: skip
     return out
+
+
+def _errors(data: list[Mapping[str, Any]]) -> list[ErrorState]:
+    """Newest first."""
+    return [e for e in map(_error, reversed(data)) if e is not None]
 
 
 def _error(data: Mapping[str, Any] | None) -> ErrorState | None:

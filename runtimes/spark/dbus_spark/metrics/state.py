@@ -1,9 +1,14 @@
 """What a runtime shows of itself at one moment: the one snapshot that ``/metrics``
-and the JSON API are both made from (``RuntimeMetrics.state``)."""
+and the JSON API are both made from (``RuntimeMetrics.state``). ``dbus ui`` shows
+a whole cluster in the same shape, its runtimes' snapshots merged
+(``dbus_spark.api.cluster``), with ``cluster`` added."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+HANDING_OFF = "handing off"
+"""A cluster source's ``owner`` while it waits out its handoff, owned by none."""
 
 
 @dataclass
@@ -32,6 +37,9 @@ class SourceState:
     """Commit time (epoch seconds) of the newest change the sinks hold."""
     binlog_file: int | None = None
     binlog_offset: int | None = None
+    owner: str | None = None
+    """In a cluster view: the runtime reading it, or why none is (``HANDING_OFF``,
+    ``unassigned``, ``rt-1 (not answering)``, ``rt-1 (gone)``)."""
 
 
 @dataclass
@@ -63,6 +71,9 @@ class FunctionState:
     """Calls per ``dbus_fn.outcomes.LATENCY_BOUNDS`` bucket (then slower ones)."""
     last_error: ErrorState | None = None
     """Why its latest dead letter was sent, in any of the runtime's workers."""
+    recent_errors: list[ErrorState] = field(default_factory=list)
+    """Why its latest dead letters were sent, newest first (at most
+    ``dbus_fn.outcomes.RECENT_ERRORS``)."""
 
 
 @dataclass
@@ -140,6 +151,38 @@ class TopologyState:
 
 
 @dataclass
+class MemberState:
+    """A runtime of a cluster, as ZooKeeper and its own API show it."""
+
+    id: str
+    host: str
+    pid: int
+    api: str
+    """Where it serves its API ("" when it serves none)."""
+    answered: bool
+    """Whether its API answered this time."""
+    problem: str | None
+    """Why it did not, in one line."""
+    sources: list[str]
+    """The sources ZooKeeper assigns it."""
+    batches: int
+    last_batch: float | None
+
+
+@dataclass
+class ClusterState:
+    """A cluster as ``dbus ui`` sees it: ZooKeeper's view of who reads what."""
+
+    name: str
+    leader: str | None
+    epoch: int
+    """The assignment epoch: it grows with every change of who reads what."""
+    runtimes: list[MemberState]
+    functions: dict[str, str]
+    """The active version of each deployed function."""
+
+
+@dataclass
 class RuntimeState:
     runtime: str
     started: float
@@ -150,3 +193,5 @@ class RuntimeState:
     sinks: list[SinkState]
     history: list[HistoryState]
     topology: TopologyState
+    cluster: ClusterState | None = None
+    """Only in ``dbus ui``'s view of a cluster."""

@@ -86,6 +86,7 @@ function drawSources(sources) {
     const state = !s.up ? "bad" : lag === null ? "" : lag > 60 ? "bad" : lag > 5 ? "warn" : "ok";
     return el("tr", { "data-source": s.name },
       el("td", {}, s.name),
+      el("td", { class: "in-cluster", "data-field": "owner" }, s.owner ?? "–"),
       el("td", { class: `num ${state}`, "data-field": "lag_seconds" },
          s.up ? seconds(lag) : "down"),
       el("td", { class: "num", "data-field": "lag_bytes" },
@@ -131,7 +132,50 @@ function drawDeployments(deployments) {
         el("td", { class: `num ${f.dead_letters ? "bad" : ""}`, "data-field": "dead_letters" },
            number(f.dead_letters)),
         el("td", { class: "error", "data-field": "last_error" },
-           f.last_error ? `${new Date(f.last_error.at * 1000).toLocaleTimeString()} ${f.last_error.error}` : ""))))))));
+           f.last_error ? `${clock(f.last_error.at)} ${f.last_error.error}` : ""))))),
+    ...recentErrors(d))));
+}
+
+function clock(at) {
+  return new Date(at * 1000).toLocaleTimeString();
+}
+
+function recentErrors(deployment) {
+  const errors = deployment.functions
+    .flatMap((f) => (f.recent_errors ?? []).map((e) => ({ ...e, function: f.name })))
+    .sort((a, b) => b.at - a.at);
+  if (!errors.length) return [];
+  const details = el("details", { class: "recent", "data-field": "recent_errors" },
+    el("summary", {}, `recent dead letters (${errors.length})`),
+    el("ul", {}, ...errors.map((e) => el("li", {},
+      el("span", { class: "muted" }, `${clock(e.at)} ${e.function} · ${e.table} @ ${e.position} `),
+      el("span", { class: "error" }, e.error)))));
+  details.open = openRecent.has(deployment.name);
+  details.addEventListener("toggle", () => {
+    if (details.open) openRecent.add(deployment.name); else openRecent.delete(deployment.name);
+  });
+  return [details];
+}
+
+const openRecent = new Set();
+
+function drawCluster(cluster) {
+  document.body.classList.toggle("cluster", Boolean(cluster));
+  document.getElementById("cluster").hidden = !cluster;
+  if (!cluster) return;
+  const answering = cluster.runtimes.filter((r) => r.answered).length;
+  document.getElementById("cluster-summary").textContent =
+    `${answering} of ${cluster.runtimes.length} answering · leader ${cluster.leader ?? "none"}` +
+    ` · assignment epoch ${cluster.epoch}`;
+  document.querySelector("#runtimes tbody").replaceChildren(...cluster.runtimes.map((r) =>
+    el("tr", { "data-runtime": r.id },
+      el("td", {}, r.id, r.id === cluster.leader ? el("span", { class: "muted" }, " leader") : ""),
+      el("td", { class: "muted" }, `${r.host} pid ${r.pid}`),
+      el("td", {}, r.sources.join(", ") || "–"),
+      el("td", { class: "num" }, number(r.batches)),
+      el("td", { class: "num" }, r.last_batch ? `${seconds(Date.now() / 1000 - r.last_batch)} ago` : "–"),
+      el("td", { class: r.answered ? "ok" : "bad", "data-field": "answered" },
+         r.answered ? "answering" : r.problem ?? "not answering"))));
 }
 
 function drawHistory(history) {
@@ -156,8 +200,10 @@ function drawHeader(state) {
   const lagging = state.sources.some((s) => !s.up || (s.lag_seconds ?? 0) > 60);
   const retrying = state.sinks.some((s) => s.in_flight > 0 && s.retries > 0);
   const pill = document.getElementById("status");
-  pill.className = `pill ${lagging ? "bad" : retrying ? "warn" : "ok"}`;
-  pill.textContent = lagging ? "lagging" : retrying ? "sink retrying" : "live";
+  const silent = (state.cluster?.runtimes ?? []).some((r) => !r.answered);
+  pill.className = `pill ${lagging ? "bad" : retrying || silent ? "warn" : "ok"}`;
+  pill.textContent = lagging ? "lagging" : retrying ? "sink retrying"
+    : silent ? "a runtime is not answering" : "live";
 }
 
 async function poll() {
@@ -168,6 +214,7 @@ async function poll() {
     if (!answer.ok) throw new Error(`${answer.status} ${answer.statusText}`);
     const state = await answer.json();
     drawHeader(state);
+    drawCluster(state.cluster);
     drawFlow(state.topology);
     drawSources(state.sources);
     drawSinks(state.sinks);
