@@ -3,7 +3,8 @@
 Spark passes data source options as strings that end up in query plans and logs,
 so DSNs (which carry passwords) never travel as options: the runtime writes its
 configuration to a private file (mode 0600) and the source and writer get only its
-path.
+path. They read it on the driver; what executors need of it travels inside each
+task (``dbus_spark.shipment``), so no executor opens a path of the driver's.
 """
 
 from __future__ import annotations

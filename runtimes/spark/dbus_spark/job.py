@@ -197,6 +197,9 @@ def _start_query(
     options = {"config": str(path)}
     if metrics is not None:
         reports = reports_dir(config.checkpoint_dir)
+        # Workers on this host publish there; on another host they find no such folder
+        # and publish nothing (``dbus_spark.metrics.live``).
+        reports.mkdir(parents=True, exist_ok=True)
         # Left by the last run: batches it never saw progress of, its workers' counts.
         for stale in [*reports.glob("*.json"), *reports.glob("*/*.json")]:
             stale.unlink(missing_ok=True)

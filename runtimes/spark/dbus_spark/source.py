@@ -72,6 +72,7 @@ from dbus_spark.history.partitions import (
 )
 from dbus_spark.history.plans import open_plans
 from dbus_spark.history.requests import take_requests
+from dbus_spark.shipment import Shipment, Shipper
 from dbus_spark.stage import StageCounts
 from dbus_spark.worker import (
     ARROW_SCHEMA,
@@ -97,7 +98,7 @@ SHARD_MIN_BYTES = 256 * 1024
 class SourceRange(InputPartition):  # type: ignore[misc]
     """Read one source from ``start`` (exclusive) to ``end`` (inclusive)."""
 
-    config_path: str
+    shipment: Shipment
     source: str
     start: dict[str, Any]
     end: dict[str, Any]
@@ -149,6 +150,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         self._history = HistoryStore(store_path(self._config.checkpoint_dir))
         self._manifests = _manifests(self._config)
         self._plan_log: PlanLog | None = None
+        self._shipper = Shipper()
 
     def _current(self) -> RuntimeConfig:
         """The configuration as the runtime last wrote it (sources come and go in a cluster)."""
@@ -276,6 +278,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         self, start: dict[str, Any], end: dict[str, Any]
     ) -> Sequence[SourceRange | ChunkRange | ReplayRange]:
         config = self._current()
+        shipment = self._shipper.ship(config)
         self._history.reload()
         moved = []
         for name, upto in end.items():
@@ -299,7 +302,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             )
             ranges += [
                 SourceRange(
-                    self._config_path,
+                    shipment,
                     name,
                     begin,
                     upto,
@@ -315,7 +318,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 if replay is None or replay.run != run:
                     continue
                 ranges.append(
-                    ReplayRange(self._config_path, name, upto, deployment, run, cursor,
+                    ReplayRange(shipment, name, upto, deployment, run, cursor,
                                 replay.end, replay.route, replay.since, replay.until)
                 )  # fmt: skip
             tasks = self._history.tasks(name)
@@ -326,7 +329,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                     continue
                 ranges.append(
                     ChunkRange(
-                        self._config_path,
+                        shipment,
                         name,
                         upto,
                         data,
@@ -341,14 +344,14 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         return ranges
 
     def read(self, partition: SourceRange | ChunkRange | ReplayRange) -> Iterator[pa.RecordBatch]:
-        publish_functions(self._reports, worker_stage(partition.config_path)[1])
+        publish_functions(self._reports, worker_stage(partition.shipment)[1])
         if isinstance(partition, ChunkRange):
             yield from read_chunk_range(partition)
             return
         if isinstance(partition, ReplayRange):
             yield from read_replay_range(partition)
             return
-        config, stage = worker_stage(partition.config_path)
+        config, stage = worker_stage(partition.shipment)
         if not config.reads(partition.source, *hold(partition.end)):
             # Planned before a cluster moved the source away (or before this runtime
             # lost sight of it): read nothing, so nothing stale reaches the sinks. The

@@ -1,17 +1,16 @@
 """What a Spark Python worker keeps between tasks of the ``dbus_binlog`` source, and
 the rows it hands Spark.
 
-A worker loads the runtime's configuration and function stage once (again when the
-configuration file changes) and keeps one binlog reader per source and replication
-id; its output rows are typed records and control rows, batched into Arrow record
-batches of ``ARROW_SCHEMA``. Offsets are a source's position and the hold it was
-read under.
+A worker loads the runtime's configuration and function stage once per shipment
+(``dbus_spark.shipment``: what each task carries of the driver's) and keeps one
+binlog reader per source and replication id; its output rows are typed records
+and control rows, batched into Arrow record batches of ``ARROW_SCHEMA``. Offsets
+are a source's position and the hold it was read under.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,8 +23,9 @@ from dbus_fn.capture import (
     position_to_json,
 )
 from dbus_fn.events import BinlogPosition
-from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
+from dbus_spark.config import RuntimeConfig, SourceBinding
 from dbus_spark.metrics.live import Publisher
+from dbus_spark.shipment import Shipment, unpacked
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 
@@ -50,7 +50,7 @@ ARROW_SCHEMA = pa.schema(
 )
 BATCH_ROWS = 2048
 
-_stages: dict[tuple[str, float], tuple[RuntimeConfig, FunctionStage]] = {}
+_stages: dict[str, tuple[RuntimeConfig, FunctionStage]] = {}
 _readers: dict[tuple[SourceSpec, int], BinlogReader] = {}
 _functions = Publisher("functions", dict)
 
@@ -62,18 +62,15 @@ def publish_functions(reports: str | None, stage: FunctionStage) -> None:
         _functions.use(reports, stage.function_stats)
 
 
-def worker_stage(config_path: str) -> tuple[RuntimeConfig, FunctionStage]:
-    """The configuration and function stage of this worker process, loaded once.
-
-    A changed configuration file (new deployments) is picked up at the next read.
-    """
-    key = (config_path, os.stat(config_path).st_mtime)
-    found = _stages.get(key)
+def worker_stage(shipment: Shipment) -> tuple[RuntimeConfig, FunctionStage]:
+    """The configuration and function stage a task was planned with, loaded once per
+    shipment by this worker process (``dbus_spark.shipment``)."""
+    found = _stages.get(shipment.key)
     if found is None:
         _stages.clear()
-        config = load_config(config_path)
+        config = unpacked(shipment)
         found = (config, FunctionStage(config.deployments, type_prefix=config.type_prefix))
-        _stages[key] = found
+        _stages[shipment.key] = found
         known = {b.spec for b in config.sources}
         for spec, replica_id in list(_readers):
             if spec not in known:

@@ -17,7 +17,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -161,17 +161,7 @@ def _write_fence(fencing: WriteFencing, check: HoldCheck) -> WriteFence:
     )
 
 
-_configs: dict[tuple[str, float], RuntimeConfig] = {}
-_sinks: dict[tuple[object, ...], _Sinks] = {}
-
-
-def _config(config_path: str) -> RuntimeConfig:
-    mtime = os.stat(config_path).st_mtime
-    config = _configs.get((config_path, mtime))
-    if config is None:
-        _configs.clear()
-        config = _configs[(config_path, mtime)] = load_config(config_path)
-    return config
+_sinks: dict[str, _Sinks] = {}
 
 
 def _history_text(store: HistoryStore, sources: set[str]) -> dict[str, str]:
@@ -184,19 +174,14 @@ def _history_text(store: HistoryStore, sources: set[str]) -> dict[str, str]:
     }
 
 
-def _worker_sinks(config_path: str) -> _Sinks:
-    """This worker process's sinks. They outlive configuration changes that do not
-    touch them (sources and functions come and go in a cluster): a producer, above
-    all a transactional one, is slow to start."""
-    config = _config(config_path)
-    key = (
-        config.kafka_bootstrap, config.elasticsearch_url, config.topic_partitions,
-        config.type_prefix, config.fencing,
-    )  # fmt: skip
-    sinks = _sinks.get(key)
+def _worker_sinks(settings: str) -> _Sinks:
+    """This worker process's sinks. They outlive micro-batches and configuration
+    changes that do not touch them (sources and functions come and go in a cluster):
+    a producer, above all a transactional one, is slow to start."""
+    sinks = _sinks.get(settings)
     if sinks is None:
         _sinks.clear()
-        sinks = _sinks[key] = _Sinks(config)
+        sinks = _sinks[settings] = _Sinks(RuntimeConfig.from_json(json.loads(settings)))
     return sinks
 
 
@@ -212,14 +197,22 @@ class FunctionSinkDataSource(DataSource):  # type: ignore[misc]
 
 
 class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+    """Made on the driver, from the runtime's configuration file, and sent to the
+    executors with what they need of it: the sinks' settings, no source and no path."""
+
     def __init__(self, config_path: str, reports: str | None = None) -> None:
-        self._config_path = config_path
+        config = load_config(config_path)
+        self._checkpoint_dir = config.checkpoint_dir
+        self._settings = json.dumps(
+            replace(config, sources=(), deployments=()).to_json(), sort_keys=True
+        )
+        """The configuration the sinks are made from (fixed for the query's life)."""
         self._reports = reports
         """Where ``commit()`` leaves each batch's counters for the driver's metrics
         (``dbus_spark.metrics``); None: metrics are off."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
-        sinks = _worker_sinks(self._config_path)
+        sinks = _worker_sinks(self._settings)
         if self._reports is not None:
             sinks.publisher.use(self._reports)
         return sinks.run(iterator)
@@ -247,7 +240,7 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         history: dict[str, str] = {}
         if stage.chunks or stage.replays:
             # Before Spark records the batch as committed: a replay re-reads its chunks.
-            store = HistoryStore(store_path(_config(self._config_path).checkpoint_dir))
+            store = HistoryStore(store_path(self._checkpoint_dir))
             store.record(ChunkDone.from_json(chunk) for chunk in stage.chunks)
             store.record_replays(stage.replays)
             sources = {part["source"] for part in (*stage.chunks, *stage.replays)}

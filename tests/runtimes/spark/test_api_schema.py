@@ -38,6 +38,7 @@ def api(tmp_path: Path) -> FastAPI:
         "kind": "filter", "calls": 2, "passed": 1, "filtered": 1, "dead": 0, "timeouts": 0,
         "latency": [2] + [0] * 19, "seconds": 0.00002}}}  # fmt: skip
     publisher = Publisher("functions", lambda: functions)
+    reports.mkdir()
     publisher.use(str(reports))
     publisher.publish()
     return build_app(metrics)

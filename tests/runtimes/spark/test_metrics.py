@@ -219,6 +219,7 @@ def test_sink_activity_reaches_the_scrape_while_it_happens(tmp_path: Path) -> No
     kafka = SinkActivity(in_flight=lambda: 7)
     elasticsearch = SinkActivity()
     reports = tmp_path / "checkpoint.reports"
+    reports.mkdir()  # as the driver makes it, before its query starts
     publisher = SinkPublisher({"kafka": kafka, "elasticsearch": elasticsearch})
     kafka.acknowledged("orders", 100)  # before `use`: another query's, reset
     publisher.use(str(reports))
@@ -244,6 +245,16 @@ def test_sink_activity_reaches_the_scrape_while_it_happens(tmp_path: Path) -> No
     assert samples[("dbus_sink_errors_total", (("sink", "elasticsearch"),))] == 1
 
 
+def test_a_worker_on_another_host_publishes_nothing_and_makes_no_folder(
+    tmp_path: Path,
+) -> None:
+    reports = tmp_path / "driver" / "checkpoint.reports"  # the driver's, not here
+    publisher = Publisher("functions", lambda: {"orders": {}})
+    assert publisher.use(str(reports)) is False
+    publisher.publish()
+    assert not (tmp_path / "driver").exists()
+
+
 def test_functions_counts_and_call_times_reach_the_scrape(
     tmp_path: Path, function_folder: Any
 ) -> None:
@@ -265,6 +276,7 @@ def test_functions_counts_and_call_times_reach_the_scrape(
     for key in range(1, 7):
         list(stage.process(insert("shop.orders", id=key), counts))
     reports = tmp_path / "checkpoint.reports"
+    reports.mkdir()
     publisher = Publisher("functions", dict)
     publisher.use(str(reports), stage.function_stats)
     publisher.publish()

@@ -9,9 +9,11 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from dbus_spark.config import RuntimeConfig
 from dbus_spark.logs import LOG_FORMAT_ENV, JsonFormatter, log_formatter
 from dbus_spark.stage import StageCounts
 from dbus_spark.writer import SinkWriter, TaskReport
@@ -35,6 +37,15 @@ def lines() -> Iterator[list[str]]:
         logger.removeHandler(handler)
 
 
+@pytest.fixture
+def writer(tmp_path: Path) -> SinkWriter:
+    """The sink writer of a runtime configured in ``tmp_path``, as the driver makes it."""
+    config = RuntimeConfig(sources=(), deployments=(), kafka_bootstrap="127.0.0.1:9092",
+                           elasticsearch_url="http://127.0.0.1:9200",
+                           checkpoint_dir=str(tmp_path / "checkpoint"))  # fmt: skip
+    return SinkWriter(str(config.save(tmp_path / "checkpoint.config.json")))
+
+
 def _task(source: str, rows: int, *, started: float, committed: float) -> TaskReport:
     counts = StageCounts(
         rows=rows,
@@ -55,7 +66,7 @@ def _task(source: str, rows: int, *, started: float, committed: float) -> TaskRe
 
 
 def test_a_batch_logs_rows_per_source_and_deployment_duration_positions_and_lag(
-    lines: list[str],
+    lines: list[str], writer: SinkWriter
 ) -> None:
     now = time.time()
     reports = [
@@ -64,7 +75,7 @@ def test_a_batch_logs_rows_per_source_and_deployment_duration_positions_and_lag(
         _task("billing", 5, started=now - 1.0, committed=now - 1.0),
         None,  # a task that failed reports nothing
     ]
-    SinkWriter("/nonexistent/config.json").commit(reports, 7)
+    writer.commit(reports, 7)
     (line,) = lines
     assert line.startswith("batch 7: rows=47 ")
     assert "per_source={'shop': 42, 'billing': 5}" in line
@@ -81,13 +92,13 @@ def test_a_batch_logs_rows_per_source_and_deployment_duration_positions_and_lag(
     assert 1.0 <= float(lag[2]) < 10
 
 
-def test_an_empty_batch_logs_nothing(lines: list[str]) -> None:
-    SinkWriter("/nonexistent/config.json").commit([TaskReport()], 8)
+def test_an_empty_batch_logs_nothing(lines: list[str], writer: SinkWriter) -> None:
+    writer.commit([TaskReport()], 8)
     assert lines == []
 
 
 def test_as_json_the_batch_line_carries_its_counters_as_fields(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, writer: SinkWriter
 ) -> None:
     records: list[logging.LogRecord] = []
 
@@ -100,7 +111,7 @@ def test_as_json_the_batch_line_carries_its_counters_as_fields(
     logger.addHandler(handler)
     try:
         now = time.time()
-        SinkWriter("/nonexistent/config.json").commit(
+        writer.commit(
             [_task("shop", 30, started=now - 2.0, committed=now - 5.0)], 9
         )
     finally:

@@ -31,6 +31,7 @@ from dbus_spark.history.gate import position_order
 from dbus_spark.history.queries import chunked_of, key_of_text
 from dbus_spark.history.records import ChunkDone, HistoryTask, PlannedChunk
 from dbus_spark.logs import runtime_logger
+from dbus_spark.shipment import Shipment
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 from dbus_spark.worker import (
     Batcher,
@@ -46,7 +47,7 @@ from dbus_spark.worker import (
 class ChunkRange(InputPartition):  # type: ignore[misc]
     """Read one chunk of a history task (see ``dbus_spark.history``)."""
 
-    config_path: str
+    shipment: Shipment
     source: str
     end: dict[str, Any]
     """The source's offset of the batch: the hold the chunk was planned under."""
@@ -65,7 +66,7 @@ class ChunkRange(InputPartition):  # type: ignore[misc]
 class ReplayRange(InputPartition):  # type: ignore[misc]
     """Read a part of a replay: one deployment over retained binlog (``history``)."""
 
-    config_path: str
+    shipment: Shipment
     source: str
     end: dict[str, Any]
     """The source's offset of the batch: the hold the part was planned under."""
@@ -210,7 +211,7 @@ def _one_deployment(
     """A partition read for one deployment, its stage counts last. Planned before the
     source moved away or the deployment went, it reads nothing and records nothing,
     so its work is planned again where it is read now."""
-    config, stage = worker_stage(partition.config_path)
+    config, stage = worker_stage(partition.shipment)
     batcher = Batcher(partition.source)
     counts = StageCounts(started=time.time())
     if config.reads(partition.source, *hold(partition.end)) and stage.has_deployment(

@@ -7,6 +7,11 @@ counters (``dbus_spark.sinks.activity``) to ``<reports>/sinks/<pid>.json``, the
 readers their functions' counts and call times to ``<reports>/functions/<pid>.json``;
 the driver sums the files when scraped. Counters only grow (a worker that ended
 keeps its file); what is in flight counts only from files updated lately.
+
+Only workers on the driver's host can publish so. On a cluster whose executors
+run elsewhere, the driver's metrics have each batch's counts (its report) but not
+the workers' live counts: functions' calls and call times, sinks' retries and
+what they hold in flight.
 """
 
 from __future__ import annotations
@@ -44,7 +49,10 @@ class Publisher:
         self, folder: str, snapshot: Callable[[], dict[str, Any]] | None = None
     ) -> bool:
         """Publish to ``folder`` (what ``snapshot`` says, when given); whether the
-        folder is new (a new query, whose counts start at 0)."""
+        folder is new (a new query, whose counts start at 0). A folder that is not
+        there is the driver's on another host: nothing is published."""
+        if not os.path.isdir(folder):
+            return False
         path = Path(folder) / self._kind
         with self._lock:
             if snapshot is not None:
@@ -63,7 +71,7 @@ class Publisher:
             folder, snapshot = self._folder, self._snapshot
         if folder is None:
             return
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(exist_ok=True)  # never the driver's folder itself: see ``use``
         data = {"updated": time.time(), "data": snapshot()}
         partial = folder / f".{os.getpid()}.json"
         partial.write_text(json.dumps(data))

@@ -1,0 +1,144 @@
+"""What a Spark task needs of the runtime, carried inside the task itself.
+
+On a cluster the executors run on other hosts: they cannot open the driver's
+configuration file or its function folders. So the driver side (the source's
+planner) puts a ``Shipment`` in every partition it plans: the runtime's
+configuration as it was planned with, and each deployment folder as a
+content-addressed zip. An executor unpacks a shipment once per key, the
+folders into a cache of its own (``$TMPDIR/dbus-bundles-<uid>/<hash>``), and
+keeps the loaded function stage between tasks; a changed configuration or a
+changed function folder is a new key, so a new version reaches every executor at
+the next micro-batch. Executors need only an interpreter with dbus installed.
+
+The shipment holds the DSNs (the executors connect to the sources). It travels
+in Spark's task messages, in memory, and is never written to disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from dbus_fn.bundle import Bundle, content_hash, materialize
+from dbus_fn.errors import BundleError
+from dbus_spark.config import RuntimeConfig
+
+MAX_FOLDER_BYTES = 16 * 1024 * 1024
+"""A deployment folder ships with every task that runs it: keep data out of it."""
+_SKIPPED_DIRS = frozenset({"__pycache__", ".tox", ".venv", ".git", ".pytest_cache"})
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Folder:
+    """A deployment folder, zipped; named by its content hash."""
+
+    content_hash: str
+    data: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Shipment:
+    """The runtime's configuration (deployments named by content hash) and the
+    deployment folders it names."""
+
+    key: str
+    config: str
+    """``RuntimeConfig`` JSON whose ``deployments`` are content hashes of ``folders``."""
+    folders: tuple[Folder, ...] = ()
+
+
+class Shipper:
+    """Driver side: makes the shipment of a configuration, zipping a deployment
+    folder again only when one of its files changed (size or modification time)."""
+
+    def __init__(self) -> None:
+        self._folders: dict[str, tuple[tuple[tuple[str, int, int], ...], Folder]] = {}
+        self._last: tuple[str, Shipment] | None = None
+
+    def ship(self, config: RuntimeConfig) -> Shipment:
+        folders = [self._folder(path) for path in config.deployments]
+        shipped = replace(config, deployments=tuple(f.content_hash for f in folders))
+        text = json.dumps(shipped.to_json(), sort_keys=True)
+        if self._last is not None and self._last[0] == text:
+            return self._last[1]
+        key = hashlib.sha256(text.encode()).hexdigest()
+        shipment = Shipment(key, text, tuple(folders))
+        self._last = (text, shipment)
+        return shipment
+
+    def _folder(self, path: str) -> Folder:
+        root = Path(path)
+        files = _files(root)
+        signature = tuple(
+            (name, stat.st_size, stat.st_mtime_ns) for name, stat in
+            ((name, file.stat()) for name, file in files.items())
+        )  # fmt: skip
+        known = self._folders.get(path)
+        if known is not None and known[0] == signature:
+            return known[1]
+        folder = pack(root, files)
+        self._folders[path] = (signature, folder)
+        return folder
+
+
+def _files(root: Path) -> dict[str, Path]:
+    """The files a deployment folder ships: all but hidden ones, caches and envs."""
+    try:
+        found = {}
+        for folder, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS and not d.startswith("."))
+            for name in sorted(names):
+                if name.startswith(".") or name.endswith((".pyc", ".pyo")):
+                    continue
+                path = Path(folder) / name
+                found[path.relative_to(root).as_posix()] = path
+    except OSError as exc:
+        raise BundleError(f"cannot read the deployment folder {root}: {exc}") from None
+    if not found:
+        raise BundleError(f"the deployment folder {root} is missing or empty", path=str(root))
+    return found
+
+
+def pack(root: Path, files: dict[str, Path]) -> Folder:
+    contents = {name: path.read_bytes() for name, path in files.items()}
+    size = sum(len(data) for data in contents.values())
+    if size > MAX_FOLDER_BYTES:
+        raise BundleError(
+            f"the deployment folder {root} holds {size} bytes, over the {MAX_FOLDER_BYTES} "
+            "each task can carry: keep data files out of it",
+            path=str(root),
+        )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name in sorted(contents):
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, contents[name], compresslevel=6)
+    return Folder(content_hash(contents), buffer.getvalue())
+
+
+def executor_cache() -> Path:
+    """Where an executor unpacks deployment folders: its own temporary folder, never
+    a path of the driver's."""
+    return Path(tempfile.gettempdir()) / f"dbus-bundles-{os.getuid()}"
+
+
+def unpacked(shipment: Shipment) -> RuntimeConfig:
+    """Executor side: the shipment's configuration, its deployments unpacked here."""
+    config = RuntimeConfig.from_json(json.loads(shipment.config))
+    by_hash = {f.content_hash: f for f in shipment.folders}
+    paths = []
+    for digest in config.deployments:
+        folder = by_hash[digest]
+        bundle = Bundle(name=digest, version="", manifest={}, content_hash=digest, files=(),
+                        data=folder.data)  # fmt: skip
+        paths.append(str(materialize(bundle, executor_cache())))
+    return replace(config, deployments=tuple(paths))

@@ -1,0 +1,88 @@
+"""What each Spark task carries of the driver's: the configuration and the deployment
+folders, zipped once per change, unpacked once per executor, never by path."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dbus_fn.capture import SourceSpec
+from dbus_fn.errors import BundleError
+from dbus_spark import shipment as shipping
+from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.shipment import Shipper, unpacked
+
+
+def _config(tmp_path: Path, *folders: Path) -> RuntimeConfig:
+    source = SourceBinding(SourceSpec("shop", "mysql://u:p@127.0.0.1:3306", ("*.*",)), 7)
+    return RuntimeConfig(sources=(source,), deployments=tuple(str(f) for f in folders),
+                         kafka_bootstrap="127.0.0.1:9092",
+                         elasticsearch_url="http://127.0.0.1:9200",
+                         checkpoint_dir=str(tmp_path / "checkpoint"))  # fmt: skip
+
+
+@pytest.fixture
+def orders(function_folder: Any) -> Path:
+    folder: Path = function_folder(
+        "orders",
+        """
+        import dbus_fn as fn
+
+        @fn.filter(tables="shop.orders")
+        def keep(event: fn.RowChange) -> bool:
+            return True
+        """,
+        ["shop.orders"],
+    )
+    (folder / "__pycache__").mkdir()
+    (folder / "__pycache__" / "orders.cpython-311.pyc").write_bytes(b"stale")
+    (folder / ".hidden").write_text("not shipped")
+    return folder
+
+
+def test_a_shipment_is_made_once_until_a_file_changes(tmp_path: Path, orders: Path) -> None:
+    shipper = Shipper()
+    first = shipper.ship(_config(tmp_path, orders))
+    assert shipper.ship(_config(tmp_path, orders)) is first
+    (folder,) = first.folders
+    assert first.config.count(folder.content_hash) == 1 and str(orders) not in first.config
+    module = orders / "orders.py"
+    module.write_text(module.read_text() + "\n# changed\n")
+    os.utime(module, ns=(1, 1))  # a new mtime, whatever the clock's resolution
+    changed = shipper.ship(_config(tmp_path, orders))
+    assert changed.key != first.key
+    assert changed.folders[0].content_hash != folder.content_hash
+
+
+def test_an_executor_unpacks_the_folders_into_its_own_cache(
+    tmp_path: Path, orders: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipment = pickle.loads(pickle.dumps(Shipper().ship(_config(tmp_path, orders))))
+    monkeypatch.setattr(shipping.tempfile, "gettempdir", lambda: str(tmp_path / "executor"))
+    config = unpacked(shipment)
+    (path,) = config.deployments
+    here = Path(path)
+    assert here.parent == tmp_path / "executor" / f"dbus-bundles-{os.getuid()}"
+    assert sorted(p.name for p in here.iterdir()) == ["dbus.toml", "orders.py"]
+    assert (here / "orders.py").read_text() == (orders / "orders.py").read_text()
+    assert config.sources[0].spec.dsn == "mysql://u:p@127.0.0.1:3306"
+    assert config.checkpoint_dir == str(tmp_path / "checkpoint")
+
+
+def test_a_folder_that_is_not_there_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(BundleError) as caught:
+        Shipper().ship(_config(tmp_path, tmp_path / "gone"))
+    assert str(caught.value) == f"the deployment folder {tmp_path / 'gone'} is missing or empty"
+
+
+def test_a_folder_too_big_to_ship_names_the_fix(
+    tmp_path: Path, orders: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shipping, "MAX_FOLDER_BYTES", 100)
+    with pytest.raises(BundleError) as caught:
+        Shipper().ship(_config(tmp_path, orders))
+    assert "keep data files out of it" in str(caught.value)
