@@ -15,7 +15,7 @@ import click
 
 from dbus_fn.cli._options import env_option, given_as
 from dbus_fn.errors import ConfigError, UndeliveredError
-from dbus_spark.config import DEFAULT_API_ADDRESS, DEFAULT_CHUNK_ROWS
+from dbus_spark.config import DEFAULT_API_ADDRESS, DEFAULT_CHUNK_ROWS, EXECUTOR_PYTHON_ENV
 from dbus_spark.logs import LOG_FORMAT_ENV, log_formatter
 from dbus_spark.preflight import check_runtime
 from dbus_spark.settings import runtime_config
@@ -123,6 +123,13 @@ def runtime() -> None:
     help="Spark master URL.",
 )
 @env_option(
+    "--executor-python",
+    env="DBUS_EXECUTOR_PYTHON",
+    default=None,
+    help="The Python Spark's executors run: a name each host finds on its PATH (python3, "
+    "as in the runtime image), or a path that exists on every host. Default: this one.",
+)
+@env_option(
     "--cluster",
     env="DBUS_CLUSTER",
     default=None,
@@ -195,6 +202,7 @@ def start(
     decode_shards: int,
     chunk_rows: int,
     master: str,
+    executor_python: str | None,
     cluster: str | None,
     zookeeper: str | None,
     zk_session_timeout: float | None,
@@ -208,8 +216,12 @@ def start(
 ) -> None:
     """Run the function deployments over the sources until stopped (Ctrl-C)."""
     from dbus_spark.job import stop as stop_query
+    from dbus_spark.job import workers_python
 
     os.environ[LOG_FORMAT_ENV] = log_format  # Spark's Python workers inherit it
+    if executor_python:
+        os.environ[EXECUTOR_PYTHON_ENV] = executor_python
+    workers_python(dict(os.environ))  # a bad --executor-python fails before anything starts
     handler = logging.StreamHandler()
     handler.setFormatter(log_formatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])

@@ -12,8 +12,10 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import sys
 import time
+from collections.abc import MutableMapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,11 +25,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from dbus_fn.capture import BinlogReader, position_from_json
+from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.registry import load_deployment
 from dbus_spark import logs
 from dbus_spark.cluster import ClusterMember, PositionCommitter
-from dbus_spark.config import RuntimeConfig, default_decode_shards
+from dbus_spark.config import EXECUTOR_PYTHON_ENV, RuntimeConfig, default_decode_shards
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.metrics import BatchListener, RuntimeMetrics, reports_dir
 from dbus_spark.preflight import check_addresses, check_reachable
@@ -72,7 +75,7 @@ def spark_session(
     if verbose is not None:
         logs.set_verbose(verbose)
     # Workers must import the same dbus and the same functions as the driver.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYSPARK_PYTHON"] = workers_python(os.environ)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(_SPARK_SETTINGS)
@@ -88,6 +91,41 @@ def spark_session(
     session.dataSource.register(BinlogDataSource)
     session.dataSource.register(FunctionSinkDataSource)
     return session
+
+
+def workers_python(environ: MutableMapping[str, str]) -> str:
+    """The interpreter Spark's Python workers run, on the driver and on every executor
+    (Spark sends one command to all): ``PYSPARK_PYTHON`` if set, else this one.
+
+    With ``DBUS_EXECUTOR_PYTHON`` set to a bare name (``python3``), each host runs
+    the one its ``PATH`` finds first: executors in the runtime image find the
+    image's, and the driver finds this one, its folder put first on ``PATH`` here.
+    A path must exist on every host, this one included.
+    """
+    wanted = environ.get(EXECUTOR_PYTHON_ENV, "").strip()
+    if not wanted:
+        return environ.get("PYSPARK_PYTHON") or sys.executable
+    here = str(Path(sys.executable).parent)
+    if "/" in wanted:
+        if not os.access(wanted, os.X_OK):
+            raise ConfigError(
+                f"--executor-python {wanted} is not an interpreter on this host, where Spark's "
+                "planning workers run it too: give a name each host finds on its PATH "
+                "(python3), or a path that exists everywhere",
+                setting="executor_python",
+            )
+        return wanted
+    path = os.pathsep.join([here, environ.get("PATH", "")])
+    found = shutil.which(wanted, path=path)
+    if found is None or str(Path(found).parent) != here:
+        raise ConfigError(
+            f"--executor-python {wanted}: this runtime's interpreter folder {here} has no "
+            f"{wanted!r}, so the driver's workers would run another Python; name one it has "
+            f"({Path(sys.executable).name}, python3)",
+            setting="executor_python",
+        )
+    environ["PATH"] = path
+    return wanted
 
 
 def preflight(config: RuntimeConfig) -> RuntimeConfig:

@@ -89,6 +89,16 @@ def test_a_taken_api_port_is_one_line_before_anything_starts() -> None:
     _assert_one_line_error(result, f"127.0.0.1:{port}", "--api")
 
 
+@pytest.mark.parametrize(
+    ("python", "needle"),
+    [("python9", "has no 'python9'"), ("/nowhere/python3", "not an interpreter on this host")],
+)
+def test_an_executor_python_this_host_cannot_run_is_one_line(python: str, needle: str) -> None:
+    result = _start("--functions", ORDERS, "--executor-python", python)
+    assert result.returncode == 2
+    _assert_one_line_error(result, "--executor-python", needle)
+
+
 def test_a_malformed_source_is_a_usage_error() -> None:
     result = _start("--source", "mysql://u:p@127.0.0.1:1", "--functions", ORDERS)
     assert result.returncode == 2
@@ -146,3 +156,14 @@ def test_a_malformed_local_service_port_is_named_not_ignored() -> None:
     result = _start("--functions", ORDERS, env={"DBUS_MARIADB_PORT": "banana"})
     assert result.returncode == 2
     _assert_one_line_error(result, "DBUS_MARIADB_PORT", "banana")
+
+
+def test_a_bare_executor_python_is_this_interpreter_here_and_the_path_elsewhere() -> None:
+    from dbus_spark.job import workers_python
+
+    here = str(Path(sys.executable).parent)
+    environ = {"PATH": "/usr/bin:/bin", "DBUS_EXECUTOR_PYTHON": "python3"}
+    assert workers_python(environ) == "python3"  # what every host runs, by its own PATH
+    assert environ["PATH"] == f"{here}:/usr/bin:/bin"  # here: this interpreter's folder first
+    assert workers_python({"PATH": "/usr/bin"}) == sys.executable  # unset: this one
+    assert workers_python({"PYSPARK_PYTHON": "/opt/py"}) == "/opt/py"  # as Spark was told
