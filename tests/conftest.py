@@ -211,3 +211,14 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """A client of a Docker engine, started (and installed) here if none runs; the
+    test fails with the reason when docker cannot run (``image_support``)."""
+    from image_support import docker_engine
+
+    client = docker_engine()
+    yield client
+    client.close()

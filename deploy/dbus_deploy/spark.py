@@ -8,6 +8,7 @@ by ``DBUS_SPARK_*`` variables. Submit the runtime with
 interpreter named by ``PYSPARK_PYTHON`` (the driver sets it to its own).
 
     python -m dbus_deploy.spark up|down|status
+    python -m dbus_deploy.spark worker --master spark://HOST:PORT   (in a container)
 """
 
 from __future__ import annotations
@@ -138,6 +139,40 @@ def _launch(config: SparkClusterConfig, role: str, arguments: list[str]) -> Laun
     )
 
 
+def worker_arguments(
+    config: SparkClusterConfig,
+    master_url: str,
+    *,
+    port: int | None = None,
+    webui_port: int | None = None,
+) -> list[str]:
+    """The Worker's command line: its master, address, size and work folder (port 0:
+    any free one)."""
+    return [
+        master_url,
+        "--host", config.host,
+        "--port", str(config.worker_port if port is None else port),
+        "--webui-port", str(config.worker_webui_port if webui_port is None else webui_port),
+        "--cores", str(config.worker_cores),
+        "--memory", config.worker_memory,
+        "--work-dir", str(config.role_dir("worker") / "work"),
+    ]  # fmt: skip
+
+
+def run_worker(master_url: str, *, port: int = 0, webui_port: int = 0) -> None:
+    """Become a worker of ``master_url`` in the foreground, its log on stderr.
+
+    What a worker container runs: the container is the process's lifetime, so
+    there is no pid file, and ``docker stop`` ends it.
+    """
+    config = load_spark_config()
+    launch = _launch(
+        config, "worker", worker_arguments(config, master_url, port=port, webui_port=webui_port)
+    )
+    os.chdir(launch.cwd)
+    os.execve(launch.argv[0], list(launch.argv), dict(launch.env))
+
+
 def _master_state(config: SparkClusterConfig) -> dict[str, object] | None:
     try:
         with urllib.request.urlopen(config.master_webui + "/json/", timeout=5) as response:
@@ -192,8 +227,14 @@ def _check_free(config: SparkClusterConfig, role: str, port: int, webui_port: in
             raise PortInUseError(f"spark {role}", number, f"DBUS_SPARK_{role.upper()}_{var}")
 
 
-def up(config: SparkClusterConfig | None = None, *, timeout: float = 90.0) -> str:
-    """Start the master, then the worker (each unless running); return the master URL."""
+def up(
+    config: SparkClusterConfig | None = None, *, timeout: float = 90.0, worker: bool = True
+) -> str:
+    """Start the master, then the worker (each unless running); return the master URL.
+
+    ``worker=False`` starts the master alone, for workers that run elsewhere (in
+    containers of the runtime image: ``dbus image worker``).
+    """
     config = config or load_spark_config()
     started: list[subprocess.Popen[bytes]] = []
     try:
@@ -211,17 +252,9 @@ def up(config: SparkClusterConfig | None = None, *, timeout: float = 90.0) -> st
                 timeout,
                 f"an ALIVE master on {config.master_webui}",
             )
-        if running_pid(config.pid_file("worker"), config.role_dir("worker")) is None:
+        if worker and running_pid(config.pid_file("worker"), config.role_dir("worker")) is None:
             _check_free(config, "worker", config.worker_port, config.worker_webui_port)
-            arguments = [
-                config.master_url,
-                "--host", config.host,
-                "--port", str(config.worker_port),
-                "--webui-port", str(config.worker_webui_port),
-                "--cores", str(config.worker_cores),
-                "--memory", config.worker_memory,
-                "--work-dir", str(config.role_dir("worker") / "work"),
-            ]  # fmt: skip
+            arguments = worker_arguments(config, config.master_url)
             process = spawn(_launch(config, "worker", arguments), config.pid_file("worker"))
             started.append(process)
             _wait(
@@ -289,6 +322,18 @@ def _status_command() -> None:
     """Show whether the master and the worker run."""
     for role, pid in status().items():
         click.echo(f"{role}: {'running, pid ' + str(pid) if pid else 'not running'}")
+
+
+@main.command("worker")
+@click.option("--master", "master_url", required=True, help="spark://HOST:PORT of the master.")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="The worker's port (0: any free one).")
+@click.option("--webui-port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="The worker's web UI port (0: any free one).")
+def _worker_command(master_url: str, port: int, webui_port: int) -> None:
+    """Run one worker in the foreground (what a worker container runs); cores and
+    memory from DBUS_SPARK_WORKER_CORES / DBUS_SPARK_WORKER_MEMORY."""
+    run_worker(master_url, port=port, webui_port=webui_port)
 
 
 if __name__ == "__main__":

@@ -47,5 +47,5 @@ def test_the_server_loaded_the_rules(prometheus_service: PrometheusEndpoint) -> 
     names = {rule["name"] for group in groups for rule in group["rules"]}
     assert names == {
         "DbusRuntimeGone", "DbusSourceDown", "DbusSourceLagging", "DbusStalled",
-        "DbusDeadLettersRising",
+        "DbusDeadLettersRising", "DbusClusterSourceUnread",
     }  # fmt: skip

@@ -18,8 +18,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import psutil
+if TYPE_CHECKING:
+    # Imported where used: a worker container of the runtime image imports this
+    # module (through dbus_deploy.spark) without the dev extra that brings psutil.
+    import psutil
 
 # Lines that say more about a failure than the plain last line of a log...
 _MEANINGFUL = re.compile(r"\b(ERROR|FATAL|Exception|Error|error|Could not|Cannot|Can't|Aborting)\b")
@@ -112,6 +116,8 @@ def _primary_group(user: str) -> int:
 
 def running_pid(pid_file: Path, marker: Path) -> int | None:
     """The pid in ``pid_file`` if that process is alive and is the service's own."""
+    import psutil
+
     try:
         pid = int(pid_file.read_text().strip())
         written = pid_file.stat().st_mtime
@@ -141,6 +147,8 @@ def stop(pid: int, *, grace: float) -> bool:
     (MariaDB before its signal thread exists) drops the first one. Returns whether
     KILL was needed.
     """
+    import psutil
+
     alive = _group_members(pid)
     give_up = time.monotonic() + grace
     while alive and time.monotonic() < give_up:
@@ -154,6 +162,8 @@ def stop(pid: int, *, grace: float) -> bool:
 
 
 def _group_members(pid: int) -> list[psutil.Process]:
+    import psutil
+
     members = []
     for process in psutil.process_iter():
         try:
@@ -193,17 +203,27 @@ def last_log_line(*logs: Path, since: Mapping[Path, int] | None = None) -> str |
                 size = handle.tell()
                 start = (since or {}).get(log, 0)
                 handle.seek(max(start if start <= size else 0, size - 64 * 1024))
-                tail = _ANSI.sub("", handle.read().decode("utf-8", errors="replace"))
+                tail = strip_ansi(handle.read().decode("utf-8", errors="replace"))
         except OSError:
             continue
-        lines = [
-            line.strip()
-            for line in tail.splitlines()
-            if line.strip() and not _BOILERPLATE.search(line.strip())
-        ]
-        if not lines:
-            continue
-        errors = [line for line in lines if _MEANINGFUL.search(line)]
-        chosen = (errors or lines)[-1]
-        return chosen if len(chosen) <= 300 else chosen[:297] + "..."
+        chosen = telling_line(tail.splitlines())
+        if chosen is not None:
+            return chosen
     return None
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal colour and cursor codes."""
+    return _ANSI.sub("", text)
+
+
+def telling_line(lines: Sequence[str]) -> str | None:
+    """The last line that looks like an error, else the last non-empty one, shortened."""
+    kept = [
+        line.strip() for line in lines if line.strip() and not _BOILERPLATE.search(line.strip())
+    ]
+    if not kept:
+        return None
+    errors = [line for line in kept if _MEANINGFUL.search(line)]
+    chosen = (errors or kept)[-1]
+    return chosen if len(chosen) <= 300 else chosen[:297] + "..."

@@ -28,6 +28,7 @@ EXTRA_OF_MODULE = {
     "confluent_kafka": "runtime",
     "elasticsearch": "runtime",
     "psutil": "dev",
+    "docker": "image",
 }
 """Which extra of dbus-fn installs a third-party module."""
 
