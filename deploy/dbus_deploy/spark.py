@@ -8,6 +8,7 @@ by ``DBUS_SPARK_*`` variables. Submit the runtime with
 interpreter named by ``PYSPARK_PYTHON`` (the driver sets it to its own).
 
     python -m dbus_deploy.spark up|down|status
+    python -m dbus_deploy.spark master                              (in a container)
     python -m dbus_deploy.spark worker --master spark://HOST:PORT   (in a container)
 """
 
@@ -159,6 +160,14 @@ def worker_arguments(
     ]  # fmt: skip
 
 
+def master_arguments(config: SparkClusterConfig) -> list[str]:
+    """The Master's command line: its address and ports."""
+    return [
+        "--host", config.host, "--port", str(config.master_port),
+        "--webui-port", str(config.master_webui_port),
+    ]  # fmt: skip
+
+
 def run_worker(master_url: str, *, port: int = 0, webui_port: int = 0) -> None:
     """Become a worker of ``master_url`` in the foreground, its log on stderr.
 
@@ -166,9 +175,19 @@ def run_worker(master_url: str, *, port: int = 0, webui_port: int = 0) -> None:
     there is no pid file, and ``docker stop`` ends it.
     """
     config = load_spark_config()
-    launch = _launch(
-        config, "worker", worker_arguments(config, master_url, port=port, webui_port=webui_port)
-    )
+    _become(config, "worker", worker_arguments(config, master_url, port=port,
+                                               webui_port=webui_port))  # fmt: skip
+
+
+def run_master() -> None:
+    """Become the master in the foreground (what a master container runs), on the
+    ports ``DBUS_SPARK_MASTER_PORT`` and ``DBUS_SPARK_MASTER_WEBUI_PORT`` say."""
+    config = load_spark_config()
+    _become(config, "master", master_arguments(config))
+
+
+def _become(config: SparkClusterConfig, role: str, arguments: list[str]) -> None:
+    launch = _launch(config, role, arguments)
     os.chdir(launch.cwd)
     os.execve(launch.argv[0], list(launch.argv), dict(launch.env))
 
@@ -240,9 +259,9 @@ def up(
     try:
         if running_pid(config.pid_file("master"), config.role_dir("master")) is None:
             _check_free(config, "master", config.master_port, config.master_webui_port)
-            arguments = ["--host", config.host, "--port", str(config.master_port)]
-            arguments += ["--webui-port", str(config.master_webui_port)]
-            process = spawn(_launch(config, "master", arguments), config.pid_file("master"))
+            process = spawn(
+                _launch(config, "master", master_arguments(config)), config.pid_file("master")
+            )
             started.append(process)
             _wait(
                 config,
@@ -305,9 +324,11 @@ def main() -> None:
 
 
 @main.command("up")
-def _up_command() -> None:
+@click.option("--no-worker", is_flag=True,
+              help="The master alone: its workers run elsewhere (dbus image worker).")
+def _up_command(no_worker: bool) -> None:
     """Start the master and the worker; print the master URL."""
-    click.echo(up())
+    click.echo(up(worker=not no_worker))
 
 
 @main.command("down")
@@ -322,6 +343,13 @@ def _status_command() -> None:
     """Show whether the master and the worker run."""
     for role, pid in status().items():
         click.echo(f"{role}: {'running, pid ' + str(pid) if pid else 'not running'}")
+
+
+@main.command("master")
+def _master_command() -> None:
+    """Run the master in the foreground (what a master container runs); its ports from
+    DBUS_SPARK_MASTER_PORT / DBUS_SPARK_MASTER_WEBUI_PORT."""
+    run_master()
 
 
 @main.command("worker")

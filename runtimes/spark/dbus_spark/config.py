@@ -3,7 +3,8 @@
 Spark passes data source options as strings that end up in query plans and logs,
 so DSNs (which carry passwords) never travel as options: the runtime writes its
 configuration to a private file (mode 0600) and the source and writer get only its
-path. They read it on the driver; what executors need of it travels inside each
+path. The file holds no password: the process that wrote it keeps them
+(``dbus_spark.secrets``). They read it on the driver; what executors need of it travels inside each
 task (``dbus_spark.shipment``), so no executor opens a path of the driver's.
 """
 
@@ -15,12 +16,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from dbus_fn.capture import SourceSpec, position_from_json, position_to_json, replica_id_for
+from dbus_fn.capture import (
+    SourceSpec,
+    parse_dsn,
+    position_from_json,
+    position_to_json,
+    replica_id_for,
+)
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.coordination import ZooKeeperSettings
-from dbus_fn.errors import ConfigError
+from dbus_fn.errors import ConfigError, DsnError
 from dbus_fn.events import BinlogPosition
+from dbus_spark import secrets
 
 StartPolicy = str | BinlogPosition  # "earliest" | "latest" | a position
 DEFAULT_CHUNK_ROWS = 10_000
@@ -178,25 +187,53 @@ class RuntimeConfig:
         )
 
     def save(self, path: Path) -> Path:
-        """Write the config privately (it holds DSNs) and return its path.
+        """Write the config privately and return its path; its DSNs go without their
+        passwords, which this process keeps (``dbus_spark.secrets``) from now on.
 
         The file is replaced atomically: Spark's workers re-read it when it
         changes (new deployments, sources gained or lost) and must never see half.
         """
+        data = self.to_json()
+        kept = {}
+        for source in data["sources"]:
+            public = _public_dsn(source["dsn"])
+            if public != source["dsn"]:
+                kept[source["name"]] = source["dsn"]
+                source["dsn"], source["secret"] = public, True
+        if kept:
+            data["secrets"] = secrets.keep(path, kept)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.{os.getpid()}")
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
-            json.dump(self.to_json(), out)
+            json.dump(data, out)
         os.replace(partial, path)
         return path
 
 
-def load_config(path: str | Path) -> RuntimeConfig:
+def load_config(path: str | Path, *, with_secrets: bool = True) -> RuntimeConfig:
+    """The configuration a runtime saved at ``path``; its DSNs with their passwords,
+    asked of the runtime's process, unless not ``with_secrets``."""
     try:
-        return RuntimeConfig.from_json(json.loads(Path(path).read_text()))
+        data = json.loads(Path(path).read_text())
+        if with_secrets and data.get("secrets"):
+            for source in data["sources"]:
+                if source.get("secret"):
+                    source["dsn"] = secrets.ask(data["secrets"], source["name"], path)
+        return RuntimeConfig.from_json(data)
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot read runtime config {path}: {exc}", setting="config") from exc
+
+
+def _public_dsn(dsn: str) -> str:
+    """``dsn`` without its password (as it is when it has none)."""
+    try:
+        settings = parse_dsn(dsn)
+    except DsnError:
+        return "<invalid DSN>"
+    if not settings.password:
+        return dsn
+    return f"{settings.scheme}://{quote(settings.user, safe='')}@{settings.host}:{settings.port}"
 
 
 def _binding_to_json(binding: SourceBinding) -> dict[str, Any]:

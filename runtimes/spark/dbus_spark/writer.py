@@ -201,7 +201,7 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     executors with what they need of it: the sinks' settings, no source and no path."""
 
     def __init__(self, config_path: str, reports: str | None = None) -> None:
-        config = load_config(config_path)
+        config = load_config(config_path, with_secrets=False)  # it needs no source
         self._checkpoint_dir = config.checkpoint_dir
         self._settings = json.dumps(
             replace(config, sources=(), deployments=()).to_json(), sort_keys=True

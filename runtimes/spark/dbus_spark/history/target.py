@@ -16,9 +16,10 @@ from dbus_spark.history.tasks import HistoryStore
 from dbus_spark.settings import checkpoint_dir
 
 
-def runtime_at(checkpoint: str | None) -> tuple[str, RuntimeConfig]:
+def runtime_at(checkpoint: str | None, *, with_secrets: bool = False) -> tuple[str, RuntimeConfig]:
     """The checkpoint folder (default: the local one) and the configuration the runtime
-    there last ran with."""
+    there last ran with: its sources' DSNs without passwords, unless ``with_secrets``
+    (asked of the running runtime, see ``dbus_spark.secrets``)."""
     folder = checkpoint_dir(checkpoint)
     config_file = Path(folder).parent / f"{Path(folder).name}.config.json"
     if not config_file.exists():
@@ -26,7 +27,7 @@ def runtime_at(checkpoint: str | None) -> tuple[str, RuntimeConfig]:
             f"no runtime has run with checkpoint {folder}; pass the --checkpoint of the "
             "`dbus runtime start` that runs the deployment (or set DBUS_CHECKPOINT)"
         )
-    return folder, load_config(config_file)
+    return folder, load_config(config_file, with_secrets=with_secrets)
 
 
 def deployment_name_check(folder: str, config: RuntimeConfig, name: str) -> None:

@@ -241,7 +241,7 @@ def verify(
     """Compare the deployment's sinks with its tables; with ``repair``, send the
     drifted keys again through the running runtime. Raises ``DriftError`` when drift
     remains."""
-    folder, config = runtime_at(checkpoint)
+    folder, config = runtime_at(checkpoint, with_secrets=True)  # it reads the tables
     deployment = deployment_named(folder, config, deployment_name)
     report = _compare(config, deployment, tables, recheck_after)
     for line in report.lines():
