@@ -126,17 +126,27 @@ def start_daemon(
     home = daemon_dir(config)
     log_file = home / "dockerd.log"
     pid_file = home / "dockerd.pid"
+    started = None
     if running_pid(pid_file, home) is None:
         progress(f"starting dockerd (log: {log_file})")
         # dockerd's own pid file inside our folder also marks the process as ours.
         argv = [dockerd, *DOCKERD_FLAGS, f"--pidfile={home / 'docker.pid'}"]
-        spawn(Launch(argv=argv, log_file=log_file, cwd=home, env=dict(env)), pid_file)
+        # Left by a dockerd of ours that was killed: it would refuse to start.
+        (home / "docker.pid").unlink(missing_ok=True)
+        started = spawn(Launch(argv=argv, log_file=log_file, cwd=home, env=dict(env)), pid_file)
     deadline = time.monotonic() + timeout
     while True:
         try:
             return docker_client(env)
         except DockerUnreachableError as exc:
-            if running_pid(pid_file, home) is None:
+            # The child we started, asked directly: just after the fork its command line
+            # is still ours, so it would not look like dockerd yet.
+            gone = (
+                started.poll() is not None
+                if started is not None
+                else running_pid(pid_file, home) is None
+            )
+            if gone:
                 raise ServiceStartError(
                     "dockerd",
                     "the process exited",
