@@ -38,29 +38,35 @@ class Scratch(NamedTuple):
         )
 
 
-@contextlib.contextmanager
-def cli_runtime(scratch: Scratch, folder: Path, *options: str) -> Iterator[str]:
+def spawn_cli_runtime(
+    scratch: Scratch, folder: Path, checkpoint: str, *options: str
+) -> subprocess.Popen[bytes]:
     """``dbus runtime start`` over the scratch's services and ``folder``, serving its API
-    on a free port: yields the API's URL; stops the runtime (SIGTERM) afterwards and
-    prints the end of its log."""
-    from support import runtime_api
-
+    on a free port, its output in ``runtime.log`` of the scratch's folder."""
     services = scratch.services
-    checkpoint = scratch.tmp_path / "cli-checkpoint"
-    log = scratch.tmp_path / "runtime.log"
-    with log.open("wb") as out:
-        runtime = subprocess.Popen(
+    with (scratch.tmp_path / "runtime.log").open("wb") as out:
+        return subprocess.Popen(
             [
                 str(Path(sys.executable).parent / "dbus"), "runtime", "start",
                 "--source", f"shop={services.mariadb.dsn}", "--functions", str(folder),
                 "--kafka", services.kafka.bootstrap_servers,
                 "--elasticsearch", services.elasticsearch.url,
-                "--checkpoint", str(checkpoint), "--from", "latest", "--master", "local[2]",
+                "--checkpoint", checkpoint, "--from", "latest", "--master", "local[2]",
                 "--api", "127.0.0.1:0", *options,
             ],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, "PYSPARK_PYTHON": sys.executable},
         )  # fmt: skip
+
+
+@contextlib.contextmanager
+def cli_runtime(scratch: Scratch, folder: Path, *options: str) -> Iterator[str]:
+    """``spawn_cli_runtime`` with a checkpoint of its own: yields the API's URL; stops
+    the runtime (SIGTERM) afterwards and prints the end of its log."""
+    from support import runtime_api
+
+    checkpoint = scratch.tmp_path / "cli-checkpoint"
+    runtime = spawn_cli_runtime(scratch, folder, str(checkpoint), *options)
     try:
         yield runtime_api(checkpoint)
     finally:
@@ -70,7 +76,7 @@ def cli_runtime(scratch: Scratch, folder: Path, *options: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             runtime.kill()
             runtime.wait()
-        print(log.read_text(errors="replace")[-3000:])
+        print((scratch.tmp_path / "runtime.log").read_text(errors="replace")[-3000:])
 
 
 def tens_refused(scratch: Scratch, name: str) -> tuple[Path, str]:

@@ -422,7 +422,7 @@ def delete(name: str, zk: ZooKeeperOptions) -> None:
 
 
 _CHECKPOINT_HELP = (
-    "Checkpoint directory of the runtime to ask (as given to `dbus runtime start`). "
+    "Checkpoint (folder or URI) of the runtime to ask, as given to `dbus runtime start`. "
     "Default: runtime/checkpoint in the local services' home."
 )
 

@@ -75,10 +75,10 @@ def runtime() -> None:
 @env_option(
     "--checkpoint",
     env="DBUS_CHECKPOINT",
-    type=click.Path(file_okay=False),
-    help="Checkpoint directory (committed positions). Default: runtime/checkpoint in the "
-    "local services' home (DBUS_HOME, else the checkout's .dbus), whatever the current "
-    "folder.",
+    help="Checkpoint (committed positions): a local folder, or a Hadoop file system URI "
+    "the driver reaches (hdfs://, s3a://, file:// ...; see docs/distribution.md). Default: "
+    "runtime/checkpoint in the local services' home (DBUS_HOME, else the checkout's .dbus), "
+    "whatever the current folder.",
 )
 @env_option(
     "--from",
@@ -326,7 +326,7 @@ def _launch(
 def _check_delivered(checkpoint_dir: str, stopping: float) -> None:
     """Fail a run that ends with a batch its sinks never took (one planned before the
     stop began; a batch the stop itself cut short is only replayed)."""
-    from dbus_spark.job import pending_batch
+    from dbus_spark.checkpoint import pending_batch
 
     pending = pending_batch(checkpoint_dir)
     if pending is None or pending.planned_at >= stopping:

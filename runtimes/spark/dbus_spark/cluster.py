@@ -37,6 +37,7 @@ from dbus_fn.coordination import (
     read_plans,
 )
 from dbus_fn.errors import DbusError, FencedError
+from dbus_spark.checkpoint import local_folder
 from dbus_spark.config import RuntimeConfig, SourceBinding, WriteFencing, default_decode_shards
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.history.plans import open_plans
@@ -99,7 +100,7 @@ class ClusterMember:
         first configuration and keep it current in the background."""
         self.coordinator.start()
         self._watcher = self.coordinator.function_watcher(
-            cache_dir=Path(self._base.checkpoint_dir).parent / "bundles"
+            cache_dir=local_folder(self._base.checkpoint_dir) / "bundles"
         )
         log.info(
             "cluster: Kafka writes are transactional and fenced; a source this runtime "

@@ -8,8 +8,6 @@ committed binlog positions. Local mode (``local[*]``) is the default; pass a
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import shutil
@@ -18,17 +16,16 @@ import time
 from collections.abc import MutableMapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from dbus_fn.capture import BinlogReader, position_from_json
+from dbus_fn.capture import BinlogReader
 from dbus_fn.errors import ConfigError
-from dbus_fn.events import BinlogPosition
 from dbus_fn.registry import load_deployment
 from dbus_spark import logs
+from dbus_spark.checkpoint import SparkLog, beside, committed_positions, is_uri
 from dbus_spark.cluster import ClusterMember, PositionCommitter
 from dbus_spark.config import EXECUTOR_PYTHON_ENV, RuntimeConfig, default_decode_shards
 from dbus_spark.history import HistoryStore, store_path
@@ -128,7 +125,7 @@ def workers_python(environ: MutableMapping[str, str]) -> str:
     return wanted
 
 
-def preflight(config: RuntimeConfig) -> RuntimeConfig:
+def preflight(config: RuntimeConfig, spark: SparkSession | None = None) -> RuntimeConfig:
     """Check every source and deployment before Spark starts; pin the start positions.
 
     An unreachable source, missing privileges, a server without a ROW binlog or a
@@ -136,11 +133,12 @@ def preflight(config: RuntimeConfig) -> RuntimeConfig:
     instead of a JVM stack trace from inside the streaming query. ``latest`` and
     ``earliest`` become the positions they mean now, so a change committed after
     ``start()`` returns is never taken for history (a checkpoint, when the query
-    has one, still wins over them).
+    has one, still wins over them). ``spark``: the session that reads a checkpoint
+    given as a URI.
     """
     manifests = [load_deployment(deployment).manifest for deployment in config.deployments]
     history = HistoryStore(store_path(config.checkpoint_dir))
-    first_run = not any(Path(config.checkpoint_dir, "offsets").glob("[0-9]*"))
+    first_run = not SparkLog(config.checkpoint_dir, spark).started()
     bindings = []
     for binding in config.sources:
         reader = BinlogReader(binding.spec, replica_id=binding.replica_id)
@@ -175,7 +173,9 @@ def start(
     master = master if spark is None else "local[*]"  # a given session has its master
     check_addresses(kafka=config.kafka_bootstrap, elasticsearch=config.elasticsearch_url,
                     master=master)  # fmt: skip
-    config = preflight(config)
+    if is_uri(config.checkpoint_dir):  # its Spark log is read through the JVM
+        spark = spark or spark_session(master, verbose=verbose)
+    config = preflight(config, spark)
     check_reachable(kafka=config.kafka_bootstrap, elasticsearch=config.elasticsearch_url,
                     master=master)  # fmt: skip
     spark = spark or spark_session(master, verbose=verbose)
@@ -223,8 +223,7 @@ def stop(
 
 
 def default_config_path(config: RuntimeConfig) -> Path:
-    checkpoint = Path(config.checkpoint_dir)
-    return checkpoint.parent / f"{checkpoint.name}.config.json"
+    return beside(config.checkpoint_dir, ".config.json")
 
 
 def _start_query(
@@ -241,7 +240,7 @@ def _start_query(
         # Left by the last run: batches it never saw progress of, its workers' counts.
         for stale in [*reports.glob("*.json"), *reports.glob("*/*.json")]:
             stale.unlink(missing_ok=True)
-        metrics.attach(path, committed_positions(config.checkpoint_dir), reports)
+        metrics.attach(path, committed_positions(config.checkpoint_dir, spark), reports)
         options["reports"] = str(reports)  # the workers report there
     reader = (
         spark.readStream.format("dbus_binlog")
@@ -269,59 +268,3 @@ def _start_query(
         config.checkpoint_dir,
     )
     return query
-
-
-class PendingBatch(NamedTuple):
-    """A micro-batch Spark planned (wrote its offsets) but never committed."""
-
-    batch: int
-    planned_at: float
-    """Epoch seconds Spark planned it."""
-    positions: dict[str, str]
-    """Per source, the position the batch reads up to."""
-
-
-def pending_batch(checkpoint_dir: str) -> PendingBatch | None:
-    """The newest planned micro-batch whose sinks never acknowledged it, if any.
-
-    Spark writes ``offsets/<id>`` when it plans a batch and ``commits/<id>`` once
-    the writer committed it; a batch with the first and not the second is replayed
-    from its start positions at the next start.
-    """
-    checkpoint = Path(checkpoint_dir)
-    planned = _newest(checkpoint, "offsets")
-    if planned < 0 or planned <= _newest(checkpoint, "commits"):
-        return None
-    metadata, offsets = _batch_offsets(checkpoint, planned)
-    positions = {source: str(position) for source, position in offsets.items()}
-    return PendingBatch(planned, metadata.get("batchTimestampMs", 0) / 1000, positions)
-
-
-def committed_positions(checkpoint_dir: str) -> dict[str, BinlogPosition]:
-    """Per source, the position the newest committed micro-batch read up to."""
-    checkpoint = Path(checkpoint_dir)
-    committed = _newest(checkpoint, "commits")
-    return _batch_offsets(checkpoint, committed)[1] if committed >= 0 else {}
-
-
-def _newest(checkpoint: Path, folder: str) -> int:
-    path = checkpoint / folder
-    ids = [int(p.name) for p in path.iterdir() if p.name.isdigit()] if path.is_dir() else []
-    return max(ids, default=-1)
-
-
-def _batch_offsets(
-    checkpoint: Path, batch: int
-) -> tuple[dict[str, Any], dict[str, BinlogPosition]]:
-    """A planned batch's metadata and, per source, the position it reads up to."""
-    try:
-        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-    except FileNotFoundError:
-        return {}, {}
-    metadata = json.loads(lines[1]) if len(lines) > 1 else {}
-    positions: dict[str, BinlogPosition] = {}
-    for line in lines[2:]:
-        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
-            for source, offset in json.loads(line).items():
-                positions[source] = position_from_json(offset)
-    return metadata, positions

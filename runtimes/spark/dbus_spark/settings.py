@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.errors import ConfigError
 from dbus_fn.manifest import load_manifest
+from dbus_spark.checkpoint import resolve
 from dbus_spark.config import DEFAULT_CHUNK_ROWS, RuntimeConfig, SourceBinding
 
 if TYPE_CHECKING:
@@ -143,8 +144,7 @@ def checkpoint_dir(checkpoint: str | None = None) -> str:
 
 
 def _checkpoint(checkpoint: str | None, home: Path | None) -> str:
-    chosen = checkpoint or str((home or default_home()) / "runtime" / "checkpoint")
-    return str(Path(chosen).resolve())
+    return resolve(checkpoint or str((home or default_home()) / "runtime" / "checkpoint"))
 
 
 def _split(values: tuple[str, ...]) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from dbus_fn.cli import cli
-from dbus_spark.job import pending_batch
+from dbus_spark.checkpoint import pending_batch
 from dbus_spark.preflight import check_elasticsearch, check_kafka, check_master
 
 FUNCTIONS = str(Path(__file__).resolve().parents[3] / "functions" / "orders")

@@ -31,6 +31,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from dbus_fn.errors import ConfigError, DbusError
+from dbus_spark.checkpoint import beside
 from dbus_spark.config import DEFAULT_API_ADDRESS
 from dbus_spark.metrics.state import (
     ClusterState,
@@ -48,8 +49,7 @@ DASHBOARD = Path(__file__).with_name("dashboard")
 
 def address_path(checkpoint_dir: str) -> Path:
     """Where a running runtime writes its API's URL (beside its checkpoint)."""
-    checkpoint = Path(checkpoint_dir)
-    return checkpoint.parent / f"{checkpoint.name}.api"
+    return beside(checkpoint_dir, ".api")
 
 
 @dataclass(frozen=True)

@@ -28,14 +28,14 @@ from dbus_fn.errors import (
     ServiceUnreachableError,
 )
 from dbus_fn.manifest import Destination, Manifest
+from dbus_spark.checkpoint import beside
 from dbus_spark.history.gate import position_order
 from dbus_spark.history.records import ReplayTask
 from dbus_spark.history.tasks import HistoryStore
 
 
 def requests_dir(checkpoint_dir: str) -> Path:
-    checkpoint = Path(checkpoint_dir)
-    return checkpoint.parent / f"{checkpoint.name}.requests"
+    return beside(checkpoint_dir, ".requests")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from typing import Any
 from dbus_fn.errors import HistoryError
 from dbus_fn.manifest import load_manifest
 from dbus_fn.registry import LoadedDeployment, load_deployment
+from dbus_spark.checkpoint import beside
 from dbus_spark.config import RuntimeConfig, load_config
 from dbus_spark.history.tasks import HistoryStore
 from dbus_spark.settings import checkpoint_dir
@@ -21,7 +22,7 @@ def runtime_at(checkpoint: str | None, *, with_secrets: bool = False) -> tuple[s
     there last ran with: its sources' DSNs without passwords, unless ``with_secrets``
     (asked of the running runtime, see ``dbus_spark.secrets``)."""
     folder = checkpoint_dir(checkpoint)
-    config_file = Path(folder).parent / f"{Path(folder).name}.config.json"
+    config_file = beside(folder, ".config.json")
     if not config_file.exists():
         raise HistoryError(
             f"no runtime has run with checkpoint {folder}; pass the --checkpoint of the "

@@ -47,6 +47,7 @@ from dbus_fn.capture._snapshot import snapshot_tables
 from dbus_fn.errors import HistoryError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.manifest import Manifest
+from dbus_spark.checkpoint import beside
 from dbus_spark.history.gate import position_order
 from dbus_spark.history.queries import (
     check_where,
@@ -451,6 +452,6 @@ __all__ = ["HistoryStore", "store_path"]
 
 
 def store_path(checkpoint_dir: str) -> Path:
-    """Where a runtime's history progress lives: beside its checkpoint."""
-    checkpoint = Path(checkpoint_dir)
-    return checkpoint.parent / f"{checkpoint.name}.history.json"
+    """Where a runtime's history progress lives: beside its checkpoint (see
+    ``dbus_spark.checkpoint``)."""
+    return beside(checkpoint_dir, ".history.json")

@@ -15,10 +15,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dbus_spark.checkpoint import beside
+
 
 def reports_dir(checkpoint_dir: str) -> Path:
-    checkpoint = Path(checkpoint_dir)
-    return checkpoint.parent / f"{checkpoint.name}.reports"
+    return beside(checkpoint_dir, ".reports")
 
 
 def write_report(folder: str | Path, batch: int, report: dict[str, Any]) -> None:

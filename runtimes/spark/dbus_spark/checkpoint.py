@@ -1,0 +1,231 @@
+"""Where a runtime's checkpoint is, what Spark wrote there, and the runtime's own
+files that go with it.
+
+A checkpoint is a local folder (the fast path, read with plain file calls) or any
+Hadoop file system URI the driver can reach (``hdfs://``, ``s3a://``, ``abfs://``,
+``file://`` ...), read through the driver's JVM. Spark writes ``offsets/<id>`` when
+it plans a micro-batch and ``commits/<id>`` once the sinks took it; those two logs
+are all the runtime reads back.
+
+The runtime's own files (its configuration, history progress, reports, requests,
+API address, function cache) stay on the driver's disk: beside a local checkpoint
+as ``<name>.config.json`` and so on, and for a URI under
+``<home>/checkpoints/<slug>`` (see ``local_twin``), where every command given the
+same ``--checkpoint`` finds them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from dbus_fn.capture import position_from_json
+from dbus_fn.errors import ConfigError
+from dbus_fn.events import BinlogPosition
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_URI = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
+
+
+def is_uri(checkpoint: str) -> bool:
+    """A Hadoop file system URI (``scheme://...``), not a local path."""
+    return _URI.match(checkpoint) is not None
+
+
+def resolve(checkpoint: str) -> str:
+    """The checkpoint as the runtime keeps it: a local path made absolute, a URI
+    checked for a path and kept as given; ``ConfigError`` naming the fix."""
+    match = _URI.match(checkpoint)
+    if match is None:
+        return str(Path(checkpoint).resolve())
+    scheme, rest = match["scheme"].lower(), match["rest"].rstrip("/")
+    path = rest if scheme == "file" else rest.partition("/")[2]
+    if not path or (scheme == "file" and not rest.startswith("/")):
+        example = f"{scheme}://{'' if scheme == 'file' else 'host'}/var/lib/dbus/checkpoint"
+        raise ConfigError(
+            f"--checkpoint {checkpoint!r} names no folder; write it as {example}",
+            setting="checkpoint",
+        )
+    return f"{scheme}://{rest}"
+
+
+def local_twin(checkpoint: str) -> Path:
+    """The local path the runtime's own files are named after: the checkpoint itself
+    when local; for a URI, ``<home>/checkpoints/<slug>`` (slug: the URI made a file
+    name, with a hash of it so two URIs never share one)."""
+    if not is_uri(checkpoint):
+        return Path(checkpoint)
+    from dbus_spark.settings import default_home
+
+    readable = re.sub(r"[^A-Za-z0-9.]+", "-", checkpoint).strip("-")[-80:]
+    digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:10]
+    return default_home() / "checkpoints" / f"{readable}-{digest}"
+
+
+def beside(checkpoint: str, suffix: str) -> Path:
+    """The runtime's own file or folder ``suffix`` names (``.config.json``,
+    ``.history.json``, ``.reports`` ...) for this checkpoint, on the driver's disk."""
+    twin = local_twin(checkpoint)
+    return twin.parent / f"{twin.name}{suffix}"
+
+
+def local_folder(checkpoint: str) -> Path:
+    """The driver-side folder that holds the runtime's own files."""
+    return local_twin(checkpoint).parent
+
+
+class _Files(Protocol):
+    def names(self, folder: str) -> list[str]: ...
+
+    def read(self, path: str) -> str | None: ...
+
+
+class _LocalFiles:
+    def names(self, folder: str) -> list[str]:
+        path = Path(folder)
+        return [p.name for p in path.iterdir()] if path.is_dir() else []
+
+    def read(self, path: str) -> str | None:
+        try:
+            return Path(path).read_text()
+        except FileNotFoundError:
+            return None
+
+
+class _HadoopFiles:
+    """The checkpoint's files through Hadoop's ``FileSystem`` in the driver's JVM,
+    with the session's Hadoop settings (``spark.hadoop.*``)."""
+
+    def __init__(self, spark: SparkSession, checkpoint: str) -> None:
+        context = spark.sparkContext
+        self._jvm: Any = context._jvm
+        self._conf = context._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        self._checkpoint = checkpoint
+
+    def _open(self, path: str) -> tuple[Any, Any]:
+        from py4j.protocol import Py4JJavaError
+
+        hadoop_path = self._jvm.org.apache.hadoop.fs.Path(path)
+        try:
+            return hadoop_path.getFileSystem(self._conf), hadoop_path
+        except Py4JJavaError as error:
+            cause = str(error.java_exception.getMessage()).splitlines()[0]
+            raise ConfigError(
+                f"--checkpoint {self._checkpoint}: the driver cannot open it ({cause}); "
+                "put the file system's jars on the driver (spark.jars.packages) and its "
+                "settings in spark.hadoop.*, or use a local folder",
+                setting="checkpoint",
+            ) from None
+
+    def names(self, folder: str) -> list[str]:
+        fs, path = self._open(folder)
+        if not fs.exists(path):
+            return []
+        return [str(status.getPath().getName()) for status in fs.listStatus(path)]
+
+    def read(self, path: str) -> str | None:
+        fs, hadoop_path = self._open(path)
+        if not fs.exists(hadoop_path):
+            return None
+        stream = fs.open(hadoop_path)
+        try:
+            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+
+def _files(checkpoint: str, spark: SparkSession | None) -> _Files:
+    if not is_uri(checkpoint):
+        return _LocalFiles()
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise ConfigError(
+            f"--checkpoint {checkpoint} is read through Spark's Hadoop file systems, and "
+            "no Spark session runs in this process; read it while the runtime runs",
+            setting="checkpoint",
+        )
+    return _HadoopFiles(spark, checkpoint)
+
+
+class PendingBatch(NamedTuple):
+    """A micro-batch Spark planned (wrote its offsets) but never committed."""
+
+    batch: int
+    planned_at: float
+    """Epoch seconds Spark planned it."""
+    positions: dict[str, str]
+    """Per source, the position the batch reads up to."""
+
+
+class SparkLog:
+    """What Spark wrote in a checkpoint: the batches it planned and committed."""
+
+    def __init__(self, checkpoint: str, spark: SparkSession | None = None) -> None:
+        self.checkpoint = checkpoint.rstrip("/")
+        self._files = _files(checkpoint, spark)
+
+    def newest(self, log: str) -> int:
+        """The newest batch id in ``offsets`` or ``commits``; -1 for none."""
+        names = self._files.names(f"{self.checkpoint}/{log}")
+        return max((int(name) for name in names if name.isdigit()), default=-1)
+
+    def offsets(self, batch: int) -> tuple[dict[str, Any], dict[str, BinlogPosition]]:
+        """A planned batch's metadata and, per source, the position it reads up to."""
+        text = self._files.read(f"{self.checkpoint}/offsets/{batch}")
+        if text is None:
+            return {}, {}
+        lines = text.splitlines()
+        metadata = json.loads(lines[1]) if len(lines) > 1 else {}
+        positions: dict[str, BinlogPosition] = {}
+        for line in lines[2:]:
+            with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+                for source, offset in json.loads(line).items():
+                    positions[source] = position_from_json(offset)
+        return metadata, positions
+
+    def started(self) -> bool:
+        """Spark has planned a batch here before: this is not the first run."""
+        return self.newest("offsets") >= 0
+
+
+def pending_batch(checkpoint: str, spark: SparkSession | None = None) -> PendingBatch | None:
+    """The newest planned micro-batch whose sinks never acknowledged it, if any; it is
+    replayed from its start positions at the next start."""
+    spark_log = SparkLog(checkpoint, spark)
+    planned = spark_log.newest("offsets")
+    if planned < 0 or planned <= spark_log.newest("commits"):
+        return None
+    metadata, offsets = spark_log.offsets(planned)
+    positions = {source: str(position) for source, position in offsets.items()}
+    return PendingBatch(planned, metadata.get("batchTimestampMs", 0) / 1000, positions)
+
+
+def committed_positions(
+    checkpoint: str, spark: SparkSession | None = None
+) -> dict[str, BinlogPosition]:
+    """Per source, the position the newest committed micro-batch read up to."""
+    spark_log = SparkLog(checkpoint, spark)
+    committed = spark_log.newest("commits")
+    return spark_log.offsets(committed)[1] if committed >= 0 else {}
+
+
+__all__ = [
+    "PendingBatch",
+    "SparkLog",
+    "beside",
+    "committed_positions",
+    "is_uri",
+    "local_folder",
+    "local_twin",
+    "pending_batch",
+    "resolve",
+]

@@ -1,0 +1,111 @@
+"""Where a checkpoint is and where the runtime's own files go with it: a local
+folder keeps them beside it; a Hadoop file system URI keeps them on the driver's
+disk, where every command given the same ``--checkpoint`` finds them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dbus_fn.errors import ConfigError
+from dbus_spark.api import address_path
+from dbus_spark.checkpoint import (
+    beside,
+    committed_positions,
+    is_uri,
+    local_folder,
+    local_twin,
+    pending_batch,
+    resolve,
+)
+from dbus_spark.history import store_path
+from dbus_spark.history.requests import requests_dir
+from dbus_spark.job import default_config_path
+from dbus_spark.metrics import reports_dir
+from dbus_spark.settings import default_home, runtime_config
+
+ORDERS = Path(__file__).resolve().parents[3] / "functions" / "orders"
+
+
+def test_a_local_checkpoint_is_made_absolute_and_a_uri_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert resolve("here/checkpoint") == str(tmp_path / "here" / "checkpoint")
+    assert (
+        resolve("hdfs://namenode:8020/dbus/checkpoint/") == "hdfs://namenode:8020/dbus/checkpoint"
+    )
+    assert resolve("S3A://bucket/dbus") == "s3a://bucket/dbus"
+    assert resolve("file:///var/lib/dbus/checkpoint") == "file:///var/lib/dbus/checkpoint"
+    assert is_uri("file:///x") and is_uri("abfs://c@a.dfs.core.windows.net/x")
+    assert not is_uri("/var/lib/dbus/checkpoint") and not is_uri("c:/x")
+
+
+@pytest.mark.parametrize(
+    ("given", "example"),
+    [
+        ("hdfs://namenode:8020", "hdfs://host/var/lib/dbus/checkpoint"),
+        ("s3a://bucket/", "s3a://host/var/lib/dbus/checkpoint"),
+        ("file://relative/folder", "file:///var/lib/dbus/checkpoint"),
+        ("file://", "file:///var/lib/dbus/checkpoint"),
+    ],
+)
+def test_a_uri_without_a_folder_is_one_line_naming_the_form(given: str, example: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve(given)
+    message = str(raised.value)
+    assert message == f"--checkpoint {given!r} names no folder; write it as {example}"
+    assert raised.value.exit_code == 2
+    assert raised.value.setting == "checkpoint"
+
+
+def test_a_local_checkpoint_keeps_the_runtime_files_beside_it(tmp_path: Path) -> None:
+    checkpoint = str(tmp_path / "cp")
+    config = runtime_config(
+        sources=("src=mysql://u:p@127.0.0.1:3306",), deployments=(str(ORDERS),),
+        kafka="127.0.0.1:9092",
+        elasticsearch="http://127.0.0.1:9200", checkpoint=checkpoint,
+    )  # fmt: skip
+    assert default_config_path(config) == tmp_path / "cp.config.json"
+    assert store_path(checkpoint) == tmp_path / "cp.history.json"
+    assert reports_dir(checkpoint) == tmp_path / "cp.reports"
+    assert requests_dir(checkpoint) == tmp_path / "cp.requests"
+    assert address_path(checkpoint) == tmp_path / "cp.api"
+    assert local_folder(checkpoint) == tmp_path
+
+
+def test_a_uri_checkpoint_keeps_the_runtime_files_on_the_drivers_disk() -> None:
+    uri = "hdfs://namenode:8020/dbus/checkpoint"
+    twin = local_twin(uri)
+    assert twin.parent == default_home() / "checkpoints"
+    assert twin.name.startswith("hdfs-namenode-8020-dbus-checkpoint-")
+    assert local_twin(uri) == twin  # every command finds the same files
+    assert local_twin("hdfs://namenode:8020/dbus/other") != twin
+    # Two URIs that read alike as file names still get their own files.
+    assert local_twin("s3a://a-b/c") != local_twin("s3a://a/b-c")
+    assert beside(uri, ".config.json") == twin.parent / f"{twin.name}.config.json"
+    assert store_path(uri) == twin.parent / f"{twin.name}.history.json"
+    assert reports_dir(uri) == twin.parent / f"{twin.name}.reports"
+    assert local_folder(uri) == twin.parent
+
+
+def test_a_uri_checkpoint_is_read_only_through_a_spark_session() -> None:
+    with pytest.raises(ConfigError, match="no Spark session runs in this process") as raised:
+        pending_batch("hdfs://namenode:8020/dbus/checkpoint")
+    assert "\n" not in str(raised.value)
+
+
+def test_the_committed_positions_are_the_newest_commits(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    for batch, pos in ((0, 100), (1, 200), (2, 300)):
+        offset = {"shop": {"file": "binlog.000003", "pos": pos, "gtid": None}}
+        (tmp_path / "offsets" / str(batch)).write_text(f"v1\n{{}}\n{json.dumps(offset)}")
+    for batch in (0, 1):
+        (tmp_path / "commits" / str(batch)).write_text("v1\n{}")
+    assert {k: str(v) for k, v in committed_positions(str(tmp_path)).items()} == {
+        "shop": "binlog.000003:200"
+    }
+    assert committed_positions(str(tmp_path / "never-started")) == {}
