@@ -17,22 +17,19 @@ in Spark's task messages, in memory, and is never written to disk.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import tempfile
-import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dbus_fn.bundle import Bundle, content_hash, materialize
+from dbus_fn.bundle import Bundle, content_hash, materialize, zip_files
 from dbus_fn.errors import BundleError
 from dbus_spark.config import RuntimeConfig
 
 MAX_FOLDER_BYTES = 16 * 1024 * 1024
 """A deployment folder ships with every task that runs it: keep data out of it."""
 _SKIPPED_DIRS = frozenset({"__pycache__", ".tox", ".venv", ".git", ".pytest_cache"})
-_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -115,14 +112,7 @@ def pack(root: Path, files: dict[str, Path]) -> Folder:
             "each task can carry: keep data files out of it",
             path=str(root),
         )
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for name in sorted(contents):
-            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, contents[name], compresslevel=6)
-    return Folder(content_hash(contents), buffer.getvalue())
+    return Folder(content_hash(contents), zip_files(contents, compresslevel=6))
 
 
 def executor_cache() -> Path:
