@@ -57,17 +57,19 @@ class Shipper:
 
     def __init__(self) -> None:
         self._folders: dict[str, tuple[tuple[tuple[str, int, int], ...], Folder]] = {}
-        self._last: tuple[str, Shipment] | None = None
+        self._last: tuple[RuntimeConfig, tuple[str, ...], Shipment] | None = None
 
     def ship(self, config: RuntimeConfig) -> Shipment:
-        folders = [self._folder(path) for path in config.deployments]
-        shipped = replace(config, deployments=tuple(f.content_hash for f in folders))
-        text = json.dumps(shipped.to_json(), sort_keys=True)
-        if self._last is not None and self._last[0] == text:
-            return self._last[1]
+        folders = tuple(self._folder(path) for path in config.deployments)
+        hashes = tuple(f.content_hash for f in folders)
+        # Asked every micro-batch: the same configuration and folders give the same
+        # shipment, without writing the configuration out again.
+        if self._last is not None and self._last[:2] == (config, hashes):
+            return self._last[2]
+        text = json.dumps(replace(config, deployments=hashes).to_json(), sort_keys=True)
         key = hashlib.sha256(text.encode()).hexdigest()
-        shipment = Shipment(key, text, tuple(folders))
-        self._last = (text, shipment)
+        shipment = Shipment(key, text, folders)
+        self._last = (config, hashes, shipment)
         return shipment
 
     def _folder(self, path: str) -> Folder:

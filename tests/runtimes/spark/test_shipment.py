@@ -4,9 +4,11 @@ folders, zipped once per change, unpacked once per executor, never by path."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,16 @@ def test_a_shipment_is_made_once_until_a_file_changes(tmp_path: Path, orders: Pa
     changed = shipper.ship(_config(tmp_path, orders))
     assert changed.key != first.key
     assert changed.folders[0].content_hash != folder.content_hash
+
+
+def test_a_changed_configuration_is_a_new_shipment(tmp_path: Path, orders: Path) -> None:
+    shipper = Shipper()
+    first = shipper.ship(_config(tmp_path, orders))
+    changed = shipper.ship(replace(_config(tmp_path, orders), trigger_seconds=5.0))
+    assert changed.key != first.key
+    assert json.loads(changed.config)["trigger_seconds"] == 5.0
+    assert changed.folders == first.folders
+    assert shipper.ship(_config(tmp_path, orders)).key == first.key
 
 
 def test_an_executor_unpacks_the_folders_into_its_own_cache(
