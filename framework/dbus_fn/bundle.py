@@ -110,6 +110,19 @@ def content_hash(files: Mapping[str, bytes]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def zip_files(contents: Mapping[str, bytes], *, compresslevel: int) -> bytes:
+    """``contents`` (path to bytes) as a deflated zip that depends on nothing else:
+    entries sorted, each with a fixed time and mode 0644."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for entry in sorted(contents):
+            info = zipfile.ZipInfo(entry, date_time=_FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, contents[entry], compresslevel=compresslevel)
+    return buffer.getvalue()
+
+
 def _check_module_is_a_path(manifest: Manifest) -> None:
     spec = manifest.module
     if not (spec.endswith(".py") or "/" in spec or "\\" in spec):
@@ -167,14 +180,7 @@ def build_bundle(path: str | Path, *, name: str | None = None) -> Bundle:
     sources.update(_module_files(manifest, deployment.module, root))
     contents = {entry: file.read_bytes() for entry, file in sources.items()}
     digest = content_hash(contents)
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for entry in sorted(contents):
-            info = zipfile.ZipInfo(entry, date_time=_FIXED_TIME)
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, contents[entry], compresslevel=9)
-    packed = buffer.getvalue()
+    packed = zip_files(contents, compresslevel=9)
     if len(packed) > MAX_BUNDLE_BYTES:
         raise BundleError(
             f"{root}: the bundle is {len(packed)} bytes, over the {MAX_BUNDLE_BYTES} a ZooKeeper "

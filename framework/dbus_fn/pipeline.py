@@ -504,8 +504,10 @@ class Pipeline:
             dead += sum(chain.dead)
             timeouts += sum(chain.timeouts)
         kinds = {info.name: info.kind for info in self.deployment.functions}
-        functions = {
-            name: FunctionStats(
+        functions: dict[str, FunctionStats] = {}
+        for name, counts in per_function.items():
+            errors = tuple(self._errors.get(name, ()))
+            functions[name] = FunctionStats(
                 name,
                 kinds[name],
                 calls=counts[0],
@@ -516,11 +518,9 @@ class Pipeline:
                 counters=self._counters[name].snapshot(),
                 latency=tuple(self._latency[name].counts),
                 seconds=self._latency[name].seconds,
-                last_error=errors[-1] if (errors := self._errors.get(name)) else None,
-                recent_errors=tuple(errors or ()),
+                last_error=errors[-1] if errors else None,
+                recent_errors=errors,
             )
-            for name, counts in per_function.items()
-        }
         return PipelineStats(
             events_in=events_in + self._ignored,
             delivered=events_in - filtered - dead - self._framework_errors,

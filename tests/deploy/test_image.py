@@ -33,13 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def engine(docker_client: Any) -> Any:
-    return docker_client
-
-
-@pytest.fixture(scope="module")
-def base(engine: Any) -> str:
-    return base_image(engine)
+def base(docker_client: Any) -> str:
+    return base_image(docker_client)
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +51,14 @@ def orders(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runtime_image(engine: Any, base: str, snapshot: ServicesConfig, orders: Path) -> BuiltImage:
-    return build_image(engine, snapshot, base=base, functions=[orders])
+def runtime_image(
+    docker_client: Any, base: str, snapshot: ServicesConfig, orders: Path
+) -> BuiltImage:
+    return build_image(docker_client, snapshot, base=base, functions=[orders])
 
 
-def _run(engine: Any, image: str, *command: str) -> str:
-    output = engine.containers.run(
+def _run(docker_client: Any, image: str, *command: str) -> str:
+    output = docker_client.containers.run(
         image, list(command), network_mode="none", remove=True, stdout=True, stderr=True
     )
     return str(output.decode())
@@ -71,26 +68,28 @@ def _dbus(*arguments: str, env: dict[str, str] | None = None) -> Result:
     return CliRunner().invoke(cli, ["image", *arguments], env=env)
 
 
-def test_the_image_runs_dbus_pyspark_and_java(engine: Any, runtime_image: BuiltImage) -> None:
+def test_the_image_runs_dbus_pyspark_and_java(
+    docker_client: Any, runtime_image: BuiltImage
+) -> None:
     assert runtime_image.tag.startswith("dbus-runtime:")
     assert (
-        _run(engine, runtime_image.tag, "dbus", "--version")
+        _run(docker_client, runtime_image.tag, "dbus", "--version")
         .strip()
         .endswith(metadata.version("dbus-fn"))
     )
-    assert 'openjdk version "17.' in _run(engine, runtime_image.tag, "java", "-version")
-    found = check_image(engine, runtime_image.tag)
+    assert 'openjdk version "17.' in _run(docker_client, runtime_image.tag, "java", "-version")
+    found = check_image(docker_client, runtime_image.tag)
     # Pinned to what runs here: a driver on this machine and workers in the image agree.
     assert found.pyspark == metadata.version("pyspark")
     assert found.python.startswith("3.11.")
-    listed = _run(engine, runtime_image.tag, "ls", "/opt/dbus/functions/orders")
+    listed = _run(docker_client, runtime_image.tag, "ls", "/opt/dbus/functions/orders")
     assert "dbus.toml" in listed.split()
 
 
 def test_nothing_changed_builds_nothing(
-    engine: Any, base: str, snapshot: ServicesConfig, orders: Path, runtime_image: BuiltImage
+    docker_client: Any, base: str, snapshot: ServicesConfig, orders: Path, runtime_image: BuiltImage
 ) -> None:
-    again = build_image(engine, snapshot, base=base, functions=[orders])
+    again = build_image(docker_client, snapshot, base=base, functions=[orders])
     assert (again.tag, again.image_id, again.built) == (
         runtime_image.tag, runtime_image.image_id, False,
     )  # fmt: skip
@@ -98,26 +97,26 @@ def test_nothing_changed_builds_nothing(
 
 
 def test_a_function_change_rebuilds_only_the_last_layer(
-    engine: Any, base: str, snapshot: ServicesConfig, orders: Path, runtime_image: BuiltImage
+    docker_client: Any, base: str, snapshot: ServicesConfig, orders: Path, runtime_image: BuiltImage
 ) -> None:
     module = orders / "orders.py"
     original = module.read_text()
     module.write_text(original + f"\n# a change of the function's code: {uuid.uuid4()}\n")
     try:
-        changed = build_image(engine, snapshot, base=base, functions=[orders])
+        changed = build_image(docker_client, snapshot, base=base, functions=[orders])
     finally:
         module.write_text(original)
     assert changed.built and changed.tag != runtime_image.tag
-    before = engine.images.get(runtime_image.tag).attrs["RootFS"]["Layers"]
-    after = engine.images.get(changed.tag).attrs["RootFS"]["Layers"]
+    before = docker_client.images.get(runtime_image.tag).attrs["RootFS"]["Layers"]
+    after = docker_client.images.get(changed.tag).attrs["RootFS"]["Layers"]
     assert len(after) == len(before)
     assert after[:-1] == before[:-1]
     assert after[-1] != before[-1]
     assert changed.seconds < 60
-    engine.images.remove(changed.tag)
+    docker_client.images.remove(changed.tag)
 
 
-def test_a_base_that_does_not_exist_is_exit_2(engine: Any) -> None:
+def test_a_base_that_does_not_exist_is_exit_2(docker_client: Any) -> None:
     result = _dbus("build", "-q", "--base", "dbus-no-such-base:0")
     assert result.exit_code == 2, result.output
     last = result.output.strip().splitlines()[-1]
@@ -125,12 +124,12 @@ def test_a_base_that_does_not_exist_is_exit_2(engine: Any) -> None:
     assert "--base IMAGE" in last and "dbus image base" in last
 
 
-def test_a_failing_step_is_named_with_its_output_and_exit_1(engine: Any) -> None:
-    image = shell_only_image(engine, "dbus-test-no-python:1")
+def test_a_failing_step_is_named_with_its_output_and_exit_1(docker_client: Any) -> None:
+    image = shell_only_image(docker_client, "dbus-test-no-python:1")
     try:
         result = _dbus("build", "-q", "--base", image)
     finally:
-        engine.images.remove(image, force=True)
+        docker_client.images.remove(image, force=True)
     assert result.exit_code == 1, result.output
     *shown, last = result.output.strip().splitlines()
     assert "RUN python3 -c" in last and "exit code 127" in last
@@ -140,7 +139,7 @@ def test_a_failing_step_is_named_with_its_output_and_exit_1(engine: Any) -> None
 
 
 def test_function_requirements_that_cannot_install_are_exit_1(
-    engine: Any, base: str, tmp_path: Path
+    docker_client: Any, base: str, tmp_path: Path
 ) -> None:
     folder = tmp_path / "broken"
     shutil.copytree(REPO / "functions" / "orders", folder)
@@ -152,7 +151,9 @@ def test_function_requirements_that_cannot_install_are_exit_1(
     assert "dbus-no-such-distribution" in last
 
 
-def test_an_image_without_dbus_is_refused_by_check_and_worker(engine: Any, base: str) -> None:
+def test_an_image_without_dbus_is_refused_by_check_and_worker(
+    docker_client: Any, base: str
+) -> None:
     result = _dbus("check", base)
     assert result.exit_code == 2, result.output
     assert f"Error: image {base} cannot run dbus: dbus is not importable" in result.output
@@ -160,7 +161,7 @@ def test_an_image_without_dbus_is_refused_by_check_and_worker(engine: Any, base:
     result = _dbus("worker", "--image", base, "--master", master)
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1 and "dbus is not importable" in result.output
-    started = engine.containers.list(all=True, filters={"label": "org.dbus.image=worker"})
+    started = docker_client.containers.list(all=True, filters={"label": "org.dbus.image=worker"})
     assert not [c for c in started if c.attrs["Config"]["Image"] == base]
 
 
@@ -171,7 +172,7 @@ def _alive_workers(webui: str) -> list[dict[str, Any]]:
 
 
 def test_a_worker_container_joins_a_master_and_stops(
-    engine: Any, runtime_image: BuiltImage, tmp_path: Path
+    docker_client: Any, runtime_image: BuiltImage, tmp_path: Path
 ) -> None:
     from dbus_deploy.spark import down, load_spark_config, up
 
@@ -182,9 +183,11 @@ def test_a_worker_container_joins_a_master_and_stops(
     up(cluster, worker=False)  # the master alone: its only worker is the container
     try:
         began = time.monotonic()
-        worker = start_worker(engine, runtime_image.tag, cluster.master_url, cores=1, memory="512m")
+        worker = start_worker(
+            docker_client, runtime_image.tag, cluster.master_url, cores=1, memory="512m"
+        )
         try:
-            container = engine.containers.get(worker.id)
+            container = docker_client.containers.get(worker.id)
             assert container.attrs["HostConfig"]["NetworkMode"] == "host"
             assert not container.attrs["Mounts"] and not container.attrs["HostConfig"]["Binds"]
             alive = wait_for(
@@ -193,8 +196,8 @@ def test_a_worker_container_joins_a_master_and_stops(
             assert [(w["cores"], w["memory"]) for w in alive] == [(1, 512)]
             print(f"worker container registered in {time.monotonic() - began:.1f}s")
         finally:
-            stop_worker(engine, worker.id)
+            stop_worker(docker_client, worker.id)
         wait_for(lambda: not _alive_workers(cluster.master_webui), 90, "the stopped worker gone")
-        assert not engine.containers.list(all=True, filters={"id": worker.id})
+        assert not docker_client.containers.list(all=True, filters={"id": worker.id})
     finally:
         down(cluster)

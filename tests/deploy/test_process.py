@@ -6,7 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dbus_deploy.services._process import last_log_line, log_sizes, running_pid
+from dbus_deploy.services._process import (
+    Launch,
+    last_log_line,
+    log_sizes,
+    running_pid,
+    service_pid,
+    spawn,
+)
 
 
 def test_prefers_the_last_error_line_over_the_last_line(tmp_path: Path) -> None:
@@ -74,3 +81,19 @@ def test_knows_a_service_whose_state_directory_is_reached_through_a_symlink(
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_service_just_started_is_judged_by_its_child_not_its_command_line(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "svc"
+    pid_file = home / "svc.pid"
+    argv = [sys.executable, "-c", "import time; time.sleep(60)"]  # home is not in it
+    process = spawn(Launch(argv=argv, log_file=home / "svc.log", cwd=tmp_path), pid_file)
+    try:
+        assert running_pid(pid_file, home) is None
+        assert service_pid(pid_file, home, process) == process.pid
+    finally:
+        process.kill()
+        process.wait()
+    assert service_pid(pid_file, home, process) is None

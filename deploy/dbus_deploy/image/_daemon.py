@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING
 
 from dbus_deploy.image._errors import DockerUnreachableError, one_line
 from dbus_deploy.services import ServicesConfig, ServiceStartError, ToolMissingError, apt_install
-from dbus_deploy.services._process import Launch, last_log_line, running_pid, spawn
+from dbus_deploy.services._process import (
+    Launch,
+    last_log_line,
+    running_pid,
+    service_pid,
+    spawn,
+)
 
 if TYPE_CHECKING:
     import docker
@@ -139,14 +145,7 @@ def start_daemon(
         try:
             return docker_client(env)
         except DockerUnreachableError as exc:
-            # The child we started, asked directly: just after the fork its command line
-            # is still ours, so it would not look like dockerd yet.
-            gone = (
-                started.poll() is not None
-                if started is not None
-                else running_pid(pid_file, home) is None
-            )
-            if gone:
+            if service_pid(pid_file, home, started) is None:
                 raise ServiceStartError(
                     "dockerd",
                     "the process exited",

@@ -37,6 +37,7 @@ from dbus_deploy.services._process import (
     last_log_line,
     log_sizes,
     running_pid,
+    service_pid,
     spawn,
     stop,
 )
@@ -212,7 +213,7 @@ def up(
         for service in to_start:
             service.install()
 
-        started: list[Service] = []
+        started: list[tuple[Service, subprocess.Popen[bytes]]] = []
         ready: dict[str, float] = {}
         log_starts: dict[str, dict[Path, int]] = {}
         began = time.monotonic()
@@ -222,17 +223,18 @@ def up(
                 if running[service.name] is None:
                     say(f"{service.name}: starting (log: {service.log_file})")
                     log_starts[service.name] = log_sizes(service.diagnostic_logs())
-                    launch = service.prepare()
-                    pending[service.name] = (service, spawn(launch, service.pid_file))
-                    started.append(service)
+                    process = spawn(service.prepare(), service.pid_file)
+                    pending[service.name] = (service, process)
+                    started.append((service, process))
                 else:
                     pending[service.name] = (service, None)
             _wait_healthy(pending, began, say, ready, log_starts)
         except BaseException:
-            for service in reversed(started):
+            for service, process in reversed(started):
                 # A server interrupted mid start-up may ignore TERM for good
                 # (MariaDB does while it runs its init file): do not wait long.
-                _stop(service, grace=None if service.name in ready else _UNHEALTHY_GRACE)
+                grace = None if service.name in ready else _UNHEALTHY_GRACE
+                _stop(service, grace, started=process)
             raise
         write_endpoints(config, [s.name for s in services])
     return [
@@ -245,8 +247,11 @@ def up(
     ]
 
 
-def _stop(service: Service, grace: float | None = None) -> bool:
-    pid = running_pid(service.pid_file, service.root)
+def _stop(
+    service: Service, grace: float | None = None, *, started: subprocess.Popen[bytes] | None = None
+) -> bool:
+    """Stop ``service`` (``started``: the process this ``up`` started for it); whether it ran."""
+    pid = service_pid(service.pid_file, service.root, started)
     if pid is not None:
         stop(pid, grace=service.stop_grace if grace is None else grace)
     service.pid_file.unlink(missing_ok=True)

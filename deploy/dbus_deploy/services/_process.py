@@ -140,6 +140,20 @@ def running_pid(pid_file: Path, marker: Path) -> int | None:
     return pid
 
 
+def service_pid(
+    pid_file: Path, marker: Path, started: subprocess.Popen[bytes] | None = None
+) -> int | None:
+    """The service's pid if it runs: ``started``'s, when this process just started it
+    (``spawn``), else ``running_pid``'s.
+
+    The child is asked directly because its command line is no proof yet: a moment
+    after the fork it is still this process's, and a launcher script shows its own.
+    """
+    if started is not None:
+        return started.pid if started.poll() is None else None
+    return running_pid(pid_file, marker)
+
+
 def stop(pid: int, *, grace: float) -> bool:
     """TERM the process group led by ``pid``, then KILL it after ``grace`` seconds.
 

@@ -221,13 +221,13 @@ def start(
     os.environ[LOG_FORMAT_ENV] = log_format  # Spark's Python workers inherit it
     if executor_python:
         os.environ[EXECUTOR_PYTHON_ENV] = executor_python
-    workers_python(dict(os.environ))  # a bad --executor-python fails before anything starts
+    python = workers_python(os.environ)  # a bad --executor-python fails before anything starts
     handler = logging.StreamHandler()
     handler.setFormatter(log_formatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     served = _api(api_address, api_token, runtime_id or "")
     try:
-        query, member, checkpoint_dir = _launch(click.get_current_context(), served)
+        query, member, checkpoint_dir = _launch(click.get_current_context(), served, python)
         if served is not None:
             served.start(checkpoint_dir)
     except BaseException:
@@ -277,10 +277,10 @@ def start(
 
 
 def _launch(
-    ctx: click.Context, served: _Served | None
+    ctx: click.Context, served: _Served | None, python: str
 ) -> tuple[StreamingQuery, ClusterMember | None, str]:
-    """Start the query `runtime start` asked for: the query, the cluster member (None
-    alone) and the checkpoint folder."""
+    """Start the query `runtime start` asked for, its Spark workers running ``python``:
+    the query, the cluster member (None alone) and the checkpoint folder."""
     metrics = served.metrics if served else None
     from dbus_spark.job import start as start_query
     from dbus_spark.job import start_member
@@ -303,8 +303,9 @@ def _launch(
         if served is not None:
             member.coordinator.api = served.server.url  # shown by `dbus cluster status`
         query = start_member(
-            member, master=options["master"], verbose=options["verbose"], metrics=metrics
-        )
+            member, master=options["master"], verbose=options["verbose"], metrics=metrics,
+            python=python,
+        )  # fmt: skip
         return query, member, member.checkpoint_dir
     if not options["deployments"]:
         raise ConfigError(
@@ -318,8 +319,9 @@ def _launch(
     )  # fmt: skip
     config = runtime_config(**{key: options[key] for key in settings})
     query = start_query(
-        config, master=options["master"], verbose=options["verbose"], metrics=metrics
-    )
+        config, master=options["master"], verbose=options["verbose"], metrics=metrics,
+        python=python,
+    )  # fmt: skip
     return query, None, config.checkpoint_dir
 
 

@@ -225,6 +225,32 @@ def load_config(path: str | Path, *, with_secrets: bool = True) -> RuntimeConfig
         raise ConfigError(f"cannot read runtime config {path}: {exc}", setting="config") from exc
 
 
+class ConfigFile:
+    """The configuration a runtime saved at ``path``, read again only when the file
+    changed (its modification time or size).
+
+    The source's planner asks for it every micro-batch and the metrics on every
+    scrape; each reading parses the file and asks the runtime's process for the
+    passwords. A runtime saves a new configuration by replacing the file.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._read: tuple[tuple[int, int] | None, RuntimeConfig] | None = None
+
+    def current(self) -> RuntimeConfig:
+        """The configuration in the file now (``ConfigError`` when it cannot be read)."""
+        try:
+            status = os.stat(self.path)
+            stamp: tuple[int, int] | None = (status.st_mtime_ns, status.st_size)
+        except OSError:
+            stamp = None  # load_config says why
+        if self._read is None or stamp is None or self._read[0] != stamp:
+            # Looked at before reading: a change in between is read again next time.
+            self._read = (stamp, load_config(self.path))
+        return self._read[1]
+
+
 def _public_dsn(dsn: str) -> str:
     """``dsn`` without its password (as it is when it has none)."""
     try:

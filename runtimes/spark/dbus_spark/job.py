@@ -62,17 +62,22 @@ _SPARK_SETTINGS: tuple[tuple[str, str], ...] = (
 
 
 def spark_session(
-    master: str = "local[*]", *, app_name: str = "dbus-runtime", verbose: bool | None = None
+    master: str = "local[*]",
+    *,
+    app_name: str = "dbus-runtime",
+    verbose: bool | None = None,
+    python: str | None = None,
 ) -> SparkSession:
     """A Spark session whose Python workers run this interpreter.
 
     Spark logs its errors only, unless ``verbose`` (``None``: as ``DBUS_VERBOSE``
-    says); see ``dbus_spark.logs``.
+    says); see ``dbus_spark.logs``. ``python``: what ``workers_python`` gave, when
+    the caller asked it already.
     """
     if verbose is not None:
         logs.set_verbose(verbose)
     # Workers must import the same dbus and the same functions as the driver.
-    os.environ["PYSPARK_PYTHON"] = workers_python(os.environ)
+    os.environ["PYSPARK_PYTHON"] = python or workers_python(os.environ)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(_SPARK_SETTINGS)
@@ -163,12 +168,14 @@ def start(
     config_path: Path | None = None,
     verbose: bool | None = None,
     metrics: RuntimeMetrics | None = None,
+    python: str | None = None,
 ) -> StreamingQuery:
     """Start the runtime's query; returns at once, the query runs in the background.
 
     Sources, deployments, sinks and the master are checked before any Spark
-    session starts (see ``preflight``). ``verbose`` is the new session's (see
-    ``spark_session``). ``metrics``, when given, counts every batch of the query.
+    session starts (see ``preflight``). ``verbose`` and ``python`` are the new
+    session's (see ``spark_session``). ``metrics``, when given, counts every batch
+    of the query.
     """
     master = master if spark is None else "local[*]"  # a given session has its master
     check_addresses(kafka=config.kafka_bootstrap, elasticsearch=config.elasticsearch_url,
@@ -178,7 +185,7 @@ def start(
     config = preflight(config, spark)
     check_reachable(kafka=config.kafka_bootstrap, elasticsearch=config.elasticsearch_url,
                     master=master)  # fmt: skip
-    spark = spark or spark_session(master, verbose=verbose)
+    spark = spark or spark_session(master, verbose=verbose, python=python)
     path = config.save(config_path or default_config_path(config))
     return _start_query(spark, config, path, metrics)
 
@@ -190,10 +197,11 @@ def start_member(
     master: str = "local[*]",
     verbose: bool | None = None,
     metrics: RuntimeMetrics | None = None,
+    python: str | None = None,
 ) -> StreamingQuery:
     """Start a cluster member's query: ZooKeeper gives the sources and functions."""
     config = member.start()
-    spark = spark or spark_session(master, verbose=verbose)
+    spark = spark or spark_session(master, verbose=verbose, python=python)
     spark.streams.addListener(PositionCommitter(member))
     return _start_query(spark, config, member.config_path, metrics)
 

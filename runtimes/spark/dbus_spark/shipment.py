@@ -17,22 +17,19 @@ in Spark's task messages, in memory, and is never written to disk.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import tempfile
-import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dbus_fn.bundle import Bundle, content_hash, materialize
+from dbus_fn.bundle import Bundle, content_hash, materialize, zip_files
 from dbus_fn.errors import BundleError
 from dbus_spark.config import RuntimeConfig
 
 MAX_FOLDER_BYTES = 16 * 1024 * 1024
 """A deployment folder ships with every task that runs it: keep data out of it."""
 _SKIPPED_DIRS = frozenset({"__pycache__", ".tox", ".venv", ".git", ".pytest_cache"})
-_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -60,17 +57,19 @@ class Shipper:
 
     def __init__(self) -> None:
         self._folders: dict[str, tuple[tuple[tuple[str, int, int], ...], Folder]] = {}
-        self._last: tuple[str, Shipment] | None = None
+        self._last: tuple[RuntimeConfig, tuple[str, ...], Shipment] | None = None
 
     def ship(self, config: RuntimeConfig) -> Shipment:
-        folders = [self._folder(path) for path in config.deployments]
-        shipped = replace(config, deployments=tuple(f.content_hash for f in folders))
-        text = json.dumps(shipped.to_json(), sort_keys=True)
-        if self._last is not None and self._last[0] == text:
-            return self._last[1]
+        folders = tuple(self._folder(path) for path in config.deployments)
+        hashes = tuple(f.content_hash for f in folders)
+        # Asked every micro-batch: the same configuration and folders give the same
+        # shipment, without writing the configuration out again.
+        if self._last is not None and self._last[:2] == (config, hashes):
+            return self._last[2]
+        text = json.dumps(replace(config, deployments=hashes).to_json(), sort_keys=True)
         key = hashlib.sha256(text.encode()).hexdigest()
-        shipment = Shipment(key, text, tuple(folders))
-        self._last = (text, shipment)
+        shipment = Shipment(key, text, folders)
+        self._last = (config, hashes, shipment)
         return shipment
 
     def _folder(self, path: str) -> Folder:
@@ -115,14 +114,7 @@ def pack(root: Path, files: dict[str, Path]) -> Folder:
             "each task can carry: keep data files out of it",
             path=str(root),
         )
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for name in sorted(contents):
-            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
-            info.external_attr = 0o644 << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, contents[name], compresslevel=6)
-    return Folder(content_hash(contents), buffer.getvalue())
+    return Folder(content_hash(contents), zip_files(contents, compresslevel=6))
 
 
 def executor_cache() -> Path:

@@ -25,7 +25,6 @@ transactions are fenced by it.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -56,7 +55,7 @@ from dbus_fn.events import (
     TransactionCommit,
 )
 from dbus_fn.manifest import Manifest, load_manifest
-from dbus_spark.config import RuntimeConfig, SourceBinding, WriteFencing, load_config
+from dbus_spark.config import ConfigFile, RuntimeConfig, SourceBinding, WriteFencing
 from dbus_spark.history import (
     Gate,
     HistoryStore,
@@ -139,13 +138,12 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         chunk_tasks: int = 1,
         reports: str | None = None,
     ) -> None:
-        self._config_path = config_path
+        self._config_file = ConfigFile(config_path)
         self._reports = reports
         """Where the workers publish their functions' counts (None: metrics off)."""
         self._shards = max(1, shards)
         self._chunk_tasks = max(1, chunk_tasks)
-        self._config_mtime = os.stat(config_path).st_mtime
-        self._config = load_config(config_path)
+        self._config = self._config_file.current()
         self._readers: dict[str, BinlogReader] = {}
         self._history = HistoryStore(store_path(self._config.checkpoint_dir))
         self._manifests = _manifests(self._config)
@@ -154,14 +152,13 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def _current(self) -> RuntimeConfig:
         """The configuration as the runtime last wrote it (sources come and go in a cluster)."""
-        mtime = os.stat(self._config_path).st_mtime
-        if mtime != self._config_mtime:
-            self._config = load_config(self._config_path)
-            self._config_mtime = mtime
-            self._manifests = _manifests(self._config)
-            for name in set(self._readers) - {b.spec.name for b in self._config.sources}:
+        config = self._config_file.current()
+        if config is not self._config:
+            self._config = config
+            self._manifests = _manifests(config)
+            for name in set(self._readers) - {b.spec.name for b in config.sources}:
                 self._readers.pop(name).close()
-        return self._config
+        return config
 
     def _reader(self, binding: SourceBinding) -> BinlogReader:
         reader = self._readers.get(binding.spec.name)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,14 @@ def test_what_runtimes_share_is_summed_and_sources_are_told_by_their_readers(
     assert not members["rt-3"].answered and "Connection refused" in (members["rt-3"].problem or "")
     assert members["rt-4"].problem == "serves no API (started with --api off)"
     assert cluster.functions == {"orders": "1.1"}
+
+
+def test_only_named_counts_are_summed_and_each_is_a_number_of_its_state() -> None:
+    from dbus_spark.api.cluster import _COUNTS
+
+    for state, names in _COUNTS.items():
+        types = {f.name: f.type for f in fields(state)}
+        assert {types[name] for name in names} <= {"int", "float"}, state.__name__
 
 
 class _Fixed:

@@ -116,6 +116,17 @@ def test_a_batch_without_a_report_still_counts_its_phases(tmp_path: Path) -> Non
     assert samples[("dbus_batch_phase_seconds_count", (("phase", "wal_commit"),))] == 1
 
 
+def test_the_configuration_is_parsed_once_however_often_it_is_shown(
+    tmp_path: Path, config_reads: list[Path]
+) -> None:
+    metrics = _attached(tmp_path, tmp_path / "reports", sources=("shop",))
+    for _ in range(3):
+        state = metrics.state()
+        assert state is not None and [s.name for s in state.sources] == ["shop"]
+        _samples(metrics)
+    assert config_reads == [tmp_path / "config.json"]
+
+
 def test_labels_never_carry_positions_or_keys(tmp_path: Path) -> None:
     metrics = _attached(tmp_path, tmp_path / "reports")
     metrics.record_batch(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +13,7 @@ from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
 from dbus_spark.cluster import HANDOFF_MARGIN, handoff_seconds
-from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
+from dbus_spark.config import ConfigFile, RuntimeConfig, WriteFencing, load_config
 from dbus_spark.settings import runtime_config
 
 ORDERS = str(Path(__file__).resolve().parents[3] / "functions" / "orders")
@@ -49,6 +50,19 @@ def test_the_config_file_round_trips_and_is_private(tmp_path: Path) -> None:
     path = config.save(tmp_path / "runtime.json")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert load_config(path) == config
+
+
+def test_the_config_file_is_parsed_again_only_when_it_changed(
+    tmp_path: Path, config_reads: list[Path]
+) -> None:
+    path = _config().save(tmp_path / "runtime.json")
+    file = ConfigFile(path)
+    first = file.current()
+    assert file.current() is first and config_reads == [path]
+    _config(trigger=5.0).save(path)
+    os.utime(path, ns=(1, 1))  # a new mtime, whatever the clock's resolution
+    assert file.current().trigger_seconds == 5.0 and len(config_reads) == 2
+    assert file.current().trigger_seconds == 5.0 and len(config_reads) == 2
 
 
 def test_a_position_start_round_trips(tmp_path: Path) -> None:

@@ -3,13 +3,18 @@ folders, zipped once per change, unpacked once per executor, never by path."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import pickle
+import zipfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dbus_fn.bundle import build_bundle, unpack, zip_files
 from dbus_fn.capture import SourceSpec
 from dbus_fn.errors import BundleError
 from dbus_spark import shipment as shipping
@@ -58,6 +63,16 @@ def test_a_shipment_is_made_once_until_a_file_changes(tmp_path: Path, orders: Pa
     assert changed.folders[0].content_hash != folder.content_hash
 
 
+def test_a_changed_configuration_is_a_new_shipment(tmp_path: Path, orders: Path) -> None:
+    shipper = Shipper()
+    first = shipper.ship(_config(tmp_path, orders))
+    changed = shipper.ship(replace(_config(tmp_path, orders), trigger_seconds=5.0))
+    assert changed.key != first.key
+    assert json.loads(changed.config)["trigger_seconds"] == 5.0
+    assert changed.folders == first.folders
+    assert shipper.ship(_config(tmp_path, orders)).key == first.key
+
+
 def test_an_executor_unpacks_the_folders_into_its_own_cache(
     tmp_path: Path, orders: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -86,3 +101,17 @@ def test_a_folder_too_big_to_ship_names_the_fix(
     with pytest.raises(BundleError) as caught:
         Shipper().ship(_config(tmp_path, orders))
     assert "keep data files out of it" in str(caught.value)
+
+
+def test_a_shipped_folder_is_zipped_as_its_bundle_is(tmp_path: Path, orders: Path) -> None:
+    (folder,) = Shipper().ship(_config(tmp_path, orders)).folders
+    bundle = build_bundle(orders)
+    assert folder.content_hash == bundle.content_hash
+    assert unpack(folder.data) == unpack(bundle.data)
+    assert _entries(folder.data) == _entries(bundle.data)
+    assert folder.data == zip_files(unpack(bundle.data), compresslevel=6)
+
+
+def _entries(data: bytes) -> list[tuple[str, tuple[int, ...], int, int]]:
+    infos = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    return [(i.filename, i.date_time, i.external_attr, i.compress_type) for i in infos]

@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import TypeVar
 
 from kazoo.client import KazooClient
@@ -254,13 +254,20 @@ def _sum_topology(per_runtime: Iterable[TopologyState]) -> TopologyState:
 
 _Counted = TypeVar("_Counted", DeploymentState, FunctionState, SinkState)
 
+_COUNTS: dict[type, tuple[str, ...]] = {
+    DeploymentState: ("events", "delivered", "filtered", "dead_letters", "held", "snapshot_rows"),
+    FunctionState: ("calls", "filtered", "dead_letters", "timeouts", "seconds"),
+    SinkState: ("retries", "errors", "in_flight"),
+}
+"""The fields of each state summed over a cluster's runtimes. Named rather than found
+by type, so that a number added later (a ratio, a timestamp) is summed only when
+it is added here."""
+
 
 def _add_counts(total: _Counted, more: _Counted) -> None:
-    """Add ``more``'s counts (its int and float fields) to ``total``'s."""
-    for field in fields(total):
-        value = getattr(more, field.name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            setattr(total, field.name, getattr(total, field.name) + value)
+    """Add ``more``'s counts (``_COUNTS`` of its class) to ``total``'s."""
+    for name in _COUNTS[type(total)]:
+        setattr(total, name, getattr(total, name) + getattr(more, name))
 
 
 def _pad(values: list[int], width: int) -> list[int]:

@@ -28,7 +28,7 @@ from dbus_fn.capture import BinlogReader, SourceSpec, position_from_json, replic
 from dbus_fn.errors import DbusError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.registry import load_deployment
-from dbus_spark.config import RuntimeConfig, load_config
+from dbus_spark.config import ConfigFile, RuntimeConfig
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.metrics.families import DEPLOYMENT_COUNTERS, families
 from dbus_spark.metrics.live import read_functions, read_sinks
@@ -70,7 +70,7 @@ class RuntimeMetrics:
     """Everything ``/metrics`` shows of one runtime (alone or a cluster member)."""
 
     def __init__(self, *, runtime_id: str = "") -> None:
-        self.config_path: Path | None = None
+        self._config_file: ConfigFile | None = None
         self.reports: Path | None = None
         self.runtime_id = runtime_id
         self.started = time.time()
@@ -121,7 +121,7 @@ class RuntimeMetrics:
         """Follow the runtime whose configuration is at ``config_path``; ``positions``:
         where its checkpoint stands (before its first batch); ``reports``: where its
         batches and sinks report (see ``reports`` and ``live``)."""
-        self.config_path = config_path
+        self._config_file = ConfigFile(config_path)
         self.reports = reports
         with self._lock:
             for source, position in positions.items():
@@ -185,10 +185,10 @@ class RuntimeMetrics:
         return moved
 
     def _config(self) -> RuntimeConfig | None:
-        if self.config_path is None:
+        if self._config_file is None:
             return None
         try:
-            return load_config(self.config_path)
+            return self._config_file.current()
         except DbusError:
             return None
 
