@@ -122,15 +122,18 @@ class TopicCount:
         self._consumer = kafka_consumer(bootstrap)
 
     def __call__(self, topic: str) -> int:
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaException, TopicPartition
 
         topics = self._consumer.list_topics(topic, timeout=10).topics
         if topic not in topics or topics[topic].error is not None:
             return 0
-        return sum(
-            self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in topics[topic].partitions
-        )
+        try:
+            return sum(
+                self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in topics[topic].partitions
+            )
+        except KafkaException:  # a topic just made, whose leader is not elected yet
+            return 0
 
     def seconds_until(
         self,
@@ -185,7 +188,11 @@ class PeakMemory:
     def _sample(self) -> None:
         while not self._done.is_set():
             now = dict.fromkeys(self.peaks, 0.0)
-            for process in self._processes():
+            try:
+                processes = list(self._processes())
+            except psutil.Error:  # one ended while the list was made: sample again
+                continue
+            for process in processes:
                 try:
                     memory = process.memory_full_info()
                     name = process.name()
