@@ -367,11 +367,13 @@ def main() -> None:
         sys.exit(f"bench_peers: {exc}")
     finally:
         bench.close()
-    print(
-        f"\n{args.rows:,} rows per table; latency runs of {args.seconds:g} s; "
+    ran = [
+        *([] if "throughput" in args.skip else [f"{args.rows:,} rows per table"]),
+        *([] if "latency" in args.skip else [f"latency runs of {args.seconds:g} s"]),
         f"{psutil.cpu_count()} cores, load average {began_load:.1f} at the start, "
-        f"{os.getloadavg()[0]:.1f} at the end"
-    )
+        f"{os.getloadavg()[0]:.1f} at the end",
+    ]
+    print("\n" + "; ".join(ran))
     print(render(list(bench.metrics.values()), engines))
 
 

@@ -224,17 +224,23 @@ class ConnectWorker:
                 stderr=subprocess.STDOUT,
                 cwd=folder,
             )
-        deadline = time.monotonic() + 120
+        try:
+            self._wait_ready()
+        except BaseException:  # the caller gets no worker to close: close it here
+            self.close()
+            raise
+
+    def _wait_ready(self, within: float = 120) -> None:
+        deadline = time.monotonic() + within
         while True:
             try:
                 # Jetty answers 404 until the worker's resources are in place.
                 self.call("GET", "/connectors")
                 return
-            except (urllib.error.URLError, ConnectionError, PeerRequestError):
+            except (OSError, PeerRequestError):
                 if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.close()
                     raise PeerUnavailableError(
-                        f"the Kafka Connect worker did not start; see {folder / 'connect.log'}"
+                        f"the Kafka Connect worker did not start; see {self.folder / 'connect.log'}"
                     ) from None
                 time.sleep(0.3)
 
