@@ -50,9 +50,14 @@ def master(cursor: Any) -> BinlogPosition:
 def write(cursor: Any, create: str, fill: str, rows: int) -> tuple[BinlogPosition, BinlogPosition]:
     cursor.execute(create)
     start = master(cursor)
+    fill_rows(cursor, fill, rows)
+    return start, master(cursor)
+
+
+def fill_rows(cursor: Any, fill: str, rows: int) -> None:
+    """Rows 1 to ``rows`` by ``fill``, 10,000 to a transaction."""
     for first in range(1, rows + 1, 10_000):
         cursor.execute(fill.format(first=first, last=min(first + 9_999, rows)))
-    return start, master(cursor)
 
 
 def bare(

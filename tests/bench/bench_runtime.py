@@ -20,6 +20,7 @@ In one run, on the same binlog of 20-column rows:
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import textwrap
@@ -36,7 +37,7 @@ import pymysql
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_capture import WIDE, WIDE_FILL, bare, master
-from support import kafka_consumer
+from measures import PeakMemory, SteadyLoad, steady_load
 
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec, replica_id_for
@@ -50,25 +51,30 @@ WARM = WIDE.replace("CREATE TABLE wide", "CREATE TABLE warm")
 WARM_FILL = WIDE_FILL.replace("INSERT INTO wide", "INSERT INTO warm")
 
 
-def deployment(folder: Path, database: str, destination: str) -> Path:
+def deployment(folder: Path, database: str, destination: str, tables: str = "*") -> Path:
+    """A deployment that sends every change of ``database.tables`` to ``destination``."""
     folder.mkdir(parents=True)
     (folder / "bench.py").write_text(
         textwrap.dedent(
             f"""
             import dbus_fn as fn
 
-            @fn.filter(tables="{database}.*")
+            @fn.filter(tables="{database}.{tables}")
             def keep(event: fn.RowChange) -> bool:
                 return True
 
-            @fn.route(tables="{database}.*")
+            @fn.route(tables="{database}.{tables}")
             def there(event: fn.RowChange) -> str:
                 return "{destination}"
             """
         )
     )
+    # The stream is measured, not a bootstrap: with the default (initial = "snapshot")
+    # a runtime started at "latest" would first send the tables' rows, whose keys the
+    # latency run would take for its own.
     (folder / "dbus.toml").write_text(
-        f'name = "bench"\nversion = "1"\nmodule = "bench.py"\ntables = ["{database}.*"]\n'
+        f'name = "bench"\nversion = "1"\nmodule = "bench.py"\ntables = ["{database}.{tables}"]\n'
+        'initial = "none"\n'
     )
     return folder
 
@@ -80,18 +86,19 @@ def config(
     destination: str,
     begin: BinlogPosition | str,
     shards: int = 0,
+    tables: str = "*",
 ) -> RuntimeConfig:
     local = endpoints()
     run = uuid.uuid4().hex[:8]
     return RuntimeConfig(
         sources=(
             SourceBinding(
-                SourceSpec("bench", dsn, (f"{database}.*",)),
+                SourceSpec("bench", dsn, (f"{database}.{tables}",)),
                 replica_id=replica_id_for(f"bench/runtime/{run}"),
                 start=begin,
             ),
         ),
-        deployments=(str(deployment(work / run / "fn", database, destination)),),
+        deployments=(str(deployment(work / run / "fn", database, destination, tables)),),
         kafka_bootstrap=local.kafka.bootstrap_servers,
         elasticsearch_url=local.elasticsearch.url,
         checkpoint_dir=str(work / run / "checkpoint"),
@@ -169,49 +176,23 @@ class Scraper:
 
 
 def latency(spark: Any, cfg: RuntimeConfig, dsn_settings: dict[str, Any], database: str,
-            topic: str, rate: int, seconds: float) -> list[float]:  # fmt: skip
-    """Milliseconds from COMMIT (client side, after it returned) to the message in Kafka."""
+            topic: str, rate: int, seconds: float) -> SteadyLoad:  # fmt: skip
+    """COMMIT → readable in Kafka while a warm runtime carries ``rate`` rows/s."""
     query = start(cfg, spark=spark)
-    committed: dict[bytes, float] = {}
-    received: dict[bytes, float] = {}
-    consumer = kafka_consumer(
-        cfg.kafka_bootstrap, {"auto.offset.reset": "earliest", "fetch.wait.max.ms": 10}
-    )
-    consumer.subscribe([topic])
-    stop = threading.Event()
-
-    def consume() -> None:
-        while not stop.is_set():
-            msg = consumer.poll(0.05)
-            if msg is not None and not msg.error():
-                received.setdefault(msg.key(), time.monotonic())
-
-    reader = threading.Thread(target=consume, daemon=True)
-    reader.start()
     try:
         while query.lastProgress is None:
             time.sleep(0.2)
-        conn = pymysql.connect(**dsn_settings, database=database, autocommit=True)
-        with conn.cursor() as cur:
-            began = time.monotonic()
-            for n in range(int(rate * seconds)):
-                due = began + n / rate
-                pause = due - time.monotonic()
-                if pause > 0:
-                    time.sleep(pause)
-                cur.execute("INSERT INTO pulse (id, v) VALUES (%s, %s)", (n, "x"))
-                committed[f"[{n}]".encode()] = time.monotonic()
-        conn.close()
-        deadline = time.monotonic() + 60
-        while len(received) < len(committed) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        load = steady_load(cfg.kafka_bootstrap, dsn_settings, database, "pulse", topic,
+                           rate, seconds, runtime_row_id)  # fmt: skip
     finally:
-        stop.set()
-        reader.join()
-        consumer.close()
         query.stop()
     print_phases(query)
-    return sorted((received[k] - t) * 1000 for k, t in committed.items() if k in received)
+    return load
+
+
+def runtime_row_id(key: bytes) -> int:
+    """The id of a row from the key of the runtime's message (its primary key, ``[id]``)."""
+    return int(json.loads(key)[0])
 
 
 def print_phases(query: Any) -> None:
@@ -228,46 +209,14 @@ def print_phases(query: Any) -> None:
 
 
 def peak_rss_during(spark: Any, cfg: RuntimeConfig, rows: int) -> dict[str, float]:
-    """Peak memory (MiB) of the driver JVM and of the Python workers during the run.
-
-    RSS sums count a page once per process that maps it, and Spark's Python
-    workers are forked from daemons, so they share most of their pages; PSS
-    (proportional set size) splits each shared page among its sharers, so the
-    PSS sum is the memory the runtime really holds.
-    """
-    me = psutil.Process()
-    peaks = dict.fromkeys(("jvm", "python_rss", "python_pss", "total_pss"), 0.0)
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            now = dict.fromkeys(peaks, 0.0)
-            for child in me.children(recursive=True):
-                try:
-                    memory = child.memory_full_info()
-                    name = child.name()
-                except psutil.Error:
-                    continue
-                if "java" in name:
-                    now["jvm"] += memory.rss / 2**20
-                else:
-                    now["python_rss"] += memory.rss / 2**20
-                    now["python_pss"] += memory.pss / 2**20
-                now["total_pss"] += memory.pss / 2**20
-            for key, value in now.items():
-                peaks[key] = max(peaks[key], value)
-            time.sleep(0.2)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    query = start(cfg, spark=spark)
-    try:
-        _wait(query, rows)
-    finally:
-        query.stop()
-        done.set()
-        sampler.join()
-    return peaks
+    """Peak memory (MiB) of the driver JVM and of the Python workers during the run."""
+    with PeakMemory(lambda: psutil.Process().children(recursive=True)) as memory:
+        query = start(cfg, spark=spark)
+        try:
+            _wait(query, rows)
+        finally:
+            query.stop()
+    return memory.peaks
 
 
 def main() -> None:
@@ -350,13 +299,8 @@ def main() -> None:
             cur.execute("CREATE TABLE pulse (id INT PRIMARY KEY, v VARCHAR(8))")
             topic = f"bench-{uuid.uuid4().hex[:8]}"
             cfg = config(work, dsn, database, f"kafka://{topic}", "latest", args.decode_shards)
-            lat = latency(spark, cfg, settings, database, topic, args.rate, args.seconds)
-            p50 = statistics.median(lat)
-            p99 = lat[int(len(lat) * 0.99) - 1]
-            print(
-                f"latency COMMIT → Kafka at {args.rate} rows/s: p50 {p50:.0f} ms, "
-                f"p99 {p99:.0f} ms ({len(lat)} rows)"
-            )
+            load = latency(spark, cfg, settings, database, topic, args.rate, args.seconds)
+            print(f"latency COMMIT → Kafka at {args.rate} rows/s: {load.describe()}")
         if "big" not in args.skip:
             cur.execute("CREATE TABLE big (id INT PRIMARY KEY, a VARCHAR(32), b BIGINT, c DOUBLE)")
             before = master(cur)

@@ -1,0 +1,217 @@
+"""The measurements the runtime benches share: COMMIT→Kafka latency under a steady
+insert rate, messages counted in a topic, and peak memory of a process tree."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+import pymysql
+from support import kafka_consumer
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The value ``fraction`` of the way up ``ordered`` (nearest rank, as the benches
+    have always reported p99: ``ordered[int(len * 0.99) - 1]``)."""
+    if not ordered:
+        raise ValueError("no values")
+    return ordered[max(int(len(ordered) * fraction) - 1, 0)]
+
+
+@dataclass(frozen=True, slots=True)
+class SteadyLoad:
+    """What one steady-rate run measured: milliseconds from each row's COMMIT
+    (client side, after it returned) to its message being readable in Kafka."""
+
+    latencies_ms: list[float]
+    committed: int
+    achieved_rate: float
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.latencies_ms, 0.5)
+
+    @property
+    def p99(self) -> float:
+        return percentile(self.latencies_ms, 0.99)
+
+    def describe(self) -> str:
+        return (
+            f"p50 {self.p50:.0f} ms, p99 {self.p99:.0f} ms "
+            f"({len(self.latencies_ms)} of {self.committed} rows, "
+            f"inserted at {self.achieved_rate:,.0f} rows/s)"
+        )
+
+
+def steady_load(
+    bootstrap: str,
+    dsn_settings: dict[str, Any],
+    database: str,
+    table: str,
+    topic: str,
+    rate: int,
+    seconds: float,
+    row_id: Callable[[bytes], int],
+    writers: int = 0,
+) -> SteadyLoad:
+    """Insert ``rate`` rows/s into ``table`` (``id INT PRIMARY KEY, v VARCHAR``), one
+    row per transaction, ids from 0, while a consumer of ``topic`` notes when each
+    row's message arrives (``row_id`` reads the row's id from a message key).
+
+    One connection waits for each COMMIT to be made durable (about 700 a second
+    here), so ``writers`` connections (default: one per 200 rows/s) take turns on
+    one schedule, and the server commits them in groups.
+    """
+    committed: dict[int, float] = {}
+    received: dict[int, float] = {}
+    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest", "fetch.wait.max.ms": 10})
+    consumer.subscribe([topic])
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            msg = consumer.poll(0.05)
+            if msg is not None and not msg.error() and msg.key() is not None:
+                received.setdefault(row_id(msg.key()), time.monotonic())
+
+    total = int(rate * seconds)
+    writers = writers or -(-rate // 200)
+    began = time.monotonic() + 0.5  # every writer connected
+
+    def write(first: int) -> None:
+        conn = pymysql.connect(**dsn_settings, database=database, autocommit=True)
+        with conn.cursor() as cur:
+            for n in range(first, total, writers):
+                pause = began + n / rate - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+                cur.execute(f"INSERT INTO {table} (id, v) VALUES (%s, %s)", (n, "x"))
+                committed[n] = time.monotonic()
+        conn.close()
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    try:
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        achieved = len(committed) / (max(committed.values()) - began)
+        deadline = time.monotonic() + 60
+        while any(n not in received for n in committed) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        reader.join()
+        consumer.close()
+    latencies = sorted((received[n] - t) * 1000 for n, t in committed.items() if n in received)
+    return SteadyLoad(latencies, len(committed), achieved)
+
+
+class TopicCount:
+    """Messages readable in Kafka topics: the sum of their partitions' high watermarks
+    (the writers measured here are idempotent, not transactional, so every offset
+    below the watermark is one message)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._consumer = kafka_consumer(bootstrap)
+
+    def __call__(self, topic: str) -> int:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        topics = self._consumer.list_topics(topic, timeout=10).topics
+        if topic not in topics or topics[topic].error is not None:
+            return 0
+        try:
+            return sum(
+                self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in topics[topic].partitions
+            )
+        except KafkaException:  # a topic just made, whose leader is not elected yet
+            return 0
+
+    def seconds_until(
+        self,
+        topic: str,
+        count: int,
+        began: float,
+        failure: Callable[[], str | None] = lambda: None,
+        timeout: float = 1800,
+    ) -> float:
+        """Seconds from ``began`` (``time.monotonic()``) until ``topic`` holds ``count``
+        messages; ``failure()``, asked every second, says why the writer stopped."""
+        deadline = time.monotonic() + timeout
+        asked = time.monotonic()
+        while (now := self(topic)) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: {now} of {count} messages in {timeout:g} s")
+            if time.monotonic() - asked > 1:
+                asked = time.monotonic()
+                if (why := failure()) is not None:
+                    raise RuntimeError(f"{topic}: {now} of {count} messages, then: {why}")
+            time.sleep(0.05)
+        return time.monotonic() - began
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class PeakMemory:
+    """Peak memory (MiB) of a set of processes, sampled every 0.2 s in a thread.
+
+    RSS sums count a page once per process that maps it, and Spark's Python workers
+    are forked from daemons, so they share most of their pages; PSS (proportional
+    set size) splits each shared page among its sharers, so the PSS sum is the
+    memory the processes really hold. Peaks: ``jvm`` (RSS of Java processes),
+    ``python_rss`` and ``python_pss`` (the others), ``total_pss``.
+    """
+
+    def __init__(self, processes: Callable[[], Iterable[psutil.Process]]) -> None:
+        self._processes = processes
+        self.peaks = dict.fromkeys(("jvm", "python_rss", "python_pss", "total_pss"), 0.0)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            now = dict.fromkeys(self.peaks, 0.0)
+            try:
+                processes = list(self._processes())
+            except psutil.Error:  # one ended while the list was made: sample again
+                continue
+            for process in processes:
+                try:
+                    memory = process.memory_full_info()
+                    name = process.name()
+                except psutil.Error:
+                    continue
+                if "java" in name:
+                    now["jvm"] += memory.rss / 2**20
+                else:
+                    now["python_rss"] += memory.rss / 2**20
+                    now["python_pss"] += memory.pss / 2**20
+                now["total_pss"] += memory.pss / 2**20
+            for key, value in now.items():
+                self.peaks[key] = max(self.peaks[key], value)
+            self._done.wait(0.2)
+
+
+def tree(root: psutil.Process) -> list[psutil.Process]:
+    """``root`` and every process under it (those that are gone are left out)."""
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
