@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ import pymysql
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_capture import WIDE, WIDE_FILL, bare, master
-from measures import PeakMemory, SteadyLoad, steady_load
+from measures import PeakMemory, SteadyLoad, TopicCount, steady_load
 
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec, replica_id_for
@@ -106,24 +107,54 @@ def config(
     )
 
 
-def _processed(query: Any, since: int = 0) -> int:
-    if query.exception() is not None:
-        raise RuntimeError(str(query.exception()))
-    return sum(p["numInputRows"] for p in query.recentProgress if p["batchId"] >= since)
+def _failure(query: Any) -> str | None:
+    error = query.exception()
+    return None if error is None else str(error).splitlines()[0]
 
 
-def _wait(query: Any, rows: int, since: int = 0, timeout: float = 1800) -> None:
-    deadline = time.monotonic() + timeout
-    while _processed(query, since) < rows:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"only {_processed(query, since)} of {rows} rows in {timeout}s")
-        time.sleep(0.2)
+def _delivered(cfg: RuntimeConfig) -> Callable[[], int]:
+    """How many records the runtime's one destination holds now (Kafka messages, or
+    Elasticsearch documents). Spark's input rows no longer say it: an open read
+    delivers as it reads and hands Spark only its counters."""
+    destination = _destination(cfg)
+    if destination.startswith("kafka://"):
+        count = TopicCount(cfg.kafka_bootstrap)
+        return lambda: count(destination.removeprefix("kafka://"))
+    index = destination.removeprefix("es://")
+
+    def documents() -> int:
+        url = f"{cfg.elasticsearch_url}/{index}/_count"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                return int(json.loads(answer.read())["count"])
+        except OSError:  # not made yet
+            return 0
+
+    return documents
+
+
+def _destination(cfg: RuntimeConfig) -> str:
+    text = (Path(cfg.deployments[0]) / "bench.py").read_text()
+    return text.split('return "')[1].split('"')[0]
+
+
+def _wait(query: Any, delivered: Callable[[], int], count: int, timeout: float = 1800) -> float:
+    """Seconds until ``delivered()`` reaches ``count``; the query's error if it fails."""
+    began = time.monotonic()
+    while delivered() < count:
+        if (why := _failure(query)) is not None:
+            raise RuntimeError(why)
+        if time.monotonic() - began > timeout:
+            raise RuntimeError(f"only {delivered()} of {count} records in {timeout}s")
+        time.sleep(0.05)
+    return time.monotonic() - began
 
 
 def steady_rows_per_second(
     spark: Any, cfg: RuntimeConfig, cursor: Any, rows: int, *, metrics: bool = False
 ) -> float:
-    """Rows/s of a warm runtime: busy time of the micro-batches that carry ``rows`` new rows.
+    """Rows/s of a warm runtime: ``rows`` new rows over the time from the start of
+    their writing until the destination holds them all.
 
     The first micro-batch starts the Python workers and loads the functions
     (seconds, once per runtime); a warm-up batch takes that cost, as a long-running
@@ -133,17 +164,17 @@ def steady_rows_per_second(
     watched = RuntimeMetrics() if metrics else None
     query = start(cfg, spark=spark, metrics=watched)
     scraper = None if watched is None else Scraper(watched)
+    delivered = _delivered(cfg)
     try:
         cursor.execute(WARM_FILL.format(first=1, last=1000))
-        _wait(query, 1000)
-        since = query.lastProgress["batchId"] + 1
+        _wait(query, delivered, 1000)
+        began = time.monotonic()
         for first in range(1, rows + 1, 10_000):
             cursor.execute(WIDE_FILL.format(first=first, last=min(first + 9_999, rows)))
-        _wait(query, rows, since)
-        # Each batch also carries one counters row per task: count changes only.
-        batches = [p for p in query.recentProgress if p["batchId"] >= since]
-        busy_ms = sum(p["durationMs"]["triggerExecution"] for p in batches)
-        return rows / (busy_ms / 1000)
+        # Kafka keeps every message; an index keeps one document per key, and the
+        # warm-up's keys are among the measured rows'.
+        _wait(query, delivered, 1000 + rows if _destination(cfg).startswith("kafka") else rows)
+        return rows / (time.monotonic() - began)
     finally:
         query.stop()
         if scraper is not None:
@@ -180,8 +211,14 @@ def latency(spark: Any, cfg: RuntimeConfig, dsn_settings: dict[str, Any], databa
     """COMMIT → readable in Kafka while a warm runtime carries ``rate`` rows/s."""
     query = start(cfg, spark=spark)
     try:
-        while query.lastProgress is None:
-            time.sleep(0.2)
+        # Warm: one row through and its batch committed first (the first batch starts
+        # the Python workers of the read, the write and the commit).
+        with pymysql.connect(**dsn_settings, database=database, autocommit=True) as conn:
+            conn.cursor().execute("INSERT INTO pulse (id, v) VALUES (-1, 'warm')")
+        _wait(query, _delivered(cfg), 1)
+        batches = len(query.recentProgress)
+        while len(query.recentProgress) == batches and _failure(query) is None:
+            time.sleep(0.05)
         load = steady_load(cfg.kafka_bootstrap, dsn_settings, database, "pulse", topic,
                            rate, seconds, runtime_row_id)  # fmt: skip
     finally:
@@ -213,7 +250,7 @@ def peak_rss_during(spark: Any, cfg: RuntimeConfig, rows: int) -> dict[str, floa
     with PeakMemory(lambda: psutil.Process().children(recursive=True)) as memory:
         query = start(cfg, spark=spark)
         try:
-            _wait(query, rows)
+            _wait(query, _delivered(cfg), rows)
         finally:
             query.stop()
     return memory.peaks
