@@ -67,6 +67,7 @@ from dbus_fn.capture._chunks import (
 )
 from dbus_fn.capture._dsn import ConnectionSettings, SourceSpec, parse_dsn, redact_dsn
 from dbus_fn.capture._positions import (
+    coordinates,
     parse_gtid,
     parse_gtid_state,
     parse_position,
@@ -91,6 +92,7 @@ __all__ = [
     "SourceSpec",
     "SourceStore",
     "chunked_table",
+    "coordinates",
     "key_from_json",
     "key_to_json",
     "next_boundary",

@@ -386,6 +386,7 @@ class BinlogReader:
         stop: BinlogPosition | None = None,
         idle_timeout: float | None = None,
         shard: Shard | None = None,
+        until: float | None = None,
     ) -> Iterator[CaptureItem]:
         """Items strictly after ``start`` (a transaction boundary), in commit order.
 
@@ -394,7 +395,10 @@ class BinlogReader:
 
         Stops after the ``TransactionCommit`` that reaches ``stop``, or once
         ``idle_timeout`` seconds pass without a change to the source's tables
-        (commits of other tables still come, to move positions on). Connection faults are
+        (commits of other tables still come, to move positions on). With ``until`` (a
+        ``time.monotonic()`` moment), reading goes on past ``stop`` until then, and
+        ends at the first transaction boundary (or idle heartbeat) after it: an *open
+        read*, which hands out changes as they are committed. Connection faults are
         retried with backoff from the last commit, without loss or duplicates;
         configuration, privilege and position errors are raised at once.
         """
@@ -432,7 +436,7 @@ class BinlogReader:
             progress = Progress(committed, replay_skip)
             try:
                 yield from ReadSession(
-                    self, info, progress, stop, idle_timeout, last_item, shard
+                    self, info, progress, stop, idle_timeout, last_item, shard, until
                 ).items()
                 return
             except StreamLost as exc:

@@ -70,6 +70,9 @@ ONLY_EVENTS = [
     HeartbeatLogEvent,
 ]
 # Errors that mean the connection went away, not that the request was wrong.
+# An open read asks the server for a heartbeat this often (seconds), so that it ends
+# close to its time when nothing is written.
+OPEN_READ_HEARTBEAT = 0.1
 DDL_WORDS = ("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD")
 
@@ -119,6 +122,7 @@ class ReadSession:
         idle_timeout: float | None,
         last_item: float,
         shard: Shard | None = None,
+        until: float | None = None,
     ) -> None:
         self.reader = reader
         self.info = info
@@ -127,6 +131,8 @@ class ReadSession:
         self.idle_timeout = idle_timeout
         self.last_item = last_item
         self.shard = shard
+        self.until = until
+        """Past ``stop``, read on until this ``time.monotonic()`` moment (None: stop there)."""
 
     def open_stream(self, resume: BinlogPosition, heartbeat: float) -> Any:
         made: list[bool] = []
@@ -176,6 +182,9 @@ class ReadSession:
         heartbeat = reader.heartbeat
         if idle_timeout is not None:
             heartbeat = max(0.05, min(heartbeat, idle_timeout / 4))
+        until = self.until
+        if until is not None:  # an idle server's heartbeat is the chance to end on time
+            heartbeat = min(heartbeat, OPEN_READ_HEARTBEAT)
         resume = progress.committed
         stream = self.open_stream(resume, heartbeat)
         source, server = reader.spec.name, info.identity
@@ -219,7 +228,10 @@ class ReadSession:
                     # `stop` may be where no transaction ends (a fresh binlog file after
                     # a rotation): the server's heartbeat says it has nothing more.
                     at = (file_sequence(event.ident or file)[1], end)
-                    if stop_at is not None and txn_gtid is None and not explicit and at >= stop_at:
+                    if (
+                        stop_at is not None and txn_gtid is None and not explicit
+                        and at >= stop_at and (until is None or now() >= until)
+                    ):  # fmt: skip
                         return
                     continue
                 if event_class is RotateEvent:
@@ -290,7 +302,11 @@ class ReadSession:
                     txn_start = end - packet.event_size
                     txn_rows = produced = 0
                     explicit = False
-                    if stop_at is not None and (file_sequence(file)[1], txn_start) >= stop_at:
+                    if (
+                        stop_at is not None
+                        and (file_sequence(file)[1], txn_start) >= stop_at
+                        and (until is None or now() >= until)
+                    ):
                         return  # a start by GTID alone can be at or past `stop`
                     continue
                 commit = event_class is XidEvent or event_class is XAPrepareEvent
@@ -338,7 +354,11 @@ class ReadSession:
                 txn_start = end
                 if rows_in_commit:  # commits of other tables are not activity
                     last_item = progress.last_item = now()
-                if stop_at is not None and coordinates(position) >= stop_at:
+                if (
+                    stop_at is not None
+                    and coordinates(position) >= stop_at
+                    and (until is None or now() >= until)
+                ):
                     return
         except BaseException as exc:
             # A stalled or broken connection must not be touched again; a reader

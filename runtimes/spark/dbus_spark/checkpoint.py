@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -78,6 +79,31 @@ def beside(checkpoint: str, suffix: str) -> Path:
 def local_folder(checkpoint: str) -> Path:
     """The driver-side folder that holds the runtime's own files."""
     return local_twin(checkpoint).parent
+
+
+def record_reached(checkpoint: str, reached: dict[str, dict[str, Any]]) -> None:
+    """Note, per source, the position an open read delivered up to (past its batch's
+    planned end). Called once the sinks acknowledged everything up to there, so the
+    next batch may start there without losing a change."""
+    path = beside(checkpoint, ".reached.json")
+    known = load_reached(checkpoint)
+    known.update(reached)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(json.dumps(known))
+    os.replace(partial, path)
+
+
+def load_reached(checkpoint: str) -> dict[str, dict[str, Any]]:
+    """Per source, where its last open read delivered up to ({} when none has)."""
+    try:
+        return dict(json.loads(beside(checkpoint, ".reached.json").read_text()))
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def forget_reached(checkpoint: str) -> None:
+    """A new checkpoint starts where it is told, whatever an old one reached."""
+    beside(checkpoint, ".reached.json").unlink(missing_ok=True)
 
 
 class _Files(Protocol):
@@ -223,9 +249,12 @@ __all__ = [
     "SparkLog",
     "beside",
     "committed_positions",
+    "forget_reached",
     "is_uri",
+    "load_reached",
     "local_folder",
     "local_twin",
     "pending_batch",
+    "record_reached",
     "resolve",
 ]

@@ -33,6 +33,9 @@ from dbus_spark import secrets
 
 StartPolicy = str | BinlogPosition  # "earliest" | "latest" | a position
 DEFAULT_CHUNK_ROWS = 10_000
+# A micro-batch costs Spark a few hundred milliseconds of planning and commits; a
+# reader that stays open this long past its planned end delivers in the meantime.
+DEFAULT_OPEN_READ_SECONDS = 2.0
 DEFAULT_API_ADDRESS = "127.0.0.1:9464"
 """Where a runtime serves its metrics unless told otherwise (see ``dbus_spark.api``)."""
 EXECUTOR_PYTHON_ENV = "DBUS_EXECUTOR_PYTHON"
@@ -138,6 +141,10 @@ class RuntimeConfig:
     """Set in a cluster member: Kafka writes are transactional and fenced."""
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     """Rows per chunk of a history read (see ``dbus_spark.history``)."""
+    open_read_seconds: float = DEFAULT_OPEN_READ_SECONDS
+    """How long a micro-batch's one reader of a source goes on past the batch's planned
+    end, handing out changes as they are committed (0: never); see
+    ``dbus_spark.source``."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def source(self, name: str) -> SourceBinding:
@@ -166,6 +173,7 @@ class RuntimeConfig:
             "decode_shards": self.decode_shards,
             "fencing": self.fencing.to_json() if self.fencing else None,
             "chunk_rows": self.chunk_rows,
+            "open_read_seconds": self.open_read_seconds,
             "extra": dict(self.extra),
         }
 
@@ -183,6 +191,7 @@ class RuntimeConfig:
             decode_shards=int(data.get("decode_shards", 0)),
             fencing=WriteFencing.from_json(data["fencing"]) if data.get("fencing") else None,
             chunk_rows=int(data.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
+            open_read_seconds=float(data.get("open_read_seconds", DEFAULT_OPEN_READ_SECONDS)),
             extra=data.get("extra", {}),
         )
 

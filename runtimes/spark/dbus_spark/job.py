@@ -25,7 +25,13 @@ from dbus_fn.capture import BinlogReader
 from dbus_fn.errors import ConfigError
 from dbus_fn.registry import load_deployment
 from dbus_spark import logs
-from dbus_spark.checkpoint import SparkLog, beside, committed_positions, is_uri
+from dbus_spark.checkpoint import (
+    SparkLog,
+    beside,
+    committed_positions,
+    forget_reached,
+    is_uri,
+)
 from dbus_spark.cluster import ClusterMember, PositionCommitter
 from dbus_spark.config import EXECUTOR_PYTHON_ENV, RuntimeConfig, default_decode_shards
 from dbus_spark.history import HistoryStore, store_path
@@ -237,6 +243,8 @@ def default_config_path(config: RuntimeConfig) -> Path:
 def _start_query(
     spark: SparkSession, config: RuntimeConfig, path: Path, metrics: RuntimeMetrics | None
 ) -> StreamingQuery:
+    if not SparkLog(config.checkpoint_dir, spark).started():
+        forget_reached(config.checkpoint_dir)
     cores = spark.sparkContext.defaultParallelism
     shards = config.decode_shards or default_decode_shards(cores)
     options = {"config": str(path)}

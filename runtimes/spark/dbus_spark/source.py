@@ -14,6 +14,16 @@ reading the whole range and keeping only the rows of its key shard
 are split; every key's changes stay in one task, in commit order, so per-key
 order in Kafka holds with no merge.
 
+A source one task reads (and no history merges with, and no fence holds) is read
+*open*: the task reads on past the planned end for ``open_read_seconds`` and writes
+each change to the sinks itself as it is committed (``SinkWriter``'s sinks, in the
+read task's worker), then hands Spark only its counters (``RecordType.DELIVERED``).
+Once the sinks acknowledged it all, the batch's commit notes how far the task got
+(``checkpoint.record_reached``) and the next batch starts there. A batch replayed
+after a crash reads from its planned start: at least once, as always, never less.
+A Spark micro-batch costs a few hundred milliseconds of planning and commits; an
+open read delivers in the meantime.
+
 The function stage runs inside the read (see ``dbus_spark.stage``): each output
 row is one encoded record (a CloudEvent in the Kafka binary binding and where it
 goes), sent to Spark as Arrow batches; the last row of a partition carries the
@@ -43,6 +53,7 @@ from pyspark.sql.types import StructType
 from dbus_fn.capture import (
     BinlogReader,
     Shard,
+    coordinates,
     position_from_json,
     position_to_json,
 )
@@ -55,6 +66,7 @@ from dbus_fn.events import (
     TransactionCommit,
 )
 from dbus_fn.manifest import Manifest, load_manifest
+from dbus_spark.checkpoint import load_reached
 from dbus_spark.config import ConfigFile, RuntimeConfig, SourceBinding, WriteFencing
 from dbus_spark.history import (
     Gate,
@@ -84,6 +96,7 @@ from dbus_spark.worker import (
     worker_reader,
     worker_stage,
 )
+from dbus_spark.writer import TaskReport, sink_settings, worker_sinks
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +290,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         config = self._current()
         shipment = self._shipper.ship(config)
         self._history.reload()
+        reached = load_reached(config.checkpoint_dir)
         moved = []
         for name, upto in end.items():
             begin = start.get(name)
@@ -287,6 +301,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 if binding is None or not isinstance(binding.start, BinlogPosition):
                     continue
                 begin = position_to_offset(binding.start, binding)
+            elif name in reached:
+                begin = _past_open_read(begin, upto, reached[name])
             if _moved(begin, upto):
                 moved.append((name, begin, upto))
         split = max(1, self._shards // max(1, len(moved)))
@@ -372,25 +388,51 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             batcher.add_hold(binding.epoch)
         gate = Gate.from_json(partition.gate) if partition.gate else None
         began = time.monotonic()
+        # Read open past the planned end when this task alone reads the source, no
+        # history merges with it and no fence holds its writes back: the task then
+        # writes to the sinks itself, as it reads.
+        open_read = (
+            config.open_read_seconds > 0
+            and shard.count == 1
+            and gate is None
+            and config.fencing is None
+        )
+        sinks = worker_sinks(sink_settings(config)) if open_read else None
+        if sinks is not None and self._reports is not None:
+            sinks.publisher.use(self._reports)
+        delivered = TaskReport(started=time.time())
+        planned_end = offset_to_position(partition.end)
+        reached = planned_end
         try:
             for item in reader.read(
                 offset_to_position(partition.start),
-                stop=offset_to_position(partition.end),
+                stop=planned_end,
                 shard=shard,
+                until=began + config.open_read_seconds if open_read else None,
             ):
                 if type(item) is RowChange:
                     for record in stage.process(item, counts, gate):
+                        if sinks is not None:
+                            sinks.deliver(record, partition.source, delivered)
+                            continue
                         batch = batcher.add(record)
                         if batch is not None:
                             yield batch
                 elif type(item) is TransactionCommit:
                     counts.last_commit[partition.source] = item.commit_time.timestamp()
+                    reached = item.position
                 elif isinstance(item, SchemaChange) and not shard.index:
                     counts.ddl += 1  # every shard sees it; count it once
         except BaseException:
             drop_reader(reader)  # the next attempt starts from a fresh connection
             raise
         counts.read_seconds = time.monotonic() - began
+        if sinks is not None:
+            # Acknowledged up to here: the next batch may start past it.
+            batcher.add_delivered(sinks.finish(delivered, began).counts())
+            if coordinates(reached) > coordinates(planned_end):
+                counts.reached[partition.source] = position_to_json(reached)
+                counts.positions[partition.source] = str(reached)
         batcher.add_stats(counts)
         last = batcher.flush()
         if last is not None:
@@ -417,6 +459,20 @@ def _same_positions(start: dict[str, Any], end: dict[str, Any]) -> bool:
     return all(
         not _moved(start[name], end[name]) and hold(start[name]) == hold(end[name]) for name in end
     )
+
+
+def _past_open_read(
+    begin: dict[str, Any], upto: dict[str, Any], reached: dict[str, Any]
+) -> dict[str, Any]:
+    """Where a range really starts: past what an open read already delivered beyond
+    ``begin`` (up to ``upto`` at most; all of it delivered reads nothing)."""
+    delivered = coordinates(position_from_json(reached))
+    if delivered <= coordinates(position_from_json(begin)):
+        return begin
+    if delivered >= coordinates(position_from_json(upto)):
+        return upto
+    kept = {key: value for key, value in begin.items() if key not in ("file", "pos", "gtid")}
+    return {**kept, **reached}
 
 
 def _span(start: dict[str, Any], end: dict[str, Any]) -> float:

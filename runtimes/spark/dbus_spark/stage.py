@@ -94,6 +94,9 @@ class StageCounts:
     """The history chunks read (``history.ChunkDone`` as JSON)."""
     replays: list[dict[str, Any]] = field(default_factory=list)
     """The replay parts read: where each stopped, how many rows."""
+    reached: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per source read open past its planned end, the position (as JSON) it delivered
+    up to (see ``dbus_spark.source``)."""
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_dict()).encode()
@@ -117,6 +120,7 @@ class StageCounts:
             "snapshot_rows": self.snapshot_rows,
             "chunks": self.chunks,
             "replays": self.replays,
+            "reached": self.reached,
         }
 
     def add_json(self, data: bytes) -> None:
@@ -142,6 +146,7 @@ class StageCounts:
             snapshot_rows=Counter(counts.get("snapshot_rows", {})),
             chunks=counts.get("chunks", []),
             replays=counts.get("replays", []),
+            reached=counts.get("reached", {}),
         )
 
     def add(self, other: StageCounts) -> None:
@@ -164,6 +169,7 @@ class StageCounts:
         self.snapshot_rows.update(other.snapshot_rows)
         self.chunks += other.chunks
         self.replays += other.replays
+        self.reached.update(other.reached)
 
 
 class FunctionStage:

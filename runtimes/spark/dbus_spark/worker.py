@@ -142,6 +142,10 @@ class Batcher:
     def add_stats(self, counts: StageCounts) -> None:
         self._add_marker(RecordType.STATS, counts.to_json())
 
+    def add_delivered(self, counts: dict[str, Any]) -> None:
+        """What the read task's own sinks delivered (``TaskReport.counts``)."""
+        self._add_marker(RecordType.DELIVERED, json.dumps(counts).encode())
+
     def add_hold(self, epoch: int) -> None:
         """First row of a cluster member's partition: the epoch its source was read
         at, which the writer's Kafka transactions are fenced by."""

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -29,6 +30,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from dbus_fn.coordination import HoldCheck
+from dbus_spark.checkpoint import record_reached
 from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.history import ChunkDone, HistoryStore, progress_text, store_path
 from dbus_spark.logs import FIELDS, runtime_logger
@@ -37,7 +39,7 @@ from dbus_spark.metrics.reports import write_report
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
-from dbus_spark.stage import StageCounts, refusal_dead_letter
+from dbus_spark.stage import StageCounts, StageRecord, refusal_dead_letter
 
 # commit() runs in a Spark-managed Python process with no logging set up;
 # batch metrics must still reach the runtime's log (its stderr).
@@ -58,6 +60,26 @@ class TaskReport(WriterCommitMessage):  # type: ignore[misc]
     """Epoch seconds the task began writing."""
     per_source: Counter[str] = field(default_factory=Counter)
     stage: StageCounts = field(default_factory=StageCounts)
+
+    def counts(self) -> dict[str, Any]:
+        """The sinks' counters alone, as a read task that delivered itself sends them."""
+        return {
+            "records": self.records, "kafka": self.kafka, "elasticsearch": self.elasticsearch,
+            "fenced": self.fenced, "seconds": self.seconds, "started": self.started,
+            "per_source": self.per_source,
+        }  # fmt: skip
+
+    def absorb(self, counts: Mapping[str, Any]) -> None:
+        """Add what another task's sinks delivered (``counts``)."""
+        self.records += counts["records"]
+        self.kafka += counts["kafka"]
+        self.elasticsearch += counts["elasticsearch"]
+        self.fenced += counts["fenced"]
+        self.seconds = max(self.seconds, counts["seconds"])
+        self.started = min(t for t in (self.started, counts["started"]) if t) if (
+            self.started or counts["started"]
+        ) else 0.0
+        self.per_source.update(counts["per_source"])
 
     def to_json(self) -> dict[str, object]:
         """The batch's counters as the driver's metrics take them (``dbus_spark.metrics``)."""
@@ -108,42 +130,66 @@ class _Sinks:
         started = time.monotonic()
         report = TaskReport(started=time.time())
         for batch in batches:
-            columns = batch.to_pydict()
-            rows = zip(*(columns[name] for name in batch.schema.names), strict=True)
-            for (
-                source, record_type, _deployment, destination, key, value, headers,
-                doc_id, version, document, column_types, dead_letter, change,
-            ) in rows:  # fmt: skip
-                if record_type == RecordType.KAFKA:
-                    self.kafka.write(KafkaRecord(destination, key, value, tuple(headers)))
-                elif record_type == RecordType.ELASTICSEARCH:
-                    self.elasticsearch.write(
-                        IndexAction(
-                            index=destination,
-                            doc_id=doc_id,
-                            version=version,
-                            document=None if document is None else json.loads(document),
-                            column_types=self._column_types(column_types),
-                            dead_letter=dead_letter,
-                            change=change,
-                            size=0 if document is None else len(document),
-                        )
+            self._write_batch(batch, report)
+        return self.finish(report, started)
+
+    def deliver(self, record: StageRecord, source: str, report: TaskReport) -> None:
+        """Write one record of the function stage straight away (a read task's own)."""
+        out = record.record
+        if type(out) is KafkaRecord:
+            self.kafka.write(out)
+        else:
+            assert type(out) is IndexAction
+            if out.document is not None and not out.size:
+                out = replace(out, size=len(json.dumps(out.document)))
+            self.elasticsearch.write(out)
+        report.records += 1
+        report.per_source[source] += 1
+
+    def _write_batch(self, batch: pa.RecordBatch, report: TaskReport) -> None:
+        columns = batch.to_pydict()
+        rows = zip(*(columns[name] for name in batch.schema.names), strict=True)
+        for (
+            source, record_type, _deployment, destination, key, value, headers,
+            doc_id, version, document, column_types, dead_letter, change,
+        ) in rows:  # fmt: skip
+            if record_type == RecordType.KAFKA:
+                self.kafka.write(KafkaRecord(destination, key, value, tuple(headers)))
+            elif record_type == RecordType.ELASTICSEARCH:
+                self.elasticsearch.write(
+                    IndexAction(
+                        index=destination,
+                        doc_id=doc_id,
+                        version=version,
+                        document=None if document is None else json.loads(document),
+                        column_types=self._column_types(column_types),
+                        dead_letter=dead_letter,
+                        change=change,
+                        size=0 if document is None else len(document),
                     )
-                elif record_type == RecordType.STATS:
-                    report.stage.add_json(value)
-                    continue
-                elif record_type == RecordType.HOLD:
-                    self.kafka.hold(source, int(json.loads(value)["epoch"]))
-                    continue
-                report.records += 1
-                report.per_source[source] += 1
+                )
+            elif record_type == RecordType.STATS:
+                report.stage.add_json(value)
+                continue
+            elif record_type == RecordType.HOLD:
+                self.kafka.hold(source, int(json.loads(value)["epoch"]))
+                continue
+            elif record_type == RecordType.DELIVERED:
+                report.absorb(json.loads(value))
+                continue
+            report.records += 1
+            report.per_source[source] += 1
+
+    def finish(self, report: TaskReport, started: float) -> TaskReport:
+        """Wait until every record written is acknowledged; ``report`` with the counts."""
         # Elasticsearch first: documents it refuses become dead letters for Kafka.
-        report.elasticsearch = self.elasticsearch.flush()
+        report.elasticsearch += self.elasticsearch.flush()
         for record in self._refused:
             self.kafka.write(record)
         self._refused.clear()
-        report.kafka = self.kafka.flush()
-        report.fenced, self.kafka.fenced = self.kafka.fenced, 0
+        report.kafka += self.kafka.flush()
+        report.fenced += self.kafka.fenced
+        self.kafka.fenced = 0
         report.seconds = time.monotonic() - started
         return report
 
@@ -174,7 +220,13 @@ def _history_text(store: HistoryStore, sources: set[str]) -> dict[str, str]:
     }
 
 
-def _worker_sinks(settings: str) -> _Sinks:
+def sink_settings(config: RuntimeConfig) -> str:
+    """What a worker's sinks are made from: the configuration without its sources and
+    functions (those come and go; the sinks stay)."""
+    return json.dumps(replace(config, sources=(), deployments=()).to_json(), sort_keys=True)
+
+
+def worker_sinks(settings: str) -> _Sinks:
     """This worker process's sinks. They outlive micro-batches and configuration
     changes that do not touch them (sources and functions come and go in a cluster):
     a producer, above all a transactional one, is slow to start."""
@@ -203,16 +255,14 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
     def __init__(self, config_path: str, reports: str | None = None) -> None:
         config = load_config(config_path, with_secrets=False)  # it needs no source
         self._checkpoint_dir = config.checkpoint_dir
-        self._settings = json.dumps(
-            replace(config, sources=(), deployments=()).to_json(), sort_keys=True
-        )
+        self._settings = sink_settings(config)
         """The configuration the sinks are made from (fixed for the query's life)."""
         self._reports = reports
         """Where ``commit()`` leaves each batch's counters for the driver's metrics
         (``dbus_spark.metrics``); None: metrics are off."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
-        sinks = _worker_sinks(self._settings)
+        sinks = worker_sinks(self._settings)
         if self._reports is not None:
             sinks.publisher.use(self._reports)
         return sinks.run(iterator)
@@ -245,6 +295,8 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             store.record_replays(stage.replays)
             sources = {part["source"] for part in (*stage.chunks, *stage.replays)}
             history = _history_text(store, sources)
+        if stage.reached:
+            record_reached(self._checkpoint_dir, stage.reached)
         if total.fenced:
             log.warning(
                 "batch %d: %d Kafka message(s) not sent: their source's hold was lost "

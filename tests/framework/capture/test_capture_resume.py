@@ -123,6 +123,29 @@ def test_read_stops_at_the_commit_that_reaches_stop_and_positions_are_boundaries
     assert list(reader.read(middle, stop=middle, idle_timeout=10)) == []
 
 
+def test_an_open_read_goes_on_past_stop_until_its_time_and_ends_at_a_commit(
+    tables_at: TablesAt, reader: BinlogReader
+) -> None:
+    import threading
+    import time
+
+    connection, start = tables_at("CREATE TABLE a (id INT PRIMARY KEY)")
+    execute(connection, "INSERT INTO a VALUES (1)")
+    planned = reader.master_position()
+    later = threading.Timer(0.5, lambda: execute(connection, "INSERT INTO a VALUES (2)"))
+    later.start()
+    began = time.monotonic()
+    items = list(reader.read(start, stop=planned, until=began + 1.5))
+    took = time.monotonic() - began
+    later.join()
+    # The change committed after the planned end came while the read was open...
+    assert [r.row["id"] for r in rows(items)] == [1, 2]
+    # ...which ended at its time (an idle server's heartbeat), on a commit.
+    assert 1.5 <= took < 3.0
+    assert items[-1] == commits(items)[-1]
+    assert items[-1].position == reader.master_position()
+
+
 def test_earliest_and_latest_resolve_to_real_positions(reader: BinlogReader) -> None:
     earliest = reader.resolve_start("earliest")
     latest = reader.resolve_start("latest")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 from test_runtime_config import _config
 
 from dbus_fn.capture import SourceSpec
+from dbus_spark.checkpoint import forget_reached, load_reached, record_reached
 from dbus_spark.config import SourceBinding, default_decode_shards
 from dbus_spark.source import SHARD_MIN_BYTES, BinlogSourceReader
 from dbus_spark.worker import worker_reader
@@ -55,6 +57,58 @@ def test_busy_sources_share_the_cores(config_path: str) -> None:
 def test_a_source_that_did_not_move_is_not_read(config_path: str) -> None:
     still = (_offset(4), _offset(4))
     assert _plan(config_path, 2, a=still) == []
+
+
+def _starts(path: str, **moves: tuple[dict[str, Any], dict[str, Any]]) -> list[Any]:
+    reader = BinlogSourceReader(path, shards=2)
+    start = {name: begin for name, (begin, _) in moves.items()}
+    end = {name: upto for name, (_, upto) in moves.items()}
+    return [(r.source, r.start["pos"], r.end["pos"]) for r in reader.partitions(start, end)]
+
+
+def test_a_range_starts_past_what_an_open_read_delivered(config_path: str, tmp_path: Path) -> None:
+    checkpoint = str(tmp_path / "ckpt")
+    record_reached(checkpoint, {"a": {"file": "bin.000001", "pos": 500}})
+    # Past the planned start: the range starts there, and keeps its other fields.
+    assert _starts(config_path, a=(_offset(100), _offset(900))) == [("a", 500, 900)]
+    # All of it delivered already: nothing to read.
+    assert _starts(config_path, a=(_offset(100), _offset(400))) == []
+    assert _starts(config_path, a=(_offset(100), _offset(500))) == []
+    # Behind the planned start (an older note): the planned start holds.
+    assert _starts(config_path, a=(_offset(600), _offset(900))) == [("a", 600, 900)]
+    # Another source's note does not move this one.
+    assert _starts(config_path, b=(_offset(100), _offset(900))) == [("b", 100, 900)]
+    assert load_reached(checkpoint) == {"a": {"file": "bin.000001", "pos": 500}}
+    forget_reached(checkpoint)
+    assert _starts(config_path, a=(_offset(100), _offset(900))) == [("a", 100, 900)]
+
+
+def test_what_a_read_task_delivered_itself_adds_up_with_the_writers_counts() -> None:
+    from dbus_spark.writer import TaskReport
+
+    writer = TaskReport(records=2, kafka=2, seconds=0.5, started=20.0)
+    writer.per_source["a"] += 2
+    reader = TaskReport(records=5, kafka=3, elasticsearch=2, fenced=0, seconds=2.0, started=10.0)
+    reader.per_source.update({"a": 4, "b": 1})
+    writer.absorb(json.loads(json.dumps(reader.counts())))  # as it travels
+    assert (writer.records, writer.kafka, writer.elasticsearch) == (7, 5, 2)
+    assert (writer.seconds, writer.started) == (2.0, 10.0)
+    assert writer.per_source == {"a": 6, "b": 1}
+    empty = TaskReport()
+    empty.absorb(TaskReport().counts())
+    assert empty.started == 0.0
+
+
+def test_where_an_open_read_reached_travels_with_the_stage_counts() -> None:
+    from dbus_spark.stage import StageCounts
+
+    one, other = StageCounts(), StageCounts()
+    one.reached["a"] = {"file": "bin.000001", "pos": 500}
+    other.reached["b"] = {"file": "bin.000002", "pos": 4}
+    total = StageCounts.from_json(one.to_json())
+    total.add(other)
+    assert total.reached == {"a": {"file": "bin.000001", "pos": 500},
+                             "b": {"file": "bin.000002", "pos": 4}}  # fmt: skip
 
 
 @pytest.mark.parametrize(("cores", "shards"), [(1, 1), (2, 1), (3, 1), (8, 4)])

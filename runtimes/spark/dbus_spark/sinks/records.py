@@ -22,6 +22,9 @@ class RecordType(StrEnum):
     """Control: the stage's counters, the last row of a partition."""
     HOLD = "hold"
     """Control: the epoch a cluster member read the source at, the first row of a partition."""
+    DELIVERED = "delivered"
+    """Control: what a read task delivered to the sinks itself (an open read writes as
+    it reads; see ``dbus_spark.source``), next to its ``STATS``."""
 
 
 @dataclass(frozen=True, slots=True)
