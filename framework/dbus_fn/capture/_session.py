@@ -162,6 +162,12 @@ class ReadSession:
             "report_slave": (self.reader._report_host, "", "", 0),
             "pymysql_wrapper": connect,
             "enable_logging": False,
+            # A table map whose table id this connection already saw is skipped, not
+            # parsed again (a one-row transaction spends most of its decoding there).
+            # The id names one table definition until the server restarts: any DDL
+            # gets a new id, and a restart ends the connection (and the library
+            # forgets its ids at every rotation, as ``items`` does).
+            "freeze_schema": True,
         }
         if resume.file:
             return BinLogStreamReader(
