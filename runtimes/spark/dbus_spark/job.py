@@ -36,6 +36,7 @@ from dbus_spark.cluster import ClusterMember, PositionCommitter
 from dbus_spark.config import EXECUTOR_PYTHON_ENV, RuntimeConfig, default_decode_shards
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.metrics import BatchListener, RuntimeMetrics, reports_dir
+from dbus_spark.planners import PlannerSweeper
 from dbus_spark.preflight import check_addresses, check_reachable
 from dbus_spark.source import BinlogDataSource
 from dbus_spark.writer import FunctionSinkDataSource
@@ -258,22 +259,25 @@ def _start_query(
             stale.unlink(missing_ok=True)
         metrics.attach(path, committed_positions(config.checkpoint_dir, spark), reports)
         options["reports"] = str(reports)  # the workers report there
-    reader = (
-        spark.readStream.format("dbus_binlog")
-        .options(**options)
-        .option("shards", str(shards))
-        .option("chunk_tasks", str(max(1, cores)))
-        .load()
-    )
-    writer = (
-        reader.writeStream.format("dbus_functions")
-        .options(**options)
-        .option("checkpointLocation", config.checkpoint_dir)
-        .queryName("dbus")
-    )
-    if config.trigger_seconds > 0:
-        writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
-    query = writer.start()
+    # The query's start uses Spark's planner processes; they are stopped after it.
+    with PlannerSweeper.ensure(spark.sparkContext).starting() as started:
+        reader = (
+            spark.readStream.format("dbus_binlog")
+            .options(**options)
+            .option("shards", str(shards))
+            .option("chunk_tasks", str(max(1, cores)))
+            .load()
+        )
+        writer = (
+            reader.writeStream.format("dbus_functions")
+            .options(**options)
+            .option("checkpointLocation", config.checkpoint_dir)
+            .queryName("dbus")
+        )
+        if config.trigger_seconds > 0:
+            writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
+        query = writer.start()
+        started(query)
     if metrics is not None:
         metrics.listener = BatchListener(metrics, reports, str(query.id))
         spark.streams.addListener(metrics.listener)

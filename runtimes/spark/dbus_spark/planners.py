@@ -1,0 +1,184 @@
+"""Spark's driver-side planner processes, ended once a query has started.
+
+Spark plans a Python data source in Python processes of its own, one pool per
+planner, each a daemon and the workers forked from it. Three of them (looking
+the source up, creating it, planning its read) serve a streaming query only
+while it starts (creating it once more for the first commit), yet Spark keeps
+their daemons for the session's life and each idle worker for a minute: about
+300 MiB, a quarter of the runtime's memory. The writer's planner is left alone:
+Spark asks it again in later micro-batches.
+
+``PlannerSweeper`` stops those pools while a query starts and once it has:
+- never while a ``starting()`` block runs (the source and sink are looked up);
+- the lookup and read planners once the writer's planner, the last one before
+  the first batch's tasks (a batch with data), was used and handed back since
+  the block began: the first batch of a big transaction runs without them;
+- all three once the first batch committed (its sink runner started) and the
+  source's creator, which that commit uses, was handed back;
+- and only a pool with an idle worker and none busy.
+A pool stopped is started again by Spark when next needed. The pools of the
+query's own tasks and of its streaming source and sink runners are left alone:
+every micro-batch uses them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import psutil
+from py4j.protocol import Py4JError
+from pyspark import SparkContext
+from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("dbus.runtime")
+
+CREATOR = "pyspark.sql.worker.create_data_source"
+EARLY_MODULES = frozenset(
+    {"pyspark.sql.worker.lookup_data_sources", "pyspark.sql.worker.plan_data_source_read"}
+)
+PLANNER_MODULES = EARLY_MODULES | {CREATOR}
+WRITER_PLANNER = "pyspark.sql.worker.write_into_data_source"
+SINK_RUNNER = "pyspark.sql.worker.python_streaming_sink_runner"
+SWEEP_SECONDS = 0.2
+
+_LAST_ACTIVITY = "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs"
+
+
+def _private(sc: SparkContext, owner: Any, class_name: str, name: str) -> Any:
+    """A private field of a JVM object, by reflection: py4j cannot call ``SparkEnv``
+    itself, as listing its methods needs classes pyspark does not ship."""
+    assert sc._jvm is not None
+    field = sc._jvm.java.lang.Class.forName(class_name).getDeclaredField(name)
+    field.setAccessible(True)
+    return field.get(owner)
+
+
+def _pools(sc: SparkContext) -> dict[str, Any]:
+    """The driver's Python worker pools (``SparkEnv.pythonWorkers``), by worker module."""
+    assert sc._jvm is not None and sc._jsc is not None
+    context = sc._jvm.java.lang.Class.forName("org.apache.spark.SparkContext")
+    env = context.getMethod("env", None).invoke(sc._jsc.sc(), None)
+    pairs = _private(sc, env, "org.apache.spark.SparkEnv", "pythonWorkers").clone().iterator()
+    pools = {}
+    while pairs.hasNext():
+        pair = pairs.next()
+        pools[pair._1().workerModule()] = pair._2()
+    return pools
+
+
+def _now_ns(sc: SparkContext) -> int:
+    """The JVM's ``System.nanoTime()``, the clock of a pool's last activity."""
+    assert sc._jvm is not None
+    return int(sc._jvm.java.lang.System.nanoTime())
+
+
+def _used_since(pools: dict[str, Any], module: str, since_ns: int, *, handed_back: bool) -> bool:
+    """Whether a pool was used since ``since_ns`` (and, ``handed_back``, is idle again)."""
+    pool = pools.get(module)
+    if pool is None or (handed_back and pool.idleWorkers().isEmpty()):
+        return False
+    return int(getattr(pool, _LAST_ACTIVITY)()) >= since_ns
+
+
+def _unused(sc: SparkContext, pool: Any) -> bool:
+    """Whether a pool has an idle worker and none busy (a daemon with no worker yet
+    is about to give one out)."""
+    daemon = _private(sc, pool, "org.apache.spark.api.python.PythonWorkerFactory", "daemon")
+    if daemon is None:
+        return False
+    try:
+        workers = psutil.Process(int(daemon.pid())).children()
+    except psutil.Error:
+        return False
+    idle = int(pool.idleWorkers().size())
+    return idle > 0 and len(workers) <= idle
+
+
+def sweep(sc: SparkContext, modules: frozenset[str] = PLANNER_MODULES) -> int:
+    """Stop the pools of ``modules`` none of whose workers is busy; how many."""
+    swept = 0
+    for module, pool in _pools(sc).items():
+        if module in modules and _unused(sc, pool):
+            pool.stop()
+            swept += 1
+    return swept
+
+
+class PlannerSweeper(threading.Thread):
+    """Sweeps a Spark context's planner pools as its queries start, until it stops."""
+
+    _running: ClassVar[dict[int, PlannerSweeper]] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, sc: SparkContext, every: float = SWEEP_SECONDS) -> None:
+        super().__init__(name="dbus-planner-sweeper", daemon=True)
+        self.sc = sc
+        self.every = every
+        self.stopped = threading.Event()
+        self._starting = 0
+        self._pending: list[tuple[StreamingQuery, int]] = []
+        self._guard = threading.Lock()
+
+    @classmethod
+    def ensure(cls, sc: SparkContext) -> PlannerSweeper:
+        """The context's sweeper, started on first use."""
+        with cls._lock:
+            sweeper = cls._running.get(id(sc))
+            if sweeper is None or not sweeper.is_alive():
+                sweeper = cls._running[id(sc)] = cls(sc)
+                sweeper.start()
+            return sweeper
+
+    @contextmanager
+    def starting(self) -> Iterator[Callable[[StreamingQuery], None]]:
+        """Hold sweeps back while a query starts: call what it yields with the query."""
+        with self._guard:  # waits for a sweep under way
+            self._starting += 1
+            since = _now_ns(self.sc)
+        try:
+            yield lambda query: self._pending.append((query, since))
+        finally:
+            with self._guard:
+                self._starting -= 1
+
+    def _due(self) -> frozenset[str]:
+        """The pools a sweep may stop now (see the module's text); forgets the
+        queries that committed a batch or ended, once this sweep is their last."""
+        if self._starting or not self._pending:
+            return frozenset()
+        pools = _pools(self.sc)
+        due, waiting = PLANNER_MODULES, []
+        for query, since in self._pending:
+            if not query.isActive:
+                continue
+            if not _used_since(pools, WRITER_PLANNER, since, handed_back=True):
+                return frozenset()  # its first batch is still being planned
+            if not (
+                _used_since(pools, SINK_RUNNER, since, handed_back=False)
+                and _used_since(pools, CREATOR, since, handed_back=True)
+            ):
+                waiting.append((query, since))  # its first commit is still to come
+                due = EARLY_MODULES
+        self._pending = waiting
+        return due
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.wait(self.every):
+                if SparkContext._active_spark_context is not self.sc:
+                    return
+                with self._guard:  # no query starts while a sweep runs
+                    due = self._due()
+                    if due:
+                        sweep(self.sc, due)
+        except (Py4JError, OSError, AttributeError, AssertionError) as exc:
+            # The context stopped between the check and the sweep.
+            log.debug("planner sweeper ended: %s", exc)
+        finally:
+            with self._lock:
+                if self._running.get(id(self.sc)) is self:
+                    del self._running[id(self.sc)]

@@ -1,0 +1,98 @@
+"""Spark's planner processes end once a query has started (``dbus_spark.planners``).
+
+They hold about 400 MiB, a third of the runtime's memory, and a running query
+never uses them again. The query goes on without them, and the next query in the
+same session starts them again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+import psutil
+import pytest
+from e2e_support import Scratch
+from support import kafka_consumer, wait_for
+
+from dbus_spark.job import start
+from dbus_spark.planners import PLANNER_MODULES, PlannerSweeper
+
+pytestmark = pytest.mark.e2e
+
+
+def _planners() -> list[str]:
+    """The planner modules some process of this test's Spark session still runs."""
+    running = []
+    for process in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            command = process.cmdline()
+        except psutil.Error:
+            continue
+        running += [module for module in PLANNER_MODULES if module in command]
+    return running
+
+
+def _count(bootstrap: str, topic: str, expected: int) -> int:
+    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    seen = 0
+    try:
+        for _ in range(240):
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                seen += 1
+            if seen >= expected:
+                break
+    finally:
+        consumer.close()
+    return seen
+
+
+def test_planner_processes_end_after_a_start_and_come_back_for_the_next(
+    spark: Any, scratch: Scratch
+) -> None:
+    services, database, topic, _index, tmp_path, function_folder = scratch
+    with database.connect().cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    table = f"{database.name}.t"
+    folder = function_folder(
+        "relay",
+        f'''
+        import dbus_fn as fn
+
+        @fn.route(tables="{table}")
+        def there(event: fn.RowChange) -> str:
+            return "kafka://{topic}"
+        ''',
+        [table],
+    )
+    config = scratch.runtime_config(folder)
+    bootstrap = services.kafka.bootstrap_servers
+    written = 0
+
+    def write(rows: int) -> int:
+        nonlocal written
+        with database.connect().cursor() as cur:
+            for key in range(written + 1, written + rows + 1):
+                cur.execute("INSERT INTO t VALUES (%s)", (key,))
+        written += rows
+        return written
+
+    for run in range(2):
+        run_config = replace(config, checkpoint_dir=str(tmp_path / f"checkpoint-{run}"))
+        query = start(run_config, spark=spark)
+        try:
+            wait_for(lambda q=query: q.exception() or q.lastProgress, 120, "the first progress")
+            assert query.exception() is None
+            # The first batch with data plans the writer; the first commit ends the start.
+            assert _count(bootstrap, topic, write(50)) == written
+            wait_for(lambda: not _planners(), 30, "the planner processes to end")
+            # The query goes on without them.
+            assert _count(bootstrap, topic, write(50)) == written
+            assert query.isActive and query.exception() is None
+            assert not _planners()
+        finally:
+            query.stop()
+    assert PlannerSweeper.ensure(spark.sparkContext).is_alive()
