@@ -216,9 +216,16 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
     """A client of a Docker engine, started (and installed) here if none runs; the
-    test fails with the reason when docker cannot run (``image_support``)."""
+    test fails with the reason when docker cannot run (``image_support``). Every
+    source change builds new content tags, so the session ends by pruning all but
+    the newest runtime and deps image: runs on one machine do not fill its disk."""
     from image_support import docker_engine
 
+    from dbus_deploy.image import prune_images
+
     client = docker_engine()
-    yield client
-    client.close()
+    try:
+        yield client
+    finally:
+        prune_images(client, keep=1)
+        client.close()
