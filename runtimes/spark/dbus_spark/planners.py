@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -98,10 +99,10 @@ def _unused(sc: SparkContext, pool: Any) -> bool:
     return idle > 0 and len(workers) <= idle
 
 
-def sweep(sc: SparkContext, modules: frozenset[str] = PLANNER_MODULES) -> int:
-    """Stop the pools of ``modules`` none of whose workers is busy; how many."""
+def sweep(sc: SparkContext, pools: dict[str, Any], modules: frozenset[str]) -> int:
+    """Stop the ``pools`` of ``modules`` none of whose workers is busy; how many."""
     swept = 0
-    for module, pool in _pools(sc).items():
+    for module, pool in pools.items():
         if module in modules and _unused(sc, pool):
             pool.stop()
             swept += 1
@@ -118,7 +119,6 @@ class PlannerSweeper(threading.Thread):
         super().__init__(name="dbus-planner-sweeper", daemon=True)
         self.sc = sc
         self.every = every
-        self.stopped = threading.Event()
         self._starting = 0
         self._pending: list[tuple[StreamingQuery, int]] = []
         self._guard = threading.Lock()
@@ -145,18 +145,19 @@ class PlannerSweeper(threading.Thread):
             with self._guard:
                 self._starting -= 1
 
-    def _due(self) -> frozenset[str]:
-        """The pools a sweep may stop now (see the module's text); forgets the
-        queries that committed a batch or ended, once this sweep is their last."""
+    def _due(self) -> tuple[frozenset[str], dict[str, Any]]:
+        """Which pools a sweep may stop now (see the module's text), and the pools;
+        forgets the queries that committed a batch or ended, once this sweep is
+        their last."""
         if self._starting or not self._pending:
-            return frozenset()
+            return frozenset(), {}
         pools = _pools(self.sc)
         due, waiting = PLANNER_MODULES, []
         for query, since in self._pending:
             if not query.isActive:
                 continue
             if not _used_since(pools, WRITER_PLANNER, since, handed_back=True):
-                return frozenset()  # its first batch is still being planned
+                return frozenset(), pools  # its first batch is still being planned
             if not (
                 _used_since(pools, SINK_RUNNER, since, handed_back=False)
                 and _used_since(pools, CREATOR, since, handed_back=True)
@@ -164,17 +165,16 @@ class PlannerSweeper(threading.Thread):
                 waiting.append((query, since))  # its first commit is still to come
                 due = EARLY_MODULES
         self._pending = waiting
-        return due
+        return due, pools
 
     def run(self) -> None:
         try:
-            while not self.stopped.wait(self.every):
-                if SparkContext._active_spark_context is not self.sc:
-                    return
+            while SparkContext._active_spark_context is self.sc:
                 with self._guard:  # no query starts while a sweep runs
-                    due = self._due()
+                    due, pools = self._due()
                     if due:
-                        sweep(self.sc, due)
+                        sweep(self.sc, pools, due)
+                time.sleep(self.every)
         except (Py4JError, OSError, AttributeError, AssertionError) as exc:
             # The context stopped between the check and the sweep.
             log.debug("planner sweeper ended: %s", exc)
