@@ -10,6 +10,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 
@@ -75,6 +76,42 @@ def kafka_consumer(
             **(settings or {}),
         }
     )
+
+
+def kafka_count(
+    bootstrap: str, topic: str, *, expected: int | None = None, within: float = 120.0
+) -> int:
+    """How many messages ``topic`` gives from its start: read until ``expected`` came
+    (every one, when None) or ``within`` seconds passed."""
+    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    seen = 0
+    deadline = time.monotonic() + within
+    try:
+        while (expected is None or seen < expected) and (left := deadline - time.monotonic()) > 0:
+            seen += sum(not msg.error() for msg in consumer.consume(1000, min(left, 0.5)))
+    finally:
+        consumer.close()
+    return seen
+
+
+def relay_table(
+    database: Any, function_folder: Any, route: str, columns: str = "id INT PRIMARY KEY"
+) -> tuple[Path, str]:
+    """A new table ``t`` of ``columns`` in ``database`` and a deployment ``relay``
+    whose one function routes each of its changes to ``route``: the deployment's
+    folder and the table."""
+    with database.connect().cursor() as cur:
+        cur.execute(f"CREATE TABLE t ({columns})")
+    table = f"{database.name}.t"
+    code = f"""
+        import dbus_fn as fn
+
+        @fn.route(tables="{table}")
+        def relay(event: fn.RowChange) -> str:
+            return "{route}"
+        """
+    return Path(function_folder("relay", code, [table])), table
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

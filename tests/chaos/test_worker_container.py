@@ -26,7 +26,7 @@ from history_support import (
     wait_sinks_equal_table,
 )
 from image_support import base_image
-from support import free_port, kafka_consumer, wait_for
+from support import free_port, kafka_count, wait_for
 
 from dbus_deploy.image import build_image, start_worker, stop_worker
 from dbus_deploy.services import load_config
@@ -76,18 +76,6 @@ def _workers(master: SparkClusterConfig) -> list[dict[str, Any]]:
         return list(json.loads(answer.read())["workers"])
 
 
-def _count(bootstrap: str, topic: str, seconds: float) -> int:
-    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    seen = 0
-    try:
-        for msg in consumer.consume(100_000, seconds):
-            seen += 0 if msg.error() else 1
-    finally:
-        consumer.close()
-    return seen
-
-
 def test_a_containerised_worker_runs_the_query_and_its_loss_loses_nothing(
     fresh_database: Any,
     kafka_service: Any,
@@ -125,7 +113,7 @@ def test_a_containerised_worker_runs_the_query_and_its_loss_loses_nothing(
         # The functions run in the container: the driver's host has no executor.
         wait_for(lambda: churn.writes > 300, 60, "the churn to write", every=0.2)
         _v2(folder, shadow)
-        wait_for(lambda: _count(kafka_service.bootstrap_servers, shadow, 2) > 0, 120,
+        wait_for(lambda: kafka_count(kafka_service.bootstrap_servers, shadow, within=2) > 0, 120,
                  "version 2 to run on the executor", alive=runtime.alive)  # fmt: skip
         logs = docker_client.containers.get(workers[0].id).logs().decode(errors="replace")
         assert "Asked to launch executor" in logs, logs[-2000:]  # in the container

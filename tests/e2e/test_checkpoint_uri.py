@@ -20,22 +20,13 @@ from typing import Any
 
 import pytest
 from e2e_support import Scratch, spawn_cli_runtime
-from support import kafka_consumer, runtime_api, wait_for
+from support import kafka_consumer, relay_table, runtime_api, wait_for
 
 from dbus_spark.checkpoint import beside, committed_positions, local_twin, resolve
 from dbus_spark.job import start, stop
 from dbus_spark.settings import default_home
 
 pytestmark = pytest.mark.e2e
-
-RELAY = """
-import dbus_fn as fn
-
-@fn.route(tables="{table}")
-def relay(event: fn.RowChange) -> str:
-    return "kafka://{topic}"
-"""
-
 
 @pytest.fixture
 def uri(tmp_path: Path) -> Iterator[str]:
@@ -54,13 +45,9 @@ def uri(tmp_path: Path) -> Iterator[str]:
 
 
 def _relay(scratch: Scratch) -> tuple[Path, str]:
-    database = scratch.fresh_database
-    with database.connect().cursor() as cur:
-        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20))")
-    table = f"{database.name}.t"
-    folder = scratch.function_folder(
-        "relay", RELAY.format(table=table, topic=scratch.kafka_topic), [table]
-    )
+    route = f"kafka://{scratch.kafka_topic}"
+    columns = "id INT PRIMARY KEY, name VARCHAR(20)"
+    folder, table = relay_table(scratch.fresh_database, scratch.function_folder, route, columns)
     return folder, table
 
 
@@ -156,7 +143,8 @@ def test_the_cli_runs_on_a_uri_checkpoint_and_its_commands_find_the_runtime(
         if runtime.poll() is None:
             runtime.kill()
             runtime.wait()
-    output = (scratch.tmp_path / "runtime.log").read_text(errors="replace")
+        output = (scratch.tmp_path / "runtime.log").read_text(errors="replace")
+        print(output[-3000:])  # shown when the test fails
     assert code == 0, output[-3000:]
     assert output.strip().splitlines()[-1] == "runtime stopped", output[-3000:]
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from support import relay_table
 
 pytestmark = pytest.mark.e2e
 
@@ -49,20 +50,7 @@ def start_runtime(
     services: Any, database: Any, function_folder: Any, tmp_path: Path, route: str, *extra: str
 ) -> Runtime:
     """A runtime over a new table ``t`` whose one function routes every change to ``route``."""
-    with database.connect().cursor() as cur:
-        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
-    table = f"{database.name}.t"
-    folder = function_folder(
-        "relay",
-        f'''
-        import dbus_fn as fn
-
-        @fn.route(tables="{table}")
-        def relay(event: fn.RowChange) -> str:
-            return "{route}"
-        ''',
-        [table],
-    )
+    folder, _table = relay_table(database, function_folder, route)
     checkpoint = tmp_path / "checkpoint"
     argv = [
         str(Path(sys.executable).parent / "dbus"), "runtime", "start",
