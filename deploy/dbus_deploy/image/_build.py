@@ -10,7 +10,6 @@ nothing is built. The builder's output goes to the caller line by line and to
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -27,6 +26,7 @@ from dbus_deploy.image._recipe import DEFAULT_BASE, DepsRecipe, RuntimeRecipe, p
 from dbus_deploy.services import ServicesConfig
 from dbus_deploy.services._process import strip_ansi, telling_line
 from dbus_fn.errors import ConfigError
+from dbus_fn.files import replace_file
 
 if TYPE_CHECKING:
     import docker
@@ -277,6 +277,4 @@ def _write_if_changed(path: Path, text: str) -> None:
     """Replace ``path`` whole (never truncated under a concurrent build's reader)."""
     if path.is_file() and path.read_text() == text:
         return
-    partial = path.with_name(f"{path.name}.{os.getpid()}")
-    partial.write_text(text)
-    os.replace(partial, path)
+    replace_file(path, text)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from dbus_fn.capture._dsn import SourceSpec
 from dbus_fn.errors import ConfigError
+from dbus_fn.files import replace_file
 
 FILE_ENV = "DBUS_SOURCES_FILE"
 HOME_ENV = "DBUS_HOME"
@@ -55,17 +55,8 @@ class SourceStore:
             ) from None
 
     def _save(self, sources: dict[str, dict[str, Any]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"sources": sources}, indent=2, sort_keys=True) + "\n"
-        handle, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".sources.")
-        try:
-            os.fchmod(handle, 0o600)
-            with os.fdopen(handle, "w") as out:
-                out.write(text)
-            os.replace(temporary, self.path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        replace_file(self.path, text, mode=0o600, parents=True)
 
     def add(self, spec: SourceSpec, *, replace: bool = False) -> None:
         sources = self._load()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from dbus_fn.capture import position_from_json
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
+from dbus_fn.files import replace_file
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -88,9 +88,7 @@ def record_reached(checkpoint: str, reached: dict[str, dict[str, Any]]) -> None:
     path = beside(checkpoint, ".reached.json")
     known = load_reached(checkpoint)
     known.update(reached)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(json.dumps(known))
-    os.replace(partial, path)
+    replace_file(path, json.dumps(known))
 
 
 def load_reached(checkpoint: str) -> dict[str, dict[str, Any]]:

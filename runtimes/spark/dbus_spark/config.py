@@ -29,6 +29,7 @@ from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError, DsnError
 from dbus_fn.events import BinlogPosition
+from dbus_fn.files import replace_file
 from dbus_spark import secrets
 
 StartPolicy = str | BinlogPosition  # "earliest" | "latest" | a position
@@ -211,12 +212,7 @@ class RuntimeConfig:
                 source["dsn"], source["secret"] = public, True
         if kept:
             data["secrets"] = secrets.keep(path, kept)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            json.dump(data, out)
-        os.replace(partial, path)
+        replace_file(path, json.dumps(data), mode=0o600, parents=True)
         return path
 
 

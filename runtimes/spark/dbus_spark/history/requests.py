@@ -11,7 +11,6 @@ restarted runtime never takes it twice. Nothing here needs Spark.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,6 +26,7 @@ from dbus_fn.errors import (
     PositionError,
     ServiceUnreachableError,
 )
+from dbus_fn.files import replace_file
 from dbus_fn.manifest import Destination, Manifest
 from dbus_spark.checkpoint import beside
 from dbus_spark.history.gate import position_order
@@ -139,12 +139,7 @@ class Answer:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(data, out)
-    os.replace(partial, path)
+    replace_file(path, json.dumps(data), mode=0o600, parents=True)
 
 
 def submit(checkpoint_dir: str, request: Request) -> Path:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
@@ -46,6 +45,7 @@ from dbus_fn.capture import (
 from dbus_fn.capture._snapshot import snapshot_tables
 from dbus_fn.errors import HistoryError
 from dbus_fn.events import BinlogPosition
+from dbus_fn.files import replace_file
 from dbus_fn.manifest import Manifest
 from dbus_spark.checkpoint import beside
 from dbus_spark.history.gate import position_order
@@ -180,11 +180,7 @@ class HistoryStore:
             },
             "adopted": self._adopted,
         }
-        partial = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            json.dump(data, out)
-        os.replace(partial, self.path)
+        replace_file(self.path, json.dumps(data), mode=0o600)
         self._mtime = self.path.stat().st_mtime
 
     def tasks(self, source: str) -> dict[str, HistoryTask]:

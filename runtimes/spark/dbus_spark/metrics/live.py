@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from dbus_fn.files import replace_file
 from dbus_fn.outcomes import RECENT_ERRORS
 from dbus_spark.sinks.activity import SinkActivity
 
@@ -73,9 +74,7 @@ class Publisher:
             return
         folder.mkdir(exist_ok=True)  # never the driver's folder itself: see ``use``
         data = {"updated": time.time(), "data": snapshot()}
-        partial = folder / f".{os.getpid()}.json"
-        partial.write_text(json.dumps(data))
-        os.replace(partial, folder / f"{os.getpid()}.json")
+        replace_file(folder / f"{os.getpid()}.json", json.dumps(data))
 
     def _run(self) -> None:
         while True:

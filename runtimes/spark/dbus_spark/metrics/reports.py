@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dbus_fn.files import replace_file
 from dbus_spark.checkpoint import beside
 
 
@@ -24,11 +25,7 @@ def reports_dir(checkpoint_dir: str) -> Path:
 
 def write_report(folder: str | Path, batch: int, report: dict[str, Any]) -> None:
     """Leave ``report`` for the driver (replaced atomically: it never reads half)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    partial = folder / f".{batch}.{os.getpid()}"
-    partial.write_text(json.dumps(report))
-    os.replace(partial, folder / f"{batch}.json")
+    replace_file(Path(folder) / f"{batch}.json", json.dumps(report), parents=True)
 
 
 def take_report(folder: str | Path, batch: int) -> dict[str, Any] | None:
