@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
-
-from elasticsearch import ApiError, ConnectionError, Elasticsearch, TransportError
+from typing import TYPE_CHECKING, Any
 
 from dbus_fn.errors import DbusError
 from dbus_spark.sinks.activity import SinkActivity
 from dbus_spark.sinks.records import IndexAction
+
+if TYPE_CHECKING:
+    from elasticsearch import Elasticsearch
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,9 @@ class ElasticsearchSink:
         client: Elasticsearch | None = None,
     ) -> None:
         self._url = url
-        self._es = client or Elasticsearch(url, request_timeout=60)
+        # Made on first use: the client library costs a Python worker ~17 MiB, and
+        # most workers of a runtime that routes to Kafka only never need it.
+        self._client = client
         self._on_refused = on_refused
         self._bulk_actions = bulk_actions
         self._retry_for = retry_for
@@ -134,11 +137,22 @@ class ElasticsearchSink:
         return written
 
     def close(self) -> None:
-        self._es.close()
+        if self._client is not None:
+            self._client.close()
+
+    @property
+    def _es(self) -> Elasticsearch:
+        if self._client is None:
+            from elasticsearch import Elasticsearch
+
+            self._client = Elasticsearch(self._url, request_timeout=60)
+        return self._client
 
     def _ensure_index(self, action: IndexAction) -> None:
         if action.index in self._known_indices:
             return
+        from elasticsearch import ApiError
+
         if not self._es.indices.exists(index=action.index):
             try:
                 self._es.indices.create(
@@ -158,6 +172,10 @@ class ElasticsearchSink:
             self._sending = 0
 
     def _send_buffer(self) -> None:
+        if not self._buffer:
+            return
+        from elasticsearch import ApiError, ConnectionError, TransportError
+
         pending = self._buffer
         self._buffer = []
         deadline = time.monotonic() + self._retry_for

@@ -1,0 +1,40 @@
+"""What a runtime's Python processes import: each one is a Spark worker or planner,
+and every module it loads is memory it holds for the session's life."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_source_and_sink_modules_load_no_elasticsearch_client_until_a_document_goes() -> None:
+    done = _run(
+        """
+        import sys
+        import dbus_spark.job, dbus_spark.source, dbus_spark.writer
+        from dbus_spark.sinks.elasticsearch import ElasticsearchSink
+        from dbus_spark.sinks.records import IndexAction
+
+        sink = ElasticsearchSink("http://127.0.0.1:1", on_refused=print, retry_for=0)
+        assert sink.flush() == 0
+        sink.close()
+        print("before", "elasticsearch" in sys.modules)
+        sink.write(IndexAction(index="i", doc_id="1", version=1))
+        try:
+            sink.flush()
+        except Exception as exc:
+            print("refused", type(exc).__name__)
+        print("after", "elasticsearch" in sys.modules)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == [
+        "before False", "refused ElasticsearchSinkError", "after True",
+    ]  # fmt: skip
