@@ -14,7 +14,8 @@ In one run, on the same binlog of 20-column rows:
 * peak RSS of the runtime's processes (driver JVM and Python workers) while one
   ``--big`` row transaction goes through.
 
-    .venv/bin/python tests/bench/bench_runtime.py [--rows 100000] [--rate 1000] [--decode-shards N]
+    .venv/bin/python tests/bench/bench_runtime.py [--rows 100000] [--rate 1000]
+        [--decode-shards N] [--open-read SECONDS]
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.events import BinlogPosition
 from dbus_spark.api import ApiServer, ApiSettings, build_app
-from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.config import DEFAULT_OPEN_READ_SECONDS, RuntimeConfig, SourceBinding
 from dbus_spark.job import spark_session, start
 from dbus_spark.metrics import RuntimeMetrics
 
@@ -88,6 +89,7 @@ def config(
     begin: BinlogPosition | str,
     shards: int = 0,
     tables: str = "*",
+    open_read: float = DEFAULT_OPEN_READ_SECONDS,
 ) -> RuntimeConfig:
     local = endpoints()
     run = uuid.uuid4().hex[:8]
@@ -104,6 +106,7 @@ def config(
         elasticsearch_url=local.elasticsearch.url,
         checkpoint_dir=str(work / run / "checkpoint"),
         decode_shards=shards,
+        open_read_seconds=open_read,
     )
 
 
@@ -274,6 +277,12 @@ def main() -> None:
         default=0,
         help="readers per busy source (0: the runtime's default)",
     )
+    parser.add_argument(
+        "--open-read",
+        type=float,
+        default=DEFAULT_OPEN_READ_SECONDS,
+        help="seconds a batch's reader goes on past its planned end (the runtime's --open-read)",
+    )
     args = parser.parse_args()
 
     local = endpoints()
@@ -291,12 +300,17 @@ def main() -> None:
     try:
         cur.execute(WIDE)
         cur.execute(WARM)
+
+        def made(destination: str, begin: BinlogPosition | str = "latest") -> RuntimeConfig:
+            return config(work, dsn, database, destination, begin, args.decode_shards,
+                          open_read=args.open_read)  # fmt: skip
+
         print(f"{args.rows} rows of 20 columns")
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         begin = master(cur)
         kafka = steady_rows_per_second(
             spark,
-            config(work, dsn, database, f"kafka://{topic}", "latest", args.decode_shards),
+            made(f"kafka://{topic}"),
             cur,
             args.rows,
         )
@@ -311,7 +325,7 @@ def main() -> None:
             cur.execute("TRUNCATE warm")
             es = steady_rows_per_second(
                 spark,
-                config(work, dsn, database, f"es://{index}", "latest", args.decode_shards),
+                made(f"es://{index}"),
                 cur,
                 args.rows,
             )
@@ -324,8 +338,7 @@ def main() -> None:
                     cur.execute("TRUNCATE wide")
                     cur.execute("TRUNCATE warm")
                     topic = f"bench-{uuid.uuid4().hex[:8]}"
-                    cfg = config(work, dsn, database, f"kafka://{topic}", "latest",
-                                 args.decode_shards)  # fmt: skip
+                    cfg = made(f"kafka://{topic}")
                     runs[on].append(steady_rows_per_second(spark, cfg, cur, args.rows, metrics=on))
             off, on = statistics.median(runs[False]), statistics.median(runs[True])
             print(f"(b) → Kafka, metrics off / on      {off:>12,.0f} / {on:,.0f} rows/s "
@@ -335,7 +348,7 @@ def main() -> None:
         if "latency" not in args.skip:
             cur.execute("CREATE TABLE pulse (id INT PRIMARY KEY, v VARCHAR(8))")
             topic = f"bench-{uuid.uuid4().hex[:8]}"
-            cfg = config(work, dsn, database, f"kafka://{topic}", "latest", args.decode_shards)
+            cfg = made(f"kafka://{topic}")
             load = latency(spark, cfg, settings, database, topic, args.rate, args.seconds)
             print(f"latency COMMIT → Kafka at {args.rate} rows/s: {load.describe()}")
         if "big" not in args.skip:
@@ -352,7 +365,7 @@ def main() -> None:
             topic = f"bench-{uuid.uuid4().hex[:8]}"
             peaks = peak_rss_during(
                 spark,
-                config(work, dsn, database, f"kafka://{topic}", before, args.decode_shards),
+                made(f"kafka://{topic}", before),
                 args.big,
             )
             print(

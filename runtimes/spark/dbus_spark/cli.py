@@ -15,7 +15,12 @@ import click
 
 from dbus_fn.cli._options import env_option, given_as
 from dbus_fn.errors import ConfigError, UndeliveredError
-from dbus_spark.config import DEFAULT_API_ADDRESS, DEFAULT_CHUNK_ROWS, EXECUTOR_PYTHON_ENV
+from dbus_spark.config import (
+    DEFAULT_API_ADDRESS,
+    DEFAULT_CHUNK_ROWS,
+    DEFAULT_OPEN_READ_SECONDS,
+    EXECUTOR_PYTHON_ENV,
+)
 from dbus_spark.logs import LOG_FORMAT_ENV, log_formatter
 from dbus_spark.preflight import check_runtime
 from dbus_spark.settings import runtime_config
@@ -104,6 +109,18 @@ def runtime() -> None:
     env="DBUS_DECODE_SHARDS",
     help="Tasks that read one busy source at once, each decoding its share of the keys "
     "(0: one per two Spark cores).",
+)
+@env_option(
+    "--open-read",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_OPEN_READ_SECONDS,
+    show_default=True,
+    env="DBUS_OPEN_READ",
+    help="Seconds a micro-batch's one reader of a source goes on past the batch's planned "
+    "end, sending each change to the sinks as it is committed (0: never). Longer: fewer "
+    "checkpoints and fewer changes waiting between two batches; a crash or a stop "
+    "replays up to this much again (at least once, as always). Not in a --cluster, "
+    "whose fenced writes wait for the batch's commit.",
 )
 @env_option(
     "--chunk-rows",
@@ -200,6 +217,7 @@ def start(
     start: str,
     trigger: float,
     decode_shards: int,
+    open_read: float,
     chunk_rows: int,
     master: str,
     executor_python: str | None,
@@ -315,7 +333,7 @@ def _launch(
         )
     settings = (
         "sources", "deployments", "kafka", "elasticsearch", "checkpoint", "start", "trigger",
-        "decode_shards", "chunk_rows",
+        "decode_shards", "open_read", "chunk_rows",
     )  # fmt: skip
     config = runtime_config(**{key: options[key] for key in settings})
     query = start_query(

@@ -13,7 +13,12 @@ from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.errors import ConfigError
 from dbus_fn.manifest import load_manifest
 from dbus_spark.checkpoint import resolve
-from dbus_spark.config import DEFAULT_CHUNK_ROWS, RuntimeConfig, SourceBinding
+from dbus_spark.config import (
+    DEFAULT_CHUNK_ROWS,
+    DEFAULT_OPEN_READ_SECONDS,
+    RuntimeConfig,
+    SourceBinding,
+)
 
 if TYPE_CHECKING:
     from dbus_deploy.services import Endpoints
@@ -41,6 +46,7 @@ def runtime_config(
     start: str = "latest",
     trigger: float = 0.0,
     decode_shards: int = 0,
+    open_read: float = DEFAULT_OPEN_READ_SECONDS,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     home: Path | None = None,
 ) -> RuntimeConfig:
@@ -84,6 +90,7 @@ def runtime_config(
         checkpoint_dir=checkpoint,
         trigger_seconds=trigger,
         decode_shards=decode_shards,
+        open_read_seconds=open_read,
         chunk_rows=chunk_rows,
     )
 

@@ -63,6 +63,15 @@ def test_a_negative_shard_count_is_a_usage_error() -> None:
     assert "--decode-shards" in result.stderr and "-1" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["-1", "soon"])
+def test_an_open_read_that_is_no_duration_is_a_usage_error(value: str) -> None:
+    result = _start(
+        "--source", "shop=mysql://u:p@127.0.0.1:1", "--functions", ORDERS, "--open-read", value
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--open-read" in result.stderr and value in result.stderr
+
+
 def test_an_unknown_log_format_is_a_usage_error() -> None:
     result = _start("--functions", ORDERS, "--log-format", "yaml")
     assert result.returncode == 2

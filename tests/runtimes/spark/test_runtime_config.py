@@ -103,6 +103,15 @@ def test_decode_shards_default_to_one_per_core_and_survive_the_config_file(tmp_p
     assert load_config(config.save(tmp_path / "c.json")).decode_shards == 3
 
 
+def test_the_open_read_defaults_to_two_seconds_and_survives_the_config_file(
+    tmp_path: Path,
+) -> None:
+    assert _config().open_read_seconds == 2.0
+    config = _config(open_read=7.5)
+    assert load_config(config.save(tmp_path / "c.json")).open_read_seconds == 7.5
+    assert load_config(_config(open_read=0.0).save(tmp_path / "d.json")).open_read_seconds == 0
+
+
 def test_a_batch_reads_a_source_only_under_the_hold_it_was_planned_with(tmp_path: Path) -> None:
     """A micro-batch planned before a cluster moved a source away, or before this
     runtime took it up again, must not read it (see dbus_spark.source)."""
