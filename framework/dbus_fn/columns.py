@@ -135,11 +135,14 @@ def _ranged_int(low: int, high: int) -> Callable[[Any], int]:
 def _integer_codec(column: ColumnType) -> _Codec:
     bits = column.bits or 64
     if column.family == "bit" or column.unsigned:
-        check = _ranged_int(0, 2**bits - 1)
+        low, high = 0, 2**bits - 1
     else:
-        check = _ranged_int(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+        low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    check = _ranged_int(low, high)
 
     def from_python(value: Any) -> int:
+        if type(value) is int and low <= value <= high:
+            return value  # the common case, without the calls below
         # A Python bool is an int; BOOL columns are TINYINT(1). JSON true is not a number.
         return check(int(value) if isinstance(value, bool) else value)
 
