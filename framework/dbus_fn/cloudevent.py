@@ -232,9 +232,14 @@ def _key_text(change: RowChange, types: Mapping[str, str]) -> str | None:
     return key_json(values)
 
 
+_KEY_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def key_json(values: list[Any]) -> str:
     """The text of a primary key from its columns' JSON values (see ``primary_key_text``)."""
-    return json.dumps(values, ensure_ascii=False, separators=(",", ":"))
+    if len(values) == 1 and type(values[0]) is int:
+        return f"[{values[0]}]"  # the usual key, written as the encoder writes it
+    return _KEY_JSON.encode(values)
 
 
 def primary_key_text(change: RowChange) -> str | None:

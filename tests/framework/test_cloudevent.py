@@ -38,7 +38,7 @@ from dbus_fn import (
     primary_key_text,
     to_cloudevent,
 )
-from dbus_fn.cloudevent import EXTENSIONS, new_event
+from dbus_fn.cloudevent import EXTENSIONS, key_json, new_event
 
 
 def structured(event: CloudEvent) -> dict[str, Any]:
@@ -308,3 +308,11 @@ def test_new_event_reports_all_spec_violations() -> None:
                    "Bad-Name": "1", "time": datetime(2024, 1, 1)})
     text = " ".join(caught.value.problems)
     assert "id" in text and "Bad-Name" in text and "timezone" in text
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[42], [-7], [0], [2**70], [True], [None], ["a@b.c"], ["ü ☃"], [7, "2024-01-01"], [1.5], []],
+)
+def test_key_text_is_the_compact_json_array_of_the_key_values(values: list[Any]) -> None:
+    assert key_json(values) == json.dumps(values, ensure_ascii=False, separators=(",", ":"))

@@ -236,6 +236,38 @@ def test_the_fast_path_shares_nothing_it_should_not_between_rows() -> None:
         _assert_fast_equals_reference(change)
 
 
+def test_one_row_transactions_sharing_a_second_a_file_or_an_instant_stay_apart() -> None:
+    """One-row transactions one after another (what the fast path keeps per binlog
+    file and per commit second): the same second, the same instant written in another
+    zone or without one, another server or source on the same file; each equal to
+    its reference."""
+    second = datetime(2026, 1, 1, 12, 0, 5, tzinfo=UTC)
+    times = [
+        second,
+        second,
+        second.astimezone(timezone(timedelta(hours=2))),
+        second.replace(tzinfo=None),
+        second,
+        second + timedelta(microseconds=1),
+    ]
+    changes = [
+        row_change(
+            Operation.INSERT,
+            source=source,
+            server_id=server,
+            position=BinlogPosition("b.000009", 100 + seq, f"0-{server}-{seq}"),
+            transaction_id=f"0-{server}-{seq}",
+            commit_time=moment,
+            row_index=0,
+            after={**ROW, "id": seq},
+        )
+        for seq, moment in enumerate(times)
+        for source, server in [("shop-primary", "1"), ("shop-primary", "2"), ("other", "1")]
+    ]
+    for change in changes:
+        _assert_fast_equals_reference(change)
+
+
 @pytest.mark.parametrize(
     "after",
     [
