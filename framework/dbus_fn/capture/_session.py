@@ -35,9 +35,11 @@ from dbus_fn.capture._ddl import ddl_target, is_account_statement, is_transactio
 from dbus_fn.capture._decode import TableDecoder, compile_table
 from dbus_fn.capture._dsn import SourceSpec, database_matches
 from dbus_fn.capture._positions import (
+    MariadbGtid,
     coordinates,
     file_sequence,
     format_gtid_state,
+    parse_gtid,
     parse_gtid_state,
 )
 from dbus_fn.capture._server import TRANSIENT_CODES, ServerInfo, error_code
@@ -198,8 +200,10 @@ class ReadSession:
         gtid_state = parse_gtid_state(resume.gtid) if info.is_mariadb else {}
         tables: dict[int, TableDecoder | None] = {}
         file = resume.file
+        file_seq = file_sequence(file)[1]
         txn_gtid: str | None = None
         txn_time = datetime.now(UTC)
+        txn_stamp: int | None = None  # the binlog timestamp txn_time was made from
         txn_start = resume.pos
         txn_rows = 0
         explicit = False
@@ -242,6 +246,7 @@ class ReadSession:
                     continue
                 if event_class is RotateEvent:
                     file = event.next_binlog
+                    file_seq = file_sequence(file)[1]
                     if event.timestamp:
                         tables.clear()
                     reader._read_file, reader._read_pos = file, event.position
@@ -304,13 +309,15 @@ class ReadSession:
                     continue
                 if event_class is MariadbGtidEvent or event_class is GtidEvent:
                     txn_gtid = event.gtid
-                    txn_time = datetime.fromtimestamp(event.timestamp, UTC)
+                    if event.timestamp != txn_stamp:  # thousands of commits share a second
+                        txn_stamp = event.timestamp
+                        txn_time = datetime.fromtimestamp(txn_stamp, UTC)
                     txn_start = end - packet.event_size
                     txn_rows = produced = 0
                     explicit = False
                     if (
                         stop_at is not None
-                        and (file_sequence(file)[1], txn_start) >= stop_at
+                        and (file_seq, txn_start) >= stop_at
                         and (until is None or now() >= until)
                     ):
                         return  # a start by GTID alone can be at or past `stop`
@@ -338,10 +345,13 @@ class ReadSession:
                 if not commit:
                     continue
                 if txn_gtid is not None and info.is_mariadb:
-                    domain = int(txn_gtid.split("-", 1)[0])
-                    gtid = parse_gtid_state(txn_gtid)[domain]
-                    gtid_state[domain] = gtid
-                state = format_gtid_state(gtid_state) if info.is_mariadb else txn_gtid
+                    gtid = parse_gtid(txn_gtid)
+                    assert isinstance(gtid, MariadbGtid)
+                    gtid_state[gtid.domain] = gtid
+                    # One domain (the usual server): the state is this GTID, as written.
+                    state = txn_gtid if len(gtid_state) == 1 else format_gtid_state(gtid_state)
+                else:
+                    state = format_gtid_state(gtid_state) if info.is_mariadb else txn_gtid
                 position = BinlogPosition(file, end, state)
                 yield TransactionCommit(
                     source,
@@ -362,7 +372,7 @@ class ReadSession:
                     last_item = progress.last_item = now()
                 if (
                     stop_at is not None
-                    and coordinates(position) >= stop_at
+                    and (file_seq, end) >= stop_at
                     and (until is None or now() >= until)
                 ):
                     return
