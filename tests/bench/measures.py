@@ -135,6 +135,28 @@ class TopicCount:
         except KafkaException:  # a topic just made, whose leader is not elected yet
             return 0
 
+    def span(self, topic: str) -> float:
+        """Seconds from the first message's timestamp to the last's, over the topic's
+        partitions: how long the writer took once it was writing (each producer stamps
+        a message when it is handed over, Java's as librdkafka's)."""
+        from confluent_kafka import TopicPartition
+
+        stamps = []
+        for partition in self._consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=10
+            )
+            for offset in {low, high - 1} if high > low else ():
+                self._consumer.assign([TopicPartition(topic, partition, offset)])
+                message = self._consumer.consume(1, timeout=30)
+                if not message or message[0].error() is not None:
+                    raise RuntimeError(f"{topic}[{partition}]@{offset}: no message read")
+                stamps.append(message[0].timestamp()[1] / 1000)
+        self._consumer.unassign()
+        if len(stamps) < 2:
+            raise RuntimeError(f"{topic}: fewer than two messages to time")
+        return max(stamps) - min(stamps)
+
     def seconds_until(
         self,
         topic: str,

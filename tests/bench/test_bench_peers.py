@@ -1,5 +1,5 @@
 """The pure parts of the peer bench: the table, the peer's configuration, the offset
-it is started at, the keys it writes. No services."""
+it is started at, the keys it writes; and, with Kafka, how long a topic took to fill."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from debezium_peer import (
     row_id,
     worker_properties,
 )
-from measures import SteadyLoad, percentile
+from measures import SteadyLoad, TopicCount, percentile
 from side_by_side import Metric, ratio, render
 
-from dbus_deploy.services import MariaDBEndpoint
+from dbus_deploy.services import KafkaEndpoint, MariaDBEndpoint
 from dbus_fn.events import BinlogPosition
 
 
@@ -110,3 +110,23 @@ def test_percentiles_are_nearest_rank() -> None:
     assert percentile([5.0], 0.99) == 5
     load = SteadyLoad(ordered, committed=100, achieved_rate=998.4)
     assert load.describe() == "p50 50 ms, p99 99 ms (100 of 100 rows, inserted at 998 rows/s)"
+
+
+def test_a_topics_span_runs_from_its_first_message_stamp_to_its_last(
+    kafka_service: KafkaEndpoint, kafka_topic: str
+) -> None:
+    """Over partitions: the earliest stamp is in one, the latest in another, and a
+    partition's middle message counts for nothing."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": kafka_service.bootstrap_servers})
+    for partition, stamp in [(0, 1_000_500), (1, 1_000_000), (1, 1_001_000), (1, 1_003_250),
+                             (2, 1_002_000)]:  # fmt: skip
+        producer.produce(kafka_topic, b"x", partition=partition, timestamp=stamp)
+    assert producer.flush(30) == 0
+    count = TopicCount(kafka_service.bootstrap_servers)
+    try:
+        assert count(kafka_topic) == 5
+        assert count.span(kafka_topic) == pytest.approx(3.25)
+    finally:
+        count.close()
