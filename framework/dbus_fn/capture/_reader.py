@@ -387,6 +387,7 @@ class BinlogReader:
         idle_timeout: float | None = None,
         shard: Shard | None = None,
         until: float | None = None,
+        catch_up: float | None = None,
     ) -> Iterator[CaptureItem]:
         """Items strictly after ``start`` (a transaction boundary), in commit order.
 
@@ -398,7 +399,10 @@ class BinlogReader:
         (commits of other tables still come, to move positions on). With ``until`` (a
         ``time.monotonic()`` moment), reading goes on past ``stop`` until then, and
         ends at the first transaction boundary (or idle heartbeat) after it: an *open
-        read*, which hands out changes as they are committed. Connection faults are
+        read*, which hands out changes as they are committed. With ``catch_up`` too (a
+        later moment), it goes on past ``until`` while it is behind the server (its
+        boundaries' binlog time ``BEHIND_SECONDS`` or more before the clock), up to
+        ``catch_up``. Connection faults are
         retried with backoff from the last commit, without loss or duplicates;
         configuration, privilege and position errors are raised at once.
         """
@@ -436,7 +440,7 @@ class BinlogReader:
             progress = Progress(committed, replay_skip)
             try:
                 yield from ReadSession(
-                    self, info, progress, stop, idle_timeout, last_item, shard, until
+                    self, info, progress, stop, idle_timeout, last_item, shard, until, catch_up
                 ).items()
                 return
             except StreamLost as exc:

@@ -75,6 +75,10 @@ ONLY_EVENTS = [
 # An open read asks the server for a heartbeat this often (seconds), so that it ends
 # close to its time when nothing is written.
 OPEN_READ_HEARTBEAT = 0.1
+# A boundary whose binlog time (whole seconds) is this far behind the clock: the
+# open read is behind the server, and reads on (up to its ``catch_up``) rather than
+# end its batch and leave the backlog to wait for the next one.
+BEHIND_SECONDS = 1.0
 DDL_WORDS = ("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD")
 
@@ -125,6 +129,7 @@ class ReadSession:
         last_item: float,
         shard: Shard | None = None,
         until: float | None = None,
+        catch_up: float | None = None,
     ) -> None:
         self.reader = reader
         self.info = info
@@ -135,6 +140,10 @@ class ReadSession:
         self.shard = shard
         self.until = until
         """Past ``stop``, read on until this ``time.monotonic()`` moment (None: stop there)."""
+        self.catch_up = catch_up
+        """Past ``until``, read on while behind the server (a boundary's binlog time
+        ``BEHIND_SECONDS`` or more before the clock), up to this ``time.monotonic()``
+        moment (None: never)."""
 
     def open_stream(self, resume: BinlogPosition, heartbeat: float) -> Any:
         made: list[bool] = []
@@ -190,9 +199,19 @@ class ReadSession:
         heartbeat = reader.heartbeat
         if idle_timeout is not None:
             heartbeat = max(0.05, min(heartbeat, idle_timeout / 4))
-        until = self.until
+        until, catch_up = self.until, self.catch_up
         if until is not None:  # an idle server's heartbeat is the chance to end on time
             heartbeat = min(heartbeat, OPEN_READ_HEARTBEAT)
+
+        def open_read_ends(stamp: int) -> bool:
+            """At or past ``stop``, at a boundary of binlog time ``stamp``: whether the
+            read ends here (at once without ``until``)."""
+            if until is None:
+                return True
+            moment = now()
+            if moment < until:
+                return False
+            return catch_up is None or moment >= catch_up or time.time() - stamp < BEHIND_SECONDS
         resume = progress.committed
         stream = self.open_stream(resume, heartbeat)
         source, server = reader.spec.name, info.identity
@@ -318,7 +337,7 @@ class ReadSession:
                     if (
                         stop_at is not None
                         and (file_seq, txn_start) >= stop_at
-                        and (until is None or now() >= until)
+                        and open_read_ends(event.timestamp)
                     ):
                         return  # a start by GTID alone can be at or past `stop`
                     continue
@@ -370,10 +389,8 @@ class ReadSession:
                 txn_start = end
                 if rows_in_commit:  # commits of other tables are not activity
                     last_item = progress.last_item = now()
-                if (
-                    stop_at is not None
-                    and (file_seq, end) >= stop_at
-                    and (until is None or now() >= until)
+                if stop_at is not None and (file_seq, end) >= stop_at and open_read_ends(
+                    event.timestamp
                 ):
                     return
         except BaseException as exc:

@@ -22,7 +22,8 @@ Once the sinks acknowledged it all, the batch's commit notes how far the task go
 (``checkpoint.record_reached``) and the next batch starts there. A batch replayed
 after a crash reads from its planned start: at least once, as always, never less.
 A Spark micro-batch costs a few hundred milliseconds of planning and commits; an
-open read delivers in the meantime.
+open read delivers in the meantime. An open read still behind the server when its
+time is up reads on while it is, up to ``CATCH_UP`` times its time.
 
 The function stage runs inside the read (see ``dbus_spark.stage``): each output
 row is one encoded record (a CloudEvent in the Kafka binary binding and where it
@@ -97,6 +98,12 @@ from dbus_spark.worker import (
     worker_stage,
 )
 from dbus_spark.writer import TaskReport, sink_settings, worker_sinks
+
+# An open read that is behind the server at its time (``BEHIND_SECONDS``) reads on,
+# up to this many times its time, instead of leaving the backlog to the next batch:
+# under a load close to what the cores can read, the gap between two batches would
+# otherwise keep the lag at several seconds.
+CATCH_UP = 5
 
 log = logging.getLogger(__name__)
 
@@ -409,6 +416,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 stop=planned_end,
                 shard=shard,
                 until=began + config.open_read_seconds if open_read else None,
+                catch_up=began + CATCH_UP * config.open_read_seconds if open_read else None,
             ):
                 if type(item) is RowChange:
                     for record in stage.process(item, counts, gate):

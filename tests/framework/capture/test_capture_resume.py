@@ -146,6 +146,43 @@ def test_an_open_read_goes_on_past_stop_until_its_time_and_ends_at_a_commit(
     assert items[-1].position == reader.master_position()
 
 
+@pytest.mark.parametrize(
+    ("catch_up", "read"),
+    [(60.0, [1, 2, 3]), (None, [1]), (0.0, [1])],
+    ids=["behind-reads-on", "no-catch-up", "catch-up-over"],
+)
+def test_an_open_read_behind_the_server_reads_on_until_the_present(
+    tables_at: TablesAt, reader: BinlogReader, catch_up: float | None, read: list[int]
+) -> None:
+    """Its time is up, but the commits past `stop` carry binlog times a minute old
+    (the server is that far ahead of the read): it reads on, up to `catch_up`, and
+    ends at the boundary where the present begins."""
+    import time
+
+    connection, start = tables_at("CREATE TABLE a (id INT PRIMARY KEY)")
+    execute(connection, "SET timestamp = UNIX_TIMESTAMP() - 60", "INSERT INTO a VALUES (1)")
+    planned = reader.master_position()
+    execute(
+        connection,
+        "INSERT INTO a VALUES (2)",
+        "INSERT INTO a VALUES (3)",
+        "SET timestamp = DEFAULT",
+        "INSERT INTO a VALUES (4)",
+        "INSERT INTO a VALUES (5)",
+    )
+    began = time.monotonic()
+    items = list(
+        reader.read(
+            start,
+            stop=planned,
+            until=began,
+            catch_up=None if catch_up is None else began + catch_up,
+        )
+    )
+    assert [r.row["id"] for r in rows(items)] == read
+    assert items[-1] == commits(items)[-1]
+
+
 def test_earliest_and_latest_resolve_to_real_positions(reader: BinlogReader) -> None:
     earliest = reader.resolve_start("earliest")
     latest = reader.resolve_start("latest")
