@@ -74,6 +74,8 @@ def parse_gtid_state(text: str | None) -> dict[int, MariadbGtid]:
 def format_gtid_state(state: dict[int, MariadbGtid]) -> str | None:
     if not state:
         return None
+    if len(state) == 1:  # one domain, the usual server: written at every commit
+        return str(next(iter(state.values())))
     return ",".join(str(state[domain]) for domain in sorted(state))
 
 

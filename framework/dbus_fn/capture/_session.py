@@ -365,12 +365,9 @@ class ReadSession:
                     continue
                 if txn_gtid is not None and info.is_mariadb:
                     gtid = parse_gtid(txn_gtid)
-                    assert isinstance(gtid, MariadbGtid)
+                    assert isinstance(gtid, MariadbGtid)  # a MariaDB server's event
                     gtid_state[gtid.domain] = gtid
-                    # One domain (the usual server): the state is this GTID, as written.
-                    state = txn_gtid if len(gtid_state) == 1 else format_gtid_state(gtid_state)
-                else:
-                    state = format_gtid_state(gtid_state) if info.is_mariadb else txn_gtid
+                state = format_gtid_state(gtid_state) if info.is_mariadb else txn_gtid
                 position = BinlogPosition(file, end, state)
                 yield TransactionCommit(
                     source,

@@ -20,6 +20,7 @@ from dbus_fn.capture import (
     replica_id_for,
 )
 from dbus_fn.capture._ddl import ddl_target, is_account_statement, is_transaction_control
+from dbus_fn.capture._positions import format_gtid_state
 from dbus_fn.capture._replica_id import DBUS_RANGE, check_replica_id
 from dbus_fn.errors import ConfigError, DsnError, SourceError
 
@@ -150,3 +151,12 @@ def test_a_server_without_full_row_metadata_is_refused_clearly() -> None:
         reader._check_settings(
             {**variables, "binlog_format": "MIXED", "binlog_row_metadata": "FULL"}
         )
+
+
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [("0-1-14", "0-1-14"), ("0-01-007", "0-1-7"), ("2-1-5,0-1-14", "0-1-14,2-1-5"), ("", None)],
+    ids=["one-domain", "one-domain-unpadded", "domains-in-order", "empty"],
+)
+def test_a_gtid_state_is_written_domain_by_domain_in_order(text: str, written: str | None) -> None:
+    assert format_gtid_state(parse_gtid_state(text)) == written
