@@ -402,9 +402,9 @@ class BinlogReader:
         read*, which hands out changes as they are committed. With ``catch_up`` too (a
         later moment), it goes on past ``until`` while it is behind the server (its
         boundaries' binlog time ``BEHIND_SECONDS`` or more before the clock), up to
-        ``catch_up``. Connection faults are
-        retried with backoff from the last commit, without loss or duplicates;
-        configuration, privilege and position errors are raised at once.
+        ``catch_up``. Connection faults are retried with backoff from the last
+        commit, without loss or duplicates; configuration, privilege and position
+        errors are raised at once.
         """
         if isinstance(start, str) and start.strip().lower() == "snapshot":
             snapshot_end: BinlogPosition | None = None
