@@ -86,6 +86,10 @@ class TopicState:
         self.types: dict[str, int] = {}
         self.history: dict[int, list[tuple[int, int, str]]] = {}
         """Per key, every message's (binlog file number, position, type suffix), in order."""
+        self.ids: set[str] = set()
+        """Every event id seen (a change delivered twice counts once)."""
+        self.sources: set[str] = set()
+        """Every event source seen (``/mysql/<source>/<database>/<table>``)."""
 
     def poll(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -96,6 +100,8 @@ class TopicState:
                 event = from_kafka_message(msg.key(), msg.value(), msg.headers())
                 suffix = event.get_type().rsplit(".", 1)[-1]
                 self.types[suffix] = self.types.get(suffix, 0) + 1
+                self.ids.add(event.get_id())
+                self.sources.add(event.get_source())
                 (key,) = json.loads(msg.key())
                 self.last[key] = None if suffix == "deleted" else event.get_data()["after"]
                 number = int(event.get_extension("binlogfile").rsplit(".", 1)[-1])

@@ -95,6 +95,27 @@ def kafka_count(
     return seen
 
 
+def kafka_events(bootstrap: str, topic: str, count: int, within: float) -> list[tuple[Any, Any]]:
+    """Up to ``count`` messages of ``topic`` as (key, CloudEvent), read within ``within``
+    seconds by the consumer group named after the topic: a second call goes on from
+    where the first one stopped."""
+    from dbus_fn.kafka_binding import from_kafka_message
+
+    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"}, group=topic)
+    consumer.subscribe([topic])
+    events: list[tuple[Any, Any]] = []
+    deadline = time.monotonic() + within
+    try:
+        while len(events) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            events.append((msg.key(), from_kafka_message(msg.key(), msg.value(), msg.headers())))
+    finally:
+        consumer.close()
+    return events
+
+
 def relay_table(
     database: Any, function_folder: Any, route: str, columns: str = "id INT PRIMARY KEY"
 ) -> tuple[Path, str]:

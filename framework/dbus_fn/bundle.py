@@ -29,8 +29,23 @@ MAX_BUNDLE_BYTES = 900_000
 """ZooKeeper refuses a znode over 1 MB (``jute.maxbuffer``); keep clear of it."""
 
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-_SECRET_KEY = re.compile(r"(pass(word|wd)?|secret|token|api[_.-]?key|credential)", re.I)
-_DSN_WITH_PASSWORD = re.compile(r"://[^/@\s:]+:[^/@\s]+@")
+# Keys that name a secret: a password, token, key or credential, and HTTP
+# authentication (Authorization, basic_auth, http_auth, bearer_auth).
+_SECRET_KEY = re.compile(
+    r"pass(word|wd)?|secret|token|api[_.-]?key|credential|authori[sz]ation|"
+    r"(^|[_.-])auth($|[_.-])",
+    re.I,
+)
+# Values that hold a secret whatever their key: an address with a password
+# (scheme://user:password@, basic auth in an http URL too); an HTTP Authorization
+# value ("Bearer ...", "Basic ..."); key=value settings that set one, as a JAAS
+# config does (sasl.jaas.config = '... password="..."').
+_ADDRESS_WITH_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]+@")
+_SECRET_SETTING = re.compile(
+    r"^\s*(bearer|basic|token|apikey)\s+\S"
+    r"|(^|[\s;,])(pass(word|wd)?|secret|token|api[_.-]?key|credentials?)\s*[=:]\s*\S",
+    re.I,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +91,8 @@ def _plain(value: Any) -> Any:
 
 
 def check_no_secrets(value: Any, where: str) -> None:
-    """Refuse a secret-looking key or a DSN with a password anywhere in ``value``.
+    """Refuse a secret-looking key, or a value holding a password or token (an
+    address with one, an Authorization value, a JAAS config), anywhere in ``value``.
 
     The message names the place, never the value.
     """
@@ -93,12 +109,20 @@ def check_no_secrets(value: Any, where: str) -> None:
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             check_no_secrets(item, f"{where}[{index}]")
-    elif isinstance(value, str) and _DSN_WITH_PASSWORD.search(value):
-        raise SecretLeakError(
-            f"{where} holds an address with a password; secrets must not go into ZooKeeper: "
-            "give the runtime an environment variable or secret file instead",
-            where=where,
+    elif isinstance(value, str):
+        what = (
+            "an address with a password"
+            if _ADDRESS_WITH_PASSWORD.search(value)
+            else "a password or token"
+            if _SECRET_SETTING.search(value)
+            else None
         )
+        if what is not None:
+            raise SecretLeakError(
+                f"{where} holds {what}; secrets must not go into ZooKeeper: "
+                "give the runtime an environment variable or secret file instead",
+                where=where,
+            )
 
 
 def content_hash(files: Mapping[str, bytes]) -> str:

@@ -17,11 +17,7 @@ __all__ = ["deployment_warnings"]
 def deployment_warnings(deployment: LoadedDeployment) -> list[str]:
     """What looks wrong in ``deployment``, one line each (empty: nothing)."""
     manifest = deployment.manifest
-    warnings = [
-        f"tables: {pattern!r} has an unclosed '[' (a glob set is written [abc])"
-        for pattern in manifest.tables
-        if pattern.count("[") != pattern.count("]")
-    ]
+    warnings: list[str] = []
     routed = manifest.default_route is not None or any(
         f.kind == "route" for f in deployment.functions
     )

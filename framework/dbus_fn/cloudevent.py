@@ -12,6 +12,8 @@ form (``docs/events.md`` is the full reference):
   ``<prefix>.transaction.committed``.
 - ``subject`` and the ``partitionkey`` extension: the primary key as a compact
   JSON array of the key columns' JSON values, e.g. ``[42]`` or ``[7,"2024-01-01"]``.
+  A row of a table without a primary key has no ``subject``, and its
+  ``partitionkey`` is ``<database>.<table>``.
 - ``time``: the commit time; ``datacontenttype``: ``application/json``.
 - ``data`` of a row event: ``{"before", "after", "key", "columns"}``; ``columns``
   maps every column to its MySQL type, which makes the event lossless.
@@ -22,6 +24,7 @@ form (``docs/events.md`` is the full reference):
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -59,10 +62,14 @@ __all__ = [
     "event_id_prefix",
     "event_parts",
     "from_cloudevent",
+    "image_digest",
+    "image_digests",
     "item_from_cloudevent",
     "key_json",
     "new_event",
+    "partition_key",
     "primary_key_text",
+    "row_digest",
     "row_json",
     "time_text",
     "to_cloudevent",
@@ -168,7 +175,8 @@ def event_id(item: CaptureItem) -> str:
     if isinstance(item, RowChange):
         if item.op is Operation.SNAPSHOT:
             # The rows of one snapshot share its position: the key tells them apart.
-            return f"{base}:{snapshot_id_suffix(primary_key_text(item))}"
+            key = primary_key_text(item) if item.primary_key else row_digest(item)
+            return f"{base}:{snapshot_id_suffix(key)}"
         return f"{base}:{item.row_index}"
     if isinstance(item, SchemaChange):
         return f"{base}:schema"
@@ -253,6 +261,37 @@ def primary_key_text(change: RowChange) -> str | None:
     return _key_text(change, _encoded_images(change)[0])
 
 
+def partition_key(change: RowChange) -> str:
+    """The ``partitionkey`` (and Kafka message key) of a row change: its primary key
+    text, or ``<database>.<table>`` for a table without a primary key, so one such
+    table's changes stay in order in one partition and the key stays small."""
+    return primary_key_text(change) or change.qualified_table
+
+
+def image_digest(image: Mapping[str, Any]) -> str:
+    """The identity of a row image of a table without a primary key: the SHA-1 (hex)
+    of its JSON form with sorted keys. Equal rows have equal digests."""
+    text = json.dumps(image, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def image_digests(change: RowChange) -> tuple[str | None, str | None]:
+    """``image_digest`` of the change's ``before`` and ``after`` (``None``: no image)."""
+    _, before, after = _encoded_images(change)
+    return (
+        None if before is None else image_digest(before),
+        None if after is None else image_digest(after),
+    )
+
+
+def row_digest(change: RowChange) -> str:
+    """``image_digest`` of the change's row (``after``, or ``before`` for a delete)."""
+    before, after = image_digests(change)
+    digest = after or before
+    assert digest is not None, "a row change has at least one image"
+    return digest
+
+
 def row_json(change: RowChange) -> tuple[dict[str, Any], dict[str, str]]:
     """The JSON form of the change's row (``after``, or ``before`` for a delete) and
     the column types it was written with, exactly as its CloudEvent carries them.
@@ -335,7 +374,7 @@ def event_parts(
         key = _key_text(item, types)
         if key is not None:
             attrs["subject"] = key
-            attrs[PARTITION_KEY] = key
+        attrs[PARTITION_KEY] = item.qualified_table if key is None else key
         data: dict[str, Any] = {
             "before": before,
             "after": after,

@@ -41,6 +41,10 @@ Details that matter:
 - A fraction (``.ffffff``, always six digits) is written only when the value has
   microseconds; readers accept one to six digits.
 - ``timestamp`` values are converted to UTC on the way out and come back as UTC.
+- A zero or partial date (``0000-00-00``, ``2015-05-00 10:11:12``), which a
+  permissive ``sql_mode`` lets a row hold, is a ``str`` in the shape of the type's
+  JSON form (``"0000-00-00"``, ``"2015-05-00T10:11:12"``, ``"0000-00-00T00:00:00Z"``)
+  both in Python and in JSON, never ``None`` (``dbus_fn._zero_dates``).
 - Integers keep every digit (``bigint unsigned`` up to 18446744073709551615,
   ``bit(64)`` up to 2**64 - 1); JSON readers that hold numbers as doubles (such as
   JavaScript) lose precision above 2**53.
@@ -66,6 +70,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any, TypeAlias
 
+from dbus_fn._zero_dates import DateKind, zero_date_from_json
 from dbus_fn.column_types import ColumnFamily, ColumnType, parse_column_type
 from dbus_fn.errors import ColumnValueError, UnsupportedColumnTypeError
 
@@ -103,10 +108,11 @@ _REAL_MOMENT = "a real calendar date and time"
 
 
 def _iso_text_reader(
-    pattern: re.Pattern[str], parse: Callable[[str], Any], form: str, real: str
+    pattern: re.Pattern[str], parse: Callable[[str], Any], form: str, real: str, kind: DateKind
 ) -> Callable[[Any], Any]:
     """A reader of ISO date/time text: ``form`` names the shape ``pattern`` wants, ``real``
-    what an impossible calendar value (February 30) should have been."""
+    what a value neither real nor a zero date MySQL stores (month 13) should have been.
+    A zero or partial date of ``kind`` stays its text (``dbus_fn._zero_dates``)."""
 
     def read(value: Any) -> Any:
         if not isinstance(value, str) or not pattern.fullmatch(value):
@@ -114,9 +120,19 @@ def _iso_text_reader(
         try:
             return parse(value)
         except ValueError as exc:
-            raise _Mismatch(real) from exc
+            held = zero_date_from_json(value, kind)
+            if held is None:
+                raise _Mismatch(real) from exc
+            return held
 
     return read
+
+
+def _zero_date_to_json(value: str, kind: DateKind, expected: str) -> str:
+    """A zero or partial date's text as its JSON form: it must be the held text itself."""
+    if zero_date_from_json(value, kind) != value:
+        raise _Mismatch(expected)
+    return value
 
 
 def _is_int(value: object) -> bool:
@@ -176,6 +192,8 @@ def _float_value(value: Any) -> float:
 
 
 def _date_to_json(value: Any) -> str:
+    if type(value) is str:
+        return _zero_date_to_json(value, "date", 'a datetime.date or a zero date "0000-00-00"')
     if type(value) is not date:
         raise _Mismatch("a datetime.date")
     return value.isoformat()
@@ -185,7 +203,11 @@ _DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 _date_from_json = _iso_text_reader(
-    _DATE_TEXT, date.fromisoformat, f"a date string {_DAY}", f"a real calendar date {_DAY}"
+    _DATE_TEXT,
+    date.fromisoformat,
+    f"a date string {_DAY}",
+    f"a real calendar date {_DAY}",
+    "date",
 )
 
 
@@ -227,6 +249,8 @@ def _datetime_text(value: datetime) -> str:
 
 
 def _datetime_to_json(value: Any) -> str:
+    if type(value) is str:
+        return _zero_date_to_json(value, "datetime", 'a zero date "0000-00-00T00:00:00"')
     if not isinstance(value, datetime) or value.tzinfo is not None:
         raise _Mismatch("a naive datetime.datetime (DATETIME has no time zone)")
     return _datetime_text(value)
@@ -238,11 +262,13 @@ _UTC_TEXT = re.compile(_DATETIME_TEXT + "Z")
 
 
 _datetime_from_json = _iso_text_reader(
-    _NAIVE_TEXT, datetime.fromisoformat, f'a datetime string "{_ISO}"', _REAL_MOMENT
+    _NAIVE_TEXT, datetime.fromisoformat, f'a datetime string "{_ISO}"', _REAL_MOMENT, "datetime"
 )
 
 
 def _timestamp_to_json(value: Any) -> str:
+    if type(value) is str:
+        return _zero_date_to_json(value, "timestamp", 'a zero date "0000-00-00T00:00:00Z"')
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise _Mismatch("a timezone-aware datetime.datetime (TIMESTAMP is UTC)")
     utc = value if value.tzinfo is UTC else value.astimezone(UTC)
@@ -254,6 +280,7 @@ _timestamp_from_json = _iso_text_reader(
     lambda text: datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC),
     f'a UTC timestamp string "{_ISO}Z"',
     _REAL_MOMENT,
+    "timestamp",
 )
 
 

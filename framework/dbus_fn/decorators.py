@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections.abc
 import inspect
 import os
-import re
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -23,7 +22,7 @@ from typing import Any, Literal, TypeVar
 from dbus_fn.errors import FunctionValidationError
 from dbus_fn.events import Operation
 from dbus_fn.hooks import HOOK_NAMES, hookimpl
-from dbus_fn.manifest import Destination
+from dbus_fn.manifest import TABLE_GLOBS, Destination, table_glob_problem
 
 FunctionKind = Literal["filter", "projection", "route"]
 
@@ -32,7 +31,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 ATTRIBUTE = "__dbus_function__"
 """The attribute of a decorated function that holds its ``FunctionInfo``."""
 
-_TABLE_GLOB = re.compile(r"^[^.\s]+\.[^.\s]+$")
 
 _EXPECTED_RETURN = {
     "filter": "bool",
@@ -283,11 +281,13 @@ def _tables(tables: object, fail: _Fail) -> tuple[str, ...]:
             repr(tables),
             'a selector must name the tables it applies to, e.g. tables="shop.*"',
         )
-    bad = [item for item in items if not isinstance(item, str) or not _TABLE_GLOB.match(item)]
+    bad = [item for item in items if table_glob_problem(item) is not None]
     if bad:
+        unclosed = [item for item in bad if isinstance(item, str) and "[" in item]
         raise fail(
-            'tables= "db.table" globs such as "shop.orders" or "shop.*"',
+            f"tables= {TABLE_GLOBS}",
             ", ".join(repr(item) for item in bad),
+            "a set of characters is written [abc], a literal [ as [[]" if unclosed else "",
         )
     return tuple(typing.cast(list[str], items))
 

@@ -74,6 +74,9 @@ class EmulationReport:
     deliveries: int = 0
     dead_letters: int = 0
     filtered: int = 0
+    """Row events a filter dropped (or that no function chain took)."""
+    unsubscribed: dict[str, int] = field(default_factory=dict)
+    """Row events of tables the manifest's ``tables`` do not name, per table."""
     stats: PipelineStats | None = None
     records: list[EmulatedRecord] = field(default_factory=list)
 
@@ -84,9 +87,21 @@ class EmulationReport:
             f"{self.filtered} filtered",
             f"{self.dead_letters} dead-lettered",
         ]
+        if self.unsubscribed:
+            parts.append(self.unsubscribed_note())
         if self.markers:
             parts.append(f"{self.markers} transaction/schema markers passed by")
         return ", ".join(parts)
+
+    def unsubscribed_note(self) -> str:
+        """What was skipped for its table, and how to take it in."""
+        count = sum(self.unsubscribed.values())
+        them = "them" if len(self.unsubscribed) > 1 else "it"
+        return (
+            f"{count} event{'s' if count != 1 else ''} skipped: the deployment does not "
+            f"subscribe to {', '.join(sorted(self.unsubscribed))} (add {them} to tables in "
+            f"dbus.toml to run {them})"
+        )
 
 
 def delivery_cloudevent(
@@ -149,7 +164,12 @@ class Emulator:
     def run_change(self, change: RowChange) -> Iterator[EmulatedRecord]:
         """Records for one row change."""
         outcome = self.pipeline.process(change)
-        self._count(outcome)
+        table = change.qualified_table
+        if self.deployment.subscribes(table):
+            self._count(outcome)
+        else:  # the runtime would never read it; not something a filter dropped
+            self.report.events += 1
+            self.report.unsubscribed[table] = self.report.unsubscribed.get(table, 0) + 1
         for delivery in outcome.deliveries:
             try:
                 event = delivery_cloudevent(delivery, type_prefix=self.type_prefix)

@@ -247,8 +247,12 @@ class RowChange:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        """The primary-key values of the row, in key-column order."""
+        """The primary-key values of the row, in key-column order; for a table without
+        a primary key, every value of the row, which is then its own key (shards and
+        history reads tell rows apart by it; it never leaves dbus as a key)."""
         row = self.row
+        if not self.primary_key:
+            return tuple(row.values())
         return tuple(row[name] for name in self.primary_key)
 
     @property

@@ -1,8 +1,9 @@
 """CloudEvents in the JSON event format, one event or one per line (JSONL).
 
 JSONL files hold what ``dbus source record`` captured and what the local
-emulator replays: one structured-mode JSON event per line, UTF-8, blank lines
-ignored. Writing accepts capture items too and converts them on the way.
+emulator replays: one structured-mode JSON event per line, UTF-8 (a leading
+byte order mark is read past), blank lines ignored. Writing accepts capture
+items too and converts them on the way.
 """
 
 from __future__ import annotations
@@ -67,9 +68,38 @@ def event_from_json(data: str | bytes, *, where: str | None = None) -> CloudEven
     Raises ``EventFormatError`` for text that is not JSON, not an object, or not
     a valid CloudEvents 1.0 event.
     """
+    data = _without_bom(data)
     try:
-        parsed: Any = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+        # UTF-8, as RFC 8259 requires: json.loads would guess UTF-16 for binary data.
+        parsed: Any = json.loads(data.decode() if isinstance(data, bytes) else data)
+    except UnicodeDecodeError as exc:
+        raise EventFormatError(
+            f"{where or 'event'} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+            f"{exc.start}): expected a CloudEvent as JSON; record events with "
+            "`dbus source record` or write them as UTF-8 JSON",
+            problems=(f"not UTF-8: {exc}",),
+            where=where,
+        ) from None
+    except ValueError as exc:
+        if not data.strip():
+            raise EventFormatError(
+                f"{where or 'event'} is empty: expected one CloudEvent as a JSON object",
+                problems=("empty",),
+                where=where,
+            ) from None
+        if isinstance(exc, json.JSONDecodeError) and exc.msg == "Extra data":
+            fix = (
+                "expected one CloudEvent; a JSONL file of events goes to "
+                "`dbus fn run-local --events`"
+                if exc.lineno > 1
+                else "expected one CloudEvent per line"
+            )
+            raise EventFormatError(
+                f"{where or 'event'} holds more than one JSON value (the next at line "
+                f"{exc.lineno}, column {exc.colno}): {fix}",
+                problems=(f"malformed JSON: {exc}",),
+                where=where,
+            ) from None
         raise EventFormatError(
             f"{where or 'event'} is not valid JSON ({exc}); expected one CloudEvent "
             "as a JSON object",
@@ -118,6 +148,25 @@ def event_from_json(data: str | bytes, *, where: str | None = None) -> CloudEven
     return event
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def _without_bom(data: str | bytes) -> str | bytes:
+    """``data`` without a leading UTF-8 byte order mark, which some editors write."""
+    if isinstance(data, bytes):
+        return data.removeprefix(_BOM)
+    return data.removeprefix("\ufeff")
+
+
+def _spread_over_lines(line: bytes, error: EventFormatError) -> bool:
+    """Whether ``line`` of a JSONL file failed because it is a line of pretty-printed
+    JSON: a lone opening or closing bracket, or a ``"key": value`` member."""
+    if not any(problem.startswith("malformed JSON") for problem in error.problems):
+        return False
+    text = line.removeprefix(_BOM).strip()
+    return text in (b"{", b"[") or text.rstrip(b",") in (b"}", b"]") or text[:1] == b'"'
+
+
 def write_jsonl(
     path: str | os.PathLike[str],
     events: Iterable[BaseCloudEvent | CaptureItem],
@@ -141,5 +190,18 @@ def read_jsonl(path: str | os.PathLike[str]) -> Iterator[CloudEvent]:
     """
     with open(path, "rb") as lines:
         for number, line in enumerate(lines, start=1):
-            if line.strip():
-                yield event_from_json(line, where=f"{os.fspath(path)}:{number}")
+            if not line.strip():
+                continue
+            where = f"{os.fspath(path)}:{number}"
+            try:
+                yield event_from_json(line, where=where)
+            except EventFormatError as exc:
+                if _spread_over_lines(line, exc):
+                    raise EventFormatError(
+                        f"{where} holds part of a JSON value spread over several lines "
+                        "(pretty-printed?): JSONL needs each CloudEvent on one line; rewrite "
+                        f"the file with `jq -c . {os.fspath(path)}`",
+                        problems=exc.problems,
+                        where=where,
+                    ) from None
+                raise

@@ -6,9 +6,10 @@
   application/cloudevents+json``.
 
 In both modes the message key is the event's ``partitionkey`` (the primary key
-text), so all changes of one row land in one partition, in order. Events
-without a key (schema changes, commits, tables without a primary key) get a
-``None`` key.
+text), so all changes of one row land in one partition, in order. A row of a
+table without a primary key has ``<database>.<table>`` there, so that table's
+changes keep their order in one partition. Events without a partition key
+(schema changes, commits) get a ``None`` key.
 """
 
 from __future__ import annotations
@@ -224,17 +225,17 @@ class _RowMessages:
         assert image is not None, "a row change has at least one image"
         after_id, after_pos, id_prefix = self._transaction(change)
         pos = str(change.position.pos)
-        key = None
+        subject = None
         if change.primary_key:
             try:
                 values = [image[name] for name in change.primary_key]
             except KeyError:
                 return None
-            key = key_json(values).encode("utf-8")
+            subject = key_json(values).encode("utf-8")
         if change.op is Operation.SNAPSHOT:
-            if key is None:
-                return None
-            row_id = snapshot_id_suffix(key.decode("utf-8"))
+            if subject is None:
+                return None  # its id names the row by its digest: the general path
+            row_id = snapshot_id_suffix(subject.decode("utf-8"))
         else:
             row_id = str(change.row_index)
         headers = [
@@ -248,8 +249,12 @@ class _RowMessages:
             _header(ROW_INDEX, str(change.row_index)),
             fixed[1],
         ]
-        if key is not None:
-            headers += [(_CE_PREFIX + "subject", key), (_CE_PREFIX + PARTITION_KEY, key)]
+        if subject is not None:
+            key = subject
+            headers.append((_CE_PREFIX + "subject", subject))
+        else:
+            key = f"{change.database}.{change.table}".encode()
+        headers.append((_CE_PREFIX + PARTITION_KEY, key))
         value = f'{{"before": {_image_json(before)}, "after": {_image_json(after)}{tail}'
         return KafkaMessage(key=key, value=value.encode("utf-8"), headers=headers)
 

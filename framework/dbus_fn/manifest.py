@@ -9,12 +9,13 @@ Example::
 
     name = "orders"
     version = "1.0.0"
-    module = "orders.py"            # a path relative to this file, or a dotted name
+    module = "orders.py"            # a path relative to this file (a .py file or a package folder)
     tables = ["shop.orders"]        # db.table globs
     sources = ["shop"]              # capture sources (empty: every source)
     default_route = "kafka://orders"
     dead_letter_route = "kafka://orders.dead-letter"
-    timeout = 1.0                   # seconds each function call may take
+    timeout = 1.0                   # seconds each function call may take (0: no budget)
+    initial = "snapshot"            # a first run bootstraps the sinks from the tables
 
     [sinks.kafka]                   # options for the runtime's sinks
     bootstrap_servers = "127.0.0.1:9092"
@@ -22,10 +23,11 @@ Example::
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -42,14 +44,84 @@ SCHEMES: tuple[Scheme, ...] = ("kafka", "es")
 # Kafka's own rule for topic names; Elasticsearch's for index names.
 _KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _ES_INDEX = re.compile(r'^[^-_+A-Z\\/*?"<>| ,#:.][^A-Z\\/*?"<>| ,#:]{0,254}$')
-_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+NAME_MAX = 63
+"""The longest deployment name: it names znodes, topics and metric labels."""
+_NAME = re.compile(r"^[a-z][a-z0-9_-]*$")
 # Dot-separated numbers, then optional -pre-release and +build parts (as SemVer).
 _VERSION = re.compile(
     r"^\d+(\.\d+)*(-[0-9A-Za-z]+(\.[0-9A-Za-z]+)*)?(\+[0-9A-Za-z]+(\.[0-9A-Za-z]+)*)?$"
 )
 _TABLE_GLOB = re.compile(r"^[^.\s]+\.[^.\s]+$")
+TABLE_GLOBS = '"db.table" globs such as "shop.orders" or "shop.*"'
+# host:port, then more of them after commas; a host is a name, IPv4 or [IPv6].
+_HOST_PORT = r"(?:[\w.-]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}"
+_HOST_PORTS = re.compile(rf"^{_HOST_PORT}(?:,\s*{_HOST_PORT})*$")
+_HTTP_URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 
 DEFAULT_TIMEOUT = 5.0
+MAX_TIMEOUT = 3600.0
+"""The longest time budget: a call that may run longer is better run with none (0)."""
+
+
+def name_problem(value: str) -> str | None:
+    """What is wrong with ``value`` as a deployment name (None: nothing)."""
+    if len(value) > NAME_MAX:
+        return f"a name of at most {NAME_MAX} characters, got one of {len(value)}"
+    if not _NAME.match(value):
+        rule = f"[a-z][a-z0-9_-]*, at most {NAME_MAX} characters"
+        return f"a lowercase name ({rule}), got {value!r}"
+    return None
+
+
+def table_glob_problem(value: object) -> str | None:
+    """What is wrong with ``value`` as a ``db.table`` glob (None: nothing).
+
+    An unclosed ``[`` is refused: fnmatch would read it as a literal character,
+    so the glob would silently match no real table.
+    """
+    if not isinstance(value, str) or not _TABLE_GLOB.match(value):
+        return f"expected {TABLE_GLOBS}, got {value!r}"
+    if re.search(r"\[(?![^\]]*\])", value.replace("[[]", "")):
+        return (
+            f"{value!r} has an unclosed '[' (a set of characters is written [abc], "
+            "a literal [ as [[])"
+        )
+    return None
+
+
+def _sink_option_problem(scheme: str, key: str, value: object) -> str | None:
+    """What is wrong with one ``[sinks.*]`` option (None: nothing)."""
+    where = f"sinks.{scheme}.{key}"
+    if key in ("bootstrap_servers", "bootstrap.servers"):
+        if not isinstance(value, str) or not _HOST_PORTS.match(value):
+            return (
+                f'{where}: expected a string of host:port pairs such as "127.0.0.1:9092" or '
+                f'"k1:9092,k2:9092", got {_shown(value)}'
+            )
+        return None
+    if key in ("hosts", "url"):
+        urls = value if isinstance(value, list) else [value]
+        if not urls or not all(isinstance(u, str) and _HTTP_URL.match(u) for u in urls):
+            return (
+                f'{where}: expected an http(s) URL such as "http://127.0.0.1:9200" or a list '
+                f"of them, got {_shown(value)}"
+            )
+        return None
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(i, str | int | float | bool) for i in items):
+        return (
+            f"{where}: expected a string, number or boolean (or a list of them), "
+            f"got {_shown(value)}"
+        )
+    return None
+
+
+def _shown(value: object) -> str:
+    """A sink option's value for an error: a number as it is, anything else by its type
+    only (an option may hold a secret)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"the number {value!r}"
+    return f"a {type(value).__name__}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,28 +211,25 @@ class Manifest:
             return value
 
         def strings(
-            key: str, pattern: re.Pattern[str] | None, expected: str, *, required: bool
+            key: str, check: Callable[[object], str | None], expected: str, *, required: bool
         ) -> tuple[str, ...]:
             value = data.get(key)
             if value is None:
                 if required:
                     problems.append(f"{key}: missing; expected a list of {expected}")
                 return ()
-            items = [value] if isinstance(value, str) else value
-            if not isinstance(items, list) or (required and not items):
-                problems.append(f"{key}: expected a non-empty list of {expected}, got {value!r}")
-                return ()
-            bad = [
-                i
-                for i in items
-                if not isinstance(i, str) or (pattern is not None and not pattern.match(i))
-            ]
-            if bad:
+            if isinstance(value, str):
                 problems.append(
-                    f"{key}: expected {expected}, got {', '.join(repr(b) for b in bad)}"
+                    f"{key}: expected a list of {expected}, got the string {value!r}; "
+                    f"write {key} = [{json.dumps(value)}]"
                 )
                 return ()
-            return tuple(items)
+            if not isinstance(value, list) or (required and not value):
+                problems.append(f"{key}: expected a non-empty list of {expected}, got {value!r}")
+                return ()
+            bad = [problem for problem in map(check, value) if problem is not None]
+            problems.extend(f"{key}: {problem}" for problem in bad)
+            return () if bad else tuple(value)
 
         def destination(key: str) -> Destination | None:
             value = data.get(key)
@@ -177,13 +246,16 @@ class Manifest:
             problems.append(
                 f"unknown key(s) {', '.join(unknown)}; expected only {', '.join(sorted(_KEYS))}"
             )
-        name = text("name", _NAME, "a lowercase name ([a-z][a-z0-9_-]*)")
+        name = text("name", None, "a lowercase name ([a-z][a-z0-9_-]*)")
+        if name and (problem := name_problem(name)) is not None:
+            problems.append(f"name: expected {problem}")
+            name = ""
         version = text(
             "version", _VERSION, 'a version such as "1.0.0" or "2.1.0-rc.1" (numbers and dots)'
         )
-        module = text("module", None, 'a module path ("orders.py") or dotted name')
-        tables = strings("tables", _TABLE_GLOB, '"db.table" globs such as "shop.*"', required=True)
-        sources = strings("sources", None, "capture source names", required=False)
+        module = text("module", None, 'a module path ("orders.py" or a package folder "./orders")')
+        tables = strings("tables", table_glob_problem, TABLE_GLOBS, required=True)
+        sources = strings("sources", _source_name_problem, "capture source names", required=False)
         default_route = destination("default_route")
         dead_letter_route = destination("dead_letter_route")
         timeout: float | None = DEFAULT_TIMEOUT
@@ -194,10 +266,11 @@ class Manifest:
             isinstance(raw_timeout, bool)
             or not isinstance(raw_timeout, int | float)
             or not math.isfinite(raw_timeout)
-            or raw_timeout < 0
+            or not 0 < raw_timeout <= MAX_TIMEOUT
         ):
             problems.append(
-                f"timeout: expected seconds (a positive number, 0 for none), got {raw_timeout!r}"
+                f"timeout: expected seconds (a positive number up to {MAX_TIMEOUT:g}, 0 for "
+                f"none), got {raw_timeout!r}"
             )
         else:
             timeout = float(raw_timeout)
@@ -222,7 +295,14 @@ class Manifest:
                 elif not isinstance(options, Mapping):
                     problems.append(f"sinks.{scheme}: expected a table of options")
                 else:
-                    sinks[scheme] = MappingProxyType(dict(options))
+                    bad = [
+                        problem
+                        for key, value in options.items()
+                        if (problem := _sink_option_problem(scheme, str(key), value)) is not None
+                    ]
+                    problems.extend(bad)
+                    if not bad:
+                        sinks[scheme] = MappingProxyType(dict(options))
             for key, route in (
                 ("default_route", default_route),
                 ("dead_letter_route", dead_letter_route),
@@ -253,6 +333,12 @@ class Manifest:
         )
 
 
+def _source_name_problem(value: object) -> str | None:
+    if isinstance(value, str) and value.strip():
+        return None
+    return f"expected capture source names, got {value!r}"
+
+
 _KEYS = frozenset(
     {
         "name",
@@ -279,6 +365,12 @@ def manifest_path(path: str | Path) -> Path:
 def load_manifest(path: str | Path) -> Manifest:
     """Read and validate a ``dbus.toml`` (or the one in the folder ``path``)."""
     file = manifest_path(path)
+    if file.suffix == ".py":
+        raise ManifestError(
+            f"{file}: is a Python module, expected a deployment folder or its {MANIFEST_FILE}; "
+            f"pass the folder whose {MANIFEST_FILE} names it in module =",
+            path=str(file),
+        )
     try:
         with file.open("rb") as handle:
             data = tomllib.load(handle)
@@ -293,5 +385,7 @@ def load_manifest(path: str | Path) -> Manifest:
             f"{file}: is a folder, expected a {MANIFEST_FILE} file", path=str(file)
         ) from None
     except tomllib.TOMLDecodeError as exc:
-        raise ManifestError(f"{file}: not valid TOML: {exc}", path=str(file)) from None
+        hint = f"; expected a deployment folder or its {MANIFEST_FILE}"
+        expected = "" if file.suffix == ".toml" else hint
+        raise ManifestError(f"{file}: not valid TOML: {exc}{expected}", path=str(file)) from None
     return Manifest.from_mapping(data, root=file.parent.resolve(), origin=str(file))

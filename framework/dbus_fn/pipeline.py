@@ -221,6 +221,16 @@ class Pipeline:
                     "a dict of column values",
                     "build and return a new dict, e.g. {**event.row, 'x': 1}",
                 )
+            if not all(isinstance(column, str) for column in result):
+                return self._wrong(
+                    chain,
+                    change,
+                    step,
+                    result,
+                    "a dict whose keys are column names (str)",
+                    "name each column with a string, e.g. {'id': event.row['id']}; "
+                    f"{', '.join(_non_str_keys(result))} would become a column named by its text",
+                )
             payload = result
         if payload is None:
             payload = change.after if change.after is not None else change.before
@@ -532,6 +542,11 @@ class Pipeline:
             timeouts=timeouts,
             functions=functions,
         )
+
+
+def _non_str_keys(result: Mapping[Any, Any]) -> list[str]:
+    """The first few keys of a projection's result that are not strings, as shown."""
+    return [short(key) for key in result if not isinstance(key, str)][:3]
 
 
 def _projected(change: RowChange, row: Mapping[str, Any]) -> RowChange:

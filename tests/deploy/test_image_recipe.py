@@ -15,11 +15,17 @@ from click.testing import CliRunner
 from support import free_port
 
 from dbus_deploy.image import BaseRecipe, DepsRecipe, FunctionFolder, RuntimeRecipe, debian_mirror
-from dbus_deploy.image._build import _IMAGE_NAME, _BuildOutput, _failure, build_image
-from dbus_deploy.image._inputs import stage_functions, tree_digest
+from dbus_deploy.image._build import (
+    _IMAGE_NAME,
+    _BuildOutput,
+    _failure,
+    build_image,
+    check_build_arguments,
+)
+from dbus_deploy.image._inputs import tree_digest
 from dbus_deploy.image._prune import TaggedImage, stale_tags
-from dbus_deploy.image._recipe import pins_of, runtime_requirements
-from dbus_deploy.image._worker import _validate
+from dbus_deploy.image._recipe import DEFAULT_BASE, pins_of, runtime_requirements
+from dbus_deploy.image._worker import check_worker_arguments
 from dbus_deploy.services import load_config
 from dbus_fn.cli import cli
 from dbus_fn.errors import ConfigError
@@ -133,10 +139,9 @@ def test_tree_digest_ignores_caches_and_sees_content(tmp_path: Path) -> None:
 def test_two_function_folders_of_one_name_are_refused(tmp_path: Path) -> None:
     for parent in ("a", "b"):
         (tmp_path / parent / "orders").mkdir(parents=True)
-    config = load_config({"DBUS_HOME": str(tmp_path / "home")})
     with pytest.raises(ConfigError, match="share the name 'orders'"):
-        stage_functions(
-            config, [tmp_path / "a" / "orders", tmp_path / "b" / "orders"], tmp_path / "ctx"
+        check_build_arguments(
+            DEFAULT_BASE, [tmp_path / "a" / "orders", tmp_path / "b" / "orders"], ()
         )
 
 
@@ -173,7 +178,7 @@ def test_worker_settings_are_checked_before_any_container(
     master: str, cores: int, memory: str, option: str
 ) -> None:
     with pytest.raises(ConfigError, match=option):
-        _validate(master, cores, memory)
+        check_worker_arguments("dbus-runtime:dev", master, cores, memory)
 
 
 @pytest.mark.parametrize("scheme", ["unix", "tcp"])
@@ -226,3 +231,50 @@ def test_prune_keeps_the_newest_of_each_repository() -> None:
     ]
     assert stale_tags(images, keep=2) == ["dbus-runtime:aaaaaaaaaaaa"]
     assert stale_tags(images, keep=0) == sorted(image.tag for image in images)
+
+
+def _broken_function_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "dbus.toml").write_text(
+        'name = "broken"\nversion = "1"\nmodule = "broken.py"\ntables = ["shop.orders"]\n'
+    )
+    (folder / "broken.py").write_text("import dbus_fn as fn\nimport no_such_module_here\n")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code", "says"),
+    [
+        (["build", "--base", ""], 2, "--base '' is not an image name"),
+        (["build", "--base", "Not An Image"], 2, "--base 'Not An Image' is not an image name"),
+        (["build", "--base", "python@sha256:short"], 2, "is not an image name"),
+        (["build", "--tag", "UPPER:1"], 2, "--tag 'UPPER:1' is not an image name"),
+        (["build", "--functions", "BROKEN"], 1, "no_such_module_here"),
+        (["worker", "--image", "dbus-runtime:dev", "--master", "bogus"], 2,
+         "--master 'bogus' is not a standalone master"),
+        (["worker", "--image", "dbus-runtime:dev", "--master", "spark://127.0.0.1:7077",
+          "--cores", "0"], 2, "--cores 0 is not a positive number"),
+        (["worker", "--image", "dbus-runtime:dev", "--master", "spark://127.0.0.1:7077",
+          "--memory", "lots"], 2, "--memory 'lots' is not a size like 512m or 2g"),
+        (["worker", "--image", "", "--master", "spark://127.0.0.1:7077"], 2,
+         "--image '' is not an image name"),
+        (["check", ""], 2, "IMAGE '' is not an image name"),
+    ],
+    ids=["empty-base", "malformed-base", "bad-digest", "bad-tag", "functions-not-importing",
+         "master", "cores", "memory", "empty-image", "check-empty"],
+)  # fmt: skip
+def test_image_arguments_are_checked_before_the_engine_is_asked(
+    arguments: list[str], code: int, says: str, tmp_path: Path
+) -> None:
+    broken = str(_broken_function_folder(tmp_path))
+    arguments = [broken if a == "BROKEN" else a for a in arguments]
+    nobody = f"unix://{tmp_path}/docker.sock"  # no engine answers there
+    result = CliRunner().invoke(
+        cli, ["image", *arguments],
+        env={"DOCKER_HOST": nobody, "DBUS_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert result.exit_code == code, result.output
+    assert says in result.stderr
+    assert "no Docker engine" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1, result.output

@@ -126,7 +126,7 @@ def test_bad_backfills_are_one_line_with_exit_2_and_start_nothing(
     assert [t.finished for t in first] == [0]
     result = _cli("catalog", "--table", table, *checkpoint)
     assert result.returncode == 2
-    assert f"a backfill of {table} for 'catalog' is running" in result.stderr
+    assert f"the backfill of {table} for 'catalog' is running" in result.stderr
     store = HistoryStore(store_path(running.config.checkpoint_dir))
     wait_for(lambda: store.reload() or store.tasks("src")[f"catalog:{table}"].finished, 120,
              "the first backfill to end", every=0.5)  # fmt: skip

@@ -11,7 +11,8 @@ import pytest
 from e2e_support import Scratch
 from elasticsearch import Elasticsearch
 from elasticsearch.helpers import scan
-from test_runtime_slice import _consume, _wait_for
+from support import kafka_events
+from test_runtime_slice import _wait_for
 
 from dbus_fn.events import BinlogPosition
 from dbus_spark.job import start
@@ -83,7 +84,7 @@ def test_two_shards_deliver_every_change_once_per_key_in_commit_order(
     )
     query = start(config, spark=spark)
     try:
-        events = _consume(
+        events = kafka_events(
             services.kafka.bootstrap_servers,
             kafka_topic,
             sum(len(changes) for changes in expected.values()),

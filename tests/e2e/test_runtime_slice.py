@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -11,9 +10,8 @@ from typing import Any
 import pytest
 from e2e_support import Scratch
 from elasticsearch import Elasticsearch
-from support import kafka_consumer, wait_for
+from support import kafka_events, wait_for
 
-from dbus_fn.kafka_binding import from_kafka_message
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.job import start
 
@@ -68,22 +66,6 @@ def runtime(
         query.stop()
 
 
-def _consume(bootstrap: str, topic: str, count: int, timeout: float) -> list[Any]:
-    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"}, group=topic)
-    consumer.subscribe([topic])
-    events: list[Any] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(events) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            events.append((msg.key(), from_kafka_message(msg.key(), msg.value(), msg.headers())))
-    finally:
-        consumer.close()
-    return events
-
-
 def test_inserts_updates_and_deletes_reach_kafka_and_elasticsearch(
     runtime: RuntimeConfig, fresh_database: Any, kafka_topic: str, es_index: str, services: Any
 ) -> None:
@@ -99,7 +81,7 @@ def test_inserts_updates_and_deletes_reach_kafka_and_elasticsearch(
         cur.execute("UPDATE items SET price = '17.00', tags = 'sale' WHERE id = 1")
         cur.execute("DELETE FROM items WHERE id = 3")
 
-    events = _consume(services.kafka.bootstrap_servers, kafka_topic, 5, 120)
+    events = kafka_events(services.kafka.bootstrap_servers, kafka_topic, 5, 120)
     kinds = [(json.loads(key), event.get_type().rsplit(".", 1)[-1]) for key, event in events]
     assert sorted(kinds) == sorted(
         [
@@ -166,7 +148,7 @@ def test_a_document_elasticsearch_refuses_is_a_dead_letter_of_the_change_and_the
 
         assert _wait_for(indexed, 60, "the two acceptable rows in the index") == ["1", "3"]
 
-    dead = _consume(services.kafka.bootstrap_servers, f"{kafka_topic}.dead", 1, 60)
+    dead = kafka_events(services.kafka.bootstrap_servers, f"{kafka_topic}.dead", 1, 60)
     assert len(dead) == 1
     key, letter = dead[0]
     assert json.loads(key) == [2]
@@ -180,5 +162,5 @@ def test_a_document_elasticsearch_refuses_is_a_dead_letter_of_the_change_and_the
     assert data["original"]["data"]["after"]["name"] == "WIDGET"
     assert data["original"]["type"].endswith(".row.inserted")
     # Every row still went to Kafka: one refused document stops nothing else.
-    delivered = _consume(services.kafka.bootstrap_servers, kafka_topic, 3, 60)
+    delivered = kafka_events(services.kafka.bootstrap_servers, kafka_topic, 3, 60)
     assert sorted(json.loads(k) for k, _ in delivered) == [[1], [2], [3]]

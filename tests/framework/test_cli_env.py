@@ -4,6 +4,7 @@ and an error about a value from a variable names the variable, not a flag."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,33 @@ def test_runtime_durations_and_shares_below_their_range_are_refused(
     assert option in refused(result)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["cluster", "init"],
+        ["cluster", "status"],
+        ["fn", "list"],
+        ["ui", "--api", "127.0.0.1:0", "--for", "1"],
+        ["runtime", "start", "--api", "off", "--for", "1"],
+    ],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_an_empty_cluster_option_means_what_an_empty_dbus_cluster_means(
+    command: list[str],
+) -> None:
+    from support import free_port
+
+    # No ZooKeeper answers there: each ends at once with its one line and code.
+    nowhere = ["--zookeeper", f"127.0.0.1:{free_port()}"]
+    if command[0] != "runtime":
+        nowhere += ["--zk-timeout", "0.5"]
+    typed = CliRunner().invoke(cli, [*command, *nowhere, "--cluster", ""])
+    from_env = CliRunner().invoke(cli, [*command, *nowhere], env={"DBUS_CLUSTER": ""})
+    assert (typed.exit_code, typed.output) == (from_env.exit_code, from_env.output)
+    assert typed.exception is None or isinstance(typed.exception, SystemExit), typed.exception
+    assert len(typed.stderr.strip().splitlines()) == 1, typed.output
+
+
 def test_help_names_the_files_dbus_writes() -> None:
     sources = CliRunner().invoke(cli, ["source", "--help"])
     assert "$DBUS_SOURCES_FILE" in sources.output
@@ -98,3 +126,62 @@ def test_the_readme_installs_the_sdk_the_way_it_can_be_installed() -> None:
     # No package index serves dbus-fn: the SDK installs from a clone, as this one was.
     assert target == "/path/to/dbus"
     assert Path(dbus_fn_requirement()).is_dir()
+
+
+@pytest.fixture
+def signal_handlers() -> Iterator[None]:
+    """`runtime start` installs its own SIGINT/SIGTERM handlers; give pytest its back."""
+    import signal
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+_START = ["runtime", "start", "--functions", ORDERS, "--for", "1"]
+
+
+@pytest.mark.parametrize(
+    ("command", "variable", "value", "says"),
+    [
+        ([*_START, "--api", "off"], "DBUS_SOURCES", "bogus",
+         "DBUS_SOURCES (from the environment) 'bogus' is not NAME=DSN"),
+        ([*_START, "--api", "off", "--source", f"s={NOWHERE}"], "DBUS_SPARK_MASTER", "bogus",
+         "DBUS_SPARK_MASTER (from the environment) 'bogus' is not a Spark master URL"),
+        ([*_START, "--source", f"s={NOWHERE}"], "DBUS_API", "bogus",
+         "DBUS_API (from the environment): invalid API address 'bogus'"),
+        (["runtime", "start", "--api", "off"], "DBUS_CLUSTER", "bad/name",
+         "DBUS_CLUSTER (from the environment): invalid cluster 'bad/name'"),
+        (["cluster", "status"], "DBUS_CLUSTER", "bad/name",
+         "DBUS_CLUSTER (from the environment): invalid cluster 'bad/name'"),
+        (["ui", "--for", "1"], "DBUS_UI", "bogus",
+         "DBUS_UI (from the environment): invalid API address 'bogus'"),
+    ],
+    ids=["sources", "master", "api", "runtime-cluster", "cluster-status", "ui"],
+)  # fmt: skip
+def test_a_bad_value_from_a_variable_is_named_as_the_variable(
+    command: list[str], variable: str, value: str, says: str, signal_handlers: None
+) -> None:
+    message = refused(CliRunner().invoke(cli, command, env={variable: value}))
+    assert says in message
+    assert len(message.strip().splitlines()) == 1
+
+
+def test_a_bad_value_given_as_a_flag_still_names_the_flag(signal_handlers: None) -> None:
+    result = CliRunner().invoke(
+        cli, [*_START, "--api", "off", "--source", f"s={NOWHERE}", "--master", "bogus"]
+    )
+    assert "Error: --master 'bogus' is not a Spark master URL" in refused(result)
+
+
+@pytest.mark.parametrize("moment", ["2030-01-01T00:00:00", "2020-01-01T00:00:00Z", "2026-11-25"])
+@pytest.mark.parametrize("command", [["source", "tail", NOWHERE], ["run-local"]])
+def test_a_time_given_as_from_is_refused_not_read_as_a_purged_file(
+    command: list[str], moment: str
+) -> None:
+    if command == ["run-local"]:
+        command = ["fn", "run-local", ORDERS, "--source", NOWHERE]
+    message = refused(CliRunner().invoke(cli, [*command, "--from", moment]))
+    assert f"--from {moment!r} is a time; reading a source starts at a position" in message
+    assert "purged" not in message

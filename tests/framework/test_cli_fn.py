@@ -58,6 +58,13 @@ def test_init_refuses_an_existing_folder_and_a_bad_name(scaffold: Path, runner: 
     )
 
 
+
+def test_init_names_the_length_limit_of_a_long_name(tmp_path: Path, runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["fn", "init", "a" * 300, "-C", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "expected a name of at most 63 characters, got one of 300" in result.stderr
+    assert "a" * 64 not in result.output
+    assert list(tmp_path.iterdir()) == []
 def test_run_local_prints_what_goes_where(scaffold: Path, runner: CliRunner) -> None:
     result = runner.invoke(
         cli,
@@ -176,6 +183,29 @@ def test_invoke_one_event(scaffold: Path, runner: CliRunner, tmp_path: Path) -> 
     event.write_bytes(event_to_json(insert("shop.orders", id=6, is_test=True)))
     dropped = runner.invoke(cli, ["fn", "invoke", str(scaffold), "--event", str(event)])
     assert dropped.stdout == "filtered: no delivery\n"
+
+
+def test_an_event_of_a_table_not_subscribed_says_so_instead_of_filtered(
+    scaffold: Path, runner: CliRunner, tmp_path: Path
+) -> None:
+    event = tmp_path / "event.json"
+    event.write_bytes(event_to_json(insert("shop.users", id=5)))
+    result = runner.invoke(cli, ["fn", "invoke", str(scaffold), "--event", str(event)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        "no delivery: 1 event skipped: the deployment does not subscribe to shop.users "
+        "(add it to tables in dbus.toml to run it)\n"
+    )
+    events = tmp_path / "events.jsonl"
+    write_jsonl(events, [insert("shop.users", id=1), insert("shop.carts", id=2),
+                         insert("shop.orders", id=3, status="new")])  # fmt: skip
+    ran = runner.invoke(cli, ["fn", "run-local", str(scaffold), "--events", str(events)])
+    assert ran.exit_code == 0, ran.output
+    assert (
+        "cli_demo: 3 row events, 1 delivery, 0 filtered, 0 dead-lettered, 2 events skipped: "
+        "the deployment does not subscribe to shop.carts, shop.users (add them to tables in "
+        "dbus.toml to run them)"
+    ) in ran.stderr
 
 
 def test_bad_event_file_is_one_line_exit_1(
@@ -393,6 +423,9 @@ def _edit_manifest(scaffold: Path, old: str, new: str) -> None:
     manifest.write_text(text.replace(old, new))
 
 
+_ES = "timeout = 1.0\n[sinks.kafka]\n[sinks.es]\n"
+
+
 @pytest.mark.parametrize(
     ("old", "new", "code", "says"),
     [
@@ -402,8 +435,23 @@ def _edit_manifest(scaffold: Path, old: str, new: str) -> None:
         ('module = "cli_demo.py"', 'module = "cli_demo"', 1, "is a dotted name"),
         ("timeout = 1.0", 'timeout = 1.0\n[sinks.kafka]\n"sasl.password" = "hunter2"', 2,
          "sinks.kafka.sasl.password looks like a secret"),
+        ("timeout = 1.0", _ES + 'Authorization = "Bearer hunter2"', 2,
+         "sinks.es.Authorization looks like a secret"),
+        ("timeout = 1.0", _ES + 'header = "Bearer hunter2"', 2,
+         "sinks.es.header holds a password or token"),
+        ("timeout = 1.0", 'timeout = 1.0\n[sinks.kafka]\n"sasl.jaas.config" = '
+         "'org.apache.kafka.common.security.plain.PlainLoginModule required "
+         'username="dbus" password="hunter2";\'', 2,
+         "sinks.kafka.sasl.jaas.config holds a password or token"),
+        ("timeout = 1.0", _ES + 'hosts = ["https://dbus:hunter2@es:9200"]',
+         2, "sinks.es.hosts[0] holds an address with a password"),
+        ("timeout = 1.0", _ES + 'basic_auth = ["dbus", "hunter2"]', 2,
+         "sinks.es.basic_auth looks like a secret"),
+        ("timeout = 1.0", "timeout = 1.0\n[sinks.kafka]\nbootstrap_servers = 9092", 1,
+         "sinks.kafka.bootstrap_servers: expected a string of host:port pairs"),
     ],
-    ids=["latest", "v-prefix", "empty-part", "dotted-module", "secret-in-sinks"],
+    ids=["latest", "v-prefix", "empty-part", "dotted-module", "secret-in-sinks", "bearer-key",
+         "bearer-value", "jaas-password", "url-basic-auth", "es-basic-auth", "typed-option"],
 )  # fmt: skip
 def test_validate_refuses_what_deploy_refuses(
     scaffold: Path, runner: CliRunner, old: str, new: str, code: int, says: str
@@ -457,6 +505,26 @@ def test_print_in_a_function_goes_to_stderr_and_the_records_stay_json(
     assert records and all("destination" in record for record in records)
 
 
+@pytest.mark.parametrize("command", ["run-local", "invoke"])
+def test_print_while_the_module_loads_goes_to_stderr_too(
+    scaffold: Path, runner: CliRunner, tmp_path: Path, command: str
+) -> None:
+    module = scaffold / "cli_demo.py"
+    check = 'return not event.row.get("is_test", False)'
+    text = module.read_text().replace("import dbus_fn as fn\n", "import dbus_fn as fn\nprint(1)\n")
+    module.write_text(text.replace(check, f"print(2)\n    {check}"))
+    assert "print(1)" in module.read_text() and "print(2)" in module.read_text()
+    event = tmp_path / "event.json"
+    event.write_text((scaffold / "events.jsonl").read_text().splitlines()[0])
+    given = ["--events", str(scaffold / "events.jsonl")] if command == "run-local" else [
+        "--event", str(event)]  # fmt: skip
+    result = runner.invoke(cli, ["fn", command, str(scaffold), *given])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("1\n") and "2\n" in result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert records and all("destination" in record for record in records)
+
+
 def test_an_events_file_without_events_fails_instead_of_testing_nothing(
     scaffold: Path, runner: CliRunner, tmp_path: Path
 ) -> None:
@@ -505,5 +573,104 @@ def test_validate_warns_about_what_loads_but_looks_wrong(
     (unrouted,) = _warnings(runner, scaffold)
     assert "no route function and no default_route" in unrouted
 
-    _edit_manifest(scaffold, 'tables = ["shop.orders"]', 'tables = ["shop.orders", "shop.[ab"]')
-    assert any("'shop.[ab' has an unclosed '['" in w for w in _warnings(runner, scaffold))
+
+
+def test_a_glob_with_an_unclosed_bracket_is_refused_in_the_manifest_and_a_selector(
+    scaffold: Path, runner: CliRunner
+) -> None:
+    _edit_manifest(scaffold, 'tables = ["shop.orders"]', 'tables = ["shop.*"]')
+    module = scaffold / "cli_demo.py"
+    text = module.read_text()
+    module.write_text(text.replace('filter(tables="shop.orders")', 'filter(tables="shop.[orders")'))
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 1, result.output
+    assert "filter cli_demo:skip_test_rows (" in result.stderr
+    assert (
+        "globs such as \"shop.orders\" or \"shop.*\", got 'shop.[orders'; a set of characters is "
+        "written [abc], a literal [ as [[]"
+    ) in result.stderr
+
+    _edit_manifest(scaffold, 'tables = ["shop.*"]', 'tables = ["shop.orders", "shop.[ab"]')
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 1, result.output
+    assert "tables: 'shop.[ab' has an unclosed '['" in result.stderr
+
+
+def test_ctrl_c_stops_run_local_over_events_leaving_the_output_file_as_it_was(
+    tmp_path: Path, function_folder: Any
+) -> None:
+    import signal
+    import time
+
+    folder = function_folder(
+        "slow",
+        """
+        import time
+        import dbus_fn as fn
+
+        @fn.filter(tables="shop.orders")
+        def slowly(event: fn.RowChange) -> bool:
+            time.sleep(0.005)
+            return True
+
+        @fn.route(tables="shop.orders")
+        def orders(event: fn.RowChange) -> str:
+            return "kafka://orders"
+        """,
+        ["shop.orders"],
+    )
+    events = tmp_path / "events.jsonl"
+    write_jsonl(events, (insert("shop.orders", id=i, status="paid") for i in range(4000)))
+    out = tmp_path / "out.jsonl"
+    out.write_text("kept\n")
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from dbus_fn.cli import main; main()", "fn", "run-local",
+         str(folder), "--events", str(events), "-o", str(out), "--force"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        # Records are being written: the partial output beside the file has some.
+        while not any(p.stat().st_size for p in tmp_path.glob(".out.jsonl.*.part")):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    (line,) = stderr.strip().splitlines()
+    assert line.startswith("interrupted after ") and f"{out} left as it was" in line
+    assert out.read_text() == "kept\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.jsonl", "fn-slow", "out.jsonl"]
+
+
+@pytest.mark.parametrize("prefix", ["", ".", "io.", "io..dbus", "a b"])
+def test_a_type_prefix_that_makes_no_event_type_is_refused(
+    scaffold: Path, runner: CliRunner, prefix: str
+) -> None:
+    result = runner.invoke(
+        cli,
+        ["fn", "run-local", str(scaffold), "--events", str(scaffold / "events.jsonl"),
+         "--type-prefix", prefix],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "expected a reverse-DNS name such as io.dbus (event types are <prefix>.row." in (
+        result.stderr
+    )
+    assert f"got {prefix!r}" in result.stderr and result.stdout == ""
+
+
+def test_a_reverse_dns_type_prefix_names_the_event_types(
+    scaffold: Path, runner: CliRunner
+) -> None:
+    result = runner.invoke(
+        cli,
+        ["fn", "run-local", str(scaffold), "--events", str(scaffold / "events.jsonl"),
+         "--type-prefix", "com.example-shop"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    first = json.loads(result.stdout.splitlines()[0])
+    assert first["event"]["type"] == "com.example-shop.row.inserted"

@@ -142,10 +142,11 @@ def test_composite_and_text_keys_have_stable_subjects() -> None:
     assert to_cloudevent(empty).get_subject() == '[""]'  # an empty key is still a subject
 
 
-def test_a_table_without_a_primary_key_has_no_subject_or_partition_key() -> None:
+def test_a_table_without_a_primary_key_has_no_subject_and_its_table_as_partition_key() -> None:
     event = to_cloudevent(row_change(primary_key=()))
     assert event.get_subject() is None
-    assert event.get_extension("partitionkey") is None
+    assert event.get_extension("partitionkey") == "shop.every_type"
+    assert event.get_data()["key"] == []
     assert from_cloudevent(event).primary_key == ()
 
 

@@ -202,7 +202,7 @@ def test_python_values_that_do_not_fit_their_type(
         ("decimal(10,2)", "1e5", "decimal string"),
         ("decimal(10,2)", "NaN", "decimal string"),
         ("double", "0.1", "finite float"),
-        ("date", "2024-02-30", "real calendar date"),
+        ("date", "2024-13-01", "real calendar date"),
         ("date", "20240101", "YYYY-MM-DD"),
         ("time", "1:02:03", "HH:MM:SS"),
         ("time", "01:60:00", "HH:MM:SS"),

@@ -72,7 +72,7 @@ def test_json_is_one_line_of_ascii() -> None:
     ("text", "expected"),
     [
         (b"{not json", "not valid JSON"),
-        (b"\xff\xfe", "not valid JSON"),
+        (b"\xff\xfe", "not UTF-8 text"),
         (b"[1, 2]", "JSON list, expected a JSON object"),
         (b'{"source": "/s", "type": "t", "specversion": "1.0"}', "missing required attribute 'id'"),
         (b'{"id": "1", "source": "/s", "type": "t"}', "'specversion'"),
@@ -86,3 +86,56 @@ def test_json_is_one_line_of_ascii() -> None:
 def test_bad_json_gives_clear_errors(text: bytes, expected: str) -> None:
     with pytest.raises(EventFormatError, match=expected):
         event_from_json(text, where="input")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (b"\x97\x00\xde\xad\xbe\xef", "input is not UTF-8 text (byte 0x97 at offset 0): expected "
+         "a CloudEvent as JSON; record events with `dbus source record`"),
+        (b"", "input is empty: expected one CloudEvent as a JSON object"),
+        (b"  \n", "input is empty"),
+        (b'{"id": "1"}\n{"id": "2"}\n', "input holds more than one JSON value (the next at line "
+         "2, column 1): expected one CloudEvent; a JSONL file of events goes to "
+         "`dbus fn run-local --events`"),
+    ],
+)  # fmt: skip
+def test_what_is_not_one_json_event_says_what_to_do(text: bytes, expected: str) -> None:
+    with pytest.raises(EventFormatError) as caught:
+        event_from_json(text, where="input")
+    assert expected in str(caught.value)
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
+    path = tmp_path / "capture.jsonl"
+    write_jsonl(path, [row_change(), row_change(row_index=4)])
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert len(list(read_jsonl(path))) == 2
+    assert_same_change(
+        from_cloudevent(event_from_json("\ufeff" + event_to_json(row_change()).decode())),
+        row_change(),
+    )
+
+
+def test_pretty_printed_json_in_a_jsonl_file_says_to_write_one_event_per_line(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    path = tmp_path / "capture.jsonl"
+    path.write_text(json.dumps(json.loads(event_to_json(row_change())), indent=2) + "\n")
+    with pytest.raises(EventFormatError) as caught:
+        list(read_jsonl(path))
+    assert str(caught.value) == (
+        f"{path}:1 holds part of a JSON value spread over several lines (pretty-printed?): "
+        f"JSONL needs each CloudEvent on one line; rewrite the file with `jq -c . {path}`"
+    )
+
+
+def test_binary_data_in_a_jsonl_file_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "capture.jsonl"
+    write_jsonl(path, [row_change()])
+    with path.open("ab") as out:
+        out.write(bytes(range(128, 256)) + b"\n")
+    with pytest.raises(EventFormatError, match=rf"{path}:2 is not UTF-8 text \(byte 0x80"):
+        list(read_jsonl(path))

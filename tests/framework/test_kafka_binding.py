@@ -49,7 +49,7 @@ def test_key_is_the_primary_key_so_per_row_order_holds() -> None:
     first = to_kafka_message(row_change(Operation.INSERT))
     later = to_kafka_message(row_change(Operation.DELETE, row_index=9))
     assert first.key == later.key == b"[18446744073709551615]"
-    assert to_kafka_message(row_change(primary_key=())).key is None
+    assert to_kafka_message(row_change(primary_key=())).key == b"shop.every_type"
     assert to_kafka_message(schema_change()).key is None
 
 

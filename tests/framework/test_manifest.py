@@ -64,12 +64,13 @@ def test_every_problem_is_reported_at_once() -> None:
     problems = "\n".join(error.problems)
     for expected in (
         "unknown key(s) colour",
-        "name: expected a lowercase name ([a-z][a-z0-9_-]*), got 'Bad Name'",
+        "name: expected a lowercase name ([a-z][a-z0-9_-]*, at most 63 characters), "
+        "got 'Bad Name'",
         'version: missing; expected a version such as "1.0.0"',
         "module: expected a module path",
-        'tables: expected "db.table" globs such as "shop.*", got \'orders\'',
+        'tables: expected "db.table" globs such as "shop.orders" or "shop.*", got \'orders\'',
         "default_route: expected a destination kafka://topic or es://index, got 'http://x'",
-        "timeout: expected seconds (a positive number, 0 for none), got -1",
+        "timeout: expected seconds (a positive number up to 3600, 0 for none), got -1",
         "sinks.s3: unknown sink; expected one of kafka, es",
     ):
         assert expected in problems
@@ -140,3 +141,105 @@ def test_an_unknown_initial_is_refused_naming_the_choices() -> None:
     with pytest.raises(ManifestError) as error:
         Manifest.from_mapping({**base, "initial": "everything"})
     assert "initial: expected 'snapshot' or 'none', got 'everything'" in str(error.value)
+
+
+_BASE = {"name": "x", "version": "1", "module": "x.py", "tables": ["a.b"]}
+
+
+def _problems(**changes: object) -> str:
+    with pytest.raises(ManifestError) as caught:
+        Manifest.from_mapping({**_BASE, **changes}, origin="dbus.toml")
+    assert "\n" not in str(caught.value)
+    return "\n".join(caught.value.problems)
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"bootstrap_servers": 9092},
+         "sinks.kafka.bootstrap_servers: expected a string of host:port pairs such as "
+         '"127.0.0.1:9092" or "k1:9092,k2:9092", got the number 9092'),
+        ({"bootstrap_servers": "localhost"}, "expected a string of host:port pairs"),
+        ({"bootstrap.servers": ["k1:9092"]}, "got a list"),
+        ({"acks": {"all": True}}, "sinks.kafka.acks: expected a string, number or boolean"),
+    ],
+)  # fmt: skip
+def test_sink_options_are_type_checked(options: dict[str, object], says: str) -> None:
+    assert says in _problems(sinks={"kafka": options})
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"hosts": 9200}, "sinks.es.hosts: expected an http(s) URL"),
+        ({"hosts": ["127.0.0.1:9200"]}, "sinks.es.hosts: expected an http(s) URL"),
+        ({"url": ""}, "sinks.es.url: expected an http(s) URL"),
+    ],
+)
+def test_elasticsearch_addresses_are_urls(options: dict[str, object], says: str) -> None:
+    assert says in _problems(sinks={"es": options}, default_route="es://orders")
+
+
+def test_well_typed_sink_options_pass() -> None:
+    manifest = Manifest.from_mapping(
+        {
+            **_BASE,
+            "default_route": "es://orders",
+            "sinks": {
+                "kafka": {"bootstrap_servers": "k1:9092, [::1]:9093", "linger.ms": 5},
+                "es": {"hosts": ["http://127.0.0.1:9200", "https://es.example:443/"]},
+            },
+        }
+    )
+    assert manifest.sinks["kafka"]["linger.ms"] == 5
+
+
+def test_a_name_too_long_says_the_limit_not_lowercase() -> None:
+    problems = _problems(name="a" * 300)
+    assert "name: expected a name of at most 63 characters, got one of 300" in problems
+    assert "a" * 64 not in problems
+    assert Manifest.from_mapping({**_BASE, "name": "a" * 63}).name == "a" * 63
+
+
+@pytest.mark.parametrize("key", ["sources", "tables"])
+def test_a_list_written_as_a_string_is_refused(key: str) -> None:
+    problems = _problems(**{key: "shop.orders"})
+    assert f'{key}: expected a list of' in problems
+    assert f'write {key} = ["shop.orders"]' in problems
+
+
+@pytest.mark.parametrize("timeout", [1e9, 3600.5, float("inf")])
+def test_a_time_budget_beyond_an_hour_is_refused(timeout: float) -> None:
+    problems = _problems(timeout=timeout)
+    assert "timeout: expected seconds (a positive number up to 3600, 0 for none)" in problems
+
+
+def test_a_time_budget_of_an_hour_passes() -> None:
+    assert Manifest.from_mapping({**_BASE, "timeout": 3600}).timeout == 3600.0
+
+
+@pytest.mark.parametrize("glob", ["shop.[orders", "shop.ord[ers", "[shop.orders"])
+def test_a_table_glob_with_an_unclosed_bracket_is_refused(glob: str) -> None:
+    problems = _problems(tables=["shop.*", glob])
+    assert f"tables: {glob!r} has an unclosed '['" in problems
+    assert "a literal [ as [[]" in problems
+
+
+@pytest.mark.parametrize("glob", ["shop.[ab]*", "shop.[!a]x", "shop.a[[]b"])
+def test_closed_bracket_sets_pass(glob: str) -> None:
+    assert Manifest.from_mapping({**_BASE, "tables": [glob]}).tables == (glob,)
+
+
+def test_a_python_module_given_for_the_manifest_says_to_pass_the_folder(tmp_path: Path) -> None:
+    module = tmp_path / "orders.py"
+    module.write_text("import dbus_fn as fn\n")
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(module)
+    assert str(caught.value) == (
+        f"{module}: is a Python module, expected a deployment folder or its dbus.toml; "
+        "pass the folder whose dbus.toml names it in module ="
+    )
+    other = tmp_path / "events.jsonl"
+    other.write_text('{"id": 1}\n')
+    with pytest.raises(ManifestError, match=r"; expected a deployment folder or its dbus\.toml$"):
+        load_manifest(other)

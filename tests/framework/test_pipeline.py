@@ -175,6 +175,15 @@ def test_projection_returning_non_dict_goes_to_dead_letter(tmp_path: Path) -> No
     assert "returned list [1, 2]; expected a dict of column values" in error
 
 
+def test_projection_returning_a_non_string_key_goes_to_dead_letter(tmp_path: Path) -> None:
+    source = '@fn.projection(tables="shop.a")\ndef p(event):\n    return {1: "x", "id": 1}\n'
+    (outcome,) = _run(tmp_path, source, insert("shop.a", id=1))
+    error = _only_dead(outcome)
+    _names(error, "projection", "p", 2)
+    assert "expected a dict whose keys are column names (str)" in error
+    assert "1 would become a column named by its text" in error
+
+
 @pytest.mark.parametrize(
     "body",
     [

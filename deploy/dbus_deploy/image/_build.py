@@ -42,6 +42,48 @@ _IMAGE_NAME = re.compile(
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$"
 )
 """``[registry[:port]/]name[/name...][:tag]``, as the engine accepts it."""
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def check_image_reference(reference: str, option: str) -> str:
+    """``reference`` if it is an image the engine could name (``name[:tag]`` or
+    ``name@sha256:...``); a ``ConfigError`` naming ``option`` otherwise."""
+    name, at, found_digest = reference.partition("@")
+    if not _IMAGE_NAME.match(name) or (at and not _DIGEST.match(found_digest)):
+        raise ConfigError(
+            f"{option} {reference!r} is not an image name; use lower-case name[:tag] or "
+            f"name@sha256:<digest>, e.g. {DEFAULT_BASE}",
+            setting=option,
+        )
+    return reference
+
+
+def check_build_arguments(base: str, functions: Sequence[Path], tags: Sequence[str]) -> None:
+    """Refuse what a build cannot use before the engine is asked anything: a malformed
+    ``--base`` or ``--tag``, a ``--functions`` folder that is missing, shares its name
+    with another, or does not load as ``dbus fn validate`` loads it."""
+    from dbus_fn.registry import load_deployment
+
+    check_image_reference(base, "--base")
+    for extra in tags:
+        check_image_reference(extra, "--tag")
+    names: dict[str, Path] = {}
+    for folder in (f.resolve() for f in functions):
+        if not folder.is_dir():
+            raise ConfigError(
+                f"--functions {folder} is not a folder; pass a function folder (one with "
+                "dbus.toml)",
+                setting="--functions",
+            )
+        if folder.name in names:
+            raise ConfigError(
+                f"--functions {folder} and {names[folder.name]} share the name {folder.name!r} "
+                "in the image; rename one folder",
+                setting="--functions",
+            )
+        names[folder.name] = folder
+    for folder in names.values():
+        load_deployment(folder)
 _LOG_LINES = 25
 """How many of a failing step's last output lines the error keeps."""
 
@@ -202,13 +244,7 @@ def build_image(
     import docker.utils
 
     began = time.monotonic()
-    for extra in tags:
-        if not _IMAGE_NAME.match(extra):
-            raise ConfigError(
-                f"--tag {extra!r} is not an image name; use lower-case name[:tag], "
-                "e.g. dbus-runtime:dev",
-                setting="--tag",
-            )
+    check_build_arguments(base, functions, tags)
     log_file = config.home / "logs" / "image-build.log"
     base_id = resolve_base(client, base, progress)
     wheels = ensure_wheels(config, progress=progress)

@@ -25,7 +25,6 @@ from dbus_deploy.image._errors import ImageBuildError
 from dbus_deploy.image._recipe import FunctionFolder, digest, runtime_requirements
 from dbus_deploy.services import ServicesConfig
 from dbus_deploy.services._process import last_log_line, log_sizes, run_logged
-from dbus_fn.errors import ConfigError
 
 PACKAGE_DIRS = ("framework/dbus_fn", "runtimes/spark/dbus_spark", "deploy/dbus_deploy")
 """Where the three import packages of the dbus-fn distribution live in a checkout."""
@@ -207,24 +206,9 @@ def stage_functions(
 ) -> tuple[FunctionFolder, ...]:
     """Copy function folders into ``context/functions``, and for each with a
     requirements.txt, it and the wheels it needs into ``context/requirements/<name>``;
-    what the recipe needs to know of each."""
+    what the recipe needs to know of each (``check_build_arguments`` has checked them)."""
     staged: list[FunctionFolder] = []
-    names: dict[str, Path] = {}
-    for folder in folders:
-        folder = folder.resolve()
-        if not folder.is_dir():
-            raise ConfigError(
-                f"--functions {folder} is not a folder; pass a function folder (one with "
-                "dbus.toml)",
-                setting="--functions",
-            )
-        if folder.name in names:
-            raise ConfigError(
-                f"--functions {folder} and {names[folder.name]} share the name {folder.name!r} "
-                "in the image; rename one folder",
-                setting="--functions",
-            )
-        names[folder.name] = folder
+    for folder in (f.resolve() for f in folders):
         _copy_tree(folder, context / "functions" / folder.name)
         requirements = folder / "requirements.txt"
         if requirements.is_file():

@@ -37,8 +37,12 @@ class WorkerContainer:
     master: str
 
 
-def _validate(master: str, cores: int, memory: str) -> None:
+def check_worker_arguments(image: str, master: str, cores: int, memory: str) -> None:
+    """Refuse what a worker cannot use before the engine is asked anything."""
+    from dbus_deploy.image._build import check_image_reference
     from dbus_spark.preflight import master_addresses
+
+    check_image_reference(image, "--image")
 
     if not master.startswith("spark://"):
         raise ConfigError(
@@ -66,7 +70,7 @@ def start_worker(
     """Start a worker container and wait until the master accepted it."""
     from dbus_spark.preflight import check_master
 
-    _validate(master, cores, memory)
+    check_worker_arguments(image, master, cores, memory)
     check_image(client, image)
     check_master(master)
     name = name or f"dbus-worker-{uuid.uuid4().hex[:8]}"

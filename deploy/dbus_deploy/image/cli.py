@@ -13,13 +13,13 @@ from pathlib import Path
 import click
 
 from dbus_deploy.image._base import BaseRecipe, ensure_base_image
-from dbus_deploy.image._build import build_image
+from dbus_deploy.image._build import build_image, check_build_arguments, check_image_reference
 from dbus_deploy.image._check import check_image
 from dbus_deploy.image._daemon import docker_client, docker_host, start_daemon, stop_daemon
 from dbus_deploy.image._errors import ImageBuildError
 from dbus_deploy.image._prune import prune_images
 from dbus_deploy.image._recipe import DEFAULT_BASE
-from dbus_deploy.image._worker import start_worker, stop_worker
+from dbus_deploy.image._worker import check_worker_arguments, start_worker, stop_worker
 from dbus_deploy.services import load_config
 from dbus_fn.cli._options import env_option
 
@@ -80,6 +80,7 @@ def build(
     base: str, functions: tuple[Path, ...], tags: tuple[str, ...], no_cache: bool, quiet: bool
 ) -> None:
     """Build the runtime image from this checkout; print its content tag."""
+    check_build_arguments(base, functions, tags)  # before the engine is asked anything
     config = load_config()
     try:
         with closing(docker_client(config.environ)) as client:
@@ -101,6 +102,7 @@ def build(
 @click.argument("name", metavar="IMAGE")
 def check(name: str) -> None:
     """Check that IMAGE can serve as dbus driver and Spark worker (dbus, pyspark, Java)."""
+    check_image_reference(name, "IMAGE")
     with closing(docker_client()) as client:
         result = check_image(client, name)
     click.echo(
@@ -118,6 +120,7 @@ def check(name: str) -> None:
 def worker(name: str, master: str, cores: int, memory: str, container_name: str | None) -> None:
     """Start a Spark worker in a container of IMAGE (host network, no volumes); print
     its container id once the master accepted it."""
+    check_worker_arguments(name, master, cores, memory)  # before the engine is asked anything
     with closing(docker_client()) as client:
         started = start_worker(
             client, name, master, cores=cores, memory=memory, name=container_name

@@ -2,7 +2,8 @@
 
 MariaDB (ROW binlog), ZooKeeper, an Apache Kafka broker (KRaft) and
 Elasticsearch 8, installed from Debian packages and Maven Central and run from
-one state directory (``<repo>/.dbus``, or ``$DBUS_HOME``); and, when named,
+one state directory (``$DBUS_HOME``, else ``<repo>/.dbus``, or ``/var/tmp/dbus-<id>``
+for a checkout other users cannot enter); and, when named,
 Prometheus, which scrapes the runtimes' metrics.
 """
 

@@ -50,15 +50,6 @@ _HEAP_PATTERN = re.compile(r"^[1-9][0-9]*[mg]$")
 PORT_ENV: dict[str, str] = {name: env for name, env, _ in _PORTS}
 """The environment variable that sets each port, for error messages and --help."""
 
-ENV_HELP = (
-    f"Environment: {HOME_ENV} (state directory, default <repo>/.dbus), "
-    + ", ".join(f"{env} (default {default})" for _, env, default in _PORTS)
-    + ", "
-    + ", ".join(f"{env} (default {default})" for _, env, default in _HEAPS)
-    + ", JAVA_HOME (the Java 17+ to run the JVM services)."
-)
-
-
 def _default_home(repo: Path) -> Path:
     """``<repo>/.dbus``, unless another user could not reach it.
 
@@ -75,6 +66,17 @@ def _default_home(repo: Path) -> Path:
 def _repo_root() -> Path:
     """The checkout this package runs from: deploy/dbus_deploy/services -> repo."""
     return Path(__file__).resolve().parents[3]
+
+
+ENV_HELP = (
+    f"Environment: {HOME_ENV} (state directory, default <repo>/.dbus, or "
+    "/var/tmp/dbus-<id> for a checkout in a folder other users cannot enter; for this "
+    f"checkout {_default_home(_repo_root())}), "
+    + ", ".join(f"{env} (default {default})" for _, env, default in _PORTS)
+    + ", "
+    + ", ".join(f"{env} (default {default})" for _, env, default in _HEAPS)
+    + ", JAVA_HOME (the Java 17+ to run the JVM services)."
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,13 +32,23 @@ Guarantees and choices:
   checked, with ``binlog_format=ROW`` and ``binlog_row_image=FULL``), so they are
   right before and after any ALTER or table swap. DDL becomes a ``SchemaChange``;
   a statement whose table cannot be read has ``table=None`` and never stops capture.
-* Key: the primary key; a table without one is keyed by all its columns.
+* Online schema change tools: the rows of pt-online-schema-change's and gh-ost's
+  helper tables (``_t_new``, ``_t_old``, ``_t_gho``, ``_t_ghc``, ``_t_del``) are
+  the tool's copy of ``t``, not changes, and are left out, as are the DDL of those
+  tables; the RENAME that swaps the copy in is a ``SchemaChange`` of ``t``.
+  ``SourceSpec(keep_helper_tables=True)`` keeps them as tables of their own.
+* Key: the primary key; a table without one has ``primary_key == ()``, and its
+  whole row is its key inside dbus (``RowChange.key``, what shards hash).
 * Values: see ``dbus_fn.columns``; ``RowChange.column_types`` holds each column's
-  lowercase COLUMN_TYPE without display widths (``int unsigned``,
-  ``decimal(65,30)``, ``enum('a','b')``). MariaDB ``JSON`` (a ``LONGTEXT`` with a
-  ``json_valid`` check) is recognised by that check as the table is now;
-  ``FLOAT`` is rounded to 6 significant digits, as the server shows it; zero
-  dates are ``None``; ``TIMESTAMP`` is aware UTC.
+  declared type, looked up in information_schema as the table is now: lowercase
+  COLUMN_TYPE without integer display widths except beside ``zerofill``
+  (``int unsigned``, ``int(5) unsigned zerofill``, ``float(35,5)``, ``point``,
+  ``uuid``, ``enum('a','b')``), or what the table map says when the table changed
+  since the row was written (``_declared_types``). MariaDB ``JSON`` (a
+  ``LONGTEXT`` with a ``json_valid`` check) is recognised by that check; values
+  are what SELECT shows: ``FLOAT`` with 6 significant digits, ``FLOAT(M,D)`` with
+  ``D`` decimals, MariaDB ``UUID``/``INET4``/``INET6`` as their text; zero
+  and partial dates are their text (``"0000-00-00"``); ``TIMESTAMP`` is aware UTC.
 * Shards: ``read(..., shard=Shard(i, n))`` yields only the rows whose key hashes
   to shard ``i`` of ``n`` (and every schema change and commit): ``n`` readers of
   one range share its decoding, and one key's changes stay in one shard, in order.

@@ -15,7 +15,9 @@ few milliseconds whatever the table's size.
 
 Boundaries are compared in Python against keys read from the binlog, so only keys
 whose Python order is the server's order are split: integers, decimals, dates and
-times, binary strings and strings in a binary collation. A key of another type
+times, binary strings and strings in a binary collation. Boundaries are in
+capture's form (a zero date is its text, ``dbus_fn._zero_dates``), which the
+server also reads back as the date it names. A key of another type
 (a case-insensitive string, say) is read as one chunk, which is exact too.
 """
 
@@ -34,6 +36,7 @@ import pymysql.cursors
 from dbus_fn.capture._snapshot import (
     SnapshotTable,
     begin_consistent_snapshot,
+    captured_values,
     snapshot_rows,
     table_description,
 )
@@ -179,7 +182,7 @@ def next_boundary(
         args,
         doing=f"planning the next chunk of {chunked.name}",
     )
-    return tuple(found[0]) if found else None
+    return captured_values(chunked.table, chunked.key, found[0]) if found else None
 
 
 @dataclass(frozen=True, slots=True)

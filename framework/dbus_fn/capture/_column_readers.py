@@ -8,7 +8,9 @@ how many bytes a value takes when its type fixes that.
 from __future__ import annotations
 
 import json
+import re
 import struct
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -17,9 +19,10 @@ from typing import Any
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.json_binary import parse_json
 
+from dbus_fn._zero_dates import zero_date_text
 from dbus_fn.errors import SourceError
 
-__all__ = ["Reader", "column_reader", "column_width"]
+__all__ = ["Reader", "column_reader", "column_width", "declared_reader"]
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
@@ -35,6 +38,7 @@ _F32 = struct.Struct("<f").unpack_from
 _F64 = struct.Struct("<d").unpack_from
 _BE_U32 = struct.Struct(">I").unpack_from
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ZERO_TIMESTAMP = zero_date_text("timestamp", 0, 0, 0)  # TIMESTAMP's only zero date
 
 # Bytes per character of the character sets in common use; COLUMN_TYPE lengths are
 # in characters while the binlog gives bytes.
@@ -71,8 +75,9 @@ def _read_year(data: bytes, offset: int) -> tuple[int, int]:
 
 
 def _read_float(data: bytes, offset: int) -> tuple[float, int]:
-    # A FLOAT holds 24 bits of mantissa; the server shows (and SELECT returns) it
-    # rounded to 6 significant digits, so 0.1 stays 0.1 rather than 0.100000001.
+    # A FLOAT holds 24 bits of mantissa; the server shows (and SELECT returns) a
+    # plain FLOAT rounded to 6 significant digits, so 0.1 stays 0.1 rather than
+    # 0.100000001 (FLOAT(M,D) has a reader of its own: declared_reader).
     return float(f"{_F32(data, offset)[0]:.6g}"), offset + 4
 
 
@@ -187,12 +192,13 @@ def _json_binary(length_size: int) -> Reader:
     return read
 
 
-def _read_date(data: bytes, offset: int) -> tuple[date | None, int]:
+def _read_date(data: bytes, offset: int) -> tuple[date | str, int]:
     value = int.from_bytes(data[offset : offset + 3], "little")
     day, month, year = value & 31, (value >> 5) & 15, value >> 9
-    if not (year and month and day):
-        return None, offset + 3  # '0000-00-00' and partial zero dates have no date
-    return date(year, month, day), offset + 3
+    try:
+        return date(year, month, day), offset + 3
+    except ValueError:  # '0000-00-00', a partial or invalid date: its text (_zero_dates)
+        return zero_date_text("date", year, month, day), offset + 3
 
 
 def _frac_reader(fsp: int) -> tuple[int, Callable[[bytes, int], int]]:
@@ -210,16 +216,18 @@ def _frac_reader(fsp: int) -> tuple[int, Callable[[bytes, int], int]]:
 def _datetime2(fsp: int) -> Reader:
     size, frac = _frac_reader(fsp)
 
-    def read(data: bytes, offset: int) -> tuple[datetime | None, int]:
+    def read(data: bytes, offset: int) -> tuple[datetime | str, int]:
         packed = int.from_bytes(data[offset : offset + 5], "big") - 0x8000000000
         micro = frac(data, offset + 5) if size else 0
         ymd, hms = packed >> 17, packed & 0x1FFFF
         year_month = ymd >> 5
         year, month, day = year_month // 13, year_month % 13, ymd & 31
+        clock = (hms >> 12, (hms >> 6) & 63, hms & 63, micro)
         end = offset + 5 + size
-        if not (year and month and day):
-            return None, end
-        return datetime(year, month, day, hms >> 12, (hms >> 6) & 63, hms & 63, micro), end
+        try:
+            return datetime(year, month, day, *clock), end
+        except ValueError:
+            return zero_date_text("datetime", year, month, day, *clock), end
 
     return read
 
@@ -227,11 +235,11 @@ def _datetime2(fsp: int) -> Reader:
 def _timestamp2(fsp: int) -> Reader:
     size, frac = _frac_reader(fsp)
 
-    def read(data: bytes, offset: int) -> tuple[datetime | None, int]:
+    def read(data: bytes, offset: int) -> tuple[datetime | str, int]:
         seconds = _BE_U32(data, offset)[0]
         micro = frac(data, offset + 4) if size else 0
         if seconds == 0 and micro == 0:
-            return None, offset + 4 + size  # '0000-00-00 00:00:00'
+            return _ZERO_TIMESTAMP, offset + 4 + size
         return _EPOCH + timedelta(seconds=seconds, microseconds=micro), offset + 4 + size
 
     return read
@@ -277,19 +285,20 @@ def _read_time_old(data: bytes, offset: int) -> tuple[timedelta, int]:
     return sign * delta, offset + 3
 
 
-def _read_datetime_old(data: bytes, offset: int) -> tuple[datetime | None, int]:
+def _read_datetime_old(data: bytes, offset: int) -> tuple[datetime | str, int]:
     value = _U64(data, offset)[0]
     day_part, time_part = divmod(value, 1000000)
     year, month, day = day_part // 10000, day_part // 100 % 100, day_part % 100
-    if not (year and month and day):
-        return None, offset + 8
     hour, minute, second = time_part // 10000, time_part // 100 % 100, time_part % 100
-    return datetime(year, month, day, hour, minute, second), offset + 8
+    try:
+        return datetime(year, month, day, hour, minute, second), offset + 8
+    except ValueError:
+        return zero_date_text("datetime", year, month, day, hour, minute, second), offset + 8
 
 
-def _read_timestamp_old(data: bytes, offset: int) -> tuple[datetime | None, int]:
+def _read_timestamp_old(data: bytes, offset: int) -> tuple[datetime | str, int]:
     seconds = _U32(data, offset)[0]
-    return (_EPOCH + timedelta(seconds=seconds) if seconds else None), offset + 4
+    return (_EPOCH + timedelta(seconds=seconds) if seconds else _ZERO_TIMESTAMP), offset + 4
 
 
 def _enum(values: Sequence[str], size: int) -> Reader:
@@ -439,3 +448,63 @@ def column_width(column: Any) -> int | None:
     if code == FIELD_TYPE.BIT:
         return int(column.bytes)
     return None  # strings, blobs, JSON, geometry: a length prefix says
+
+
+def _converted(read: Reader, convert: Callable[[Any], Any]) -> Reader:
+    def converted(data: bytes, offset: int) -> tuple[Any, int]:
+        value, end = read(data, offset)
+        return convert(value), end
+
+    return converted
+
+
+def _uuid_text(value: bytes) -> str:
+    # The binlog carries MariaDB's in-memory UUID, in text order for every version
+    # (only the stored record swaps the segments of versions 1 to 5).
+    return str(uuid.UUID(bytes=value))
+
+
+def _inet4_text(value: bytes) -> str:
+    return ".".join(str(octet) for octet in value)
+
+
+def _inet6_text(value: bytes) -> str:
+    """MariaDB's INET6 text: IPv4-mapped and IPv4-compatible addresses end in a dotted
+    quad; otherwise the first longest run of zero groups, even a single one, is ``::``."""
+    groups = [int.from_bytes(value[i : i + 2], "big") for i in range(0, 16, 2)]
+    if groups[:5] == [0] * 5 and (groups[5] == 0xFFFF or (groups[5] == 0 and groups[6])):
+        return ("::ffff:" if groups[5] else "::") + _inet4_text(value[12:])
+    start, length, run = 0, 0, 0
+    for index, group in enumerate(groups):
+        run = run + 1 if group == 0 else 0
+        if run > length:
+            start, length = index - run + 1, run
+    digits = [f"{group:x}" for group in groups]
+    if not length:
+        return ":".join(digits)
+    return ":".join(digits[:start]) + "::" + ":".join(digits[start + length :])
+
+
+def _float_to(decimals: int) -> Reader:
+    # SELECT shows a FLOAT(M,D) with D decimals of the stored single-precision value.
+    def read(data: bytes, offset: int) -> tuple[float, int]:
+        return float(f"{_F32(data, offset)[0]:.{decimals}f}"), offset + 4
+
+    return read
+
+
+_FLOAT_M_D = re.compile(r"^float\(\d+,(\d+)\)")
+_AS_TEXT = {"uuid": _uuid_text, "inet6": _inet6_text, "inet4": _inet4_text}
+
+
+def declared_reader(declared: str, table_map_reader: Reader) -> Reader:
+    """The reader of a column declared ``declared`` (a ``declared_type`` the table map
+    agreed with): the table map's own reader, except where SELECT shows the value
+    differently from what the table map alone says (FLOAT(M,D), UUID, INET4/6)."""
+    float_m_d = _FLOAT_M_D.match(declared)
+    if float_m_d:
+        return _float_to(int(float_m_d[1]))
+    as_text = _AS_TEXT.get(declared)
+    if as_text is not None:
+        return _converted(table_map_reader, as_text)
+    return table_map_reader

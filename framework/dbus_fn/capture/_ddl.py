@@ -58,6 +58,50 @@ def ddl_target(statement: str, default_database: str) -> tuple[str, str | None]:
     return default_database, None
 
 
+_RENAME_TABLE = re.compile(r"^RENAME\s+TABLES?\s+(?:IF\s+EXISTS\s+)?", re.I)
+_RENAME_PAIR = re.compile(
+    rf"{_QUALIFIED}\s+TO\s+{_QUALIFIED}\s*(?:,\s*|(?:WAIT\s+\d+|NOWAIT)?\s*;?$)", re.I
+)
+_ALTER_RENAME = re.compile(
+    rf"^ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?{_QUALIFIED}.*?"
+    rf"\bRENAME\s+(?:TO\s+|AS\s+)?(?!(?:COLUMN|INDEX|KEY)\b){_QUALIFIED}",
+    re.I | re.S,
+)
+
+
+def renamed_tables(statement: str, default_database: str) -> list[tuple[str, str]]:
+    """Every ``(database, table)`` a table rename names, in the statement's order.
+
+    ``RENAME TABLE t TO _t_old, _t_new TO t`` gives ``t``, ``_t_old``, ``_t_new``,
+    ``t``; ``ALTER TABLE t RENAME TO u`` gives ``t``, ``u``. Any other statement, or
+    a rename this cannot read, gives ``[]``.
+    """
+
+    def qualified(database: str | None, table: str | None) -> tuple[str, str]:
+        if table is None:
+            return default_database, _unquote(str(database))
+        return _unquote(str(database)), _unquote(table)
+
+    text = _COMMENT.sub(" ", statement + "\n").strip()
+    head = _RENAME_TABLE.match(text)
+    if head:
+        names: list[tuple[str, str]] = []
+        at = head.end()
+        while at < len(text):
+            pair = _RENAME_PAIR.match(text, at)
+            if pair is None:
+                return []
+            a, b, c, d = pair.groups()
+            names += [qualified(a, b), qualified(c, d)]
+            at = pair.end()
+        return names
+    alter = _ALTER_RENAME.match(text)
+    if alter:
+        a, b, c, d = alter.groups()
+        return [qualified(a, b), qualified(c, d)]
+    return []
+
+
 def is_transaction_control(statement: str) -> str | None:
     """``"begin"``, ``"commit"`` or ``None`` for a Query event's statement."""
     word = statement.strip().rstrip(";").strip().upper()

@@ -15,7 +15,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dbus_fn.capture._column_readers import Reader, column_reader, column_width
+from dbus_fn.capture._column_readers import (
+    Reader,
+    column_reader,
+    column_width,
+    declared_reader,
+)
+from dbus_fn.capture._declared_types import agreed_types
 from dbus_fn.errors import SourceError
 
 
@@ -43,8 +49,11 @@ class TableDecoder:
     table: str
     columns: tuple[ColumnInfo, ...]
     primary_key: tuple[str, ...]
+    """The table's primary key; empty when it has none."""
     column_types: Mapping[str, str]
     schema_version: int
+    shard_key: tuple[str, ...] = ()
+    """The columns a shard hashes: the primary key, or every column without one."""
 
     def images(
         self,
@@ -67,7 +76,7 @@ class TableDecoder:
         if owns is not None:
             skim_first = self._skim(present)
             skim_second = self._skim(present_after) if present_after is not None else None
-            keys = len(self.primary_key)
+            keys = len(self.shard_key)
         while offset < end:
             if owns is not None:
                 row_end, key = _skim_image(data, offset, skim_first, keys)
@@ -86,7 +95,7 @@ class TableDecoder:
 
     def _skim(self, present: bytes) -> _Skim:
         bits = int.from_bytes(present, "little")
-        key_at = {name: i for i, name in enumerate(self.primary_key)}
+        key_at = {name: i for i, name in enumerate(self.shard_key)}
         return tuple(
             (c.name, c.reader, c.width, key_at.get(c.name, -1))
             for i, c in enumerate(self.columns)
@@ -144,33 +153,50 @@ def compile_table(
     table: str,
     columns: Sequence[Any],
     primary_key_indexes: Sequence[int],
-    json_columns: frozenset[str] = frozenset(),
+    declared: Sequence[tuple[str, str]] = (),
 ) -> TableDecoder:
     """Build the decoder of one table version from its table-map columns.
+
+    ``declared``: the table's columns as information_schema declares them now
+    (name, ``declared_type``), which name the columns and refine their readers when
+    they agree with the table map (see ``_declared_types``).
 
     Without ``binlog_row_metadata=FULL`` the table map carries no column names;
     such sources are refused before reading, so every column has its name here.
     """
-    infos = []
+    json_columns = {name for name, declared_as in declared if declared_as == "json"}
+    from_table_map = []
     for index, column in enumerate(columns):
-        name = column.name
-        if not name:
+        if not column.name:
             raise SourceError(
                 f"table {database}.{table} arrived without column names (column {index}); "
                 "set binlog_row_metadata=FULL on the source"
             )
-        column_type, reader = column_reader(column, is_json=name in json_columns)
-        infos.append(ColumnInfo(name, column.type, column_type, reader, column_width(column)))
+        from_table_map.append(column_reader(column, is_json=column.name in json_columns))
+    agreed = agreed_types(
+        [column.name for column in columns], [t for t, _ in from_table_map], declared
+    )
+    infos = []
+    for index, column in enumerate(columns):
+        column_type, reader = from_table_map[index]
+        if agreed is not None:
+            column_type = agreed[index]
+            reader = declared_reader(column_type, reader)
+        infos.append(
+            ColumnInfo(column.name, column.type, column_type, reader, column_width(column))
+        )
     names = tuple(info.name for info in infos)
-    # No primary key: the whole row is the key (documented in dbus_fn.capture).
-    key = tuple(names[i] for i in primary_key_indexes) if primary_key_indexes else names
+    primary_key = tuple(names[i] for i in primary_key_indexes)
+    # No primary key: the whole row is what shards hash (documented in dbus_fn.capture).
+    key = primary_key or names
     types = {info.name: info.column_type for info in infos}
     signature = "\x1f".join(f"{n}\x1e{t}" for n, t in types.items()) + "\x1d" + ",".join(key)
     return TableDecoder(
         database=database,
         table=table,
         columns=tuple(infos),
-        primary_key=key,
+        primary_key=primary_key,
         column_types=types,
         schema_version=zlib.crc32(signature.encode()),
+        shard_key=key,
     )

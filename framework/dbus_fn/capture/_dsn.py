@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from dbus_fn.capture._helper_tables import is_helper_table
 from dbus_fn.errors import ConfigError, DsnError
 
 SCHEMES = ("mysql", "mariadb")
@@ -145,14 +146,17 @@ def database_matches(patterns: tuple[str, ...], database: str) -> bool:
 class SourceSpec:
     """A named binlog source: where it is and which tables to capture.
 
-    ``tables`` are ``db.table`` glob patterns (``shop.*``, ``*.*``). The DSN is
-    validated on construction and kept out of ``repr``; use ``redacted_dsn`` to
-    show it.
+    ``tables`` are ``db.table`` glob patterns (``shop.*``, ``*.*``). The helper
+    tables of online schema change tools (``_t_new``, ``_t_gho``...; see
+    ``_helper_tables``) are left out even where a pattern matches them, unless
+    ``keep_helper_tables``. The DSN is validated on construction and kept out of
+    ``repr``; use ``redacted_dsn`` to show it.
     """
 
     name: str
     dsn: str = field(repr=False)
     tables: tuple[str, ...] = ("*.*",)
+    keep_helper_tables: bool = False
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -181,7 +185,15 @@ class SourceSpec:
         return self.connection.redacted
 
     def matches(self, database: str, table: str) -> bool:
+        """Whether ``database.table`` is captured (a pattern matches it, and it is no
+        schema change tool's helper table unless those are kept)."""
+        if not self.keep_helper_tables and is_helper_table(table):
+            return False
         return table_matches(self.tables, database, table)
 
     def __repr__(self) -> str:
-        return f"SourceSpec(name={self.name!r}, dsn={self.redacted_dsn!r}, tables={self.tables!r})"
+        kept = ", keep_helper_tables=True" if self.keep_helper_tables else ""
+        return (
+            f"SourceSpec(name={self.name!r}, dsn={self.redacted_dsn!r}, "
+            f"tables={self.tables!r}{kept})"
+        )

@@ -35,6 +35,7 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
+from dbus_fn.capture._declared_types import declared_type
 from dbus_fn.capture._decode import TableDecoder
 from dbus_fn.capture._dsn import SourceSpec
 from dbus_fn.capture._positions import (
@@ -104,6 +105,7 @@ class BinlogReader:
         self._connected_once = False
         self._decoders: dict[bytes, TableDecoder] = {}
         self._json_columns: dict[tuple[str, str], frozenset[str]] = {}
+        self._declared: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
         self._read_file: str | None = None
         self._read_pos = 0
         self._last_event_time: float | None = None
@@ -343,6 +345,51 @@ class BinlogReader:
                     names.add(match.group(1).replace("``", "`"))
             self._json_columns[key] = frozenset(names)
         return self._json_columns[key]
+
+    def _declared_types_of(
+        self, database: str, table: str, *, fresh: bool = False
+    ) -> tuple[tuple[str, str], ...]:
+        """Each column of a table as information_schema declares it now, in order: its
+        name and its ``declared_type`` (empty when the table is gone). Binlog and
+        snapshot name columns by it, so both name every column alike. ``fresh``: look
+        again rather than trust what an earlier lookup found (a snapshot reads now)."""
+        key = (database, table)
+        if fresh:
+            self._declared.pop(key, None)
+            self._json_columns.pop(key, None)
+        if key not in self._declared:
+            rows = self._sql(
+                "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
+                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+                key,
+                doing="reading column types",
+            )
+            columns = [(str(name), str(declared)) for name, declared in rows]
+            # Only MariaDB's JSON is a LONGTEXT (MySQL's has a type of its own).
+            json_columns = (
+                self._json_columns_of(database, table)
+                if self.server_info().is_mariadb
+                and any(declared.lower() == "longtext" for _, declared in columns)
+                else frozenset()
+            )
+            self._declared[key] = tuple(
+                (name, declared_type(declared, is_json=name in json_columns))
+                for name, declared in columns
+            )
+        return self._declared[key]
+
+    def _forget_declarations(self, changed: list[tuple[str, str | None]]) -> None:
+        """Drop what is known of the declarations of tables a schema change touched
+        (``(database, table)``; a table of None: the whole database)."""
+
+        def touched(database: str, table: str) -> bool:
+            return any(database == d and t in (None, table) for d, t in changed)
+
+        self._json_columns = {k: v for k, v in self._json_columns.items() if not touched(*k)}
+        self._declared = {k: v for k, v in self._declared.items() if not touched(*k)}
+        self._decoders = {
+            k: d for k, d in self._decoders.items() if not touched(d.database, d.table)
+        }
 
     # -- lag ----------------------------------------------------------------
 

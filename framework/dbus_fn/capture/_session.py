@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import struct
 import time
 from collections.abc import Iterator
@@ -31,9 +30,14 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from dbus_fn.capture._ddl import ddl_target, is_account_statement, is_transaction_control
+from dbus_fn.capture._ddl import (
+    ddl_target,
+    is_account_statement,
+    is_transaction_control,
+    renamed_tables,
+)
 from dbus_fn.capture._decode import TableDecoder, compile_table
-from dbus_fn.capture._dsn import SourceSpec, database_matches
+from dbus_fn.capture._dsn import database_matches
 from dbus_fn.capture._positions import (
     MariadbGtid,
     coordinates,
@@ -422,17 +426,13 @@ class ReadSession:
         key = bytes(raw[20 : 20 + event.event_size])
         decoder = self.reader._decoders.get(key)
         if decoder is None:
-            json_columns: frozenset[str] = frozenset()
-            if info.is_mariadb and any(
-                c.type == 252 and getattr(c, "length_size", 0) == 4 for c in event.columns
-            ):
-                json_columns = self.reader._json_columns_of(database, table)
+            declared = self.reader._declared_types_of(database, table)
             metadata = event.optional_metadata
             key_indexes = list(metadata.simple_primary_key_list or [])
             key_indexes += [
                 i for i in (metadata.primary_keys_with_prefix or {}) if i not in key_indexes
             ]
-            decoder = compile_table(database, table, event.columns, key_indexes, json_columns)
+            decoder = compile_table(database, table, event.columns, key_indexes, declared)
             if len(self.reader._decoders) > 4096:
                 self.reader._decoders.clear()
             self.reader._decoders[key] = decoder
@@ -465,18 +465,23 @@ class ReadSession:
                 )  # fmt: skip
             return None
         database, table = ddl_target(statement, default)
-        # Decoders are keyed by the table map, which changes with the table; JSON
-        # column lookups are by name and must be redone.
-        self.reader._json_columns = {
-            k: v
-            for k, v in self.reader._json_columns.items()
-            if k[0] != database or table not in (None, k[1])
-        }
-        if table is not None:
-            spec = self.reader.spec
-            if not spec.matches(database, table) and not renames_into(spec, statement):
+        renamed = renamed_tables(statement, default)
+        # Column declarations are looked up by name and must be redone, and so must
+        # the decoders built on them.
+        changed: list[tuple[str, str | None]] = [*renamed] or [(database, table)]
+        self.reader._forget_declarations(changed)
+        spec = self.reader.spec
+        if renamed:
+            # A copy-and-swap (``RENAME TABLE t TO _t_old, _t_new TO t``) is the schema
+            # change of the captured table it names, not of the tool's helper table.
+            captured = [(d, t) for d, t in renamed if spec.matches(d, t)]
+            if not captured:
                 return None
-        elif not database_matches(self.reader.spec.tables, database):
+            database, table = captured[0]
+        elif table is not None:
+            if not spec.matches(database, table):
+                return None
+        elif not database_matches(spec.tables, database):
             return None
         return SchemaChange(
             self.reader.spec.name,
@@ -487,9 +492,3 @@ class ReadSession:
             when,
             server,
         )
-
-
-def renames_into(spec: SourceSpec, statement: str) -> bool:
-    """Whether a RENAME/ALTER ... RENAME names a captured table anywhere (copy-and-swap)."""
-    names = re.findall(r"(`(?:[^`]|``)+`|[\w$]+)\s*\.\s*(`(?:[^`]|``)+`|[\w$]+)", statement)
-    return any(spec.matches(d.strip("`"), t.strip("`")) for d, t in names)

@@ -8,16 +8,15 @@ handed out as an insert at the snapshot position; the binlog then continues from
 exactly that position, so nothing is missed and nothing is read twice.
 
 Values are turned into the forms capture documents (``dbus_fn.columns``), equal
-to what the binlog decoder gives for the same row; column types are the
-binlog's (integer display widths dropped, MariaDB JSON recognised by its check).
+to what the binlog decoder gives for the same row; column types are the declared
+ones, named as the binlog decoder names them (``_declared_types``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 import pymysql.cursors
 
+from dbus_fn._zero_dates import DateKind, zero_date_from_select
 from dbus_fn.errors import PositionError
 from dbus_fn.events import (
     BinlogPosition,
@@ -40,9 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dbus_fn.capture")
 
-_DISPLAY_WIDTH = re.compile(r"^(tinyint|smallint|mediumint|int|bigint|year)\(\d+\)")
-
-
 @dataclass(frozen=True, slots=True)
 class SnapshotTable:
     database: str
@@ -52,16 +49,26 @@ class SnapshotTable:
     primary_key: tuple[str, ...]
 
 
-def binlog_column_type(column_type: str, *, is_json: bool) -> str:
-    """information_schema's COLUMN_TYPE in the form the binlog decoder names it."""
-    if is_json:
-        return "json"
-    return _DISPLAY_WIDTH.sub(r"\1", column_type.strip().lower())
+_CALENDAR_KINDS: Mapping[str, DateKind] = {
+    "date": "date",
+    "datetime": "datetime",
+    "timestamp": "timestamp",
+}
 
 
-def _zero_date_as_none(value: Any) -> Any:
-    # A zero date (0000-00-00) comes back as text; capture documents it as None.
-    return None if isinstance(value, str) else value
+def _calendar_value(kind: DateKind) -> Callable[[Any], Any]:
+    """A SELECTed DATE/DATETIME/TIMESTAMP as capture holds it. PyMySQL returns a
+    zero or partial date as SELECT's text (``"2015-05-00 10:11:12.500"``): it becomes
+    the text the binlog decoder gives (``dbus_fn._zero_dates``)."""
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, str):
+            return zero_date_from_select(value, kind) or value
+        if kind == "timestamp":
+            return value.replace(tzinfo=UTC)
+        return value
+
+    return convert
 
 
 def _set_value(value: Any) -> frozenset[str]:
@@ -73,10 +80,8 @@ def _set_value(value: Any) -> frozenset[str]:
 def _converter(column_type: str) -> Callable[[Any], Any] | None:
     """How a SELECT value of this type becomes capture's value (None: as it is)."""
     base = column_type.split("(", 1)[0].split(" ", 1)[0]
-    if base == "timestamp":
-        return lambda v: v.replace(tzinfo=UTC) if isinstance(v, datetime) else None
-    if base in ("date", "datetime"):
-        return _zero_date_as_none
+    if base in _CALENDAR_KINDS:
+        return _calendar_value(_CALENDAR_KINDS[base])
     if base == "set":
         return _set_value
     if base == "bit":
@@ -84,6 +89,18 @@ def _converter(column_type: str) -> Callable[[Any], Any] | None:
     if base == "json":
         return json.loads
     return None
+
+
+def captured_values(
+    table: SnapshotTable, columns: Sequence[str], values: Sequence[Any]
+) -> tuple[Any, ...]:
+    """SELECTed values of ``columns`` of ``table`` as capture gives them (a chunk
+    boundary is compared with binlog keys, so a zero date must be the same text)."""
+    converted = []
+    for name, value in zip(columns, values, strict=True):
+        convert = _converter(table.column_types[name])
+        converted.append(value if value is None or convert is None else convert(value))
+    return tuple(converted)
 
 
 def snapshot_rows(
@@ -130,27 +147,22 @@ def snapshot_rows(
 def describe_table(
     database: str,
     table: str,
-    columns: list[tuple[str, str]],
+    columns: Sequence[tuple[str, str]],
     primary_key: list[str],
-    json_columns: frozenset[str],
 ) -> SnapshotTable:
-    """A table's columns (name, COLUMN_TYPE in order) and key, as capture names them."""
+    """A table's columns (name, ``declared_type`` in order) and key, as capture names them."""
     names = tuple(name for name, _ in columns)
-    types: Mapping[str, str] = {
-        name: binlog_column_type(declared, is_json=name in json_columns)
-        for name, declared in columns
-    }
+    types: Mapping[str, str] = dict(columns)
     return SnapshotTable(
         database=database,
         table=table,
         columns=names,
         column_types=Row(types),
-        # Capture's documented choice for a table without a primary key: all columns.
-        primary_key=tuple(primary_key) if primary_key else names,
+        primary_key=tuple(primary_key),  # empty without one (RowChange.key: the row)
     )
 
 
-__all__ = ["SnapshotTable", "binlog_column_type", "describe_table", "snapshot_rows"]
+__all__ = ["SnapshotTable", "captured_values", "describe_table", "snapshot_rows"]
 
 
 def begin_consistent_snapshot(
@@ -239,12 +251,7 @@ def snapshot_tables(reader: BinlogReader) -> list[SnapshotTable]:
 
 def table_description(reader: BinlogReader, database: str, table: str) -> SnapshotTable:
     """One table's columns and key as capture names them."""
-    columns = reader._sql(
-        "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
-        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
-        (database, table),
-        doing="reading columns for a snapshot",
-    )
+    columns = reader._declared_types_of(database, table, fresh=True)
     key = reader._sql(
         "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
         "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
@@ -254,7 +261,6 @@ def table_description(reader: BinlogReader, database: str, table: str) -> Snapsh
     return describe_table(
         database,
         table,
-        [(str(name), str(declared)) for name, declared in columns],
+        columns,
         [str(name) for (name,) in key],
-        reader._json_columns_of(database, table),
     )

@@ -22,14 +22,23 @@ HOME_ENV = "DBUS_HOME"
 
 
 def sources_file() -> Path:
-    """Where the sources file is, by the precedence documented above."""
+    """Where the sources file is, by the precedence documented above; ``ConfigError``
+    when that is a folder, naming the variable that chose it."""
     explicit = os.environ.get(FILE_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
     home = os.environ.get(HOME_ENV)
-    if home:
-        return Path(home).expanduser() / "sources.json"
-    return Path.home() / ".config" / "dbus" / "sources.json"
+    if explicit:
+        path, chosen_by = Path(explicit).expanduser(), f"{FILE_ENV}={explicit}"
+    elif home:
+        path, chosen_by = Path(home).expanduser() / "sources.json", f"{HOME_ENV}={home}"
+    else:
+        path, chosen_by = Path.home() / ".config" / "dbus" / "sources.json", "the default"
+    if path.is_dir():
+        raise ConfigError(
+            f"the sources file {path} (from {chosen_by}) is a folder; point {FILE_ENV} "
+            f"at a file, e.g. {FILE_ENV}={path / 'sources.json'}",
+            setting=FILE_ENV,
+        )
+    return path
 
 
 class SourceStore:
@@ -47,6 +56,12 @@ class SourceStore:
             if not isinstance(sources, dict):
                 raise TypeError
             return sources
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the sources file {self.path}: {exc.strerror}; fix its "
+                f"permissions (or point {FILE_ENV} at another file)",
+                setting=FILE_ENV,
+            ) from None
         except (ValueError, KeyError, TypeError):
             raise ConfigError(
                 f"the sources file {self.path} is not valid; fix or remove it "
@@ -67,6 +82,8 @@ class SourceStore:
                 setting="name",
             )
         sources[spec.name] = {"dsn": spec.dsn, "tables": list(spec.tables)}
+        if spec.keep_helper_tables:
+            sources[spec.name]["keep_helper_tables"] = True
         self._save(sources)
 
     def remove(self, name: str) -> None:
@@ -81,7 +98,12 @@ class SourceStore:
         if name not in sources:
             raise self._unknown(name, sources)
         entry = sources[name]
-        return SourceSpec(name, entry["dsn"], tuple(entry.get("tables") or ("*.*",)))
+        return SourceSpec(
+            name,
+            entry["dsn"],
+            tuple(entry.get("tables") or ("*.*",)),
+            keep_helper_tables=entry.get("keep_helper_tables") is True,
+        )
 
     def list(self) -> list[SourceSpec]:
         return [self.get(name) for name in sorted(self._load())]

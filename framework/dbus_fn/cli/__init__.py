@@ -15,8 +15,9 @@ from typing import Any
 
 import click
 
-from dbus_fn.cli._errors import from_dbus_error, missing_extra
-from dbus_fn.errors import DbusError
+from dbus_fn.cli._errors import INTERRUPTED, from_dbus_error, missing_extra
+from dbus_fn.cli._options import name_the_variable
+from dbus_fn.errors import ConfigError, DbusError
 
 
 class _LazyGroup(click.Group):
@@ -26,6 +27,8 @@ class _LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except ConfigError as exc:
+            raise from_dbus_error(name_the_variable(exc, ctx)) from None
         except DbusError as exc:
             raise from_dbus_error(exc) from None
         except ImportError as exc:
@@ -92,7 +95,7 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
-        raise SystemExit(130) from None
+        raise SystemExit(INTERRUPTED) from None
     except click.ClickException as exc:
         exc.show()
         raise SystemExit(exc.exit_code) from None

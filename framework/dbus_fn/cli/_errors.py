@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from importlib import metadata
 from pathlib import Path
+from typing import IO, Any
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -33,6 +34,10 @@ EXTRA_OF_MODULE = {
 """Which extra of dbus-fn installs a third-party module."""
 
 
+INTERRUPTED = 130
+"""The exit code of a command Ctrl-C stopped (SIGINT), as shells report it."""
+
+
 class CommandError(click.ClickException):
     """A failure on its way out of a command: one line, and its exit code."""
 
@@ -40,6 +45,18 @@ class CommandError(click.ClickException):
         super().__init__(message)
         # click declares exit_code on the class; ours varies with the error.
         setattr(self, "exit_code", exit_code)  # noqa: B010
+
+
+class Interrupted(CommandError):
+    """A command Ctrl-C stopped before its end: one line saying what was kept, exit 130.
+
+    Not a mistake, so the line carries no "Error:"."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, INTERRUPTED)
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(self.format_message(), file=file, err=file is None)
 
 
 def from_dbus_error(exc: DbusError) -> CommandError:

@@ -4,27 +4,37 @@
 shows the variable in ``--help`` and, when a bad value came from the variable,
 names the variable in the error instead of a flag the user never typed.
 ``FROM`` is the one ``--from`` (and ``DBUS_FROM``) of every command that reads a
-source, so the variable means the same everywhere.
+source, so the variable means the same everywhere; ``KEEP_HELPER_TABLES`` likewise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
+from dbus_fn.errors import ConfigError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 FROM_HELP = (
     "Where to start reading: latest, earliest, snapshot (the tables as they are, then "
-    "the binlog), file:pos, file:pos@gtid or a MariaDB GTID state such as 0-1-42."
+    "the binlog), file:pos, file:pos@gtid or a MariaDB GTID state such as 0-1-42 (not a "
+    "time: `dbus fn replay --from` takes one)."
 )
 
 
+_FROM_ENV = "dbus_fn.from_environment"
+"""The key in ``ctx.meta`` (shared by a command's context and its parents) under which
+the options whose value came from their variable are kept: option name → EnvOption."""
+
+
 class EnvOption(click.Option):
-    """An option whose errors name its environment variable when the value came from it."""
+    """An option whose errors name its environment variable when the value came from it:
+    click's own (``get_error_hint``) and a ``ConfigError`` about it that the command
+    raises later (``name_the_variable``)."""
 
     def get_error_hint(self, ctx: click.Context | None) -> str:
         source = ctx.get_parameter_source(self.name) if ctx and self.name else None
@@ -32,10 +42,51 @@ class EnvOption(click.Option):
             return f"{self.envvar} (from the environment)"
         return super().get_error_hint(ctx)
 
+    def handle_parse_result(
+        self, ctx: click.Context, opts: Mapping[str, Any], args: list[str]
+    ) -> tuple[Any, list[str]]:
+        value, rest = super().handle_parse_result(ctx, opts, args)
+        if self.name and ctx.get_parameter_source(self.name) is ParameterSource.ENVIRONMENT:
+            ctx.meta.setdefault(_FROM_ENV, {})[self.name] = self
+        return value, rest
+
+    def names_setting(self, setting: str) -> bool:
+        """Whether a ``ConfigError``'s ``setting`` ("api", "--master", "zk-timeout")
+        means this option."""
+        wanted = setting.lstrip("-").replace("-", "_")
+        return wanted == self.name or any(
+            opt.lstrip("-").replace("-", "_") == wanted for opt in self.opts
+        )
+
+
+def name_the_variable(exc: ConfigError, ctx: click.Context) -> ConfigError:
+    """``exc`` with the variable named, when the value it is about came from one.
+
+    A message that begins with the option's flag gets the variable in its place;
+    any other gets the variable in front. One already naming it stays as it is.
+    """
+    from_env: dict[str, EnvOption] = ctx.meta.get(_FROM_ENV, {})
+    option = next(
+        (o for o in from_env.values() if exc.setting and o.names_setting(exc.setting)), None
+    )
+    message = str(exc)
+    if option is None or not isinstance(option.envvar, str) or option.envvar in message:
+        return exc
+    named = f"{option.envvar} (from the environment)"
+    flag = next((opt for opt in option.opts if message.startswith(opt + " ")), None)
+    text = named + message[len(flag) :] if flag else f"{named}: {message}"
+    return ConfigError(text, setting=exc.setting)
+
 
 def env_option(*names: str, env: str, **settings: Any) -> Callable[[F], F]:
     """A click option backed by the environment variable ``env``."""
     return click.option(*names, cls=EnvOption, envvar=env, show_envvar=True, **settings)
+
+
+def empty_is_unset(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """An option given as ``''`` counts as not given, as an empty variable does (click
+    skips one): ``--cluster ''`` means what ``DBUS_CLUSTER=`` means."""
+    return param.get_default(ctx) if value == "" else value
 
 
 def given_as(ctx: click.Context, name: str, flag: str) -> str:
@@ -51,6 +102,19 @@ FROM = env_option(
 )
 """``--from`` / ``DBUS_FROM``: the start of every command that reads a source."""
 
+KEEP_HELPER_TABLES = env_option(
+    "--keep-helper-tables/--skip-helper-tables",
+    "keep_helper_tables",
+    default=None,
+    env="DBUS_KEEP_HELPER_TABLES",
+    help="Deliver the rows of online schema change tools' helper tables "
+    "(pt-online-schema-change's _T_new and _T_old, gh-ost's _T_gho, _T_ghc and _T_del) as "
+    "tables of their own. Default: skip them; the swap at the end is the schema change of T.",
+)
+"""The one ``--keep-helper-tables`` (and ``DBUS_KEEP_HELPER_TABLES``) of ``dbus runtime
+start``, ``dbus source add|tail|record`` and ``dbus cluster source add``: None when
+neither is given (``dbus fn run-local`` always leaves helper tables out)."""
+
 
 def start_point(value: str) -> Any:
     """What ``--from`` names: ``latest``, ``earliest``, ``snapshot`` or a ``BinlogPosition``."""
@@ -58,15 +122,33 @@ def start_point(value: str) -> Any:
     if choice in ("latest", "earliest", "snapshot"):
         return choice
     from dbus_fn.capture import parse_position
-    from dbus_fn.errors import ConfigError
 
+    ctx = click.get_current_context(silent=True)
+    where = given_as(ctx, "start", "--from") if ctx is not None else "--from"
+    places = "use latest, earliest, snapshot, file:pos, file:pos@gtid or a GTID state"
+    if _is_a_time(value):
+        # parse_position would take 2030-01-01T00:00:00 for file "2030-01-01T00:00",
+        # offset 0, and the read would call that file purged.
+        raise ConfigError(
+            f"{where} {value!r} is a time; reading a source starts at a position, not a "
+            f"time: {places} (`dbus fn replay --from` takes a time)",
+            setting="from",
+        )
     try:
         return parse_position(value)
     except ConfigError as exc:
-        ctx = click.get_current_context(silent=True)
-        where = given_as(ctx, "start", "--from") if ctx is not None else "--from"
         raise ConfigError(
-            f"{where} {value!r} is not a place to start ({exc}); use latest, earliest, "
-            "snapshot, file:pos, file:pos@gtid or a GTID state",
+            f"{where} {value!r} is not a place to start ({exc}); {places}",
             setting="from",
         ) from None
+
+
+def _is_a_time(value: str) -> bool:
+    """Whether ``value`` is an ISO date or time (2026-11-25, 2026-11-25T08:00:00Z)."""
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(value.strip())
+    except ValueError:
+        return False
+    return True

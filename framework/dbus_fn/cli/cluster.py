@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
-from dbus_fn.cli._options import env_option
+from dbus_fn.cli._options import KEEP_HELPER_TABLES, empty_is_unset, env_option
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -68,6 +68,7 @@ _OPTIONS = (
         env="DBUS_CLUSTER",
         default="default",
         show_default=True,
+        callback=empty_is_unset,
         help="Cluster name; its tree is /dbus/<cluster> in ZooKeeper.",
     ),
     env_option(
@@ -92,6 +93,7 @@ _OPTIONAL_CLUSTER = env_option(
     "--cluster",
     env="DBUS_CLUSTER",
     default=None,
+    callback=empty_is_unset,
     help="Ask this cluster's runtimes, through ZooKeeper, instead of the runtime at "
     "--checkpoint.",
 )
@@ -189,6 +191,7 @@ def source() -> None:
     multiple=True,
     help='A "db.table" glob to capture; repeat it (default: every table).',
 )
+@KEEP_HELPER_TABLES
 @click.option("--replace", is_flag=True, help="Change a source that is already registered.")
 @zookeeper_options
 def source_add(
@@ -196,13 +199,17 @@ def source_add(
     dsn_env: str | None,
     dsn_file: str | None,
     tables: tuple[str, ...],
+    keep_helper_tables: bool | None,
     replace: bool,
     zk: ZooKeeperOptions,
 ) -> None:
     """Register source NAME; the leader assigns it to a runtime."""
     from dbus_fn.coordination import SourceReference
 
-    reference = SourceReference(name, dsn_env=dsn_env, dsn_file=dsn_file, tables=tables)
+    reference = SourceReference(
+        name, dsn_env=dsn_env, dsn_file=dsn_file, tables=tables,
+        keep_helper_tables=bool(keep_helper_tables),
+    )  # fmt: skip
     with zk.open() as (client, settings):
         from dbus_fn.coordination import SourceRegistry
 
@@ -223,7 +230,8 @@ def source_list(zk: ZooKeeperOptions) -> None:
         click.echo("no sources; add one with `dbus cluster source add NAME --dsn-env VAR`")
     for item in sources:
         tables = ",".join(item.tables) or "*"
-        click.echo(f"{item.name}  dsn={item.reference}  tables={tables}")
+        kept = "  keep-helper-tables" if item.keep_helper_tables else ""
+        click.echo(f"{item.name}  dsn={item.reference}  tables={tables}{kept}")
 
 
 @source.command("remove")

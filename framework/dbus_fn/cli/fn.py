@@ -23,7 +23,7 @@ from typing import IO
 
 import click
 
-from dbus_fn.cli._errors import CommandError, dbus_fn_requirement
+from dbus_fn.cli._errors import CommandError, Interrupted, dbus_fn_requirement
 from dbus_fn.cli._options import FROM, env_option, start_point
 from dbus_fn.cli._output import check_output, output_file
 from dbus_fn.cli.cluster import ZooKeeperOptions, cluster_or_local_options, zookeeper_options
@@ -32,6 +32,7 @@ from dbus_fn.emulator import EmulatedRecord, Emulator, read_event_file
 from dbus_fn.errors import EventFormatError
 from dbus_fn.events import RowChange
 from dbus_fn.json_format import write_jsonl
+from dbus_fn.manifest import NAME_MAX
 from dbus_fn.registry import LoadedDeployment, load_deployment
 from dbus_fn.testing import row_change
 
@@ -40,12 +41,23 @@ _PATH = click.argument(
     type=click.Path(exists=True, path_type=Path),
     default=".",
 )
+def _type_prefix(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A reverse-DNS name (io.dbus): the event types are ``<prefix>.row.inserted`` ..."""
+    if not re.fullmatch(r"[A-Za-z0-9][\w-]*(\.[A-Za-z0-9][\w-]*)*", value):
+        raise click.BadParameter(
+            f"expected a reverse-DNS name such as {DEFAULT_TYPE_PREFIX} (event types are "
+            f"<prefix>.row.inserted ...), got {value!r}"
+        )
+    return value
+
+
 _TYPE_PREFIX = env_option(
     "--type-prefix",
     env="DBUS_TYPE_PREFIX",
     default=DEFAULT_TYPE_PREFIX,
     show_default=True,
-    help="CloudEvent type prefix of the events written.",
+    callback=_type_prefix,
+    help="CloudEvent type prefix of the events written (a reverse-DNS name).",
 )
 _FAIL_ON_DEAD_LETTER = env_option(
     "--fail-on-dead-letter",
@@ -84,7 +96,12 @@ def fn() -> None:
 def init(name: str, table: str, directory: Path) -> None:
     """Create the folder NAME: a function module, its test, golden events, a
     dbus.toml and a tox.ini (`tox` tests, `tox -e emulate` emulates)."""
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,62}", name):
+    if len(name) > NAME_MAX:
+        raise click.BadParameter(
+            f"expected a name of at most {NAME_MAX} characters, got one of {len(name)}",
+            param_hint="NAME",
+        )
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name):
         raise click.BadParameter(
             f"expected a name of letters, digits, _ and -, starting with a letter; got {name!r}",
             param_hint="NAME",
@@ -201,14 +218,23 @@ def _describe(deployment: LoadedDeployment) -> None:
 @_TYPE_PREFIX
 @_FAIL_ON_DEAD_LETTER
 def invoke(path: Path, event_file: Path, type_prefix: str, fail_on_dead_letter: bool) -> None:
-    """Run the deployment's functions over one event; print what would go where."""
-    emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
-    records = list(emulator.run_events([read_event_file(event_file)]))
-    report = emulator.close()
+    """Run the deployment's functions over one event; print what would go where (a
+    function's print() goes to stderr)."""
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
+        records = list(emulator.run_events([read_event_file(event_file)]))
+        report = emulator.close()
     for record in records:
-        _print_record(record, sys.stdout)
+        _print_record(record, stdout)
     if not records:
-        click.echo("filtered: no delivery" if report.filtered else "no delivery")
+        click.echo(
+            f"no delivery: {report.unsubscribed_note()}"
+            if report.unsubscribed
+            else "filtered: no delivery"
+            if report.filtered
+            else "no delivery"
+        )
     _finish(report.dead_letters, fail_on_dead_letter)
 
 
@@ -240,7 +266,8 @@ def invoke(path: Path, event_file: Path, type_prefix: str, fail_on_dead_letter: 
     env="DBUS_OUTPUT",
     type=click.Path(path_type=Path),
     help="Write the records as JSONL here; stdout then gets one short line each. The "
-    "file is in place only when the run ends without an error.",
+    "file is in place only when the run ends without an error: a run over --events that "
+    "Ctrl-C stops leaves it as it was and exits 130 (Ctrl-C is how a --source run ends).",
 )
 @click.option("--force", is_flag=True, help="Replace the --output file if it exists.")
 @_TYPE_PREFIX
@@ -258,18 +285,21 @@ def run_local(
 ) -> None:
     """Run the deployment's functions over recorded events (--events) or a live binlog
     (--source); print what would go where, one JSON record per line (destination,
-    dead_letter, error, event)."""
+    dead_letter, error, event). Whatever the functions print() goes to stderr, so
+    stdout stays JSONL."""
     if (events is None) == (source is None):
         raise click.UsageError("expected exactly one of --events FILE or --source DSN")
     if output is not None:
         check_output(output, force=force)
-    emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
+    stdout = sys.stdout  # the records' stream; a function's print() goes to stderr
+    with contextlib.redirect_stdout(sys.stderr):  # its module's too, as it is imported
+        emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
     if events is not None:
         records = emulator.run_file(events)
     else:
         assert source is not None
         records = _live(emulator, source, start, idle_timeout)
-    stdout = sys.stdout  # the records' stream; a function's print() goes to stderr
+    existed = output is not None and output.exists()
     with contextlib.ExitStack() as stack:
         out = None if output is None else stack.enter_context(output_file(output, binary=False))
         stack.enter_context(contextlib.redirect_stdout(sys.stderr))
@@ -281,7 +311,16 @@ def run_local(
                 else:
                     _print_record(record, stdout)
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+            if events is None:  # a live run ends this way: what it wrote is kept
+                click.echo("interrupted", err=True)
+            else:  # raised inside output_file, which drops the partial output
+                emulator.close()
+                kept = "" if output is None else (
+                    f"; {output} left as it was" if existed else f"; {output} not written"
+                )
+                raise Interrupted(
+                    f"interrupted after {emulator.report.events} events of {events}{kept}"
+                ) from None
         if events is not None and not (emulator.report.events or emulator.report.markers):
             raise EventFormatError(
                 f"{events} holds no events, so nothing was tested; record some with "
@@ -488,7 +527,38 @@ def backfill(
     help="Send the drifted keys again through the running runtime, then verify again.",
 )
 @env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=_CHECKPOINT_HELP)
-def verify(name: str, tables: tuple[str, ...], repair: bool, checkpoint: str | None) -> None:
+@env_option(
+    "--source",
+    "sources",
+    multiple=True,
+    env="DBUS_SOURCES",
+    help="A source of the runtime as NAME=DSN (mysql://user:password@host:port), read with "
+    "this DSN instead of asking the running runtime for its password; repeatable (in the "
+    "variable: space-separated). With every source given, no runtime needs to run.",
+)
+@env_option(
+    "--functions",
+    multiple=True,
+    env="DBUS_FUNCTIONS",
+    type=click.Path(exists=True, file_okay=False),
+    help="Verify this function folder (with dbus.toml) over the --source tables (default: "
+    "the local MariaDB) and the local services' Kafka and Elasticsearch, as `dbus runtime "
+    "start` would run it, instead of what the runtime at --checkpoint runs; repeatable.",
+)
+@env_option("--kafka", env="DBUS_KAFKA", help="Kafka bootstrap servers to read (default: "
+            "the runtime's, or with --functions the local services').")  # fmt: skip
+@env_option("--elasticsearch", env="DBUS_ELASTICSEARCH", help="Elasticsearch URL to read "
+            "(default: the runtime's, or with --functions the local services').")  # fmt: skip
+def verify(
+    name: str,
+    tables: tuple[str, ...],
+    repair: bool,
+    checkpoint: str | None,
+    sources: tuple[str, ...],
+    functions: tuple[str, ...],
+    kafka: str | None,
+    elasticsearch: str | None,
+) -> None:
     """Compare what deployment NAME's sinks hold with what its functions make of its
     tables now.
 
@@ -496,12 +566,16 @@ def verify(name: str, tables: tuple[str, ...], repair: bool, checkpoint: str | N
     filters, projections and routes; each Elasticsearch index and each Kafka
     topic's last message per key is compared with the result. Keys missing, extra
     or differing are checked again a few seconds later (changes in flight are not
-    drift) and listed per destination. Exit 6 when drift remains, 2 for an unknown
-    deployment or table.
+    drift) and listed per destination. It reads the runtime's configuration beside
+    the checkpoint (sources, deployments, sinks); a runtime that ran there once is
+    enough when --source gives each source's DSN, and none at all with --functions.
+    Exit 6 when drift remains, 2 for an unknown deployment, table or source, 3 when
+    no runtime answers for a password (or takes a --repair).
     """
     from dbus_spark.history.verify import verify as run_verify
 
-    run_verify(name, tables, checkpoint=checkpoint, repair=repair, out=sys.stdout)
+    run_verify(name, tables, checkpoint=checkpoint, sources=sources, functions=functions,
+               kafka=kafka, elasticsearch=elasticsearch, repair=repair, out=sys.stdout)  # fmt: skip
 
 
 @fn.command("replay")
@@ -586,7 +660,8 @@ def redrive(name: str, since: str | None, checkpoint: str | None, wait: bool) ->
     The running runtime reads each dead-lettered key's row as it is now (merged with
     the live stream, so nothing older lands after a newer change) and runs it
     through the deployed functions; a dead-lettered delete whose row is still gone
-    is delivered as a delete. Rows that fail again are dead letters again.
+    is delivered as a delete. Rows that fail again are dead letters again, and then
+    the command exits 1 naming them (not known with --no-wait).
     """
     from dbus_spark.history.deadletters import parse_since
     from dbus_spark.history.deadletters import redrive as run_redrive

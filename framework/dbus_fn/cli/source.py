@@ -11,7 +11,7 @@ from typing import IO, Any, NamedTuple
 
 import click
 
-from dbus_fn.cli._options import FROM, env_option, start_point
+from dbus_fn.cli._options import FROM, KEEP_HELPER_TABLES, env_option, start_point
 from dbus_fn.cli._output import check_output, output_file
 
 
@@ -21,15 +21,19 @@ def _capture() -> Any:
     return capture
 
 
-def _spec(source: str, tables: tuple[str, ...]) -> Any:
-    """A stored source by name, or a DSN given directly."""
+def _spec(source: str, tables: tuple[str, ...], keep_helper_tables: bool | None) -> Any:
+    """A stored source by name, or a DSN given directly; ``tables`` and
+    ``keep_helper_tables``, when given, override what the stored source says."""
     capture = _capture()
     if "://" in source:
-        return capture.SourceSpec("cli", source, tables or ("*.*",))
+        return capture.SourceSpec("cli", source, tables or ("*.*",), bool(keep_helper_tables))
     spec = capture.SourceStore().get(source)
-    if tables:
-        spec = capture.SourceSpec(spec.name, spec.dsn, tables)
-    return spec
+    return capture.SourceSpec(
+        spec.name,
+        spec.dsn,
+        tables or spec.tables,
+        spec.keep_helper_tables if keep_helper_tables is None else keep_helper_tables,
+    )
 
 
 def _start(reader: Any, value: str) -> Any:
@@ -53,7 +57,7 @@ def _items(source: str, read: ReadOptions) -> Any:
     """Row and DDL events of the source, plus commits of transactions that had rows."""
     from dbus_fn.events import TransactionCommit
 
-    reader = _reader(_spec(source, read.tables), read.replica_id)
+    reader = _reader(_spec(source, read.tables, read.keep_helper_tables), read.replica_id)
     try:
         for item in reader.read(_start(reader, read.start), idle_timeout=read.idle_timeout):
             if isinstance(item, TransactionCommit) and not item.rows:
@@ -123,6 +127,7 @@ class ReadOptions(NamedTuple):
     """What every command that reads a source is told: tables, start, id and limits."""
 
     tables: tuple[str, ...]
+    keep_helper_tables: bool | None
     start: str
     replica_id: int | None
     max_events: int | None
@@ -137,7 +142,7 @@ def _read_options(command: Any) -> Any:
         read = ReadOptions(**{name: values.pop(name) for name in ReadOptions._fields})
         return command(read=read, **values)
 
-    for option in (_IDLE_TIMEOUT, _MAX_EVENTS, _SERVER_ID, FROM, _TABLES):
+    for option in (_IDLE_TIMEOUT, _MAX_EVENTS, _SERVER_ID, FROM, KEEP_HELPER_TABLES, _TABLES):
         collect = option(collect)
     return collect
 
@@ -155,11 +160,19 @@ def source() -> None:
 @click.argument("name")
 @click.argument("dsn")
 @_TABLES
+@KEEP_HELPER_TABLES
 @click.option("--replace", is_flag=True, help="overwrite an existing source of that name")
 @click.option("--no-check", is_flag=True,
               help="store it without connecting (by default the server must answer, let the "
                    "user in and have a ROW binlog)")  # fmt: skip
-def add(name: str, dsn: str, tables: tuple[str, ...], replace: bool, no_check: bool) -> None:
+def add(
+    name: str,
+    dsn: str,
+    tables: tuple[str, ...],
+    keep_helper_tables: bool | None,
+    replace: bool,
+    no_check: bool,
+) -> None:
     """Add source NAME at DSN (mysql://user:password@host:port).
 
     The server is checked first: it answers, the user logs in and may read the
@@ -167,7 +180,7 @@ def add(name: str, dsn: str, tables: tuple[str, ...], replace: bool, no_check: b
     if it fails.
     """
     capture = _capture()
-    spec = capture.SourceSpec(name, dsn, tables or ("*.*",))
+    spec = capture.SourceSpec(name, dsn, tables or ("*.*",), bool(keep_helper_tables))
     store = capture.SourceStore()
     if not no_check:
         reader = _reader(spec, None)
@@ -189,14 +202,16 @@ def list_sources(as_json: bool) -> None:
     specs = store.list()
     if as_json:
         click.echo(json.dumps([
-            {"name": s.name, "dsn": s.redacted_dsn, "tables": list(s.tables)} for s in specs
+            {"name": s.name, "dsn": s.redacted_dsn, "tables": list(s.tables),
+             "keep_helper_tables": s.keep_helper_tables} for s in specs
         ], indent=2))  # fmt: skip
         return
     if not specs:
         click.echo(f"no sources yet (in {store.path}); add one with: dbus source add NAME DSN")
         return
     for spec in specs:
-        click.echo(f"{spec.name}\t{spec.redacted_dsn}\t{','.join(spec.tables)}")
+        kept = "\tkeep-helper-tables" if spec.keep_helper_tables else ""
+        click.echo(f"{spec.name}\t{spec.redacted_dsn}\t{','.join(spec.tables)}{kept}")
 
 
 @source.command("remove")

@@ -32,12 +32,15 @@ _TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")  # as capture's SourceSpec checks the
 
 @dataclass(frozen=True, slots=True)
 class SourceReference:
-    """A registered source: its name, tables and where its DSN comes from."""
+    """A registered source: its name, tables and where its DSN comes from.
+
+    ``keep_helper_tables``: as ``SourceSpec``'s (online schema change tools' tables)."""
 
     name: str
     dsn_env: str | None = None
     dsn_file: str | None = None
     tables: tuple[str, ...] = ()
+    keep_helper_tables: bool = False
 
     def __post_init__(self) -> None:
         check_name(self.name, "source name")
@@ -73,7 +76,9 @@ class SourceReference:
         """The capture ``SourceSpec``, with the DSN resolved on this machine."""
         from dbus_fn.capture import SourceSpec
 
-        return SourceSpec(self.name, self.resolve_dsn(env), self.tables or ("*.*",))
+        return SourceSpec(
+            self.name, self.resolve_dsn(env), self.tables or ("*.*",), self.keep_helper_tables
+        )
 
     @property
     def reference(self) -> str:
@@ -81,6 +86,8 @@ class SourceReference:
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {"tables": list(self.tables)}
+        if self.keep_helper_tables:
+            data["keep_helper_tables"] = True
         if self.dsn_env:
             data["dsn_env"] = self.dsn_env
         if self.dsn_file:
@@ -95,6 +102,7 @@ class SourceReference:
             dsn_env=env if isinstance(env, str) else None,
             dsn_file=file if isinstance(file, str) else None,
             tables=tuple(str(t) for t in tables) if isinstance(tables, list) else (),
+            keep_helper_tables=data.get("keep_helper_tables") is True,
         )
 
     def resolve_dsn(self, env: Mapping[str, str] | None = None) -> str:

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from dbus_fn.capture import position_from_json
+from dbus_fn.capture import coordinates, position_from_json
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.files import replace_file
@@ -44,7 +44,9 @@ def resolve(checkpoint: str) -> str:
     checked for a path and kept as given; ``ConfigError`` naming the fix."""
     match = _URI.match(checkpoint)
     if match is None:
-        return str(Path(checkpoint).resolve())
+        local = Path(checkpoint).resolve()
+        _refuse_a_file(checkpoint, local)
+        return str(local)
     scheme, rest = match["scheme"].lower(), match["rest"].rstrip("/")
     path = rest if scheme == "file" else rest.partition("/")[2]
     if not path or (scheme == "file" and not rest.startswith("/")):
@@ -53,7 +55,24 @@ def resolve(checkpoint: str) -> str:
             f"--checkpoint {checkpoint!r} names no folder; write it as {example}",
             setting="checkpoint",
         )
+    if scheme == "file":
+        _refuse_a_file(checkpoint, Path(rest))
     return f"{scheme}://{rest}"
+
+
+def _refuse_a_file(checkpoint: str, local: Path) -> None:
+    """``ConfigError`` when ``local``, or the nearest of its folders that exists, is a
+    file: Spark would fail on it only once started, and the runtime's own files
+    (``<name>.config.json`` ...) would already lie beside it."""
+    existing = next((p for p in (local, *local.parents) if p.exists()), None)
+    if existing is None or existing.is_dir():
+        return
+    what = "is a file" if existing == local else f"lies under the file {existing}"
+    raise ConfigError(
+        f"--checkpoint {checkpoint!r} {what}; it wants a folder (made if missing) or a "
+        "Hadoop file system URI such as hdfs://host/var/lib/dbus/checkpoint",
+        setting="checkpoint",
+    )
 
 
 def local_twin(checkpoint: str) -> Path:
@@ -237,9 +256,28 @@ def committed_positions(
     checkpoint: str, spark: SparkSession | None = None
 ) -> dict[str, BinlogPosition]:
     """Per source, the position the newest committed micro-batch read up to."""
-    spark_log = SparkLog(checkpoint, spark)
-    committed = spark_log.newest("commits")
-    return spark_log.offsets(committed)[1] if committed >= 0 else {}
+    return _newest_commit(SparkLog(checkpoint, spark))[1]
+
+
+def _newest_commit(spark_log: SparkLog) -> tuple[int, dict[str, BinlogPosition]]:
+    batch = spark_log.newest("commits")
+    return batch, spark_log.offsets(batch)[1] if batch >= 0 else {}
+
+
+def delivered_positions(
+    checkpoint: str, spark: SparkSession | None = None
+) -> tuple[int, dict[str, BinlogPosition]]:
+    """The newest committed micro-batch (-1: none) and, per source, how far the sinks
+    have acknowledged everything: that batch's end, or further where an open read
+    delivered past it. The next start with this checkpoint goes on from there."""
+    batch, positions = _newest_commit(SparkLog(checkpoint, spark))
+    for source, reached in load_reached(checkpoint).items():
+        known = positions.get(source)
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            further = position_from_json(reached)
+            if known is not None and coordinates(further) > coordinates(known):
+                positions[source] = further
+    return batch, positions
 
 
 __all__ = [
@@ -247,6 +285,7 @@ __all__ = [
     "SparkLog",
     "beside",
     "committed_positions",
+    "delivered_positions",
     "forget_reached",
     "is_uri",
     "load_reached",

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dbus_fn.cli._options import env_option, given_as
-from dbus_fn.errors import ConfigError, UndeliveredError
+from dbus_fn.cli._errors import Interrupted
+from dbus_fn.cli._options import KEEP_HELPER_TABLES, empty_is_unset, env_option, given_as
+from dbus_fn.errors import ConfigError, DbusError, UndeliveredError
 from dbus_spark.config import (
     DEFAULT_API_ADDRESS,
     DEFAULT_CHUNK_ROWS,
@@ -71,6 +72,7 @@ def runtime() -> None:
     env="DBUS_FUNCTIONS",
     help="A function folder (with dbus.toml) to run; repeatable.",
 )
+@KEEP_HELPER_TABLES
 @env_option("--kafka", env="DBUS_KAFKA", help="Kafka bootstrap servers.")
 @env_option(
     "--elasticsearch",
@@ -82,8 +84,9 @@ def runtime() -> None:
     env="DBUS_CHECKPOINT",
     help="Checkpoint (committed positions): a local folder, or a Hadoop file system URI "
     "the driver reaches (hdfs://, s3a://, file:// ...; see docs/distribution.md). Default: "
-    "runtime/checkpoint in the local services' home (DBUS_HOME, else the checkout's .dbus), "
-    "whatever the current folder.",
+    "runtime/checkpoint in the local services' home (DBUS_HOME, else the checkout's .dbus, "
+    "or /var/tmp/dbus-<id> for a checkout other users cannot enter: `dbus services --help` "
+    "names it), whatever the current folder.",
 )
 @env_option(
     "--from",
@@ -150,6 +153,7 @@ def runtime() -> None:
     "--cluster",
     env="DBUS_CLUSTER",
     default=None,
+    callback=empty_is_unset,
     help="Join this dbus cluster: ZooKeeper assigns the sources and holds the functions "
     "(then --source and --functions are not used).",
 )
@@ -211,6 +215,7 @@ def runtime() -> None:
 def start(
     sources: tuple[str, ...],
     deployments: tuple[str, ...],
+    keep_helper_tables: bool | None,
     kafka: str | None,
     elasticsearch: str | None,
     checkpoint: str | None,
@@ -232,7 +237,8 @@ def start(
     run_for: float | None,
     verbose: bool,
 ) -> None:
-    """Run the function deployments over the sources until stopped (Ctrl-C)."""
+    """Run the function deployments over the sources until stopped: Ctrl-C stops with
+    one line saying how far the sinks have every change and exits 130; SIGTERM exits 0."""
     from dbus_spark.job import stop as stop_query
     from dbus_spark.job import workers_python
 
@@ -244,6 +250,7 @@ def start(
     handler.setFormatter(log_formatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
     served = _api(api_address, api_token, runtime_id or "")
+    signals = _StopSignals()  # Ctrl-C is held back until the query runs
     try:
         query, member, checkpoint_dir = _launch(click.get_current_context(), served, python)
         if served is not None:
@@ -251,27 +258,24 @@ def start(
     except BaseException:
         if served is not None:  # bound before Spark started: a taken port fails first
             served.stop()
+        signals.restore()
         raise
-    stop = False
-
-    def on_signal(signum: int, frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
+    signals.listen()
     deadline = None if run_for is None else time.monotonic() + run_for
+    ran_out = False  # --for ended the run
     try:
-        while not stop and query.isActive:
+        while signals.received is None and query.isActive:
             if deadline is not None and time.monotonic() > deadline:
+                ran_out = True
                 break
             query.awaitTermination(1.0)
     except KeyboardInterrupt:
-        pass
+        signals.received = signal.SIGINT
     except Exception:
         # SIGTERM sent to the whole process group (a service manager's stop) also
         # reaches Spark's JVM and Python helpers, so the query dies under us with
         # their errors: that is the stop we were asked for, not a failure.
-        if not stop:
+        if signals.received is None:
             raise
     finally:
         stopping = time.time()
@@ -279,19 +283,75 @@ def start(
             if query.isActive:
                 stop_query(query)
         except Exception:
-            if not stop:
+            if signals.received is None:
                 raise
         finally:
             if served is not None:
                 served.stop()
             if member is not None:
                 member.stop()
-    error = None if stop else query.exception()
-    if error is not None:
-        raise click.ClickException(f"the runtime stopped on an error: {str(error).splitlines()[0]}")
-    if not stop:  # a service manager's SIGTERM is a stop, not a failed run
-        _check_delivered(checkpoint_dir, stopping)
+            signals.restore()
+    if signals.received == signal.SIGINT:
+        raise _interrupted(checkpoint_dir)
+    if signals.received is None:  # a service manager's SIGTERM is a stop, not a failed run
+        error = query.exception()
+        if error is not None:
+            raise click.ClickException(
+                f"the runtime stopped on an error: {str(error).splitlines()[0]}"
+            )
+        _check_delivered(checkpoint_dir, stopping, ran_out=ran_out)
     click.echo("runtime stopped")
+
+
+class _StopSignals:
+    """SIGINT (Ctrl-C) and SIGTERM as requests for the runtime's quiet stop.
+
+    Ctrl-C reaches the whole process group. It is held back while Spark starts:
+    pyspark's own SIGINT handler would cancel jobs from inside the py4j call the
+    CLI waits in, and py4j would log that call's tracebacks. Once the query runs
+    (``listen``), either signal, held or new, only notes the stop (``received``);
+    ``restore`` gives the process its handlers back.
+    """
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._saved = {signum: signal.getsignal(signum) for signum in self._SIGNALS}
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    def listen(self) -> None:
+        for signum in self._SIGNALS:
+            signal.signal(signum, self._note)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    def restore(self) -> None:
+        for signum, handler in self._saved.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.received = signum
+
+
+def _interrupted(checkpoint_dir: str) -> Interrupted:
+    """The one line of a runtime Ctrl-C stopped: how far its sinks have every change."""
+    from dbus_spark.checkpoint import delivered_positions
+
+    again = f"the next start with checkpoint {checkpoint_dir}"
+    try:
+        batch, positions = delivered_positions(checkpoint_dir)
+    except (OSError, DbusError):
+        return Interrupted(f"runtime interrupted; {again} goes on from what it committed")
+    if batch < 0:
+        return Interrupted(f"runtime interrupted before it committed a micro-batch; {again} "
+                           "begins where this one did")  # fmt: skip
+    reads = ", ".join(f"{name} up to {position}" for name, position in sorted(positions.items()))
+    return Interrupted(
+        f"runtime interrupted after committing batch {batch}: the sinks have every change of "
+        f"{reads or 'no source'}; {again} goes on from there"
+    )
 
 
 def _launch(
@@ -305,11 +365,15 @@ def _launch(
 
     options = ctx.params
     if options["cluster"] is not None:
-        if options["sources"] or options["deployments"]:
+        taken = (
+            ("sources", "--source"), ("deployments", "--functions"),
+            ("keep_helper_tables", "--keep-helper-tables"),
+        )  # fmt: skip
+        if any(options[name] is not None and options[name] != () for name, _ in taken):
             given = [
                 given_as(ctx, name, flag)
-                for name, flag in (("sources", "--source"), ("deployments", "--functions"))
-                if options[name]
+                for name, flag in taken
+                if options[name] is not None and options[name] != ()
             ]
             raise ConfigError(
                 f"{given_as(ctx, 'cluster', '--cluster')} takes the sources and functions from "
@@ -333,7 +397,7 @@ def _launch(
         )
     settings = (
         "sources", "deployments", "kafka", "elasticsearch", "checkpoint", "start", "trigger",
-        "decode_shards", "open_read", "chunk_rows",
+        "decode_shards", "open_read", "chunk_rows", "keep_helper_tables",
     )  # fmt: skip
     config = runtime_config(**{key: options[key] for key in settings})
     query = start_query(
@@ -343,19 +407,30 @@ def _launch(
     return query, None, config.checkpoint_dir
 
 
-def _check_delivered(checkpoint_dir: str, stopping: float) -> None:
+def _check_delivered(checkpoint_dir: str, stopping: float, *, ran_out: bool = False) -> None:
     """Fail a run that ends with a batch its sinks never took (one planned before the
-    stop began; a batch the stop itself cut short is only replayed)."""
+    stop began; a batch the stop itself cut short is only replayed). ``ran_out``: the
+    run ended because --for did, so the batch may only have been long, not failed."""
     from dbus_spark.checkpoint import pending_batch
 
     pending = pending_batch(checkpoint_dir)
     if pending is None or pending.planned_at >= stopping:
         return
     reads = ", ".join(f"{name} up to {position}" for name, position in pending.positions.items())
+    if ran_out:
+        # The driver cannot tell a slow batch from a sink that keeps failing (both
+        # just keep the batch in flight): say what is known, blame no sink.
+        why = (
+            f"before --for ended ({stopping - pending.planned_at:.0f}s after it was planned, "
+            "still being written, so the stop cut it short)"
+        )
+        hint = "If a sink failed, the log above names it"
+    else:
+        why, hint = "before the runtime stopped", "See the log above for the sink that failed"
     raise UndeliveredError(
         f"batch {pending.batch} ({reads or 'no source'}) was never acknowledged by the sinks "
-        "before the runtime stopped; nothing is lost: the next start with the same "
-        f"checkpoint ({checkpoint_dir}) delivers it. See the log above for the sink that failed",
+        f"{why}; nothing is lost: the next start with the same checkpoint "
+        f"({checkpoint_dir}) delivers it. {hint}",
         batch=pending.batch,
     )
 

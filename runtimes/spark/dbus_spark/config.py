@@ -216,16 +216,23 @@ class RuntimeConfig:
         return path
 
 
-def load_config(path: str | Path, *, with_secrets: bool = True) -> RuntimeConfig:
+def load_config(
+    path: str | Path, *, with_secrets: bool = True, dsns: Mapping[str, str] | None = None
+) -> RuntimeConfig:
     """The configuration a runtime saved at ``path``; its DSNs with their passwords,
-    asked of the runtime's process, unless not ``with_secrets``."""
+    asked of the runtime's process, unless not ``with_secrets``. ``dsns``: the full
+    DSN of some sources, given by the caller (then that runtime need not run)."""
     try:
         data = json.loads(Path(path).read_text())
-        if with_secrets and data.get("secrets"):
-            for source in data["sources"]:
-                if source.get("secret"):
-                    source["dsn"] = secrets.ask(data["secrets"], source["name"], path)
+        for source in data["sources"]:
+            given = (dsns or {}).get(source["name"])
+            if given is not None:
+                source["dsn"] = given
+            elif with_secrets and data.get("secrets") and source.get("secret"):
+                source["dsn"] = secrets.ask(data["secrets"], source["name"], path)
         return RuntimeConfig.from_json(data)
+    except ConfigError:
+        raise  # a password no runtime answers for: it says so itself
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"cannot read runtime config {path}: {exc}", setting="config") from exc
 
@@ -272,6 +279,7 @@ def _binding_to_json(binding: SourceBinding) -> dict[str, Any]:
         "name": binding.spec.name,
         "dsn": binding.spec.dsn,
         "tables": list(binding.spec.tables),
+        "keep_helper_tables": binding.spec.keep_helper_tables,
         "replica_id": binding.replica_id,
         "start": _start_to_json(binding.start),
         "epoch": binding.epoch,
@@ -284,7 +292,12 @@ def _binding_to_json(binding: SourceBinding) -> dict[str, Any]:
 
 def _binding_from_json(data: Mapping[str, Any]) -> SourceBinding:
     return SourceBinding(
-        spec=SourceSpec(name=data["name"], dsn=data["dsn"], tables=tuple(data["tables"])),
+        spec=SourceSpec(
+            name=data["name"],
+            dsn=data["dsn"],
+            tables=tuple(data["tables"]),
+            keep_helper_tables=bool(data.get("keep_helper_tables", False)),
+        ),
         replica_id=int(data["replica_id"]),
         start=_start_from_json(data["start"]),
         epoch=int(data.get("epoch", 0)),

@@ -148,6 +148,7 @@ def preflight(config: RuntimeConfig, spark: SparkSession | None = None) -> Runti
     has one, still wins over them). ``spark``: the session that reads a checkpoint
     given as a URI.
     """
+    _check_source_names(config, spark)
     manifests = [load_deployment(deployment).manifest for deployment in config.deployments]
     history = HistoryStore(store_path(config.checkpoint_dir))
     first_run = not SparkLog(config.checkpoint_dir, spark).started()
@@ -165,6 +166,30 @@ def preflight(config: RuntimeConfig, spark: SparkSession | None = None) -> Runti
         finally:
             reader.close()
     return replace(config, sources=tuple(bindings))
+
+
+def _check_source_names(config: RuntimeConfig, spark: SparkSession | None) -> None:
+    """Refuse a run whose sources the checkpoint does not know while it holds the
+    positions of sources this run does not read: a source renamed (``ux`` run as
+    ``other``) would start over, reading its history again, and orphan the old name's
+    position. Adding a source, or leaving one out, is not refused."""
+    spark_log = SparkLog(config.checkpoint_dir, spark)
+    newest = spark_log.newest("offsets")
+    if newest < 0:
+        return
+    known = set(spark_log.offsets(newest)[1])
+    names = [binding.spec.name for binding in config.sources]
+    new = [name for name in names if name not in known]
+    gone = sorted(known - set(names))
+    if new and gone:
+        raise ConfigError(
+            f"checkpoint {config.checkpoint_dir} holds the position of source "
+            f"{', '.join(gone)}, which this run does not read, and none of "
+            f"{', '.join(new)}: a source renamed would read its history again and "
+            f"orphan that position; name it {gone[0]} again (--source {gone[0]}=DSN), "
+            f"or give {new[0]} a --checkpoint of its own",
+            setting="checkpoint",
+        )
 
 
 def start(

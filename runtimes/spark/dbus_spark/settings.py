@@ -48,20 +48,14 @@ def runtime_config(
     decode_shards: int = 0,
     open_read: float = DEFAULT_OPEN_READ_SECONDS,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    keep_helper_tables: bool | None = None,
     home: Path | None = None,
 ) -> RuntimeConfig:
-    """Resolve every setting of a runtime; raise ``ConfigError`` naming the fix."""
+    """Resolve every setting of a runtime; raise ``ConfigError`` naming the fix.
+
+    ``keep_helper_tables`` applies to every source (``SourceSpec``); None: skip them."""
     local = _local_endpoints() if not (sources and kafka and elasticsearch) else None
-    named: list[tuple[str, str]] = []
-    for item in _split(sources):
-        name, sep, dsn = item.partition("=")
-        if not sep or not name or not dsn:
-            raise ConfigError(
-                f"--source {item.split('@')[-1]!r} is not NAME=DSN; "
-                "write it as name=mysql://user:password@host:port",
-                setting="source",
-            )
-        named.append((name, dsn))
+    named = named_sources(sources)
     if not named:
         if local is None:
             raise ConfigError(
@@ -76,7 +70,9 @@ def runtime_config(
     checkpoint = _checkpoint(checkpoint, home)
     bindings = tuple(
         SourceBinding(
-            spec=SourceSpec(name=name, dsn=dsn, tables=tables),
+            spec=SourceSpec(
+                name=name, dsn=dsn, tables=tables, keep_helper_tables=bool(keep_helper_tables)
+            ),
             replica_id=replica_id_for(f"{name}/runtime"),
             start=start,
         )
@@ -93,6 +89,21 @@ def runtime_config(
         open_read_seconds=open_read,
         chunk_rows=chunk_rows,
     )
+
+
+def named_sources(sources: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``--source NAME=DSN`` values (``DBUS_SOURCES``: space-separated) as (name, DSN)."""
+    named: list[tuple[str, str]] = []
+    for item in _split(sources):
+        name, sep, dsn = item.partition("=")
+        if not sep or not name or not dsn:
+            raise ConfigError(
+                f"--source {item.split('@')[-1]!r} is not NAME=DSN; "
+                "write it as name=mysql://user:password@host:port",
+                setting="source",
+            )
+        named.append((name, dsn))
+    return named
 
 
 def member_config(
@@ -151,6 +162,13 @@ def checkpoint_dir(checkpoint: str | None = None) -> str:
 
 
 def _checkpoint(checkpoint: str | None, home: Path | None) -> str:
+    if checkpoint is not None and not checkpoint.strip():
+        # Given, but naming nothing: taking the default would share its state unasked.
+        raise ConfigError(
+            f"--checkpoint {checkpoint!r} names no folder; give a folder or a URI, or leave "
+            "the option out for the default (runtime/checkpoint in the local services' home)",
+            setting="checkpoint",
+        )
     return resolve(checkpoint or str((home or default_home()) / "runtime" / "checkpoint"))
 
 

@@ -16,16 +16,22 @@ import json
 import pickle
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from dbus_fn.cloudevent import key_json, primary_key_text, row_json
+from dbus_fn.cloudevent import (
+    image_digests,
+    key_json,
+    partition_key,
+    primary_key_text,
+    row_digest,
+    row_json,
+)
 from dbus_fn.columns import row_encoder
 from dbus_fn.deadletter import dead_letter_event
 from dbus_fn.errors import (
     ColumnValueError,
     DbusError,
-    DestinationError,
     UnsupportedColumnTypeError,
 )
 from dbus_fn.events import Operation, RowChange
@@ -229,17 +235,17 @@ class FunctionStage:
     def sink_keys(self, change: RowChange) -> tuple[str, str]:
         """How Elasticsearch (document id) and Kafka (message key) name the change's row."""
         document = self._index_actions.build(change, "-").doc_id
-        return document, primary_key_text(change) or ""
+        return document, partition_key(change)
 
     def deletion(self, deployment_name: str, destination: str, change: RowChange) -> StageRecord:
         """A repair's delete, past the functions: ``destination`` holds a row the table
         does not (as of ``change.position``, where the repair read found none)."""
         deployment = next(d for d in self.deployments if d.manifest.name == deployment_name)
         dead_topic = deployment.manifest.dead_letter_route.name
-        return StageRecord(
-            deployment_name, self._record(Delivery(Destination.parse(destination), change,
-                                                   change.row), dead_topic)
-        )  # fmt: skip
+        [record] = self._records(
+            Delivery(Destination.parse(destination), change, change.row), dead_topic
+        )
+        return StageRecord(deployment_name, record)
 
     def function_stats(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Per deployment and function, what its pipeline counted in this worker so far:
@@ -276,7 +282,7 @@ class FunctionStage:
             deliveries = [Delivery(route, deliveries[0].change, deliveries[0].payload)]
         for delivery in deliveries:
             try:
-                encoded.append(StageRecord(name, self._record(delivery, dead_topic)))
+                encoded += [StageRecord(name, r) for r in self._records(delivery, dead_topic)]
             except DbusError as exc:
                 # A projection's result the event format cannot carry (its key
                 # columns gone, say) is that function's failure, not the runtime's.
@@ -292,13 +298,17 @@ class FunctionStage:
             counts.routed[(name, deployment.manifest.dead_letter_route)] += 1
             yield self._dead_letter(letter, name)
 
-    def _record(self, delivery: Delivery, dead_topic: str) -> KafkaRecord | IndexAction:
+    def _records(self, delivery: Delivery, dead_topic: str) -> list[KafkaRecord | IndexAction]:
         change = delivery.projected()
         destination = delivery.destination
         if destination.scheme == "es":
-            return self._index_actions.build(change, destination.name, dead_letter=dead_topic)
+            return list(
+                self._index_actions.writes(
+                    change, destination.name, dead_letter=dead_topic, original=delivery.change
+                )
+            )
         message = to_kafka_message(change, type_prefix=self._type_prefix)
-        return KafkaRecord(destination.name, message.key, message.value, tuple(message.headers))
+        return [KafkaRecord(destination.name, message.key, message.value, tuple(message.headers))]
 
     def _dead_letter(self, dead: DeadLetter, deployment: str) -> StageRecord:
         event = dead_letter_event(
@@ -330,52 +340,108 @@ class IndexActions:
     """The Elasticsearch writes of row changes: each row is its document.
 
     The document's ``_id`` is the primary key (a one-column key as its plain value,
-    a composite key as its JSON array); its version grows with the binlog position;
-    a delete removes the document. The row is in its JSON form, as the change's
-    CloudEvent carries it, so a row reads the same in every sink. Rows of one set
-    of column types share their codecs, built once.
+    a composite key as its JSON array); a row of a table without a primary key is
+    named by its image (``dbus_fn.cloudevent.image_digest`` of the row as captured,
+    before projections), so an update deletes the old image's document and writes
+    the new one's. Its version grows with the binlog position; a delete removes the
+    document. The row is in its JSON form, as the change's
+    CloudEvent carries it, so a row reads the same in every sink, with one
+    exception: a zero or partial date (``"0000-00-00"``) is ``null``, because a date
+    field holds no year 0 or month 0. Rows of one set of column types share their
+    codecs, built once. ``dbus fn verify`` builds its expected documents here too.
     """
 
     _LIMIT = 512
 
     def __init__(self) -> None:
-        self._shapes: dict[tuple[tuple[str, str], ...], Callable[..., dict[str, Any]]] = {}
+        self._shapes: dict[tuple[tuple[str, str], ...], _DocumentShape] = {}
 
-    def build(self, change: RowChange, index: str, *, dead_letter: str = "") -> IndexAction:
-        if not change.primary_key:
-            raise DestinationError(
-                f"a row of a table without a primary key cannot go to es://{index}: an "
-                "Elasticsearch document needs the key as its _id; route the table to Kafka",
-                destination=f"es://{index}",
-            )
+    def writes(
+        self,
+        change: RowChange,
+        index: str,
+        *,
+        dead_letter: str = "",
+        original: RowChange | None = None,
+    ) -> Iterator[IndexAction]:
+        """The writes of one delivered change: its ``build``, after, for an update of a
+        table without a primary key whose row image changed, the delete of the
+        document of its old image (the row's identity is its image)."""
+        action = self.build(change, index, dead_letter=dead_letter, original=original)
+        if not change.primary_key and change.op is Operation.UPDATE:
+            old, _ = image_digests(original or change)
+            if old is not None and old != action.doc_id:
+                yield replace(action, doc_id=old, document=None)
+        yield action
+
+    def build(
+        self,
+        change: RowChange,
+        index: str,
+        *,
+        dead_letter: str = "",
+        original: RowChange | None = None,
+    ) -> IndexAction:
+        """The write of the change's row: ``original`` is the change as captured, before
+        projections, whose row names the document of a table without a primary key."""
         types: Mapping[str, str] = change.column_types
+        encode, calendar = self._shape(types)
         try:
-            image = self._encoder(types)(change.row)
+            image = encode(change.row)
         except (ColumnValueError, UnsupportedColumnTypeError):
             image, types = row_json(change)  # infers what the declared types do not fit
-        if any(name not in image for name in change.primary_key):
+            calendar = _calendar_columns(types)
+        if not change.primary_key:
+            doc_id = row_digest(original or change)
+        elif any(name not in image for name in change.primary_key):
             primary_key_text(change)  # raises the event format's error naming the column
+            raise AssertionError("unreachable: a missing key column is an error")
+        else:
+            doc_id = document_id([image[name] for name in change.primary_key])
         return IndexAction(
             index=index,
-            doc_id=document_id([image[name] for name in change.primary_key]),
+            doc_id=doc_id,
             # A snapshot row sits between the changes before its position and after.
             version=document_version(
                 change.position, 0 if change.op is Operation.SNAPSHOT else change.row_index
             ),
-            document=None if change.op is Operation.DELETE else image,
+            document=None
+            if change.op is Operation.DELETE
+            else _without_zero_dates(image, change.row, calendar),
             column_types=types,
             dead_letter=dead_letter,
             change=pickle.dumps(change, protocol=pickle.HIGHEST_PROTOCOL),
         )
 
-    def _encoder(self, types: Mapping[str, str]) -> Callable[..., dict[str, Any]]:
+    def _shape(self, types: Mapping[str, str]) -> _DocumentShape:
         shape = tuple(types.items())
-        encoder = self._shapes.get(shape)
-        if encoder is None:
+        found = self._shapes.get(shape)
+        if found is None:
             if len(self._shapes) >= self._LIMIT:
                 self._shapes.clear()
-            encoder = self._shapes[shape] = row_encoder(types)
-        return encoder
+            found = self._shapes[shape] = (row_encoder(types), _calendar_columns(types))
+        return found
+
+
+# A row encoder, and the DATE/DATETIME/TIMESTAMP columns a zero date may be in.
+_DocumentShape = tuple[Callable[..., dict[str, Any]], tuple[str, ...]]
+
+
+def _calendar_columns(types: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(
+        name
+        for name, column_type in types.items()
+        if column_type.split("(", 1)[0].strip() in ("date", "datetime", "timestamp")
+    )
+
+
+def _without_zero_dates(
+    image: dict[str, Any], row: Mapping[str, Any], calendar: tuple[str, ...]
+) -> dict[str, Any]:
+    """The document of a row: a zero or partial date, held as text in the row (see
+    ``dbus_fn.columns``), is ``null``, as no Elasticsearch date holds year 0 or month 0."""
+    zero = [name for name in calendar if isinstance(row.get(name), str)]
+    return {**image, **dict.fromkeys(zero)} if zero else image
 
 
 def document_id(key: list[Any]) -> str:

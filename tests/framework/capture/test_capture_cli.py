@@ -55,8 +55,9 @@ def test_add_and_list_never_print_the_password(runner: CliRunner, tmp_path: Path
         assert "s3cret" not in result.output
     assert "shop\tmysql://app:***@db:3307\tshop.*" in listed.output
     assert json.loads(as_json.output) == [
-        {"name": "shop", "dsn": "mysql://app:***@db:3307", "tables": ["shop.*"]}
-    ]
+        {"name": "shop", "dsn": "mysql://app:***@db:3307", "tables": ["shop.*"],
+         "keep_helper_tables": False}
+    ]  # fmt: skip
     stored = tmp_path / "sources.json"
     assert stored.stat().st_mode & 0o777 == 0o600
 
@@ -175,3 +176,19 @@ def test_tail_in_lines_without_commits_shows_text_as_text(
     assert f" insert {table} [2] " in lines[1]
     assert lines[2].endswith(f' delete {table} [2] {{"id": 2, "s": "b"}}')
     assert not any(" commit " in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["source", "list"], ["source", "add", "shop", "mysql://u:p@db:3306", "--no-check"]],
+    ids=["list", "add"],
+)
+def test_a_sources_file_that_is_a_folder_is_one_line_naming_the_variable(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DBUS_SOURCES_FILE", str(tmp_path))
+    result = CliRunner().invoke(cli, argv)
+    problem = failure(result)
+    assert problem.exit_code == 2
+    assert "DBUS_SOURCES_FILE" in problem.message and "is a folder" in problem.message
+    assert list(tmp_path.iterdir()) == []

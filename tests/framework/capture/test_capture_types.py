@@ -172,7 +172,7 @@ def test_every_column_type_equals_select_and_null_in_each(
     assert isinstance(inserts[1].after["ts"], datetime) and inserts[1].after["ts"].tzinfo is UTC
 
 
-def test_table_without_primary_key_is_keyed_by_all_columns(
+def test_table_without_primary_key_has_no_key_columns_and_its_row_is_its_key(
     tables_at: TablesAt, reader: BinlogReader
 ) -> None:
     connection, start = tables_at(
@@ -182,7 +182,7 @@ def test_table_without_primary_key_is_keyed_by_all_columns(
     execute(connection, "INSERT INTO nokey VALUES (1, 'x'), (1, 'x')")
     execute(connection, "INSERT INTO composite VALUES (1, 2, 3)")
     changes = rows(read_all(reader, start))
-    assert [c.primary_key for c in changes] == [("a", "b"), ("a", "b"), ("a", "b")]
+    assert [c.primary_key for c in changes] == [(), (), ("a", "b")]
     assert [c.key for c in changes] == [(1, "x"), (1, "x"), (2, 1)]
 
 

@@ -55,6 +55,19 @@ def test_source_add_needs_exactly_one_reference(dbus: Any, cluster: ZooKeeperSet
     assert "--dsn-file expects an absolute path" in relative.output
 
 
+def test_a_source_registered_to_keep_helper_tables_is_listed_so(
+    dbus: Any, cluster: ZooKeeperSettings
+) -> None:
+    added = dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN",
+                 "--keep-helper-tables")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    plain = dbus("cluster", "source", "add", "shop2", "--dsn-env", "SHOP_DSN")
+    assert plain.exit_code == 0, plain.output
+    assert dbus("cluster", "source", "list").output == (
+        "shop  dsn=env:SHOP_DSN  tables=*  keep-helper-tables\nshop2  dsn=env:SHOP_DSN  tables=*\n"
+    )
+
+
 def test_status_shows_runtimes_leader_assignments_positions_and_functions(
     dbus: Any, cluster: ZooKeeperSettings, tmp_path: Path
 ) -> None:

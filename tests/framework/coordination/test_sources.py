@@ -47,3 +47,12 @@ def test_bad_names_and_tables() -> None:
         SourceReference("../x", dsn_env="X")
     with pytest.raises(ConfigError, match=r"invalid table pattern\(s\) \['orders'\]"):
         SourceReference("shop", dsn_env="X", tables=("orders",))
+
+
+def test_keeping_helper_tables_is_registered_with_the_source() -> None:
+    kept = SourceReference("shop", dsn_env="SHOP_DSN", keep_helper_tables=True)
+    assert kept.to_json() == {"dsn_env": "SHOP_DSN", "tables": [], "keep_helper_tables": True}
+    again = SourceReference.from_json("shop", kept.to_json())
+    assert again == kept and again.spec({"SHOP_DSN": DSN}).keep_helper_tables
+    plain = SourceReference.from_json("shop", {"dsn_env": "SHOP_DSN"})
+    assert not plain.keep_helper_tables and not plain.spec({"SHOP_DSN": DSN}).keep_helper_tables

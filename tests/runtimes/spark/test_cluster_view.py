@@ -275,3 +275,38 @@ def test_bad_ui_input_is_one_line_and_an_exit_code(args: list[str], needle: str)
     assert result.exit_code != 0 and result.exit_code != 1, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], result.output
+
+
+@pytest.mark.parametrize(
+    ("token", "needle"),
+    [("", "is empty"), ("  ", "only whitespace"), ("s3cret\n", "line break"), ("a b", "space")],
+)
+def test_a_token_no_request_can_carry_is_refused_without_showing_it(
+    token: str, needle: str
+) -> None:
+    result = CliRunner().invoke(
+        cli, ["ui", "--zookeeper", f"127.0.0.1:{free_port()}", "--cluster", "shop",
+              "--api-token", token],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "--api-token" in lines[0], result.output
+    assert token.strip() not in lines[0] or not token.strip()
+
+
+def test_ui_on_a_taken_port_offers_no_api_off_it_would_refuse(
+    zookeeper_service: Any, zk_root: str
+) -> None:
+    import socket
+
+    zk = ["--zookeeper", f"{zookeeper_service.hosts}{zk_root}", "--cluster", "shop"]
+    assert CliRunner().invoke(cli, ["cluster", "init", *zk]).exit_code == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["ui", *zk, "--api", f"127.0.0.1:{port}", "--for", "1"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0], result.output
+    assert "--api off" not in lines[0]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import free_port
@@ -15,6 +16,14 @@ from support import free_port
 ROOT = Path(__file__).resolve().parents[3]
 ORDERS = str(ROOT / "functions" / "orders")
 DBUS = [sys.executable, "-c", "from dbus_fn.cli import main; main()"]
+
+
+@pytest.fixture(autouse=True)
+def _own_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each start gets a checkpoint of its own: the shared default may hold another
+    # source's position (from `dbus demo`, say), which a start refuses before the
+    # check a test is about.
+    monkeypatch.setenv("DBUS_CHECKPOINT", str(tmp_path / "own-checkpoint"))
 
 
 def _start(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -176,3 +185,44 @@ def test_a_bare_executor_python_is_this_interpreter_here_and_the_path_elsewhere(
     assert environ["PATH"] == f"{here}:/usr/bin:/bin"  # here: this interpreter's folder first
     assert workers_python({"PATH": "/usr/bin"}) == sys.executable  # unset: this one
     assert workers_python({"PYSPARK_PYTHON": "/opt/py"}) == "/opt/py"  # as Spark was told
+
+
+@pytest.mark.parametrize("form", ["path", "file-uri", "under-a-file"])
+def test_a_checkpoint_that_is_a_file_is_refused_before_anything_is_written(
+    form: str, services: Any, tmp_path: Path
+) -> None:
+    file = tmp_path / "passwd"
+    file.write_text("root:x:0:0::/root:/bin/sh\n")
+    given = {"path": str(file), "file-uri": f"file://{file}", "under-a-file": f"{file}/cp"}[form]
+    result = _start(
+        "--source", f"shop={services.mariadb.dsn}",
+        "--functions", ORDERS,
+        "--kafka", services.kafka.bootstrap_servers,
+        "--elasticsearch", services.elasticsearch.url,
+        "--checkpoint", given,
+        "--api", "off",
+        "--master", "local[1]",
+        "--for", "5",
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    _assert_one_line_error(result, "--checkpoint", "a folder", "URI")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["passwd"]  # nothing beside it
+    assert file.read_text() == "root:x:0:0::/root:/bin/sh\n"
+
+
+def test_a_start_that_fails_gives_the_process_its_signal_handlers_back() -> None:
+    import signal
+
+    from click.testing import CliRunner
+
+    from dbus_fn.cli import cli
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    result = CliRunner().invoke(cli, [
+        "runtime", "start", "--source", f"shop=mysql://u:p@127.0.0.1:{free_port()}",
+        "--functions", ORDERS, "--kafka", "127.0.0.1:9092",
+        "--elasticsearch", "http://127.0.0.1:9200", "--api", "off",
+    ])  # fmt: skip
+    assert result.exit_code == 3, result.output
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())

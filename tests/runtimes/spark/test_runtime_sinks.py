@@ -67,17 +67,6 @@ def test_index_mapping_covers_the_fields_present_and_leaves_others_dynamic() -> 
     assert mapping == {"dynamic": True, "properties": {"id": {"type": "long"}}}
 
 
-def test_a_keyless_row_routed_to_elasticsearch_is_a_destination_error() -> None:
-    from dbus_fn.errors import DestinationError
-    from dbus_fn.testing import insert
-    from dbus_spark.stage import index_action
-
-    change = replace(insert("shop.log", a=1), primary_key=())
-    with pytest.raises(DestinationError, match="without a primary key") as raised:
-        index_action(change, "orders")
-    assert raised.value.destination == "es://orders"
-
-
 def test_an_index_action_is_the_row_keyed_by_its_primary_key_and_versioned_by_position() -> None:
     from dbus_fn.testing import delete, insert
     from dbus_spark.stage import index_action

@@ -3,7 +3,8 @@
 Ctrl-C in a terminal sends SIGINT to the whole foreground process group, and a
 service manager (systemd's default KillMode) sends SIGTERM to every process of
 the service: Spark's JVM and its Python helpers get the signal too, not just the
-CLI. The CLI must still stop its query and exit 0.
+CLI. The CLI must still stop its query quietly: after SIGTERM it exits 0, after
+Ctrl-C 130 with one line saying what was committed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -71,28 +73,58 @@ def start_runtime(
     return Runtime(process, checkpoint, log)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "systemd"])
-def test_a_signal_to_the_whole_process_group_stops_the_runtime_cleanly(
-    signum: int,
-    services: Any,
-    fresh_database: Any,
-    kafka_topic: str,
-    tmp_path: Path,
-    function_folder: Any,
-) -> None:
-    runtime = start_runtime(
-        services, fresh_database, function_folder, tmp_path, f"kafka://{kafka_topic}"
-    )
+def stopped_by(
+    signum: int, runtime: Runtime, meanwhile: Callable[[], None] = lambda: None
+) -> tuple[int, str]:
+    """Once the runtime committed a batch (and ``meanwhile`` ran), ``signum`` to its
+    whole process group: its exit code and output."""
     try:
         runtime.wait_for_first_commit(120)
+        meanwhile()
         os.killpg(runtime.process.pid, signum)
         code = runtime.process.wait(timeout=90)
     finally:
         runtime.kill()
-    output = runtime.output()
+    return code, runtime.output()
+
+
+@pytest.fixture
+def relay_runtime(
+    services: Any, fresh_database: Any, kafka_topic: str, tmp_path: Path, function_folder: Any
+) -> Iterator[Runtime]:
+    """A runtime relaying the changes of table ``t`` of ``fresh_database`` to Kafka."""
+    route = f"kafka://{kafka_topic}"
+    runtime = start_runtime(services, fresh_database, function_folder, tmp_path, route)
+    yield runtime
+    runtime.kill()
+
+
+def test_sigterm_to_the_whole_process_group_stops_the_runtime_cleanly(
+    relay_runtime: Runtime,
+) -> None:
+    code, output = stopped_by(signal.SIGTERM, relay_runtime)
     assert "stopped on an error" not in output, output[-3000:]
     assert code == 0, output[-3000:]
     assert "runtime stopped" in output
+
+
+def test_ctrl_c_stops_the_runtime_quietly_with_one_line_of_what_was_committed(
+    relay_runtime: Runtime, fresh_database: Any
+) -> None:
+    def insert_rows() -> None:  # changes in flight at the stop
+        with fresh_database.connect().cursor() as cur:
+            for first in range(0, 2000, 100):
+                cur.execute(
+                    "INSERT INTO t VALUES " + ",".join(f"({i})" for i in range(first, first + 100))
+                )
+
+    code, output = stopped_by(signal.SIGINT, relay_runtime, insert_rows)  # a terminal's Ctrl-C
+    assert code == 130, output[-3000:]
+    assert "Traceback" not in output and "ERROR" not in output, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("runtime interrupted after committing batch "), output[-3000:]
+    assert "the sinks have every change of src up to " in last
+    assert f"the next start with checkpoint {relay_runtime.checkpoint} goes on from there" in last
 
 
 def test_a_run_whose_sink_never_came_back_exits_non_zero_naming_the_batch(

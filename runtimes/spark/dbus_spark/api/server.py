@@ -15,6 +15,7 @@ given as ``#token=...`` in its URL.
 from __future__ import annotations
 
 import ipaddress
+import re
 import secrets
 import socket
 import threading
@@ -60,7 +61,10 @@ class ApiSettings:
 
     @classmethod
     def parse(cls, address: str, token: str | None = None) -> ApiSettings | None:
-        """``HOST:PORT`` (``off``: no server). A host beyond loopback needs ``token``."""
+        """``HOST:PORT`` (``off``: no server). A host beyond loopback needs ``token``;
+        a token given must be one a request can carry (``ConfigError`` otherwise)."""
+        if token is not None:
+            _check_token(token)
         if address.strip().lower() == "off":
             return None
         host, sep, port = address.strip().rpartition(":")
@@ -78,7 +82,32 @@ class ApiSettings:
                 "127.0.0.1",
                 setting="api_token",
             )
-        return cls(host, int(port), token or None)
+        return cls(host, int(port), token)
+
+
+def _check_token(token: str) -> None:
+    """Refuse a token no ``Authorization: Bearer`` header can match: empty, blank, or
+    holding a space or a line break (often one read from a file with its newline).
+    The token itself is never shown."""
+    if not token.strip():
+        problem = "is empty" if not token else "is only whitespace"
+        raise ConfigError(
+            f"--api-token (or DBUS_API_TOKEN) {problem}, so no request could ever carry it: "
+            "give a token of visible characters, or leave the option out for no token "
+            "(then the API serves loopback only)",
+            setting="api_token",
+        )
+    if not _TOKEN.fullmatch(token):
+        raise ConfigError(
+            "--api-token (or DBUS_API_TOKEN) holds a space, a line break or a character "
+            "beyond ASCII, which an Authorization header cannot carry: give it without them "
+            "(a token read from a file: strip its trailing newline)",
+            setting="api_token",
+        )
+
+
+_TOKEN = re.compile(r"[\x21-\x7e]+")
+"""Visible ASCII: what a Bearer token can be sent as."""
 
 
 def _loopback(host: str) -> bool:
@@ -214,7 +243,9 @@ def build_app(view: View, token: str | None = None) -> FastAPI:
 class ApiServer:
     """``app`` served on ``settings``' address from a daemon thread."""
 
-    def __init__(self, app: FastAPI, settings: ApiSettings) -> None:
+    def __init__(self, app: FastAPI, settings: ApiSettings, *, may_be_off: bool = True) -> None:
+        """Bind at once (a taken port fails here); ``may_be_off``: whether the command
+        accepts ``--api off``, which the error then offers."""
         self._settings = settings
         family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
@@ -225,7 +256,8 @@ class ApiServer:
             self._socket.close()
             raise ConfigError(
                 f"cannot serve the API on {settings.host}:{settings.port}: {exc.strerror}; "
-                "pass another --api HOST:PORT (port 0: any free one), or --api off",
+                "pass another --api HOST:PORT (port 0: any free one)"
+                + (", or --api off" if may_be_off else ""),
                 setting="api",
             ) from None
         self._socket.listen(64)

@@ -45,7 +45,7 @@ def ui(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with zk.open() as (client, zk_settings):
         view = ClusterView(client, zk_settings, settings.token)
-        server = ApiServer(build_app(view, settings.token), settings)
+        server = ApiServer(build_app(view, settings.token), settings, may_be_off=False)
         try:
             url = server.start()
             click.echo(f"ui: serving cluster {zk_settings.cluster} at {url}/ (API {url}/api/v1/,"

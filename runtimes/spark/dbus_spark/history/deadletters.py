@@ -128,13 +128,15 @@ def redrive(
     out: IO[str],
 ) -> list[Any]:
     """Send the dead-lettered rows (since ``since``) through the current version."""
-    from dbus_spark.history.follow import follow
-    from dbus_spark.history.requests import RepairRequest, submit, wait_answer
+    from dbus_spark.history.follow import ANSWER_TIMEOUT, ask, follow
+    from dbus_spark.history.requests import RepairRequest
     from dbus_spark.history.tasks import HistoryStore, store_path
 
     folder, config = runtime_at(checkpoint)
     deployment = deployment_named(folder, config, deployment_name)
+    began = datetime.now(UTC)
     pipeline = Pipeline(deployment)
+    redriven: set[str] = set()
     keys: dict[tuple[str, str], dict[str, Any]] = {}
     deletes: dict[tuple[str, str], set[tuple[str, str]]] = {}
     count = 0
@@ -146,8 +148,9 @@ def redrive(
         except DbusError:
             continue  # recorded by position only: nothing to read it by
         count += 1
+        redriven.add(entry.key)
         where = (change.source, change.qualified_table)
-        values = [change.row[c] for c in change.primary_key]
+        values = list(change.key)
         keys.setdefault(where, {})[json.dumps(values, default=str)] = _key_json(values)
         if change.op is Operation.DELETE:
             for delivery in pipeline.process(change).deliveries:
@@ -163,12 +166,32 @@ def redrive(
                tuple(sorted(deletes.get((source, table), ()))))
               for source, table in keys),
     )
-    submit(folder, request)
-    reply = wait_answer(folder, request, timeout=30.0)
+    reply = ask(folder, request, "redrive", answer_timeout=ANSWER_TIMEOUT)
     print(f"redrive of {deployment_name}: {count} dead letter(s), {reply.message}", file=out)
     if not wait:
         return []
-    return follow(HistoryStore(store_path(folder)), reply.tasks, out=out)
+    done = follow(HistoryStore(store_path(folder)), reply.tasks, out=out)
+    # The reads are committed with their batch, after its dead letters were written.
+    again = [e for e in _entries(config, deployment) if e.time >= began and e.key in redriven]
+    if again:
+        raise FailedAgainError(
+            f"{len(again)} redriven row(s) of {deployment_name} failed again and are dead "
+            f"letters again (first: {again[0].function} [{again[0].stage}] key={again[0].key}: "
+            f"{again[0].error}); see `dbus fn deadletters {deployment_name} --since "
+            f"{began:%Y-%m-%dT%H:%M:%S}`, fix the function, deploy it, then redrive again",
+            count=len(again),
+        )
+    return done
+
+
+class FailedAgainError(DbusError, RuntimeError):
+    """Rows a redrive sent through the current version failed again (dead letters again)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, count: int) -> None:
+        super().__init__(message)
+        self.count = count
 
 
 def _key_json(values: list[Any]) -> Any:
@@ -194,7 +217,13 @@ def parse_since(text: str | None) -> datetime | None:
             f"--since {text!r} is not a time; write it as 2026-11-25T08:00:00 (UTC unless it "
             "says)"
         ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if moment > datetime.now(UTC):
+        raise HistoryError(
+            f"--since {text} is in the future (times are UTC unless they say), so no dead "
+            "letter can be that recent; give a time that has passed"
+        )
+    return moment
 
 
-__all__ = ["DeadLetterEntry", "dead_letters", "parse_since", "redrive"]
+__all__ = ["DeadLetterEntry", "FailedAgainError", "dead_letters", "parse_since", "redrive"]

@@ -22,9 +22,11 @@ from dbus_spark.history.requests import (
     BackfillRequest,
     ReplayRequest,
     Request,
+    check_replay,
     submit,
     time_or_position,
     wait_answer,
+    withdraw,
 )
 from dbus_spark.history.target import CommittedHistory, deployment_name_check, runtime_at
 from dbus_spark.history.tasks import HistoryStore, store_path
@@ -55,12 +57,24 @@ def backfill(
     bad = [t for t in tables if not _TABLE.match(t)]
     if bad:
         raise HistoryError(f"--table {bad[0]!r} is not db.table; name a table as db.table")
+    if where is not None and not where.strip():
+        raise HistoryError(
+            "--where is empty; give a condition on the table's columns (such as "
+            "\"updated_at > '2024-01-01'\"), or leave it out to read every row"
+        )
     request = BackfillRequest(deployment, tuple(tables), where)
     if cluster is not None:
         return _ask_cluster(cluster, request, "backfill", wait=wait, out=out,
                             answer_timeout=answer_timeout)  # fmt: skip
     folder, config = runtime_at(checkpoint)
-    deployment_name_check(folder, config, deployment)
+    manifest = deployment_name_check(folder, config, deployment)
+    unsubscribed = [t for t in tables if not manifest.subscribes(t)]
+    if unsubscribed:
+        raise HistoryError(
+            f"deployment {deployment!r} does not subscribe to {unsubscribed[0]} (its tables: "
+            f"{', '.join(manifest.tables)}); name one of its tables",
+            table=unsubscribed[0],
+        )
     return _ask(folder, request, "backfill", wait=wait, out=out,
                 answer_timeout=answer_timeout)  # fmt: skip
 
@@ -92,15 +106,41 @@ def replay(
         return _ask_cluster(cluster, request, "replay", wait=wait, out=out,
                             answer_timeout=answer_timeout)  # fmt: skip
     folder, config = runtime_at(checkpoint)
-    deployment_name_check(folder, config, deployment)
+    manifest = deployment_name_check(folder, config, deployment)
+    check_replay(request, manifest, [binding.spec.name for binding in config.sources])
     return _ask(folder, request, "replay", wait=wait, out=out, answer_timeout=answer_timeout)
+
+
+def ask(folder: str, request: Request, what: str, *, answer_timeout: float) -> Answer:
+    """Hand ``request`` to the runtime at ``folder`` and wait for its answer. Ctrl-C
+    meanwhile withdraws it (``Interrupted``): a request no runtime took never runs."""
+    from dbus_fn.cli._errors import Interrupted
+
+    submit(folder, request)
+    try:
+        return wait_answer(folder, request, timeout=answer_timeout)
+    except KeyboardInterrupt:
+        taken = withdraw(folder, request)
+        if taken is None:
+            raise Interrupted(
+                f"interrupted: the {what} of {request.deployment} is withdrawn; no runtime "
+                "had taken it, so nothing of it runs"
+            ) from None
+        if not taken.accepted:
+            raise Interrupted(
+                f"interrupted: the runtime refused the {what} of {request.deployment}: "
+                f"{taken.message}"
+            ) from None
+        raise Interrupted(
+            f"interrupted: the runtime had already taken the {what} of "
+            f"{request.deployment} ({taken.message}); it goes on there"
+        ) from None
 
 
 def _ask(
     folder: str, request: Request, what: str, *, wait: bool, out: IO[str], answer_timeout: float
 ) -> list[Followed]:
-    submit(folder, request)
-    reply = wait_answer(folder, request, timeout=answer_timeout)
+    reply = ask(folder, request, what, answer_timeout=answer_timeout)
     print(f"{what} of {request.deployment}: {reply.message}", file=out)
     store = HistoryStore(store_path(folder))
     if not wait:
@@ -130,6 +170,8 @@ def _ask_cluster(
                 "name one of them"
             )
         status = cluster_status(client, settings)
+        if isinstance(request, ReplayRequest):
+            check_replay(request, None, [s.name for s in status.sources if s.registered])
         sources = [s.name for s in status.sources if s.registered and s.owner]
         if isinstance(request, ReplayRequest) and request.source is not None:
             sources = [s for s in sources if s == request.source]
@@ -214,7 +256,23 @@ def _line(task: Followed, now: float) -> str:
 def follow(
     store: HistoryStore, ids: Sequence[tuple[str, str]], *, out: IO[str]
 ) -> list[Followed]:
-    """Show the tasks' progress until every one has read its last chunk."""
+    """Show the tasks' progress until every one has read its last chunk. Ctrl-C stops
+    the showing only (``Interrupted``): the runtime took the reads and ends them."""
+    from dbus_fn.cli._errors import Interrupted
+
+    try:
+        return _follow(store, ids, out)
+    except KeyboardInterrupt:
+        reads = ", ".join(f"{task} on {source}" for source, task in ids)
+        raise Interrupted(
+            f"interrupted: no longer showing the progress; the runtime had already taken "
+            f"{reads or 'nothing'} and reads on to the end"
+        ) from None
+
+
+def _follow(
+    store: HistoryStore, ids: Sequence[tuple[str, str]], out: IO[str]
+) -> list[Followed]:
     if out.isatty():
         return _follow_bars(store, ids, out)
     last = 0.0
@@ -269,4 +327,4 @@ def _follow_bars(
             time.sleep(0.5)
 
 
-__all__ = ["backfill", "follow", "replay"]
+__all__ = ["ask", "backfill", "follow", "replay"]

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping
+from datetime import date, datetime
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from dbus_fn.capture import key_from_json, key_to_json, position_from_json
+from dbus_fn.columns import to_json_value
 from dbus_fn.events import BinlogPosition, RowChange
 from dbus_spark.sinks.records import document_version
 
@@ -30,6 +32,21 @@ if TYPE_CHECKING:
 def position_order(position: BinlogPosition) -> int:
     """An integer that orders binlog positions (file number, then offset)."""
     return document_version(position, 0)
+
+
+def _comparable(key: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    """A chunk key whose dates compare with zero dates: a DATE or DATETIME is its
+    text (``dbus_fn.columns``), in the server's order, as zero and partial dates,
+    which capture holds as that text (``"2015-05-00"``), already are."""
+    return None if key is None else tuple(_comparable_value(v) for v in key)
+
+
+def _comparable_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else to_json_value(value, "datetime(6)")
+    if isinstance(value, date):
+        return to_json_value(value, "date")
+    return value
 
 
 class Gate:
@@ -43,7 +60,7 @@ class Gate:
         self._seen: dict[tuple[str, str], bool] = {}
         self._tasks: dict[tuple[str, str], tuple[tuple[str, ...], list[Any], list[int]]] = {}
         for task in tasks:
-            uppers = [key_from_json(upper) for upper, _, _ in task.done]
+            uppers = [_comparable(key_from_json(upper)) for upper, _, _ in task.done]
             positions = [position_order(position_from_json(since)) for _, _, since in task.done]
             self._tasks[(task.deployment, task.table)] = (task.key, uppers, positions)
 
@@ -73,7 +90,7 @@ class Gate:
         if not uppers:
             return False  # no chunk read yet: the first one holds this change
         row = change.row
-        key = tuple(row[column] for column in key_columns)
+        key = _comparable(tuple(row[column] for column in key_columns))
         # The first chunk whose upper bound is at or above the key (None: unbounded).
         bounded = len(uppers) - (1 if uppers[-1] is None else 0)
         index = bisect.bisect_left(uppers, key, 0, bounded)
@@ -96,7 +113,7 @@ class Gate:
         for deployment, table, key, uppers, positions in data["tasks"]:
             gate._tasks[(deployment, table)] = (
                 tuple(key),
-                [key_from_json(u) for u in uppers],
+                [_comparable(key_from_json(u)) for u in uppers],
                 list(positions),
             )
         return gate

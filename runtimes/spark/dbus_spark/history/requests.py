@@ -4,8 +4,11 @@ A request is a small JSON file in ``<checkpoint>.requests/``. The runtime's driv
 takes it when it plans its next micro-batch, checks it against what it runs (the
 deployment, the tables, the condition, what is being read already), and answers
 in ``<id>.answer.json``: accepted, with the tasks it started, or refused, with
-the one line that says why. The request file is removed once answered, so a
-restarted runtime never takes it twice. Nothing here needs Spark.
+the one line that says why. The runtime claims a request file (renames it) before
+it acts on it and removes it once answered, so a restarted runtime never takes it
+twice, and a command that gives up waiting (Ctrl-C, or no runtime in 30 s)
+withdraws its request unless a runtime claimed it first (``withdraw``): nothing
+queued runs later unasked. Nothing here needs Spark.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from typing import Any
 
 from dbus_fn.capture import BinlogReader, parse_position, position_to_json
 from dbus_fn.errors import (
+    ConfigError,
     DbusError,
     HistoryError,
     PositionError,
     ServiceUnreachableError,
 )
+from dbus_fn.events import BinlogPosition
 from dbus_fn.files import replace_file
 from dbus_fn.manifest import Destination, Manifest
 from dbus_spark.checkpoint import beside
@@ -159,18 +164,48 @@ def pending(checkpoint_dir: str) -> Iterator[tuple[Request, str | None]]:
         key=lambda p: p.stat().st_mtime,
     )
     for path in files:
+        claimed = path.with_name(f".{path.stem}.claimed")
         try:
-            data = json.loads(path.read_text())
+            # Claimed by renaming, so a command withdrawing it (Ctrl-C) either takes it
+            # back before this runtime acts on it, or finds it taken and waits for the answer.
+            path.rename(claimed)
+        except FileNotFoundError:
+            continue  # withdrawn meanwhile
+        try:
+            data = json.loads(claimed.read_text())
             request = _KINDS.get(data.get("kind", ""), BackfillRequest).from_json(data)
         except (OSError, ValueError, KeyError, TypeError):
-            continue  # half-written by a CLI that died, or not ours
+            claimed.rename(path)  # half-written by a CLI that died, or not ours
+            continue
         yield request, data.get("only")
 
 
 def answer(checkpoint_dir: str, request: Request, reply: Answer) -> None:
     folder = requests_dir(checkpoint_dir)
     _write(folder / f"{request.id}.answer.json", reply.to_json())
-    (folder / f"{request.id}.json").unlink(missing_ok=True)
+    (folder / f".{request.id}.claimed").unlink(missing_ok=True)
+
+
+def withdraw(checkpoint_dir: str, request: Request, *, wait: float = 10.0) -> Answer | None:
+    """Take back a request: None when no runtime had claimed it (it never runs), else
+    the answer of the runtime that claimed it first (None if it gives none in
+    ``wait`` seconds)."""
+    folder = requests_dir(checkpoint_dir)
+    try:
+        (folder / f"{request.id}.json").unlink()
+        return None
+    except FileNotFoundError:
+        pass
+    path = folder / f"{request.id}.answer.json"
+    deadline = time.monotonic() + wait
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        reply = Answer.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError):
+        return None
+    path.unlink(missing_ok=True)
+    return reply
 
 
 def forward(
@@ -253,6 +288,7 @@ def start_replay(
         raise HistoryError(
             f"no deployment {request.deployment!r} runs here (it runs: {names}); name one of them"
         )
+    check_replay(request, manifest, list(readers))
     route = None if request.route is None else str(Destination.parse(request.route))
     sources = [
         name for name in readers
@@ -299,6 +335,75 @@ def start_replay(
     return [(name, store.replay(name, replay).id) for name, replay in replays]
 
 
+def check_replay(
+    request: ReplayRequest, manifest: Manifest | None, sources: Sequence[str] | None
+) -> None:
+    """Refuse at once what a replay request gets wrong without a source to ask: a
+    position that does not parse, a time still to come, an end before its start (two
+    times, or two positions of one file), a ``--route`` that is the deployment's own
+    destination (``manifest``, when known) and a ``--source`` not among ``sources``
+    (when known). ``HistoryError`` or ``ConfigError``, exit 2."""
+    if sources is not None and request.source is not None and request.source not in sources:
+        raise HistoryError(
+            f"--source {request.source!r} is not a source here (the sources: "
+            f"{', '.join(sorted(sources)) or 'none'}); name one of them"
+        )
+    bounds = [("--from", request.start), ("--to", request.end)]
+    parsed = {flag: _replay_bound(flag, text) for flag, text in bounds if text is not None}
+    since = parsed["--from"]
+    until = parsed.get("--to")
+    if isinstance(since, float) and since > time.time():
+        raise HistoryError(
+            f"--from {request.start} is in the future (times are UTC unless they say): "
+            "nothing has been written there to replay; give a time that has passed"
+        )
+    ordered = None if until is None else _comparable_bounds(since, until)
+    if ordered is not None and ordered[1] < ordered[0]:
+        raise HistoryError(f"--to {request.end} comes before --from {request.start}; swap them")
+    route = None if request.route is None else Destination.parse(request.route)
+    if manifest is not None and route is not None:
+        own = [manifest.default_route, manifest.dead_letter_route]
+        if route in own:
+            raise HistoryError(
+                f"--route {route} is deployment {manifest.name!r}'s own destination, where "
+                "its live results go; name a shadow one (such as "
+                f"{route.scheme}://{route.name}.shadow), or leave --route out to replay into "
+                "the destinations its routes name"
+            )
+
+
+def _replay_bound(flag: str, text: str) -> float | BinlogPosition:
+    moment, position = time_or_position(text)
+    if position is None:
+        assert moment is not None
+        return moment
+    try:
+        return parse_position(position)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{flag} {text!r} is neither a time nor a position ({exc.message}; or an ISO "
+            "time such as 2026-11-25T08:00:00)",
+            setting="position",
+        ) from None
+
+
+def _comparable_bounds(
+    since: float | BinlogPosition, until: float | BinlogPosition
+) -> tuple[float, float] | None:
+    """Two times, or two positions in one binlog file, as numbers in their order; None
+    when only the source can order them (a GTID, a time against a position)."""
+    if isinstance(since, float) and isinstance(until, float):
+        return since, until
+    if (
+        isinstance(since, BinlogPosition)
+        and isinstance(until, BinlogPosition)
+        and since.file
+        and since.file == until.file
+    ):
+        return float(since.pos), float(until.pos)
+    return None
+
+
 def time_or_position(text: str) -> tuple[float | None, str | None]:
     """An ISO time (epoch seconds) or a position's text."""
     try:
@@ -316,18 +421,22 @@ def wait_answer(checkpoint_dir: str, request: Request, *, timeout: float) -> Ans
     folder = requests_dir(checkpoint_dir)
     path = folder / f"{request.id}.answer.json"
     deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            (folder / f"{request.id}.json").unlink(missing_ok=True)
-            raise ServiceUnreachableError(
-                f"no runtime took the request within {timeout:.0f}s at checkpoint "
-                f"{checkpoint_dir}; start one with `dbus runtime start` (and the same "
-                "--checkpoint), then ask again",
-                service="runtime",
-            )
-        time.sleep(0.1)
-    reply = Answer.from_json(json.loads(path.read_text()))
-    path.unlink(missing_ok=True)
+    reply: Answer | None = None
+    while reply is None:
+        if path.exists():
+            reply = Answer.from_json(json.loads(path.read_text()))
+            path.unlink(missing_ok=True)
+        elif time.monotonic() > deadline:
+            reply = withdraw(checkpoint_dir, request)
+            if reply is None:
+                raise ServiceUnreachableError(
+                    f"no runtime took the request within {timeout:.0f}s at checkpoint "
+                    f"{checkpoint_dir} (it is withdrawn); start one with `dbus runtime start` "
+                    "(and the same --checkpoint), then ask again",
+                    service="runtime",
+                )
+        else:
+            time.sleep(0.1)
     if not reply.accepted:
         reply.raise_refusal()
     return reply
@@ -339,10 +448,12 @@ __all__ = [
     "RepairRequest",
     "ReplayRequest",
     "answer",
+    "check_replay",
     "pending",
     "requests_dir",
     "submit",
     "take_requests",
     "time_or_position",
     "wait_answer",
+    "withdraw",
 ]

@@ -4,12 +4,12 @@ cluster's runtimes, through ZooKeeper."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dbus_fn.errors import HistoryError
-from dbus_fn.manifest import load_manifest
+from dbus_fn.errors import ConfigError, HistoryError, ServiceUnreachableError
+from dbus_fn.manifest import Manifest, load_manifest
 from dbus_fn.registry import LoadedDeployment, load_deployment
 from dbus_spark.checkpoint import beside
 from dbus_spark.config import RuntimeConfig, load_config
@@ -17,10 +17,13 @@ from dbus_spark.history.tasks import HistoryStore
 from dbus_spark.settings import checkpoint_dir
 
 
-def runtime_at(checkpoint: str | None, *, with_secrets: bool = False) -> tuple[str, RuntimeConfig]:
+def runtime_at(
+    checkpoint: str | None, *, with_secrets: bool = False, dsns: Mapping[str, str] | None = None
+) -> tuple[str, RuntimeConfig]:
     """The checkpoint folder (default: the local one) and the configuration the runtime
     there last ran with: its sources' DSNs without passwords, unless ``with_secrets``
-    (asked of the running runtime, see ``dbus_spark.secrets``)."""
+    (asked of the running runtime, see ``dbus_spark.secrets``) or given in ``dsns``
+    (by source name)."""
     folder = checkpoint_dir(checkpoint)
     config_file = beside(folder, ".config.json")
     if not config_file.exists():
@@ -28,17 +31,40 @@ def runtime_at(checkpoint: str | None, *, with_secrets: bool = False) -> tuple[s
             f"no runtime has run with checkpoint {folder}; pass the --checkpoint of the "
             "`dbus runtime start` that runs the deployment (or set DBUS_CHECKPOINT)"
         )
-    return folder, load_config(config_file, with_secrets=with_secrets)
+    config = load_config(config_file, with_secrets=False)
+    names = [binding.spec.name for binding in config.sources]
+    unknown = sorted(set(dsns or {}) - set(names))
+    if unknown:
+        raise HistoryError(
+            f"--source {unknown[0]} is not a source of the runtime at checkpoint {folder} "
+            f"(its sources: {', '.join(names) or 'none'}); name one of them"
+        )
+    if not with_secrets:
+        return folder, config
+    try:
+        return folder, load_config(config_file, dsns=dsns)
+    except ConfigError as exc:
+        if exc.setting != "sources":
+            raise
+        # The runtime keeps the passwords in memory only, and it does not answer.
+        raise ServiceUnreachableError(
+            f"no runtime at checkpoint {folder} answered for the passwords of its sources "
+            f"({', '.join(names)}): start it, or give each DSN with --source NAME=DSN "
+            "(or DBUS_SOURCES) to run without it",
+            service="runtime",
+        ) from None
 
 
-def deployment_name_check(folder: str, config: RuntimeConfig, name: str) -> None:
-    """Refuse at once a deployment the runtime does not run (its manifests only)."""
-    names = sorted(load_manifest(path).name for path in config.deployments)
-    if name not in names:
+def deployment_name_check(folder: str, config: RuntimeConfig, name: str) -> Manifest:
+    """The manifest of deployment ``name``; refuse at once a deployment the runtime
+    does not run (its manifests only)."""
+    manifests = {m.name: m for m in (load_manifest(path) for path in config.deployments)}
+    if name not in manifests:
         raise HistoryError(
             f"no deployment {name!r} runs at checkpoint {folder} (it runs: "
-            f"{', '.join(names) or 'none'}); name one of them"
+            f"{', '.join(sorted(manifests)) or 'none'}); name one of them"
         )
+    return manifests[name]
 
 
 def deployment_named(folder: str, config: RuntimeConfig, name: str) -> LoadedDeployment:

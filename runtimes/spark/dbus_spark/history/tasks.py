@@ -341,8 +341,9 @@ class HistoryStore:
             running = self.tasks(source).get(task_id(deployment, table))
             if running is not None and not running.finished:
                 raise HistoryError(
-                    f"a backfill of {table} for {deployment!r} is running ({running.rows} rows, "
-                    f"{running.chunks} chunks read); wait for it to end, then ask again",
+                    f"the {running.kind} of {table} for {deployment!r} is running "
+                    f"({running.rows} rows, {running.chunks} chunks read); wait for it to "
+                    "end, then ask again",
                     table=table,
                 )
         if where is not None:
@@ -382,8 +383,8 @@ class HistoryStore:
         running = self.tasks(reader.spec.name).get(task_id(deployment, table))
         if running is not None and not running.finished:
             raise HistoryError(
-                f"a backfill of {table} for {deployment!r} is running; wait for it to end, "
-                "then repair"
+                f"the {running.kind} of {table} for {deployment!r} is running; wait for it "
+                "to end, then repair"
             )
         database, name = table.split(".", 1)
         chunked = chunked_table(reader, database, name)

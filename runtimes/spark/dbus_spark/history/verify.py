@@ -37,6 +37,7 @@ from dbus_fn.capture import (
     replica_id_for,
 )
 from dbus_fn.capture._snapshot import snapshot_tables
+from dbus_fn.cloudevent import image_digest
 from dbus_fn.errors import DbusError, HistoryError
 from dbus_fn.events import RowChange
 from dbus_fn.kafka_binding import to_kafka_message
@@ -125,12 +126,33 @@ class _Expected:
             projected = delivery.projected()
             destination = delivery.destination
             if destination.scheme == "es":
-                action = self._actions.build(projected, destination.name)
+                action = self._actions.build(projected, destination.name, original=change)
                 yield str(destination), action.doc_id, action.document
             else:
                 message = to_kafka_message(projected)
-                key = (message.key or b"").decode()
-                yield str(destination), key, json.loads(message.value or b"{}")["after"]
+                for key, after in kafka_rows(message.key, message.value, message.headers):
+                    yield str(destination), key, after
+
+
+def kafka_rows(
+    key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]
+) -> list[tuple[str, Any]]:
+    """What one message of a topic says about rows: (row key, its row now, ``None``
+    once deleted). A row is named by its message key, or, for a table without a
+    primary key (no subject; the key is the table), by the digest of its image: an
+    update there retires its old image (when it carries one) and adds the new one."""
+    data = json.loads(value) if value else None
+    found = dict(headers)
+    deleted = found.get("ce_type", b"").endswith(b".row.deleted")
+    if "ce_subject" in found or not isinstance(data, dict):
+        return [((key or b"").decode(), None if deleted or data is None else data.get("after"))]
+    before, after = data.get("before"), data.get("after")
+    rows: list[tuple[str, Any]] = []
+    if before is not None:
+        rows.append((image_digest(before), None))
+    if after is not None and not deleted:
+        rows.append((image_digest(after), after))
+    return rows
 
 
 class _Elasticsearch:
@@ -216,13 +238,8 @@ class _Topic:
                     if msg.error():
                         continue
                     start = msg.offset() + 1
-                    key = (msg.key() or b"").decode()
-                    value = json.loads(msg.value()) if msg.value() else None
-                    headers = dict(msg.headers() or [])
-                    deleted = headers.get("ce_type", b"").endswith(b".row.deleted")
-                    self.last[key] = None if deleted or value is None else _digest(
-                        value.get("after")
-                    )
+                    for key, after in kafka_rows(msg.key(), msg.value(), msg.headers() or []):
+                        self.last[key] = None if after is None else _digest(after)
             self._next[number] = start
 
     def close(self) -> None:
@@ -234,14 +251,25 @@ def verify(
     tables: Sequence[str] = (),
     *,
     checkpoint: str | None = None,
+    sources: Sequence[str] = (),
+    functions: Sequence[str] = (),
+    kafka: str | None = None,
+    elasticsearch: str | None = None,
     repair: bool = False,
     out: IO[str],
     recheck_after: float = RECHECK_AFTER,
 ) -> Report:
     """Compare the deployment's sinks with its tables; with ``repair``, send the
     drifted keys again through the running runtime. Raises ``DriftError`` when drift
-    remains."""
-    folder, config = runtime_at(checkpoint, with_secrets=True)  # it reads the tables
+    remains.
+
+    What to compare comes from the configuration of the runtime at ``checkpoint``,
+    its DSNs asked of that runtime unless ``sources`` (``NAME=DSN``) gives them; or,
+    with ``functions`` (deployment folders), from these, ``sources`` and the local
+    services, as ``dbus runtime start`` would take them. ``kafka`` and
+    ``elasticsearch``, when given, are the sinks to read. Either way no runtime need
+    run but for a repair."""
+    folder, config = _configuration(checkpoint, sources, functions, kafka, elasticsearch)
     deployment = deployment_named(folder, config, deployment_name)
     report = _compare(config, deployment, tables, recheck_after)
     for line in report.lines():
@@ -259,6 +287,29 @@ def verify(
     return report
 
 
+def _configuration(
+    checkpoint: str | None,
+    sources: Sequence[str],
+    functions: Sequence[str],
+    kafka: str | None,
+    elasticsearch: str | None,
+) -> tuple[str, RuntimeConfig]:
+    from dataclasses import replace
+
+    from dbus_spark.settings import named_sources, runtime_config
+
+    if functions:
+        config = runtime_config(
+            sources=tuple(sources), deployments=tuple(functions), kafka=kafka,
+            elasticsearch=elasticsearch, checkpoint=checkpoint,
+        )  # fmt: skip
+        return config.checkpoint_dir, config
+    dsns = dict(named_sources(tuple(sources)))
+    folder, config = runtime_at(checkpoint, with_secrets=True, dsns=dsns)
+    sinks = {"kafka_bootstrap": kafka, "elasticsearch_url": elasticsearch}
+    return folder, replace(config, **{k: v for k, v in sinks.items() if v})
+
+
 def _tables_of(
     reader: BinlogReader, deployment: LoadedDeployment, wanted: Sequence[str]
 ) -> list[ChunkedTable]:
@@ -273,7 +324,8 @@ def _tables_of(
             )
     if wanted:
         chosen = [t for t in chosen if t in wanted]
-    return [chunked_table(reader, *t.split(".", 1)) for t in chosen]
+    # A table without a key is compared whole (one consistent read), by row images.
+    return [chunked_table(reader, *t.split(".", 1), unchunked=True) for t in chosen]
 
 
 def _compare(
@@ -420,7 +472,7 @@ def _recheck(
             continue
         reader = readers[item.source]
         chunked = chunked_table(reader, *item.table.split(".", 1))
-        where = keys_where(chunked.key, [item.key])
+        where = keys_where(chunked.key, [item.key]) if chunked.key else None
         rows = [c for c in read_chunk(reader, chunked, None, None, where=where)
                 if not isinstance(c, ChunkRead)]  # fmt: skip
         want = {
@@ -440,8 +492,8 @@ def _recheck(
 
 
 def _repair(folder: str, report: Report, out: IO[str]) -> None:
-    from dbus_spark.history.follow import follow
-    from dbus_spark.history.requests import RepairRequest, submit, wait_answer
+    from dbus_spark.history.follow import ANSWER_TIMEOUT, ask, follow
+    from dbus_spark.history.requests import RepairRequest
     from dbus_spark.history.tasks import HistoryStore, store_path
 
     keys: dict[tuple[str, str], list[Any]] = {}
@@ -467,8 +519,7 @@ def _repair(folder: str, report: Report, out: IO[str]) -> None:
             for source, table in dict.fromkeys([*keys, *deletes])
         ),
     )  # fmt: skip
-    submit(folder, request)
-    reply = wait_answer(folder, request, timeout=30.0)
+    reply = ask(folder, request, "repair", answer_timeout=ANSWER_TIMEOUT)
     print(f"repair of {report.deployment}: {reply.message}", file=out, flush=True)
     follow(HistoryStore(store_path(folder)), reply.tasks, out=out)
 

@@ -10,6 +10,7 @@ it is not retried. Overload (429) and server errors are retried with backoff.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,10 @@ _ES_TYPES: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("tinytext", {"type": "text"}),
     ("mediumtext", {"type": "text"}),
     ("longtext", {"type": "text"}),
+    # MariaDB's UUID and INET4/INET6 values are their text.
+    ("uuid", {"type": "keyword"}),
+    ("inet4", {"type": "keyword"}),
+    ("inet6", {"type": "keyword"}),
     ("binary", {"type": "binary"}),
     ("varbinary", {"type": "binary"}),
     ("blob", {"type": "binary"}),
@@ -75,14 +80,17 @@ _ES_TYPES: tuple[tuple[str, Mapping[str, Any]], ...] = (
 )
 
 
+_ARGUMENTS = re.compile(r"\(.*\)", re.S)
+
+
 def field_mapping(column_type: str) -> Mapping[str, Any] | None:
     """The Elasticsearch mapping of one MySQL column type (``None``: leave it dynamic)."""
-    base = column_type.split("(", 1)[0].strip().lower()
-    unsigned = base.endswith(" unsigned")
+    # "bigint(20) unsigned zerofill" is a "bigint unsigned": arguments and zerofill
+    # (display only) do not change what a value can hold.
+    words = _ARGUMENTS.sub(" ", column_type.lower()).split()
+    base = " ".join(word for word in words if word != "zerofill")
     for name, mapping in _ES_TYPES:
-        if name == base or (unsigned and f"{name} unsigned" == base) or (
-            name == base.removesuffix(" unsigned")
-        ):
+        if name in (base, base.removesuffix(" unsigned")):
             return mapping
     return None
 

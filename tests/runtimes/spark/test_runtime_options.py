@@ -1,0 +1,92 @@
+"""`dbus runtime start` options that look given but mean nothing: refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_runtime_cli import ORDERS, _assert_one_line_error, _start
+
+from dbus_fn.errors import ConfigError
+
+# click takes an empty variable for one not set, so only the flag can be given empty.
+BAD_TOKENS = [
+    (["--api-token", ""], {}, "is empty"),
+    (["--api-token", " \n"], {}, "only whitespace"),
+    (["--api-token", "s3cret\n"], {}, "line break"),
+    ([], {"DBUS_API_TOKEN": "s3cret\n"}, "line break"),
+    ([], {"DBUS_API_TOKEN": "  "}, "only whitespace"),
+]
+
+
+@pytest.mark.parametrize(("args", "env", "needle"), BAD_TOKENS)
+def test_a_token_no_request_can_carry_is_one_line_with_exit_2(
+    args: list[str], env: dict[str, str], needle: str
+) -> None:
+    result = _start("--functions", ORDERS, *args, env=env)
+    assert result.returncode == 2
+    _assert_one_line_error(result, "--api-token", "DBUS_API_TOKEN", needle)
+    assert "s3cret" not in result.stderr
+
+
+def test_a_batch_still_running_when_for_ends_blames_no_sink(tmp_path: Path) -> None:
+    from test_runtime_preflight import _checkpoint
+
+    from dbus_fn.errors import UndeliveredError
+    from dbus_spark.cli import _check_delivered
+
+    checkpoint = str(_checkpoint(tmp_path / "cp", planned=2, committed=1))
+    planned = 1_700_000_000.002
+    with pytest.raises(UndeliveredError) as caught:
+        _check_delivered(checkpoint, planned + 40, ran_out=True)
+    message = str(caught.value)
+    assert "batch 2 (shop up to binlog.000003:300)" in message
+    assert "before --for ended (40s after it was planned" in message
+    assert "the sink that failed" not in message and "nothing is lost" in message
+
+
+def _config(checkpoint: Path, *names: str) -> Any:
+    from dbus_spark.settings import runtime_config
+
+    return runtime_config(
+        sources=tuple(f"{name}=mysql://u:p@127.0.0.1:1" for name in names),
+        deployments=(ORDERS,), kafka="127.0.0.1:1", elasticsearch="http://127.0.0.1:1",
+        checkpoint=str(checkpoint),
+    )  # fmt: skip
+
+
+def test_a_checkpoint_of_one_source_is_not_taken_over_by_another_name(
+    services: Any, tmp_path: Path
+) -> None:
+    from test_runtime_preflight import _checkpoint
+
+    checkpoint = _checkpoint(tmp_path / "cp", planned=2, committed=2)  # source "shop"
+    result = _start(
+        "--source", f"other={services.mariadb.dsn}", "--functions", ORDERS,
+        "--kafka", services.kafka.bootstrap_servers,
+        "--elasticsearch", services.elasticsearch.url,
+        "--checkpoint", str(checkpoint), "--api", "off", "--master", "local[1]", "--for", "3",
+    )  # fmt: skip
+    assert result.returncode == 2
+    _assert_one_line_error(
+        result, "holds the position of source shop", "--source shop=DSN", "--checkpoint"
+    )
+    assert sorted(p.name for p in (tmp_path / "cp").iterdir()) == ["commits", "offsets"]
+
+
+@pytest.mark.parametrize("names", [("shop",), ("shop", "more"), ("more",)])
+def test_a_checkpoint_goes_on_under_its_names_and_takes_new_ones(
+    tmp_path: Path, names: tuple[str, ...]
+) -> None:
+    from test_runtime_preflight import _checkpoint
+
+    from dbus_spark.job import _check_source_names
+
+    checkpoint = _checkpoint(tmp_path / "cp", planned=2, committed=2)
+    if names == ("more",):  # a new name, the old one gone: a rename
+        with pytest.raises(ConfigError):
+            _check_source_names(_config(checkpoint, *names), None)
+    else:
+        _check_source_names(_config(checkpoint, *names), None)
+    _check_source_names(_config(tmp_path / "new", "anything"), None)  # no checkpoint yet
