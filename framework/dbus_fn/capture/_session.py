@@ -79,9 +79,10 @@ ONLY_EVENTS = [
 # An open read asks the server for a heartbeat this often (seconds), so that it ends
 # close to its time when nothing is written.
 OPEN_READ_HEARTBEAT = 0.1
-# A boundary whose binlog time (whole seconds) is this far behind the clock: the
-# open read is behind the server, and reads on (up to its ``catch_up``) rather than
-# end its batch and leave the backlog to wait for the next one.
+# A boundary whose binlog time is this far behind the clock: the open read is behind
+# the server, and reads on (up to its ``catch_up``) rather than end its batch and
+# leave the backlog to wait for the next one. A binlog time is whole seconds, so a
+# commit is surely this old only when its second ended this long ago.
 BEHIND_SECONDS = 1.0
 DDL_WORDS = ("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD")
@@ -215,7 +216,9 @@ class ReadSession:
             moment = now()
             if moment < until:
                 return False
-            return catch_up is None or moment >= catch_up or time.time() - stamp < BEHIND_SECONDS
+            if catch_up is None or moment >= catch_up:
+                return True
+            return time.time() - (stamp + 1) < BEHIND_SECONDS
         resume = progress.committed
         stream = self.open_stream(resume, heartbeat)
         source, server = reader.spec.name, info.identity

@@ -156,7 +156,8 @@ def test_an_open_read_behind_the_server_reads_on_until_the_present(
 ) -> None:
     """Its time is up, but the commits past `stop` carry binlog times a minute old
     (the server is that far ahead of the read): it reads on, up to `catch_up`, and
-    ends at the boundary where the present begins."""
+    ends at the boundary where the present begins (commits stamped ahead of the
+    clock, so that a slow machine cannot make them look old)."""
     import time
 
     connection, start = tables_at("CREATE TABLE a (id INT PRIMARY KEY)")
@@ -166,9 +167,10 @@ def test_an_open_read_behind_the_server_reads_on_until_the_present(
         connection,
         "INSERT INTO a VALUES (2)",
         "INSERT INTO a VALUES (3)",
-        "SET timestamp = DEFAULT",
+        "SET timestamp = UNIX_TIMESTAMP() + 30",
         "INSERT INTO a VALUES (4)",
         "INSERT INTO a VALUES (5)",
+        "SET timestamp = DEFAULT",
     )
     began = time.monotonic()
     items = list(
