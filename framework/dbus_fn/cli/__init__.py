@@ -2,25 +2,26 @@
 
 The CLI is thin: each command parses its options and calls one library function;
 the root group maps a ``DbusError`` to a one-line message and an exit code
-(``_errors``), the same way for every command. Command groups that
-need more than the SDK (``services``, ``runtime``) are found through the
-``dbus_fn.cli`` entry point group, so installing the SDK alone never imports
-Spark.
+(``_errors``), the same way for every command. Commands that need more than
+the SDK (``services``, ``runtime``; ``dbus fn backfill`` and the other history
+commands) are found through the ``dbus_fn.cli`` and ``dbus_fn.cli.fn`` entry point
+groups (``_plugins``), so the SDK never imports the runtime and installing it
+alone never imports Spark.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from typing import Any
 
 import click
 
 from dbus_fn.cli._errors import INTERRUPTED, from_dbus_error, missing_extra
 from dbus_fn.cli._options import name_the_variable
+from dbus_fn.cli._plugins import PluginGroup
 from dbus_fn.errors import ConfigError, DbusError
 
 
-class _LazyGroup(click.Group):
+class _RootGroup(PluginGroup):
     """The root group: plugin subcommands are imported only when used, and every
     command's failure ends as one line and its exit code."""
 
@@ -37,42 +38,10 @@ class _LazyGroup(click.Group):
                 raise
             raise error from None
 
-    def _plugins(self) -> dict[str, Any]:
-        return {ep.name: ep for ep in entry_points(group="dbus_fn.cli")}
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self._plugins()})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        command = super().get_command(ctx, cmd_name)
-        if command is not None:
-            return command
-        plugin = self._plugins().get(cmd_name)
-        if plugin is None:
-            return None
-        try:
-            loaded = plugin.load()
-        except ImportError as exc:
-            # A missing third-party module means the extras are not installed; keep
-            # `dbus --help` working and say how to fix it when the command is used.
-            if (exc.name or "").startswith(("dbus_fn", "dbus_spark", "dbus_deploy")):
-                raise
-            return _unavailable(cmd_name, exc.name)
-        assert isinstance(loaded, click.Command)
-        return loaded
-
-
-def _unavailable(name: str, missing: str | None) -> click.Command:
-    error = missing_extra(f"dbus {name}", missing, default="runtime")
-
-    def fail() -> None:
-        assert error is not None
-        raise error
-
-    return click.Command(name, callback=fail, help=f"(unavailable: {missing} is not installed)")
-
-
-@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_RootGroup, plugins="dbus_fn.cli", context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(package_name="dbus-fn", prog_name="dbus")
 def cli() -> None:
     """dbus: Python functions over MySQL/MariaDB row changes."""
