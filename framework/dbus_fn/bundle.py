@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dbus_fn.errors import BundleError, SecretLeakError
+from dbus_fn.home import home_from_environment
 from dbus_fn.manifest import MANIFEST_FILE, Manifest, load_manifest, manifest_path
 from dbus_fn.registry import load_deployment
 
@@ -226,9 +227,9 @@ def default_cache_dir() -> Path:
     explicit = os.environ.get("DBUS_BUNDLE_CACHE")
     if explicit:
         return Path(explicit).expanduser()
-    home = os.environ.get("DBUS_HOME")
-    if home:
-        return Path(home).expanduser() / "bundles"
+    home = home_from_environment()
+    if home is not None:
+        return home / "bundles"
     return Path.home() / ".cache" / "dbus" / "bundles"
 
 

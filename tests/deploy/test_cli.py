@@ -39,11 +39,12 @@ def test_an_unknown_name_is_a_usage_error(isolated) -> None:
 
 
 def test_help_names_the_home_a_private_checkout_gets() -> None:
-    from dbus_deploy.services._config import _default_home, _repo_root
+    from dbus_deploy.services._config import _repo_root
+    from dbus_fn.home import checkout_home
 
     result = CliRunner().invoke(services, ["--help"], terminal_width=1000)
     assert result.exit_code == 0, result.output
     assert "default <repo>/.dbus, or /var/tmp/dbus-<id> for a checkout in a folder" in (
         result.output
     )
-    assert f"for this checkout {_default_home(_repo_root())})" in result.output
+    assert f"for this checkout {checkout_home(_repo_root())})" in result.output

@@ -8,23 +8,20 @@ are used. Precedence: explicit argument, then environment, then default.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dbus_fn.errors import ConfigError
+from dbus_fn.home import HOME_ENV, dbus_home
 
 SERVICE_NAMES: tuple[str, ...] = ("mariadb", "zookeeper", "kafka", "elasticsearch", "prometheus")
 """Every service, in start order (stop order is the reverse)."""
 DEFAULT_SERVICES: tuple[str, ...] = SERVICE_NAMES[:4]
 """What ``up`` starts when no service is named: what dbus itself reads and writes.
 Prometheus, which watches dbus, starts only when named."""
-
-HOME_ENV = "DBUS_HOME"
 
 # (setting, environment variable, default)
 _PORTS: tuple[tuple[str, str, int], ...] = (
@@ -50,18 +47,6 @@ _HEAP_PATTERN = re.compile(r"^[1-9][0-9]*[mg]$")
 PORT_ENV: dict[str, str] = {name: env for name, env, _ in _PORTS}
 """The environment variable that sets each port, for error messages and --help."""
 
-def _default_home(repo: Path) -> Path:
-    """``<repo>/.dbus``, unless another user could not reach it.
-
-    Elasticsearch runs as an unprivileged user, who must traverse every folder
-    above its state; a checkout under a private folder (``/root/...``) gets its
-    state in ``/var/tmp/dbus-<id of the checkout>`` instead, the same every time.
-    """
-    if all(folder.stat().st_mode & stat.S_IXOTH for folder in repo.parents if folder.exists()):
-        return repo / ".dbus"
-    digest = hashlib.sha1(str(repo).encode()).hexdigest()[:12]
-    return Path("/var/tmp") / f"dbus-{digest}"
-
 
 def _repo_root() -> Path:
     """The checkout this package runs from: deploy/dbus_deploy/services -> repo."""
@@ -71,7 +56,7 @@ def _repo_root() -> Path:
 ENV_HELP = (
     f"Environment: {HOME_ENV} (state directory, default <repo>/.dbus, or "
     "/var/tmp/dbus-<id> for a checkout in a folder other users cannot enter; for this "
-    f"checkout {_default_home(_repo_root())}), "
+    f"checkout {dbus_home({})}), "
     + ", ".join(f"{env} (default {default})" for _, env, default in _PORTS)
     + ", "
     + ", ".join(f"{env} (default {default})" for _, env, default in _HEAPS)
@@ -124,8 +109,7 @@ def _parse_port(env: str, raw: str) -> int:
 def load_config(environ: Mapping[str, str] | None = None) -> ServicesConfig:
     """Read the services' configuration from ``environ`` (default ``os.environ``)."""
     env = dict(os.environ if environ is None else environ)
-    raw_home = env.get(HOME_ENV, "").strip()
-    home = Path(raw_home).expanduser().resolve() if raw_home else _default_home(_repo_root())
+    home = dbus_home(env)
 
     ports: dict[str, int] = {}
     owners: dict[int, str] = {}

@@ -16,20 +16,20 @@ from typing import Any
 from dbus_fn.capture._dsn import SourceSpec
 from dbus_fn.errors import ConfigError
 from dbus_fn.files import replace_file
+from dbus_fn.home import HOME_ENV, home_from_environment
 
 FILE_ENV = "DBUS_SOURCES_FILE"
-HOME_ENV = "DBUS_HOME"
 
 
 def sources_file() -> Path:
     """Where the sources file is, by the precedence documented above; ``ConfigError``
     when that is a folder, naming the variable that chose it."""
     explicit = os.environ.get(FILE_ENV)
-    home = os.environ.get(HOME_ENV)
+    home = home_from_environment()
     if explicit:
         path, chosen_by = Path(explicit).expanduser(), f"{FILE_ENV}={explicit}"
-    elif home:
-        path, chosen_by = Path(home).expanduser() / "sources.json", f"{HOME_ENV}={home}"
+    elif home is not None:
+        path, chosen_by = home / "sources.json", f"{HOME_ENV}={home}"
     else:
         path, chosen_by = Path.home() / ".config" / "dbus" / "sources.json", "the default"
     if path.is_dir():

@@ -18,6 +18,7 @@ from urllib.request import url2pathname
 import click
 
 from dbus_fn.errors import DbusError
+from dbus_fn.home import checkout
 
 EXTRA_OF_MODULE = {
     "pymysql": "capture",
@@ -89,10 +90,9 @@ def dbus_fn_requirement() -> str:
     """
     # Running from a checkout (an editable install): that checkout. Tools such as
     # tox install it from a temporary wheel, whose file URL would not outlive them.
-    checkout = Path(__file__).resolve().parents[3]
-    pyproject = checkout / "pyproject.toml"
-    if pyproject.is_file() and 'name = "dbus-fn"' in pyproject.read_text(encoding="utf-8"):
-        return str(checkout)
+    repo = checkout()
+    if repo is not None:
+        return str(repo)
     try:
         dist = metadata.distribution("dbus-fn")
     except metadata.PackageNotFoundError:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.errors import ConfigError
+from dbus_fn.home import dbus_home as default_home  # where a runtime keeps state unless told
 from dbus_fn.manifest import load_manifest
 from dbus_spark.checkpoint import resolve
 from dbus_spark.config import (
@@ -143,17 +144,6 @@ def _sinks(
             "no Elasticsearch given: pass --elasticsearch http://HOST:PORT", setting="elasticsearch"
         )
     return kafka, elasticsearch
-
-
-def default_home() -> Path:
-    """Where a runtime keeps its state unless told: the local services' home
-    (``DBUS_HOME``, else the checkout's ``.dbus``), else ``~/.local/state/dbus``;
-    never the folder the command happens to run in."""
-    try:
-        from dbus_deploy.services import load_config
-    except ImportError:
-        return Path.home() / ".local" / "state" / "dbus"
-    return load_config().home
 
 
 def checkpoint_dir(checkpoint: str | None = None) -> str:
