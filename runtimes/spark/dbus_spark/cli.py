@@ -19,6 +19,7 @@ from dbus_fn.errors import ConfigError, DbusError, UndeliveredError
 from dbus_spark.config import (
     DEFAULT_API_ADDRESS,
     DEFAULT_CHUNK_ROWS,
+    DEFAULT_DETACH_SECONDS,
     DEFAULT_OPEN_READ_SECONDS,
     EXECUTOR_PYTHON_ENV,
 )
@@ -126,6 +127,17 @@ def runtime() -> None:
     "whose fenced writes wait for the batch's commit.",
 )
 @env_option(
+    "--detach-after",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_DETACH_SECONDS,
+    show_default=True,
+    env="DBUS_DETACH_AFTER",
+    help="Seconds a deployment's sinks may take to acknowledge what a read gave them; "
+    "one that takes longer (or whose functions take most of a read's time) is detached: "
+    "the others go on, and it catches up on a read of its own and rejoins (0: never "
+    "detach; every deployment waits for the slowest). Not in a --cluster.",
+)
+@env_option(
     "--chunk-rows",
     type=click.IntRange(min=1),
     default=DEFAULT_CHUNK_ROWS,
@@ -223,6 +235,7 @@ def start(
     trigger: float,
     decode_shards: int,
     open_read: float,
+    detach_after: float,
     chunk_rows: int,
     master: str,
     executor_python: str | None,
@@ -397,7 +410,7 @@ def _launch(
         )
     settings = (
         "sources", "deployments", "kafka", "elasticsearch", "checkpoint", "start", "trigger",
-        "decode_shards", "open_read", "chunk_rows", "keep_helper_tables",
+        "decode_shards", "open_read", "detach_after", "chunk_rows", "keep_helper_tables",
     )  # fmt: skip
     config = runtime_config(**{key: options[key] for key in settings})
     query = start_query(

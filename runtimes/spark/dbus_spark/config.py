@@ -37,6 +37,10 @@ DEFAULT_CHUNK_ROWS = 10_000
 # A micro-batch costs Spark a few hundred milliseconds of planning and commits; a
 # reader that stays open this long past its planned end delivers in the meantime.
 DEFAULT_OPEN_READ_SECONDS = 2.0
+# A deployment whose sinks take longer than this to acknowledge a read's records is
+# detached and catches up alone (``dbus_spark.progress``), so the others never wait
+# on it for longer.
+DEFAULT_DETACH_SECONDS = 5.0
 DEFAULT_API_ADDRESS = "127.0.0.1:9464"
 """Where a runtime serves its metrics unless told otherwise (see ``dbus_spark.api``)."""
 EXECUTOR_PYTHON_ENV = "DBUS_EXECUTOR_PYTHON"
@@ -146,6 +150,10 @@ class RuntimeConfig:
     """How long a micro-batch's one reader of a source goes on past the batch's planned
     end, handing out changes as they are committed (0: never); see
     ``dbus_spark.source``."""
+    detach_seconds: float = DEFAULT_DETACH_SECONDS
+    """How long a deployment's sinks may take to acknowledge a read's records before
+    it is detached and catches up alone (0: never; everyone waits); see
+    ``dbus_spark.progress``."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def source(self, name: str) -> SourceBinding:
@@ -175,6 +183,7 @@ class RuntimeConfig:
             "fencing": self.fencing.to_json() if self.fencing else None,
             "chunk_rows": self.chunk_rows,
             "open_read_seconds": self.open_read_seconds,
+            "detach_seconds": self.detach_seconds,
             "extra": dict(self.extra),
         }
 
@@ -193,6 +202,7 @@ class RuntimeConfig:
             fencing=WriteFencing.from_json(data["fencing"]) if data.get("fencing") else None,
             chunk_rows=int(data.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
             open_read_seconds=float(data.get("open_read_seconds", DEFAULT_OPEN_READ_SECONDS)),
+            detach_seconds=float(data.get("detach_seconds", DEFAULT_DETACH_SECONDS)),
             extra=data.get("extra", {}),
         )
 

@@ -38,6 +38,7 @@ from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.metrics import BatchListener, RuntimeMetrics, reports_dir
 from dbus_spark.planners import PlannerSweeper
 from dbus_spark.preflight import check_addresses, check_reachable
+from dbus_spark.progress import ProgressBook
 from dbus_spark.source import BinlogDataSource
 from dbus_spark.writer import FunctionSinkDataSource
 
@@ -271,6 +272,7 @@ def _start_query(
 ) -> StreamingQuery:
     if not SparkLog(config.checkpoint_dir, spark).started():
         forget_reached(config.checkpoint_dir)
+        ProgressBook(config.checkpoint_dir).forget()
     cores = spark.sparkContext.defaultParallelism
     shards = config.decode_shards or default_decode_shards(cores)
     options = {"config": str(path)}

@@ -16,6 +16,7 @@ from dbus_fn.manifest import load_manifest
 from dbus_spark.checkpoint import resolve
 from dbus_spark.config import (
     DEFAULT_CHUNK_ROWS,
+    DEFAULT_DETACH_SECONDS,
     DEFAULT_OPEN_READ_SECONDS,
     RuntimeConfig,
     SourceBinding,
@@ -48,6 +49,7 @@ def runtime_config(
     trigger: float = 0.0,
     decode_shards: int = 0,
     open_read: float = DEFAULT_OPEN_READ_SECONDS,
+    detach_after: float = DEFAULT_DETACH_SECONDS,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     keep_helper_tables: bool | None = None,
     home: Path | None = None,
@@ -88,6 +90,7 @@ def runtime_config(
         trigger_seconds=trigger,
         decode_shards=decode_shards,
         open_read_seconds=open_read,
+        detach_seconds=detach_after,
         chunk_rows=chunk_rows,
     )
 

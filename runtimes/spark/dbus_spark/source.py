@@ -25,6 +25,13 @@ A Spark micro-batch costs a few hundred milliseconds of planning and commits; an
 open read delivers in the meantime. An open read still behind the server when its
 time is up reads on while it is, up to ``CATCH_UP`` times its time.
 
+Every deployment goes at its own pace (``dbus_spark.progress``): with a detach bound
+(``RuntimeConfig.detach_seconds``, outside a cluster) a source's read always writes
+to the sinks itself, as an open read does; a deployment whose sinks do not take its
+records within the bound, or whose functions take most of the read's time, is left
+out from its position on, and the plan gives it a read of its own
+(``progress.catchup.CatchUpRange``) until it rejoins the shared one.
+
 The function stage runs inside the read (see ``dbus_spark.stage``): each output
 row is one encoded record (a CloudEvent in the Kafka binary binding and where it
 goes), sent to Spark as Arrow batches; the last row of a partition carries the
@@ -84,6 +91,16 @@ from dbus_spark.history.partitions import (
 )
 from dbus_spark.history.plans import open_plans
 from dbus_spark.history.requests import take_requests
+from dbus_spark.progress import (
+    SLOW_AFTER,
+    SLOW_SHARE,
+    Admission,
+    ProgressBook,
+    detached,
+    rejoined,
+    start_order,
+)
+from dbus_spark.progress.catchup import CatchUpRange, read_catch_up
 from dbus_spark.shipment import Shipment, Shipper
 from dbus_spark.stage import StageCounts
 from dbus_spark.worker import (
@@ -108,6 +125,9 @@ CATCH_UP = 5
 log = logging.getLogger(__name__)
 
 SCHEMA = from_arrow_schema(ARROW_SCHEMA)
+# How long a detached deployment's own read goes on in one micro-batch when open
+# reads are off (else: the open-read time).
+DEFAULT_CATCH_UP_SECONDS = 2.0
 # A range smaller than this is read by one task: a shard costs a replication
 # connection and a task (~10-20 ms), worth it only when decoding takes longer.
 SHARD_MIN_BYTES = 256 * 1024
@@ -125,6 +145,9 @@ class SourceRange(InputPartition):  # type: ignore[misc]
     shards: int = 1
     gate: dict[str, Any] | None = None
     """The history tasks' ``Gate`` as JSON, when any task of the source needs one."""
+    admission: dict[str, Any] | None = None
+    """Which deployments the read serves from where (``progress.Admission`` as JSON),
+    when some are not with the stream."""
 
 
 class BinlogDataSource(DataSource):  # type: ignore[misc]
@@ -169,6 +192,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         self._manifests = _manifests(self._config)
         self._plan_log: PlanLog | None = None
         self._shipper = Shipper()
+        self._book = ProgressBook(self._config.checkpoint_dir)
 
     def _current(self) -> RuntimeConfig:
         """The configuration as the runtime last wrote it (sources come and go in a cluster)."""
@@ -207,6 +231,9 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             {b.spec.name: self._reader(b) for b in config.sources}, self._manifests,
         )  # fmt: skip
         latest, planned = {}, False
+        book = self._book.load() if _detaches(config) else {}
+        names = {manifest.name for manifest in self._manifests}
+        now = time.time()
         for binding in config.sources:
             reader = self._reader(binding)
             offset = position_to_offset(reader.master_position(), binding)
@@ -239,6 +266,16 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             if replays:
                 offset["replays"] = [[r.deployment, r.run, r.cursor] for r in replays]
                 planned = True
+            behind = {d: b for d, b in book.get(name, {}).items() if d in names}
+            if behind:
+                # Spark's offset log keeps every deployment's position: the stream's,
+                # and these for those not with it (``dbus_spark.progress``).
+                offset["behind"] = {
+                    d: {"position": b.position, "caught_up": b.caught_up,
+                        "paused": b.paused, "due": b.due(now)}
+                    for d, b in sorted(behind.items())
+                }  # fmt: skip
+                planned = planned or any(b.due(now) for b in behind.values())
             latest[name] = offset
         if start is not None and not planned and _same_positions(start, latest):
             return start  # nothing to read: no micro-batch
@@ -293,7 +330,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def partitions(
         self, start: dict[str, Any], end: dict[str, Any]
-    ) -> Sequence[SourceRange | ChunkRange | ReplayRange]:
+    ) -> Sequence[SourceRange | ChunkRange | ReplayRange | CatchUpRange]:
         config = self._current()
         shipment = self._shipper.ship(config)
         self._history.reload()
@@ -310,11 +347,12 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 begin = position_to_offset(binding.start, binding)
             elif name in reached:
                 begin = _past_open_read(begin, upto, reached[name])
+            begin, admission = _admission(begin, upto.get("behind", {}))
             if _moved(begin, upto):
-                moved.append((name, begin, upto))
+                moved.append((name, begin, upto, admission))
         split = max(1, self._shards // max(1, len(moved)))
-        ranges: list[SourceRange | ChunkRange | ReplayRange] = []
-        for name, begin, upto in moved:
+        ranges: list[SourceRange | ChunkRange | ReplayRange | CatchUpRange] = []
+        for name, begin, upto, admission in moved:
             count = split if _span(begin, upto) >= SHARD_MIN_BYTES else 1
             gate = Gate(
                 self._history.gated(name),
@@ -329,9 +367,16 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                     index,
                     count,
                     gate.to_json() if gate else None,
+                    admission.to_json() if admission else None,
                 )
                 for index in range(count)
             ]
+        seconds = config.open_read_seconds or DEFAULT_CATCH_UP_SECONDS
+        for name, upto in end.items():
+            for deployment, behind in upto.get("behind", {}).items():
+                if behind["due"]:
+                    ranges.append(CatchUpRange(shipment, name, deployment, behind["position"],
+                                               upto, seconds))  # fmt: skip
         for name, upto in end.items():
             for deployment, run, cursor in upto.get("replays", ()):
                 replay = self._history.replays(name).get(deployment)
@@ -363,10 +408,15 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 )
         return ranges
 
-    def read(self, partition: SourceRange | ChunkRange | ReplayRange) -> Iterator[pa.RecordBatch]:
+    def read(
+        self, partition: SourceRange | ChunkRange | ReplayRange | CatchUpRange
+    ) -> Iterator[pa.RecordBatch]:
         publish_functions(self._reports, worker_stage(partition.shipment)[1])
         if isinstance(partition, ChunkRange):
             yield from read_chunk_range(partition)
+            return
+        if isinstance(partition, CatchUpRange):
+            yield from read_catch_up(partition)
             return
         if isinstance(partition, ReplayRange):
             yield from read_replay_range(partition)
@@ -404,9 +454,14 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             and gate is None
             and config.fencing is None
         )
-        sinks = worker_sinks(sink_settings(config)) if open_read else None
+        # With a detach bound the read writes to the sinks itself too, so one
+        # deployment's sink that does not answer is that deployment's alone.
+        paced = _detaches(config)
+        sinks = worker_sinks(sink_settings(config)) if open_read or paced else None
         if sinks is not None and self._reports is not None:
             sinks.publisher.use(self._reports)
+        admission = Admission.from_json(partition.admission)
+        slow = _SlowWatch(partition.source, stage, admission, began) if paced else None
         delivered = TaskReport(started=time.time())
         planned_end = offset_to_position(partition.end)
         reached = planned_end
@@ -419,7 +474,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 catch_up=began + CATCH_UP * config.open_read_seconds if open_read else None,
             ):
                 if type(item) is RowChange:
-                    for record in stage.process(item, counts, gate):
+                    for record in stage.process(item, counts, gate, admission or None):
                         if sinks is not None:
                             sinks.deliver(record, partition.source, delivered)
                             continue
@@ -429,6 +484,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 elif type(item) is TransactionCommit:
                     counts.last_commit[partition.source] = item.commit_time.timestamp()
                     reached = item.position
+                    if slow is not None:
+                        admission = slow.check(item, counts) or admission
                 elif isinstance(item, SchemaChange) and not shard.index:
                     counts.ddl += 1  # every shard sees it; count it once
         except BaseException:
@@ -436,8 +493,11 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             raise
         counts.read_seconds = time.monotonic() - began
         if sinks is not None:
-            # Acknowledged up to here: the next batch may start past it.
-            batcher.add_delivered(sinks.finish(delivered, began).counts())
+            # Acknowledged up to here: the next batch may start past it (for a
+            # deployment its sinks did not take, from its own start again).
+            failed = sinks.settle(delivered, began)
+            counts.progress += _progress(partition, admission, failed, counts)
+            batcher.add_delivered(delivered.counts())
             if coordinates(reached) > coordinates(planned_end):
                 counts.reached[partition.source] = position_to_json(reached)
                 counts.positions[partition.source] = str(reached)
@@ -454,6 +514,83 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             reader.close()
         if self._plan_log is not None:
             self._plan_log.close()
+
+
+class _SlowWatch:
+    """Leaves out of a shared read a deployment whose functions took more than
+    ``SLOW_SHARE`` of its time (``dbus_spark.progress``), at a transaction boundary:
+    what it was given before is delivered, the rest its own read gives it."""
+
+    def __init__(
+        self, source: str, stage: Any, admission: Admission, began: float
+    ) -> None:
+        self._source = source
+        self._others = len(stage.deployments)
+        self._admission = admission
+        self._began = began
+
+    def check(self, commit: TransactionCommit, counts: StageCounts) -> Admission | None:
+        """The new admission when a deployment was left out at ``commit``, else None."""
+        elapsed = time.monotonic() - self._began
+        if elapsed < SLOW_AFTER:
+            return None
+        admission = self._admission
+        for name, busy in counts.busy.items():
+            served = self._others - len(admission.left_out)
+            if busy <= SLOW_SHARE * elapsed or name in admission.left_out or served <= 1:
+                continue
+            admission = admission.without(name)
+            counts.progress.append(detached(
+                self._source, name, position_to_json(commit.position),
+                f"its functions took {busy:.1f}s of a {elapsed:.1f}s read, holding the "
+                "others back", commit.commit_time.timestamp(),
+            ))  # fmt: skip
+        if admission is self._admission:
+            return None
+        self._admission = admission
+        return admission
+
+
+def _progress(
+    partition: SourceRange, admission: Admission, failed: dict[str, str], counts: StageCounts
+) -> list[dict[str, Any]]:
+    """What a shared read found for the deployments: those whose sinks did not take
+    what it gave them are detached at their own start; those it took back rejoined."""
+    events = []
+    start = {key: partition.start[key] for key in _POSITION_KEYS if key in partition.start}
+    back = admission.back or {}
+    for name, reason in sorted(failed.items()):
+        events.append(detached(partition.source, name, back.get(name, start), reason))
+    for name in sorted(back):
+        if name not in failed and name not in admission.left_out:
+            events.append(rejoined(partition.source, name))
+    return events
+
+
+_POSITION_KEYS = ("file", "pos", "gtid")
+
+
+def _detaches(config: RuntimeConfig) -> bool:
+    """Whether deployments of this runtime go at their own pace (``dbus_spark.progress``)."""
+    return config.detach_seconds > 0 and config.fencing is None
+
+
+def _admission(
+    begin: dict[str, Any], behind: dict[str, dict[str, Any]]
+) -> tuple[dict[str, Any], Admission]:
+    """Where a source's shared read starts, and whom it serves from where: not the
+    deployments behind, except those whose own read reached its batch's end, which it
+    takes back from their own position (the read then starts at the earliest)."""
+    left_out = frozenset(d for d, b in behind.items() if b["paused"] or not b["caught_up"])
+    back = {d: b["position"] for d, b in behind.items() if d not in left_out}
+    if not back:
+        return begin, Admission(left_out)
+    default = start_order(begin)
+    earliest = min(back.values(), key=start_order)
+    if start_order(earliest) < default:
+        kept = {key: value for key, value in begin.items() if key not in _POSITION_KEYS}
+        begin = {**kept, **{key: earliest[key] for key in _POSITION_KEYS if key in earliest}}
+    return begin, Admission(left_out, back, default)
 
 
 def _manifests(config: RuntimeConfig) -> list[Manifest]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -41,6 +42,7 @@ from dbus_fn.outcomes import Delivery
 from dbus_fn.pipeline import DeadLetter, Pipeline
 from dbus_fn.registry import LoadedDeployment, load_deployment
 from dbus_spark.history import Gate
+from dbus_spark.progress import Admission
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType, document_version
 
 
@@ -103,6 +105,11 @@ class StageCounts:
     reached: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per source read open past its planned end, the position (as JSON) it delivered
     up to (see ``dbus_spark.source``)."""
+    busy: Counter[str] = field(default_factory=Counter)
+    """Per deployment, seconds its functions ran (``dbus_spark.progress``: a deployment
+    that takes most of a read's time is detached)."""
+    progress: list[dict[str, Any]] = field(default_factory=list)
+    """Deployments detached, caught up or taken back (``dbus_spark.progress`` events)."""
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_dict()).encode()
@@ -127,6 +134,8 @@ class StageCounts:
             "chunks": self.chunks,
             "replays": self.replays,
             "reached": self.reached,
+            "busy": self.busy,
+            "progress": self.progress,
         }
 
     def add_json(self, data: bytes) -> None:
@@ -153,6 +162,8 @@ class StageCounts:
             chunks=counts.get("chunks", []),
             replays=counts.get("replays", []),
             reached=counts.get("reached", {}),
+            busy=Counter(counts.get("busy", {})),
+            progress=counts.get("progress", []),
         )
 
     def add(self, other: StageCounts) -> None:
@@ -176,6 +187,8 @@ class StageCounts:
         self.chunks += other.chunks
         self.replays += other.replays
         self.reached.update(other.reached)
+        self.busy.update(other.busy)
+        self.progress += other.progress
 
 
 class FunctionStage:
@@ -199,13 +212,20 @@ class FunctionStage:
         return found
 
     def process(
-        self, change: RowChange, counts: StageCounts, gate: Gate | None = None
+        self,
+        change: RowChange,
+        counts: StageCounts,
+        gate: Gate | None = None,
+        admission: Admission | None = None,
     ) -> Iterator[StageRecord]:
         """A binlog change through every deployment subscribed to its table; ``gate``
-        holds back what a deployment's history chunks bring instead."""
+        holds back what a deployment's history chunks bring instead; ``admission``
+        leaves out the deployments not with the stream (``dbus_spark.progress``)."""
         counts.rows += 1
         counts.tables[(change.source, change.qualified_table)] += 1
         for deployment, pipeline in self._subscribers(change.source, change.qualified_table):
+            if admission is not None and not admission.admits(deployment.manifest.name, change):
+                continue
             if gate is not None and not gate.admits(deployment.manifest.name, change):
                 counts.held[deployment.manifest.name] += 1
                 continue
@@ -271,7 +291,9 @@ class FunctionStage:
         name = deployment.manifest.name
         dead_topic = deployment.manifest.dead_letter_route.name
         counts.offered[(change.source, change.qualified_table, name)] += 1
+        began = time.perf_counter()
         outcome = pipeline.process(change)
+        counts.busy[name] += time.perf_counter() - began
         if outcome.filtered:
             counts.filtered[name] += 1
         dead = list(outcome.dead_letters)

@@ -30,12 +30,15 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from dbus_fn.coordination import HoldCheck
+from dbus_fn.errors import DbusError
 from dbus_spark.checkpoint import record_reached
 from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.history import ChunkDone, HistoryStore, progress_text, store_path
 from dbus_spark.logs import FIELDS, runtime_logger
 from dbus_spark.metrics.live import SinkPublisher
 from dbus_spark.metrics.reports import write_report
+from dbus_spark.progress import ProgressBook
+from dbus_spark.sinks.activity import SinkActivity
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
@@ -76,9 +79,11 @@ class TaskReport(WriterCommitMessage):  # type: ignore[misc]
         self.elasticsearch += counts["elasticsearch"]
         self.fenced += counts["fenced"]
         self.seconds = max(self.seconds, counts["seconds"])
-        self.started = min(t for t in (self.started, counts["started"]) if t) if (
-            self.started or counts["started"]
-        ) else 0.0
+        self.started = (
+            min(t for t in (self.started, counts["started"]) if t)
+            if (self.started or counts["started"])
+            else 0.0
+        )
         self.per_source.update(counts["per_source"])
 
     def to_json(self) -> dict[str, object]:
@@ -92,7 +97,12 @@ class TaskReport(WriterCommitMessage):  # type: ignore[misc]
 
 
 class _Sinks:
-    """The sinks of one Python worker process, kept between tasks."""
+    """The sinks of one Python worker process, kept between tasks.
+
+    Each deployment writes to Elasticsearch through a sink of its own (its own
+    buffer), and is counted apart in the Kafka producer's acknowledgments, so one
+    deployment's sink that does not answer names that deployment alone
+    (``settle``)."""
 
     def __init__(self, config: RuntimeConfig) -> None:
         self.config = config
@@ -104,19 +114,43 @@ class _Sinks:
         self.kafka = KafkaSink(
             config.kafka_bootstrap, topic_partitions=config.topic_partitions, fence=fence
         )
-        self.elasticsearch = ElasticsearchSink(
-            config.elasticsearch_url, on_refused=self._on_refused
+        self.detach_seconds = config.detach_seconds if config.fencing is None else 0.0
+        """How long a deployment's sinks may take before it is detached (0: never)."""
+        if self.detach_seconds:
+            self.kafka.block_for = self.detach_seconds
+        self._elasticsearch: dict[str, ElasticsearchSink] = {}
+        self._es_activity = SinkActivity(
+            in_flight=lambda: sum(s.in_flight for s in list(self._elasticsearch.values()))
         )
-        self._refused: list[KafkaRecord] = []
+        self.failed: dict[str, str] = {}
+        """Per deployment, why its sinks did not take what it was given in this task."""
+        self._refused: list[tuple[str, KafkaRecord]] = []
         self._types: dict[str, Mapping[str, str]] = {}
         self.publisher = SinkPublisher(
-            {"kafka": self.kafka.activity, "elasticsearch": self.elasticsearch.activity}
+            {"kafka": self.kafka.activity, "elasticsearch": self._es_activity}
         )
 
-    def _on_refused(self, action: IndexAction, reason: str) -> None:
-        self._refused.append(
-            refusal_dead_letter(action, reason, type_prefix=self.config.type_prefix)
-        )
+    def elasticsearch(self, deployment: str) -> ElasticsearchSink:
+        """``deployment``'s Elasticsearch sink."""
+        sink = self._elasticsearch.get(deployment)
+        if sink is None:
+
+            def refused(action: IndexAction, reason: str) -> None:
+                letter = refusal_dead_letter(action, reason, type_prefix=self.config.type_prefix)
+                self._refused.append((deployment, letter))
+
+            sink = self._elasticsearch[deployment] = ElasticsearchSink(
+                self.config.elasticsearch_url, on_refused=refused, activity=self._es_activity
+            )
+        return sink
+
+    def _fail(self, deployment: str, reason: str) -> None:
+        """Drop what ``deployment`` still has buffered: it is detached, and its own read
+        sends it all again."""
+        self.failed.setdefault(deployment, reason)
+        sink = self._elasticsearch.get(deployment)
+        if sink is not None:
+            sink.drop()
 
     def _column_types(self, text: str) -> Mapping[str, str]:
         types = self._types.get(text)
@@ -134,17 +168,61 @@ class _Sinks:
         return self.finish(report, started)
 
     def deliver(self, record: StageRecord, source: str, report: TaskReport) -> None:
-        """Write one record of the function stage straight away (a read task's own)."""
+        """Write one record of the function stage straight away (a read task's own).
+
+        With a detach bound, a deployment whose sink did not take a write within it
+        is noted in ``failed`` and given nothing more in this task."""
+        name = record.deployment
+        if name in self.failed:
+            return
         out = record.record
-        if type(out) is KafkaRecord:
-            self.kafka.write(out)
-        else:
-            assert type(out) is IndexAction
-            if out.document is not None and not out.size:
-                out = replace(out, size=len(json.dumps(out.document)))
-            self.elasticsearch.write(out)
+        within = self.detach_seconds or None
+        try:
+            if type(out) is KafkaRecord:
+                self.kafka.write(out, name if within else None)
+            else:
+                assert type(out) is IndexAction
+                if out.document is not None and not out.size:
+                    out = replace(out, size=len(json.dumps(out.document)))
+                self.elasticsearch(name).write(out, within=within)
+        except DbusError as exc:
+            if within is None:
+                raise
+            self._fail(name, str(exc))
+            return
         report.records += 1
         report.per_source[source] += 1
+
+    def settle(
+        self, report: TaskReport, started: float, within: float | None = None
+    ) -> dict[str, str]:
+        """``finish`` for what ``deliver`` wrote, waiting at most ``within`` seconds in
+        all (default: the detach bound): per deployment whose sinks did not take all
+        of it, why (those deployments are detached; the others' writes are all
+        acknowledged)."""
+        if not self.detach_seconds:
+            self.finish(report, started)
+            return {}
+        deadline = time.monotonic() + (self.detach_seconds if within is None else within)
+        for name, sink in list(self._elasticsearch.items()):
+            if name in self.failed:
+                sink.drop()
+                continue
+            try:
+                report.elasticsearch += sink.flush(within=max(0.5, deadline - time.monotonic()))
+            except DbusError as exc:
+                self._fail(name, str(exc))
+        for name, letter in self._refused:
+            if name not in self.failed:
+                self.kafka.write(letter, name)
+        self._refused.clear()
+        sent, late = self.kafka.settle(max(0.5, deadline - time.monotonic()))
+        report.kafka += sent
+        failed, self.failed = self.failed, {}
+        for name, reason in late.items():
+            failed.setdefault(name, reason)
+        report.seconds = time.monotonic() - started
+        return failed
 
     def _write_batch(self, batch: pa.RecordBatch, report: TaskReport) -> None:
         columns = batch.to_pydict()
@@ -156,7 +234,7 @@ class _Sinks:
             if record_type == RecordType.KAFKA:
                 self.kafka.write(KafkaRecord(destination, key, value, tuple(headers)))
             elif record_type == RecordType.ELASTICSEARCH:
-                self.elasticsearch.write(
+                self.elasticsearch(_deployment).write(
                     IndexAction(
                         index=destination,
                         doc_id=doc_id,
@@ -183,8 +261,9 @@ class _Sinks:
     def finish(self, report: TaskReport, started: float) -> TaskReport:
         """Wait until every record written is acknowledged; ``report`` with the counts."""
         # Elasticsearch first: documents it refuses become dead letters for Kafka.
-        report.elasticsearch += self.elasticsearch.flush()
-        for record in self._refused:
+        for sink in list(self._elasticsearch.values()):
+            report.elasticsearch += sink.flush()
+        for _, record in self._refused:
             self.kafka.write(record)
         self._refused.clear()
         report.kafka += self.kafka.flush()
@@ -297,6 +376,22 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             history = _history_text(store, sources)
         if stage.reached:
             record_reached(self._checkpoint_dir, stage.reached)
+        if stage.progress:
+            # Before Spark records the batch: the next plan reads where each
+            # deployment not with the stream stands (``dbus_spark.progress``).
+            ProgressBook(self._checkpoint_dir).apply(stage.progress)
+            for event in stage.progress:
+                if event["kind"] == "detached":
+                    log.warning(
+                        "deployment %s detached from source %s at %s: %s; it catches up "
+                        "on its own read",
+                        event["deployment"], event["source"], event["position"], event["reason"],
+                    )  # fmt: skip
+                elif event["kind"] == "rejoined":
+                    log.info(
+                        "deployment %s is with the stream of source %s again",
+                        event["deployment"], event["source"],
+                    )  # fmt: skip
         if total.fenced:
             log.warning(
                 "batch %d: %d Kafka message(s) not sent: their source's hold was lost "
@@ -304,7 +399,9 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 batchId,
                 total.fenced,
             )
-        if stage.rows or stage.ddl or total.records or stage.chunks or stage.replays:
+        if total.records or any(
+            (stage.rows, stage.ddl, stage.chunks, stage.replays, stage.progress)
+        ):
             now = time.time()
             fields = {
                 "batch": batchId, "rows": stage.rows, "ddl": stage.ddl,

@@ -226,3 +226,12 @@ def test_a_start_that_fails_gives_the_process_its_signal_handlers_back() -> None
     assert result.exit_code == 3, result.output
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+@pytest.mark.parametrize("value", ["-1", "soon"])
+def test_a_detach_bound_that_is_no_duration_is_a_usage_error(value: str) -> None:
+    result = _start(
+        "--source", "shop=mysql://u:p@127.0.0.1:1", "--functions", ORDERS, "--detach-after", value
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "--detach-after" in result.stderr and value in result.stderr

@@ -112,6 +112,15 @@ def test_the_open_read_defaults_to_two_seconds_and_survives_the_config_file(
     assert load_config(_config(open_read=0.0).save(tmp_path / "d.json")).open_read_seconds == 0
 
 
+def test_the_detach_bound_defaults_to_five_seconds_and_survives_the_config_file(
+    tmp_path: Path,
+) -> None:
+    assert _config().detach_seconds == 5.0
+    config = _config(detach_after=0.5)
+    assert load_config(config.save(tmp_path / "c.json")).detach_seconds == 0.5
+    assert load_config(_config(detach_after=0.0).save(tmp_path / "d.json")).detach_seconds == 0
+
+
 def test_a_batch_reads_a_source_only_under_the_hold_it_was_planned_with(tmp_path: Path) -> None:
     """A micro-batch planned before a cluster moved a source away, or before this
     runtime took it up again, must not read it (see dbus_spark.source)."""
@@ -177,3 +186,25 @@ def test_the_default_checkpoint_does_not_depend_on_the_current_folder(
         )
         made.append(config.checkpoint_dir)
     assert made[0] == made[1] == str(tmp_path / "home" / "runtime" / "checkpoint")
+
+
+def test_without_flags_the_runtime_reads_the_local_services_that_up_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dbus_deploy.services import load_config
+    from dbus_deploy.services._endpoints import write_endpoints
+
+    monkeypatch.setenv("DBUS_HOME", str(tmp_path))
+    monkeypatch.setenv("DBUS_MARIADB_PORT", "3316")
+    monkeypatch.setenv("DBUS_KAFKA_PORT", "9096")
+    write_endpoints(load_config(), ["mariadb", "kafka", "elasticsearch"])
+    monkeypatch.delenv("DBUS_MARIADB_PORT")  # the shell that ran `up` is gone
+    monkeypatch.delenv("DBUS_KAFKA_PORT")
+    config = runtime_config(
+        sources=(), deployments=(ORDERS,), kafka=None, elasticsearch=None, checkpoint=None
+    )
+    (binding,) = config.sources
+    assert (binding.spec.name, binding.spec.dsn) == ("local", "mysql://dbus:dbus@127.0.0.1:3316")
+    assert config.kafka_bootstrap == "127.0.0.1:9096"
+    assert config.elasticsearch_url == "http://127.0.0.1:9200"
+    assert config.checkpoint_dir == str(tmp_path / "runtime" / "checkpoint")

@@ -85,7 +85,7 @@ REPLAY_ROWS = 20_000
 
 def read_replay_range(partition: ReplayRange) -> Iterator[pa.RecordBatch]:
     """A part of a replay: retained binlog through one deployment only."""
-    return _one_deployment(partition, _replay_part)
+    return one_deployment(partition, _replay_part)
 
 
 def _replay_part(
@@ -139,7 +139,7 @@ def _replay_part(
 
 def read_chunk_range(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
     """One history chunk, through its deployment's functions only."""
-    return _one_deployment(partition, _chunk_rows)
+    return one_deployment(partition, _chunk_rows)
 
 
 def _chunk_rows(
@@ -205,7 +205,7 @@ def _chunk_rows(
     )
 
 
-def _one_deployment(
+def one_deployment(
     partition: Any, read: Callable[..., Iterator[pa.RecordBatch]]
 ) -> Iterator[pa.RecordBatch]:
     """A partition read for one deployment, its stage counts last. Planned before the

@@ -120,6 +120,7 @@ class ElasticsearchSink:
         bulk_actions: int = 2000,
         retry_for: float = 300.0,
         client: Elasticsearch | None = None,
+        activity: SinkActivity | None = None,
     ) -> None:
         self._url = url
         # Made on first use: the client library costs a Python worker ~17 MiB, and
@@ -132,17 +133,30 @@ class ElasticsearchSink:
         self._known_indices: set[str] = set()
         self._written = 0
         self._sending = 0
-        self.activity = SinkActivity(in_flight=lambda: len(self._buffer) + self._sending)
+        self.activity = activity or SinkActivity(in_flight=lambda: self.in_flight)
 
-    def write(self, action: IndexAction) -> None:
+    @property
+    def in_flight(self) -> int:
+        return len(self._buffer) + self._sending
+
+    def write(self, action: IndexAction, *, within: float | None = None) -> None:
+        """Buffer ``action``, sending the buffer when full; ``within``: how long a send
+        may retry before it raises (default: the sink's ``retry_for``)."""
         self._buffer.append(action)
         if len(self._buffer) >= self._bulk_actions:
-            self._send()
+            self._send(within)
 
-    def flush(self) -> int:
-        self._send()
+    def flush(self, *, within: float | None = None) -> int:
+        """Send what is buffered; the number of actions acknowledged since the last flush."""
+        self._send(within)
         written, self._written = self._written, 0
         return written
+
+    def drop(self) -> None:
+        """Forget what is buffered and the count written (its deployment was detached:
+        its own read sends it all again)."""
+        self._buffer = []
+        self._written = 0
 
     def close(self) -> None:
         if self._client is not None:
@@ -173,20 +187,20 @@ class ElasticsearchSink:
                     raise
         self._known_indices.add(action.index)
 
-    def _send(self) -> None:
+    def _send(self, within: float | None = None) -> None:
         try:
-            self._send_buffer()
+            self._send_buffer(self._retry_for if within is None else within)
         finally:
             self._sending = 0
 
-    def _send_buffer(self) -> None:
+    def _send_buffer(self, retry_for: float) -> None:
         if not self._buffer:
             return
         from elasticsearch import ApiError, ConnectionError, TransportError
 
         pending = self._buffer
         self._buffer = []
-        deadline = time.monotonic() + self._retry_for
+        deadline = time.monotonic() + retry_for
         backoff = 0.5
         while pending:
             self._sending = len(pending)
@@ -194,7 +208,7 @@ class ElasticsearchSink:
                 for action in pending:
                     if action.op == "index":
                         self._ensure_index(action)
-                pending = self._bulk_once(pending)
+                pending = self._bulk_once(pending, timeout=max(1.0, min(60.0, retry_for)))
             except (ConnectionError, TransportError) as exc:
                 self.activity.retried()
                 log.warning("elasticsearch %s unreachable (%s); retrying", self._url, exc)
@@ -207,15 +221,15 @@ class ElasticsearchSink:
                 log.warning("elasticsearch busy (%s); retrying", exc.status_code)
             if not pending:
                 return
-            if time.monotonic() > deadline:
+            if time.monotonic() + backoff > deadline:
                 raise ElasticsearchSinkError(
                     f"Elasticsearch at {self._url} did not take {len(pending)} action(s) "
-                    f"within {self._retry_for:.0f}s; the batch will be retried"
+                    f"within {retry_for:.2g}s"
                 )
             time.sleep(backoff)
             backoff = min(backoff * 2, 10.0)
 
-    def _bulk_once(self, actions: list[IndexAction]) -> list[IndexAction]:
+    def _bulk_once(self, actions: list[IndexAction], timeout: float = 60.0) -> list[IndexAction]:
         """Send one bulk request; return the actions to retry."""
         body: list[Mapping[str, Any]] = []
         for action in actions:
@@ -228,7 +242,7 @@ class ElasticsearchSink:
             body.append({action.op: meta})
             if action.op == "index":
                 body.append(action.document or {})
-        response = self._es.bulk(operations=body)
+        response = self._es.options(request_timeout=timeout).bulk(operations=body)
         if not response.get("errors"):
             self._written += len(actions)
             for action in actions:

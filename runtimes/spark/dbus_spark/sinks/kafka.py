@@ -19,6 +19,11 @@ paused runtime can never put older changes after the new owner's. Consumers read
 with ``isolation.level=read_committed``. A hold found lost drops the rest of the
 task's messages (the new owner re-sends from the committed position); a hold
 that cannot be confirmed (ZooKeeper away) waits, and so does a broker that is down.
+
+Unfenced writes are counted per deployment (``write(record, deployment)``): ``settle``
+waits for the acknowledgments up to a bound and names the deployments whose messages
+the broker refused or did not acknowledge in time, so that those deployments alone
+are detached (``dbus_spark.progress``) while the others' positions are committed.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +75,7 @@ CHUNK_RECORDS = 20_000
 # Kafka's default; what a broker that will not say is assumed to use.
 DEFAULT_ABORT_SCAN_SECONDS = 10.0
 _RETRY_SECONDS = 1.0
+_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +146,14 @@ class KafkaSink:
         self._create_topics = create_topics
         self._known_topics: set[str] = set()
         self._errors: list[str] = []
+        # Per deployment: messages handed over and not yet acknowledged, the broker's
+        # refusals, and the delivery callback that counts them.
+        self._waiting_for: Counter[str] = Counter()
+        self._refused: dict[str, str] = {}
+        self._callbacks: dict[str, Callable[[KafkaError | None, Any], None]] = {}
+        self.block_for: float | None = None
+        """How long ``write`` waits for room in a full local queue before it raises
+        (None: as long as it takes)."""
         self._pending = 0
         self._sent = 0
         self._lock = threading.Lock()
@@ -171,9 +186,26 @@ class KafkaSink:
                     self._waiting("no transactional producer yet", exc.args[0].str())
         return producer
 
+    def _callback(self, deployment: str) -> Callable[[KafkaError | None, Any], None]:
+        found = self._callbacks.get(deployment)
+        if found is None:
+
+            def delivered(err: KafkaError | None, msg: Any) -> None:
+                with self._lock:
+                    if self._waiting_for[deployment] > 0:  # not one ``settle`` gave up on
+                        self._waiting_for[deployment] -= 1
+                    if err is not None:
+                        self._refused.setdefault(deployment, f"{msg.topic()}: {err.str()}")
+                self._on_delivery(err, msg)
+
+            found = self._callbacks[deployment] = delivered
+        return found
+
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         with self._lock:
             self._pending -= 1
+            if err is not None and err.code() in _PURGED:
+                return  # given up on by ``settle``: its deployment sends it again
             if err is not None:
                 self._errors.append(f"{msg.topic()}: {err.str()}")
             else:
@@ -224,9 +256,10 @@ class KafkaSink:
         self._hold = (source, epoch)
         self._lost = False
 
-    def write(self, record: KafkaRecord) -> None:
+    def write(self, record: KafkaRecord, deployment: str | None = None) -> None:
+        """Send ``record``; ``deployment``: count it as that deployment's (see ``settle``)."""
         if self._fence is None:
-            self._produce(record)
+            self._produce(record, deployment)
             return
         if self._lost:
             self.fenced += 1
@@ -246,9 +279,11 @@ class KafkaSink:
         ):
             self._commit_chunk()
 
-    def _produce(self, record: KafkaRecord) -> None:
+    def _produce(self, record: KafkaRecord, deployment: str | None = None) -> None:
         if record.topic not in self._known_topics:
             self.ensure_topics([record.topic])
+        callback = self._on_delivery if deployment is None else self._callback(deployment)
+        full_since = 0.0
         while True:
             try:
                 self._producer.produce(
@@ -256,14 +291,23 @@ class KafkaSink:
                     value=record.value,
                     key=record.key,
                     headers=list(record.headers),
-                    on_delivery=self._on_delivery,
+                    on_delivery=callback,
                 )
                 break
             except BufferError:
                 # Back pressure: the local queue is full; let deliveries drain.
+                full_since = full_since or time.monotonic()
+                if self.block_for is not None and time.monotonic() - full_since > self.block_for:
+                    raise KafkaSinkError(
+                        f"Kafka at {self._bootstrap} took nothing for {self.block_for:g}s "
+                        "(the local queue stayed full)",
+                        topic=record.topic,
+                    ) from None
                 self._producer.poll(0.1)
         with self._lock:
             self._pending += 1
+            if deployment is not None:
+                self._waiting_for[deployment] += 1
         self._producer.poll(0)
 
     def _drain(self) -> list[str]:
@@ -301,6 +345,45 @@ class KafkaSink:
                 "the batch will be retried"
             )
         return sent
+
+    def settle(self, within: float) -> tuple[int, dict[str, str]]:
+        """Wait up to ``within`` seconds for every message handed over (unfenced writes
+        only): the number acknowledged and, per deployment, why some of its messages
+        were not (refused, or no answer in time). Messages still unanswered at the
+        bound are purged from the producer, so they never hold a later ``settle``;
+        their deployments send them again from their own position."""
+        assert self._fence is None, "fenced writes commit in transactions (flush)"
+        deadline = time.monotonic() + within
+        while True:
+            remaining = self._producer.flush(max(0.0, min(1.0, deadline - time.monotonic())))
+            if remaining == 0 or time.monotonic() >= deadline:
+                break
+            self.activity.retried()
+        with self._lock:
+            late = {name: count for name, count in self._waiting_for.items() if count > 0}
+        if late:
+            log.warning(
+                "kafka: %d message(s) not acknowledged within %.2gs (broker %s); their "
+                "deployments are detached",
+                sum(late.values()),
+                within,
+                self._bootstrap,
+            )
+            self._producer.purge(in_queue=True, in_flight=True)
+            self._producer.flush(1.0)  # their delivery reports, failed as purged
+        with self._lock:
+            failed = {
+                name: f"Kafka at {self._bootstrap} did not acknowledge {count} "
+                f"message(s) within {within:.2g}s"
+                for name, count in late.items()
+            }
+            for name, reason in self._refused.items():
+                failed.setdefault(name, f"Kafka refused a message ({reason})")
+            self._refused.clear()
+            self._waiting_for.clear()
+            self._errors.clear()
+            sent, self._sent = self._sent, 0
+        return sent, failed
 
     def _commit_chunk(self) -> None:
         """Commit the open transaction once the hold is confirmed; on any failure send

@@ -1,0 +1,104 @@
+"""A detached deployment's own read: the binlog from its position, through its
+functions alone, to its own sinks (see ``dbus_spark.progress``).
+
+It runs as a task of its own in the micro-batch, beside the shared read, and writes
+as it reads: it reads for half its ``seconds`` (to a transaction boundary) and gives
+its sinks the rest, so that it never holds the batch, and with it the shared read,
+much longer than the shared read takes anyway. It reports how far its sinks took everything
+(a transaction boundary) and whether it reached the batch's end; a read its sinks
+did not take, or a position the server no longer has, reports why, and its
+position holds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from dbus_fn.capture import position_from_json, position_to_json, replica_id_for
+from dbus_fn.errors import DbusError
+from dbus_fn.events import RowChange, TransactionCommit
+from dbus_spark.config import SourceBinding
+from dbus_spark.history import position_order
+from dbus_spark.history.partitions import one_deployment
+from dbus_spark.progress import caught_up_to, not_taken
+from dbus_spark.shipment import Shipment
+from dbus_spark.stage import FunctionStage, StageCounts
+from dbus_spark.worker import Batcher, drop_reader, worker_reader, worker_stage
+from dbus_spark.writer import TaskReport, sink_settings, worker_sinks
+
+
+@dataclass(frozen=True)
+class CatchUpRange(InputPartition):  # type: ignore[misc]
+    """Read ``source`` for ``deployment`` from ``start`` (exclusive) towards the batch's
+    end ``end`` (its offset), for at most ``seconds``."""
+
+    shipment: Shipment
+    source: str
+    deployment: str
+    start: dict[str, Any]
+    end: dict[str, Any]
+    seconds: float
+
+
+def read_catch_up(partition: CatchUpRange) -> Iterator[pa.RecordBatch]:
+    return one_deployment(partition, _catch_up)
+
+
+def _catch_up(
+    partition: CatchUpRange,
+    stage: FunctionStage,
+    binding: SourceBinding,
+    batcher: Batcher,
+    counts: StageCounts,
+) -> Iterator[pa.RecordBatch]:
+    name, source = partition.deployment, partition.source
+    reader = worker_reader(binding, replica_id_for(f"{binding.replica_id}/catch-up/{name}"))
+    sinks = worker_sinks(sink_settings(worker_stage(partition.shipment)[0]))
+    delivered = TaskReport(started=time.time())
+    start, stop = position_from_json(partition.start), position_from_json(partition.end)
+    reached, commit_time, ended = dict(partition.start), 0.0, True
+    problem: str | None = None
+    began = time.monotonic()
+    if position_order(start) < position_order(stop):
+        items = reader.read(start, stop=stop)
+        try:
+            for item in items:
+                if type(item) is RowChange:
+                    for record in stage.process_only(name, item, counts):
+                        sinks.deliver(record, source, delivered)
+                    if name in sinks.failed:
+                        break
+                elif type(item) is TransactionCommit:
+                    reached = position_to_json(item.position)
+                    commit_time = item.commit_time.timestamp()
+                    if time.monotonic() - began >= partition.seconds / 2 and position_order(
+                        item.position
+                    ) < position_order(stop):
+                        ended = False
+                        break
+        except DbusError as exc:  # a position the server no longer has, say
+            problem = f"its own read from {start} failed: {exc}"
+            drop_reader(reader)
+        except BaseException:
+            drop_reader(reader)
+            raise
+        finally:
+            items.close()
+    failed = sinks.settle(delivered, began, max(0.5, began + partition.seconds - time.monotonic()))
+    counts.read_seconds = time.monotonic() - began
+    problem = problem or failed.get(name)
+    if problem is not None:
+        counts.progress.append(not_taken(source, name, problem))
+    else:
+        counts.progress.append(caught_up_to(source, name, reached, commit_time, ended))
+    batcher.add_delivered(delivered.counts())
+    yield from ()
+
+
+__all__ = ["CatchUpRange", "read_catch_up"]
