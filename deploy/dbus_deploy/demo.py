@@ -12,7 +12,6 @@ import json
 import os
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import click
@@ -30,10 +29,6 @@ CREATE TABLE IF NOT EXISTS shop.orders (
 
 INDEX = "orders"
 TOPICS = r"^orders\..*"
-
-
-def _repo_root() -> Path:
-    return Path(__file__).resolve().parents[3]
 
 
 @click.command()
@@ -70,7 +65,7 @@ def demo(deployment: str | None, timeout: float, start_services: bool, verbose: 
 
     import pymysql
 
-    from dbus_deploy.services import endpoints, up
+    from dbus_deploy.services import endpoints, load_config, up
     from dbus_spark.job import spark_session
     from dbus_spark.job import start as start_query
     from dbus_spark.job import stop as stop_query
@@ -82,7 +77,8 @@ def demo(deployment: str | None, timeout: float, start_services: bool, verbose: 
         for service in up(progress=lambda line: click.echo(f"   {line}")):
             ports = ", ".join(str(p) for p in service.ports)
             click.echo(f"   {service.name}: {service.action} on 127.0.0.1:{ports}")
-    local = endpoints()
+    config = load_config()
+    local = endpoints(config)
     db = local.mariadb
     conn = pymysql.connect(
         host=db.host, port=db.port, user=db.user, password=db.password, autocommit=True
@@ -92,10 +88,10 @@ def demo(deployment: str | None, timeout: float, start_services: bool, verbose: 
         cur.execute(ORDERS_DDL)
 
     run = uuid.uuid4().hex[:8]
-    home = _repo_root() / ".dbus" / "demo"
-    config = runtime_config(
+    home = config.home / "demo"
+    runtime = runtime_config(
         sources=(f"shop={db.dsn}",),
-        deployments=(deployment or str(_repo_root() / "functions" / "orders"),),
+        deployments=(deployment or str(config.repo / "functions" / "orders"),),
         kafka=local.kafka.bootstrap_servers,
         elasticsearch=local.elasticsearch.url,
         checkpoint=str(home / f"checkpoint-{run}"),
@@ -103,10 +99,10 @@ def demo(deployment: str | None, timeout: float, start_services: bool, verbose: 
     )
     click.echo("== runtime (Spark local mode)")
     spark = spark_session()
-    query = start_query(config, spark=spark)
+    query = start_query(runtime, spark=spark)
     try:
         _wait(lambda: _progressed(query), timeout, "the runtime's first micro-batch")
-        click.echo(f"   running; checkpoint {config.checkpoint_dir}")
+        click.echo(f"   running; checkpoint {runtime.checkpoint_dir}")
         ids = _write_orders(conn)
         click.echo("== results")
         kafka = _read_kafka(local.kafka.bootstrap_servers, ids, run, timeout)
