@@ -12,19 +12,9 @@ from __future__ import annotations
 from dbus_deploy.services._config import (
     DEFAULT_SERVICES,
     ENV_HELP,
-    PORT_VARIABLES,
     SERVICE_NAMES,
     ServicesConfig,
     load_config,
-)
-from dbus_deploy.services._endpoints import (
-    ElasticsearchEndpoint,
-    Endpoints,
-    KafkaEndpoint,
-    MariaDBEndpoint,
-    PrometheusEndpoint,
-    ZooKeeperEndpoint,
-    endpoints,
 )
 from dbus_deploy.services._errors import (
     InstallError,
@@ -34,6 +24,16 @@ from dbus_deploy.services._errors import (
 )
 from dbus_deploy.services._install import apt_install
 from dbus_deploy.services._lifecycle import ServiceStatus, down, restart, status, up
+from dbus_fn.local_services import (
+    PORT_VARIABLES,
+    ElasticsearchEndpoint,
+    Endpoints,
+    KafkaEndpoint,
+    MariaDBEndpoint,
+    PrometheusEndpoint,
+    ZooKeeperEndpoint,
+)
+from dbus_fn.local_services import local_endpoints as endpoints
 
 __all__ = [
     "DEFAULT_SERVICES",

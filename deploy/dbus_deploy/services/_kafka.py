@@ -20,11 +20,11 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from dbus_deploy.services._config import PORT_ENV
 from dbus_deploy.services._errors import ServiceStartError
 from dbus_deploy.services._install import Java, find_java, maven_copy_dependencies
 from dbus_deploy.services._process import Launch, last_log_line, run_logged
 from dbus_deploy.services._service import Service
+from dbus_fn.local_services import PORT_ENV
 
 _LOG4J2 = """\
 status = warn

@@ -18,9 +18,9 @@ import pymysql
 from dbus_deploy.services._errors import ServiceStartError
 from dbus_deploy.services._process import Launch, last_log_line, run_logged
 from dbus_deploy.services._service import Service
+from dbus_fn.local_services import MARIADB_PASSWORD as PASSWORD
+from dbus_fn.local_services import MARIADB_USER as USER
 
-USER = "dbus"
-PASSWORD = "dbus"
 MARIADBD = Path("/usr/sbin/mariadbd")
 INSTALL_DB = Path("/usr/bin/mariadb-install-db")
 

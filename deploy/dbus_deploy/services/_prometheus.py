@@ -20,6 +20,7 @@ from pathlib import Path
 from dbus_deploy.services._config import ServicesConfig
 from dbus_deploy.services._process import Launch
 from dbus_deploy.services._service import Service
+from dbus_fn.local_services import prometheus_targets
 
 _BINARY = "prometheus"
 SCRAPE_SECONDS = 2
@@ -30,7 +31,7 @@ DEFAULT_UI = "127.0.0.1:9465"
 
 def targets_dir(config: ServicesConfig) -> Path:
     """Where a file ``<name>.json`` adds scrape targets (file service discovery)."""
-    return config.service_dir(Prometheus.name) / "config" / "targets"
+    return prometheus_targets(config.home)
 
 
 class Prometheus(Service):

@@ -11,8 +11,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
-from dbus_deploy.services._config import PORT_ENV, ServicesConfig
+from dbus_deploy.services._config import ServicesConfig
 from dbus_deploy.services._process import Launch
+from dbus_fn.local_services import PORT_ENV
 
 
 class Service(ABC):

@@ -7,11 +7,11 @@ endpoints written by ``dbus services up``. This is the only place that decides.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.errors import ConfigError
 from dbus_fn.home import dbus_home as default_home  # where a runtime keeps state unless told
+from dbus_fn.local_services import Endpoints, local_endpoints
 from dbus_fn.manifest import load_manifest
 from dbus_spark.checkpoint import resolve
 from dbus_spark.config import (
@@ -22,20 +22,7 @@ from dbus_spark.config import (
     SourceBinding,
 )
 
-if TYPE_CHECKING:
-    from dbus_deploy.services import Endpoints
-
 DEFAULT_SOURCE = "local"
-
-
-def _local_endpoints() -> Endpoints | None:
-    """The local services' endpoints; ``None`` without the deploy package. A malformed
-    ``DBUS_*`` setting of theirs is the user's to fix, so its ``ConfigError`` surfaces."""
-    try:
-        from dbus_deploy.services import endpoints
-    except ImportError:
-        return None
-    return endpoints()
 
 
 def runtime_config(
@@ -57,7 +44,7 @@ def runtime_config(
     """Resolve every setting of a runtime; raise ``ConfigError`` naming the fix.
 
     ``keep_helper_tables`` applies to every source (``SourceSpec``); None: skip them."""
-    local = _local_endpoints() if not (sources and kafka and elasticsearch) else None
+    local = local_endpoints() if not (sources and kafka and elasticsearch) else None
     named = named_sources(sources)
     if not named:
         if local is None:
@@ -121,7 +108,7 @@ def member_config(
     home: Path | None = None,
 ) -> RuntimeConfig:
     """The settings of a cluster member; ZooKeeper gives its sources and functions."""
-    local = _local_endpoints() if not (kafka and elasticsearch) else None
+    local = local_endpoints() if not (kafka and elasticsearch) else None
     kafka, elasticsearch = _sinks(kafka, elasticsearch, local)
     return RuntimeConfig(
         sources=(),
