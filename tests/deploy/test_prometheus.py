@@ -27,7 +27,7 @@ def test_the_rules_file_is_valid(prometheus_service: PrometheusEndpoint) -> None
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 def test_each_alert_fires_on_what_should_raise_it(
@@ -47,5 +47,5 @@ def test_the_server_loaded_the_rules(prometheus_service: PrometheusEndpoint) -> 
     names = {rule["name"] for group in groups for rule in group["rules"]}
     assert names == {
         "DbusRuntimeGone", "DbusSourceDown", "DbusSourceLagging", "DbusStalled",
-        "DbusDeadLettersRising", "DbusClusterSourceUnread",
+        "DbusDeadLettersRising", "DbusClusterSourceUnread", "DbusDeploymentBehind",
     }  # fmt: skip

@@ -70,13 +70,19 @@ def cli_runtime(scratch: Scratch, folder: Path, *options: str) -> Iterator[str]:
     try:
         yield runtime_api(checkpoint)
     finally:
-        runtime.send_signal(signal.SIGTERM)
-        try:
-            runtime.wait(60)
-        except subprocess.TimeoutExpired:
-            runtime.kill()
-            runtime.wait()
-        print((scratch.tmp_path / "runtime.log").read_text(errors="replace")[-3000:])
+        stop_cli_runtime(scratch, runtime)
+
+
+def stop_cli_runtime(scratch: Scratch, runtime: subprocess.Popen[bytes]) -> None:
+    """Stop a ``spawn_cli_runtime`` (SIGTERM, then SIGKILL after a minute) and print the
+    end of its log."""
+    runtime.send_signal(signal.SIGTERM)
+    try:
+        runtime.wait(60)
+    except subprocess.TimeoutExpired:
+        runtime.kill()
+        runtime.wait()
+    print((scratch.tmp_path / "runtime.log").read_text(errors="replace")[-3000:])
 
 
 def tens_refused(scratch: Scratch, name: str) -> tuple[Path, str]:

@@ -5,9 +5,11 @@ the other deployment's Kafka stream; the held one catches up and rejoins."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -226,3 +228,112 @@ def test_a_function_slower_than_the_load_is_detached_and_catches_up_once_fast_ag
         assert query.exception() is None
     finally:
         query.stop()
+
+
+def _kafka_keys(bootstrap: str, topic: str, count: int) -> list[tuple[int, str]]:
+    """The first ``count`` events of ``topic`` as (id, kind), in the topic's order per
+    partition (a key's events share one)."""
+    from support import kafka_events
+
+    events = kafka_events(bootstrap, topic, count, 120)
+    return [(json.loads(key)[0], event.get_type().rsplit(".", 1)[-1]) for key, event in events]
+
+
+def test_a_paused_deployment_gets_nothing_and_after_resume_everything_in_key_order(
+    spark: Any, scratch: Scratch, orders: str
+) -> None:
+    from dbus_spark.progress.commands import ask
+
+    topic = scratch.kafka_topic
+    kafka = scratch.services.kafka.bootstrap_servers
+    folders = [
+        _deployment(scratch, "steady", orders, f"kafka://{topic}"),
+        _deployment(scratch, "paused", orders, f"kafka://{topic}.paused"),
+    ]
+    query, config = _run(scratch, folders, scratch.services.elasticsearch.url, spark)
+    try:
+        said = ask("paused", pause=True, checkpoint=config.checkpoint_dir)
+        assert said.startswith("paused paused at src ")
+        with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+            for i in range(1, 21):
+                cur.execute("INSERT INTO orders VALUES (%s, %s)", (i, i))
+            for i in range(1, 21, 2):
+                cur.execute("UPDATE orders SET total = total + 1 WHERE id = %s", (i,))
+        assert kafka_count(kafka, topic, expected=30, within=60) == 30
+        time.sleep(3)  # a few more batches: still nothing for the paused one
+        assert kafka_count(kafka, f"{topic}.paused", expected=1, within=2) == 0
+        assert ProgressBook(config.checkpoint_dir).load()["src"]["paused"].state == "paused"
+
+        assert "resumed" in ask("paused", pause=False, checkpoint=config.checkpoint_dir)
+        got = _kafka_keys(kafka, f"{topic}.paused", 30)
+        assert len(got) == 30
+        for key in range(1, 21):
+            kinds = [kind for k, kind in got if k == key]
+            assert kinds == (["inserted", "updated"] if key % 2 else ["inserted"]), (key, kinds)
+        wait_for(lambda: not ProgressBook(config.checkpoint_dir).load().get("src"), 60,
+                 "the resumed one to rejoin", every=0.5)  # fmt: skip
+        assert ask("paused", pause=False, checkpoint=config.checkpoint_dir) == (
+            "paused was not paused"
+        )
+        assert query.exception() is None
+    finally:
+        query.stop()
+
+
+def test_pausing_a_deployment_the_runtime_does_not_run_is_one_line_and_exit_2(
+    spark: Any, scratch: Scratch, orders: str
+) -> None:
+    folders = [_deployment(scratch, "steady", orders, f"kafka://{scratch.kafka_topic}")]
+    query, config = _run(scratch, folders, scratch.services.elasticsearch.url, spark)
+    try:
+        result = subprocess.run(
+            [str(Path(sys.executable).parent / "dbus"), "fn", "pause", "nobody",
+             "--checkpoint", config.checkpoint_dir],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "'nobody'" in lines[0] and "steady" in lines[0], lines
+    finally:
+        query.stop()
+
+
+def test_a_runtime_killed_while_a_deployment_is_detached_converges_after_restart(
+    scratch: Scratch, orders: str, es_proxy: Proxy
+) -> None:
+    from e2e_support import spawn_cli_runtime, stop_cli_runtime
+
+    topic, index = scratch.kafka_topic, scratch.es_index
+    kafka, es = scratch.services.kafka.bootstrap_servers, scratch.services.elasticsearch.url
+    folders = [
+        _deployment(scratch, "to_kafka", orders, f"kafka://{topic}"),
+        _deployment(scratch, "to_es", orders, f"es://{index}"),
+    ]
+    checkpoint = str(scratch.tmp_path / "killed")
+    options = ["--functions", str(folders[1]), "--detach-after", "2",
+               "--elasticsearch", f"http://127.0.0.1:{es_proxy.port}"]  # fmt: skip
+    runtime = spawn_cli_runtime(scratch, folders[0], checkpoint, *options)
+    book = ProgressBook(checkpoint)
+    try:
+        from support import runtime_api
+
+        runtime_api(Path(checkpoint))
+        writer = Writer(scratch.fresh_database, 1)
+        wait_for(lambda: len(_documents(es, index)) >= 3, 120, "the first rows indexed",
+                 every=0.5)  # fmt: skip
+        es_proxy.cut()
+        wait_for(lambda: "to_es" in book.load().get("shop", {}), 60, "to_es detached",
+                 every=0.5, alive=lambda: runtime.poll() is None)  # fmt: skip
+        time.sleep(2)
+        runtime.kill()  # SIGKILL while to_es is detached
+        runtime.wait()
+        written = writer.stop()
+        es_proxy.restore()
+        runtime = spawn_cli_runtime(scratch, folders[0], checkpoint, *options)
+        wanted = set(range(1, written + 1))
+        wait_for(lambda: _documents(es, index) == wanted, 180, "the index to equal the table",
+                 every=1.0, alive=lambda: runtime.poll() is None)  # fmt: skip
+        assert kafka_count(kafka, topic, expected=written, within=120) >= written
+        wait_for(lambda: not book.load().get("shop"), 60, "to_es to rejoin", every=0.5)
+    finally:
+        stop_cli_runtime(scratch, runtime)

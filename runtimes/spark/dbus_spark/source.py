@@ -66,7 +66,7 @@ from dbus_fn.capture import (
     position_to_json,
 )
 from dbus_fn.coordination import PlanLog
-from dbus_fn.errors import DbusError
+from dbus_fn.errors import DbusError, HistoryError
 from dbus_fn.events import (
     BinlogPosition,
     RowChange,
@@ -90,7 +90,7 @@ from dbus_spark.history.partitions import (
     read_replay_range,
 )
 from dbus_spark.history.plans import open_plans
-from dbus_spark.history.requests import take_requests
+from dbus_spark.history.requests import Answer, PaceRequest, take_requests
 from dbus_spark.progress import (
     SLOW_AFTER,
     SLOW_SHARE,
@@ -229,6 +229,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         take_requests(
             config.checkpoint_dir, self._history,
             {b.spec.name: self._reader(b) for b in config.sources}, self._manifests,
+            (lambda request: self._pace(request, start)) if _detaches(config) else None,
         )  # fmt: skip
         latest, planned = {}, False
         book = self._book.load() if _detaches(config) else {}
@@ -280,6 +281,31 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         if start is not None and not planned and _same_positions(start, latest):
             return start  # nothing to read: no micro-batch
         return latest
+
+    def _pace(self, request: PaceRequest, start: dict[str, Any] | None) -> Answer:
+        """Pause a deployment where the stream stands (the last batch's end), or let a
+        paused one catch up (``dbus_spark.progress``)."""
+        name = request.deployment
+        names = sorted(manifest.name for manifest in self._manifests)
+        if name not in names:
+            return Answer.refused(HistoryError(
+                f"no deployment {name!r} runs in this runtime; it runs {', '.join(names)}"
+            ))  # fmt: skip
+        if not request.pause:
+            resumed = self._book.resume(name)
+            return Answer(True, f"{name} resumed: it catches up on its own read, then rejoins"
+                          if resumed else f"{name} was not paused")  # fmt: skip
+        if not start:
+            return Answer.refused(HistoryError(
+                "the runtime has not committed its first micro-batch yet; ask again in a moment"
+            ))  # fmt: skip
+        positions = {
+            source: {key: offset[key] for key in _POSITION_KEYS if key in offset}
+            for source, offset in start.items()
+        }
+        self._book.pause(name, positions)
+        at = ", ".join(f"{s} {p['file']}:{p['pos']}" for s, p in sorted(positions.items()))
+        return Answer(True, f"{name} paused at {at}; `dbus fn resume {name}` lets it catch up")
 
     def _quiet(
         self,
@@ -521,9 +547,7 @@ class _SlowWatch:
     ``SLOW_SHARE`` of its time (``dbus_spark.progress``), at a transaction boundary:
     what it was given before is delivered, the rest its own read gives it."""
 
-    def __init__(
-        self, source: str, stage: Any, admission: Admission, began: float
-    ) -> None:
+    def __init__(self, source: str, stage: Any, admission: Admission, began: float) -> None:
         self._source = source
         self._others = len(stage.deployments)
         self._admission = admission

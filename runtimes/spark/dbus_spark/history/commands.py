@@ -15,7 +15,7 @@ import click
 from dbus_fn.cli._options import env_option
 from dbus_fn.cli.cluster import ZooKeeperOptions, cluster_or_local_options
 
-_CHECKPOINT_HELP = (
+CHECKPOINT_HELP = (
     "Checkpoint (folder or URI) of the runtime to ask, as given to `dbus runtime start`. "
     "Default: runtime/checkpoint in the local services' home."
 )
@@ -36,7 +36,7 @@ _CHECKPOINT_HELP = (
     help="Only rows matching this SQL condition on the table's own columns "
     "(e.g. \"updated_at > '2024-01-01'\").",
 )
-@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=_CHECKPOINT_HELP)
+@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=CHECKPOINT_HELP)
 @click.option(
     "--wait/--no-wait",
     default=True,
@@ -81,7 +81,7 @@ def backfill(
     is_flag=True,
     help="Send the drifted keys again through the running runtime, then verify again.",
 )
-@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=_CHECKPOINT_HELP)
+@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=CHECKPOINT_HELP)
 @env_option(
     "--source",
     "sources",
@@ -155,7 +155,7 @@ def verify(
     "shadow topic: kafka://orders.shadow.",
 )
 @click.option("--source", default=None, help="The source a position belongs to (with several).")
-@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=_CHECKPOINT_HELP)
+@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=CHECKPOINT_HELP)
 @click.option(
     "--wait/--no-wait", default=True, show_default=True, help="Show the progress to the end."
 )
@@ -193,7 +193,7 @@ _SINCE = click.option(
 @click.command("deadletters")
 @click.argument("name")
 @_SINCE
-@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=_CHECKPOINT_HELP)
+@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=CHECKPOINT_HELP)
 def deadletters(name: str, since: str | None, checkpoint: str | None) -> None:
     """List what went to deployment NAME's dead-letter destination: when, which
     version, which function at which stage, the key, the position and the error."""
@@ -205,7 +205,7 @@ def deadletters(name: str, since: str | None, checkpoint: str | None) -> None:
 @click.command("redrive")
 @click.argument("name")
 @_SINCE
-@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=_CHECKPOINT_HELP)
+@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=CHECKPOINT_HELP)
 @click.option(
     "--wait/--no-wait", default=True, show_default=True, help="Show the progress to the end."
 )

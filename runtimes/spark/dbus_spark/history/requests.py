@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -110,8 +110,26 @@ class ReplayRequest:
                    data.get("source"), data["id"])  # fmt: skip
 
 
-Request = BackfillRequest | RepairRequest | ReplayRequest
-_KINDS: dict[str, Any] = {"repair": RepairRequest, "replay": ReplayRequest}
+@dataclass(frozen=True, slots=True)
+class PaceRequest:
+    """Pause a deployment (its position holds, it gets nothing) or resume it (it
+    catches up): ``dbus fn pause`` / ``dbus fn resume``, see ``dbus_spark.progress``."""
+
+    deployment: str
+    pause: bool
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "pace", "id": self.id, "deployment": self.deployment,
+                "pause": self.pause}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PaceRequest:
+        return cls(data["deployment"], bool(data["pause"]), data["id"])
+
+
+Request = BackfillRequest | RepairRequest | ReplayRequest | PaceRequest
+_KINDS: dict[str, Any] = {"repair": RepairRequest, "replay": ReplayRequest, "pace": PaceRequest}
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,14 +252,24 @@ def take_requests(
     store: HistoryStore,
     readers: Mapping[str, BinlogReader],
     manifests: Sequence[Manifest],
+    pace: Callable[[PaceRequest], Answer] | None = None,
 ) -> None:
     """Answer every pending request (the runtime's driver, between micro-batches): a
-    backfill starts on each source that has the tables, or is refused as a whole."""
+    backfill starts on each source that has the tables, or is refused as a whole;
+    ``pace`` answers a pause or a resume (None: this runtime cannot)."""
     everywhere = readers
     for request, only in pending(checkpoint_dir):
         readers = {s: r for s, r in everywhere.items() if only in (None, s)}
         started: list[tuple[str, str]] = []
         problems: list[str] = []
+        if isinstance(request, PaceRequest):
+            refusal = HistoryError(
+                "this runtime pauses no deployment: it runs in a --cluster or with "
+                "--detach-after 0, where every deployment goes with the stream; start it "
+                "alone with --detach-after above 0 to pause one"
+            )
+            answer(checkpoint_dir, request, pace(request) if pace else Answer.refused(refusal))
+            continue
         if isinstance(request, ReplayRequest):
             try:
                 started = start_replay(store, readers, manifests, request)
@@ -445,6 +473,7 @@ def wait_answer(checkpoint_dir: str, request: Request, *, timeout: float) -> Ans
 __all__ = [
     "Answer",
     "BackfillRequest",
+    "PaceRequest",
     "RepairRequest",
     "ReplayRequest",
     "answer",

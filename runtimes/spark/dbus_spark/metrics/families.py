@@ -29,6 +29,7 @@ from dbus_spark.metrics.state import (
     SourceState,
     TopologyState,
 )
+from dbus_spark.progress import STATES
 
 DEPLOYMENT_COUNTERS = (
     ("received", "events", "Events offered to the deployment's functions."),
@@ -147,6 +148,28 @@ def _deployment_families(deployments: list[DeploymentState]) -> Iterator[Metric]
     yield _gauge_of(
         "dbus_deployment_info", "A deployment this runtime runs: 1, labelled with its version.",
         ["deployment", "version"], [([d.name, d.version], 1) for d in deployments if d.version],
+    )  # fmt: skip
+    paces = [(d.name, p) for d in deployments for p in d.pace]
+    yield _gauge_of(
+        "dbus_deployment_state",
+        "1 for the deployment's place in the source's stream (with-stream, catching-up, "
+        "detached, paused), 0 for the others.",
+        ["deployment", "source", "state"],
+        [([d, p.source, state], 1 if p.state == state else 0)
+         for d, p in paces for state in STATES],
+    )  # fmt: skip
+    yield _gauge_of(
+        "dbus_deployment_lag_seconds",
+        "How long ago the newest change the deployment's sinks lack was committed, at most "
+        "(the source's lag while the deployment is with the stream).",
+        ["deployment", "source"],
+        [([d, p.source], p.lag_seconds) for d, p in paces if p.lag_seconds is not None],
+    )  # fmt: skip
+    yield _gauge_of(
+        "dbus_deployment_lag_bytes",
+        "Binlog bytes from the deployment's own position to the server's.",
+        ["deployment", "source"],
+        [([d, p.source], p.lag_bytes) for d, p in paces if p.lag_bytes is not None],
     )  # fmt: skip
     labels = ["deployment", "function", "kind"]
     functions = [(d.name, f) for d in deployments for f in d.functions]

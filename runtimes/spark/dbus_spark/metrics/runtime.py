@@ -40,11 +40,13 @@ from dbus_spark.metrics.state import (
     FunctionState,
     HistoryState,
     NodeState,
+    PaceState,
     RuntimeState,
     SinkState,
     SourceState,
     TopologyState,
 )
+from dbus_spark.progress import STATES, ProgressBook
 from dbus_spark.stage import counter_of_pairs
 
 log = logging.getLogger("dbus.runtime")
@@ -247,13 +249,15 @@ class RuntimeMetrics:
                 source.lag_seconds = 0.0 if not behind else round(max(0.0, now - since), 3)
         functions = read_functions(self.reports, now) if self.reports is not None else {}
         sinks = read_sinks(self.reports, now) if self.reports is not None else {}
+        deployments = _deployments(config, per_deployment, functions)
+        self._pace(config, deployments, sources, now)
         return RuntimeState(
             runtime=self.runtime_id,
             started=self.started,
             batches=batches,
             last_batch=last_batch or None,
             sources=sources,
-            deployments=_deployments(config, per_deployment, functions),
+            deployments=deployments,
             sinks=[
                 SinkState(
                     name, dict(t["messages"]), dict(t["bytes"]), t["retries"], t["errors"],
@@ -264,6 +268,43 @@ class RuntimeMetrics:
             history=_history(config),
             topology=self._topology(config, tables, offered, routed, now),
         )
+
+    def _pace(
+        self,
+        config: RuntimeConfig,
+        deployments: list[DeploymentState],
+        sources: list[SourceState],
+        now: float,
+    ) -> None:
+        """Each deployment's place in each source's stream (``dbus_spark.progress``)."""
+        book = ProgressBook(config.checkpoint_dir).load()
+        for deployment in deployments:
+            for source in sources:
+                behind = book.get(source.name, {}).get(deployment.name)
+                if behind is None:
+                    pace = PaceState(source.name, "with-stream", None, None, None,
+                                     source.lag_seconds, source.lag_bytes)  # fmt: skip
+                else:
+                    position = position_from_json(dict(behind.position))
+                    lag_bytes = None
+                    if source.server_position is not None:
+                        try:
+                            server = self._servers.position(config.source(source.name).spec)
+                            lag_bytes = self._servers.bytes_between(
+                                config, source.name, position, server
+                            )
+                        except (DbusError, OSError) as exc:
+                            log.debug("metrics: lag of %s unknown: %s", deployment.name, exc)
+                    since = behind.commit_time or behind.since
+                    pace = PaceState(
+                        source.name, behind.state, behind.reason, str(position), behind.since,
+                        0.0 if lag_bytes == 0 else round(max(0.0, now - since), 3), lag_bytes,
+                    )  # fmt: skip
+                deployment.pace.append(pace)
+            if deployment.pace:
+                deployment.state = max((p.state for p in deployment.pace), key=STATES.index)
+                lags = [p.lag_seconds for p in deployment.pace if p.lag_seconds is not None]
+                deployment.lag_seconds = max(lags) if lags else None
 
     def _topology(
         self,

@@ -90,6 +90,31 @@ class DeploymentState:
     """Binlog changes a bootstrap chunk held back (the chunk sends the row)."""
     snapshot_rows: int
     functions: list[FunctionState] = field(default_factory=list)
+    pace: list[PaceState] = field(default_factory=list)
+    """Per source it reads, whether it is with the stream (``dbus_spark.progress``)."""
+    state: str = "with-stream"
+    """The furthest from the stream of ``pace``: ``with-stream``, ``catching-up``,
+    ``detached`` or ``paused``."""
+    lag_seconds: float | None = None
+    """The most, over its sources, that the newest change its sinks lack was committed
+    ago (its sources' lag while with the stream)."""
+
+
+@dataclass
+class PaceState:
+    """Where a deployment stands in one source's stream."""
+
+    source: str
+    state: str
+    """``with-stream``, ``catching-up``, ``detached`` or ``paused``."""
+    reason: str | None
+    """Why it is not with the stream (the sink's or the function's trouble)."""
+    position: str | None
+    """Its own position, when not the stream's: its sinks hold everything before it."""
+    since: float | None
+    """Epoch seconds it left the stream."""
+    lag_seconds: float | None
+    lag_bytes: int | None
 
 
 @dataclass

@@ -55,6 +55,8 @@ SLOW_AFTER = 1.0
 MAX_BACKOFF = 30.0
 
 PAUSED = "paused"
+STATES = ("with-stream", "catching-up", "detached", PAUSED)
+"""A deployment's place in a source's stream, nearest first."""
 
 
 @dataclass(frozen=True)
@@ -299,6 +301,7 @@ __all__ = [
     "PAUSED",
     "SLOW_AFTER",
     "SLOW_SHARE",
+    "STATES",
     "Admission",
     "Behind",
     "Book",

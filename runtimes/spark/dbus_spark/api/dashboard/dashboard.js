@@ -112,10 +112,23 @@ function drawSinks(sinks) {
   }));
 }
 
+// Where a deployment stands in its sources' streams: with them, or detached (why,
+// and how far behind), catching up or paused (see dbus_spark.progress).
+function pace(d) {
+  const state = d.state || "with-stream";
+  const look = { "with-stream": "ok", "catching-up": "warn", detached: "bad", paused: "muted" };
+  const lag = d.lag_seconds === null || d.lag_seconds === undefined ? "" : ` ${seconds(d.lag_seconds)} behind`;
+  const why = (d.pace || []).map((p) => p.reason).filter(Boolean).join("; ");
+  return el("span", { class: `pace ${look[state] || ""}`, "data-field": "state", "data-state": state,
+                      title: why },
+    state === "with-stream" ? "with the stream" : `${state}${lag}`);
+}
+
 function drawDeployments(deployments) {
   const box = document.getElementById("deployments");
   box.replaceChildren(...deployments.map((d) => el("div", { class: "deployment", "data-name": d.name },
-    el("div", {}, el("strong", {}, d.name), " ", el("span", { class: "muted" }, d.version || "")),
+    el("div", {}, el("strong", {}, d.name), " ", el("span", { class: "muted" }, d.version || ""),
+       " ", pace(d)),
     el("div", { class: "counts" },
       el("span", {}, "events ", el("b", { "data-field": "events" }, number(d.events))),
       el("span", {}, "delivered ", el("b", { "data-field": "delivered" }, number(d.delivered))),
