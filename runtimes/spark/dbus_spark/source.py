@@ -95,6 +95,7 @@ from dbus_spark.progress import (
     SLOW_AFTER,
     SLOW_SHARE,
     Admission,
+    Behind,
     ProgressBook,
     detached,
     rejoined,
@@ -268,6 +269,12 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 offset["replays"] = [[r.deployment, r.run, r.cursor] for r in replays]
                 planned = True
             behind = {d: b for d, b in book.get(name, {}).items() if d in names}
+            level = [d for d, b in behind.items() if _level(b, offset)]
+            if level:
+                # Caught up with the server itself: with the stream again, no read needed.
+                self._book.apply([rejoined(name, d) for d in level])
+                log.info("dbus_binlog: %s with the stream of %s again", ", ".join(level), name)
+                behind = {d: b for d, b in behind.items() if d not in level}
             if behind:
                 # Spark's offset log keeps every deployment's position: the stream's,
                 # and these for those not with it (``dbus_spark.progress``).
@@ -276,7 +283,10 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                         "paused": b.paused, "due": b.due(now)}
                     for d, b in sorted(behind.items())
                 }  # fmt: skip
-                planned = planned or any(b.due(now) for b in behind.values())
+                # A deployment due a read of its own, or one the shared read takes back.
+                planned = planned or any(
+                    b.due(now) or (b.caught_up and not b.paused) for b in behind.values()
+                )
             latest[name] = offset
         if start is not None and not planned and _same_positions(start, latest):
             return start  # nothing to read: no micro-batch
@@ -592,6 +602,14 @@ def _progress(
 
 
 _POSITION_KEYS = ("file", "pos", "gtid")
+
+
+def _level(behind: Behind, offset: dict[str, Any]) -> bool:
+    """Whether a deployment whose own read reached its batch's end has everything up to
+    the server's position ``offset`` (then nothing is left to read for it)."""
+    return behind.caught_up and not behind.paused and start_order(behind.position) >= (
+        start_order(offset)
+    )
 
 
 def _detaches(config: RuntimeConfig) -> bool:
