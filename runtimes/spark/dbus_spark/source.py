@@ -491,11 +491,14 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             and config.fencing is None
         )
         # With a detach bound the read writes to the sinks itself too, so one
-        # deployment's sink that does not answer is that deployment's alone.
-        paced = _detaches(config)
+        # deployment's sink that does not answer is that deployment's alone (with one
+        # deployment, detaching it would free no other: its sinks are waited for).
+        paced = _detaches(config) and len(stage.deployments) > 1
         sinks = worker_sinks(sink_settings(config)) if open_read or paced else None
-        if sinks is not None and self._reports is not None:
-            sinks.publisher.use(self._reports)
+        if sinks is not None:
+            sinks.pace(paced)
+            if self._reports is not None:
+                sinks.publisher.use(self._reports)
         admission = Admission.from_json(partition.admission)
         slow = _SlowWatch(partition.source, stage, admission, began) if paced else None
         delivered = TaskReport(started=time.time())

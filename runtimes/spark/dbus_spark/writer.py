@@ -116,8 +116,8 @@ class _Sinks:
         )
         self.detach_seconds = config.detach_seconds if config.fencing is None else 0.0
         """How long a deployment's sinks may take before it is detached (0: never)."""
-        if self.detach_seconds:
-            self.kafka.block_for = self.detach_seconds
+        self.within: float | None = None
+        """This task's bound on a deployment's writes (None: wait; see ``pace``)."""
         self._elasticsearch: dict[str, ElasticsearchSink] = {}
         self._es_activity = SinkActivity(
             in_flight=lambda: sum(s.in_flight for s in list(self._elasticsearch.values()))
@@ -129,6 +129,13 @@ class _Sinks:
         self.publisher = SinkPublisher(
             {"kafka": self.kafka.activity, "elasticsearch": self._es_activity}
         )
+
+    def pace(self, detaching: bool) -> None:
+        """Set this task's writes to be bounded by the detach bound (a deployment whose
+        sinks take longer is named in ``failed``), or waited for as long as it takes
+        (``detaching`` False: when detaching would help no other deployment)."""
+        self.within = self.detach_seconds if detaching and self.detach_seconds else None
+        self.kafka.block_for = self.within
 
     def elasticsearch(self, deployment: str) -> ElasticsearchSink:
         """``deployment``'s Elasticsearch sink."""
@@ -176,7 +183,7 @@ class _Sinks:
         if name in self.failed:
             return
         out = record.record
-        within = self.detach_seconds or None
+        within = self.within
         try:
             if type(out) is KafkaRecord:
                 self.kafka.write(out, name if within else None)
@@ -199,11 +206,11 @@ class _Sinks:
         """``finish`` for what ``deliver`` wrote, waiting at most ``within`` seconds in
         all (default: the detach bound): per deployment whose sinks did not take all
         of it, why (those deployments are detached; the others' writes are all
-        acknowledged)."""
-        if not self.detach_seconds:
+        acknowledged). Unbounded (``pace``), it is ``finish``."""
+        if self.within is None:
             self.finish(report, started)
             return {}
-        deadline = time.monotonic() + (self.detach_seconds if within is None else within)
+        deadline = time.monotonic() + (self.within if within is None else within)
         for name, sink in list(self._elasticsearch.items()):
             if name in self.failed:
                 sink.drop()

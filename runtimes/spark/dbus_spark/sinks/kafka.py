@@ -221,7 +221,13 @@ class KafkaSink:
         if not missing:
             return
         admin = AdminClient(kafka_config({"bootstrap.servers": self._bootstrap}))
-        existing = set(admin.list_topics(timeout=30).topics)
+        try:
+            existing = set(admin.list_topics(timeout=min(30.0, self.block_for or 30.0)).topics)
+        except KafkaException as exc:
+            raise KafkaSinkError(
+                f"Kafka at {self._bootstrap} did not list its topics: {exc.args[0].str()}",
+                topic=sorted(missing)[0],
+            ) from None
         to_create = sorted(missing - existing)
         if to_create and not self._create_topics:
             raise KafkaSinkError(

@@ -1,0 +1,74 @@
+"""Sinks that do not answer name the deployment within the detach bound: a Kafka broker
+or an Elasticsearch node nothing listens for, beside the real broker that answers."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from support import free_port
+from test_runtime_config import _config
+
+from dbus_fn.errors import KafkaSinkError
+from dbus_fn.testing import insert
+from dbus_spark.sinks.elasticsearch import ElasticsearchSink, ElasticsearchSinkError
+from dbus_spark.sinks.kafka import KafkaSink
+from dbus_spark.sinks.records import KafkaRecord
+from dbus_spark.stage import StageRecord, index_action
+from dbus_spark.writer import TaskReport, _Sinks
+
+
+def _record(topic: str) -> KafkaRecord:
+    return KafkaRecord(topic, b"[1]", b"{}")
+
+
+def test_a_broker_nobody_answers_for_is_named_within_the_bound() -> None:
+    sink = KafkaSink(f"127.0.0.1:{free_port()}")
+    sink.block_for = 1.0
+    began = time.monotonic()
+    with pytest.raises(KafkaSinkError, match="did not list its topics"):
+        sink.write(_record("t"), "a")  # the topic's first write asks for the topics
+    assert time.monotonic() - began < 10
+    sink.ensure_topics = lambda topics: None  # type: ignore[method-assign]
+    sink.write(_record("t"), "a")
+    sink.write(_record("t"), "b")
+    began = time.monotonic()
+    sent, failed = sink.settle(1.0)
+    assert time.monotonic() - began < 5
+    assert sent == 0 and set(failed) == {"a", "b"}
+    assert "did not acknowledge 1 message(s) within 1s" in failed["a"]
+    assert sink.settle(1.0) == (0, {})  # purged: nothing holds the next one
+
+
+def test_an_elasticsearch_nobody_answers_for_raises_within_the_bound() -> None:
+    sink = ElasticsearchSink(f"http://127.0.0.1:{free_port()}", on_refused=print, bulk_actions=1)
+    began = time.monotonic()
+    with pytest.raises(ElasticsearchSinkError, match="within 1s"):
+        sink.write(index_action(insert("shop.orders", id=1), "orders"), within=1.0)
+    assert time.monotonic() - began < 10
+    sink.drop()
+    assert sink.flush(within=1.0) == 0
+
+
+def test_one_deployment_s_unreachable_elasticsearch_leaves_the_other_s_kafka_acknowledged(
+    kafka_service: Any, kafka_topic: str
+) -> None:
+    config = _config(kafka=kafka_service.bootstrap_servers,
+                     elasticsearch=f"http://127.0.0.1:{free_port()}", detach_after=1.0)  # fmt: skip
+    sinks = _Sinks(config)
+    sinks.pace(True)
+    report = TaskReport()
+    for i in range(1, 4):
+        change = insert("shop.orders", id=i)
+        sinks.deliver(StageRecord("to_kafka", _record(kafka_topic)), "shop", report)
+        sinks.deliver(StageRecord("to_es", index_action(change, "orders")), "shop", report)
+    began = time.monotonic()
+    failed = sinks.settle(report, began)
+    assert set(failed) == {"to_es"} and "Elasticsearch" in failed["to_es"]
+    assert report.kafka == 3 and report.elasticsearch == 0
+    assert time.monotonic() - began < 10
+    # Unbounded (one deployment alone), a flush is waited for as before.
+    sinks.pace(False)
+    sinks.deliver(StageRecord("to_kafka", _record(kafka_topic)), "shop", report)
+    assert sinks.settle(report, time.monotonic()) == {} and report.kafka == 4
