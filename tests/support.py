@@ -6,7 +6,11 @@ can import this module without them.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -209,3 +213,43 @@ def keeps_to_its_document(app: Any, examples: int) -> set[str]:
 
         keeps_to_it()
     return {f"{op.method.upper()} {op.path}" for op in operations}
+
+
+class Proxy:
+    """A TCP forwarder (socat) to a real service that can be cut off and brought back
+    on the same port: cut, its clients find nothing listening."""
+
+    def __init__(self, upstream: str) -> None:
+        self._upstream = upstream
+        self.port = free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        self._process = subprocess.Popen(
+            ["socat", f"TCP-LISTEN:{self.port},bind=127.0.0.1,fork,reuseaddr",
+             f"TCP:{self._upstream}"],
+            start_new_session=True, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+        def listening() -> bool:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
+            ):
+                return True
+            return False
+
+        wait_for(listening, 10, f"socat listening on {self.port}")
+
+    def cut(self) -> None:
+        """Stop the forwarder and every connection it holds."""
+        assert self._process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait()
+        self._process = None
+
+    def close(self) -> None:
+        if self._process is not None:
+            self.cut()

@@ -4,10 +4,7 @@ the other deployment's Kafka stream; the held one catches up and rejoins."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -20,52 +17,13 @@ from typing import Any
 import pytest
 from e2e_support import Scratch
 from elasticsearch import Elasticsearch
-from support import free_port, kafka_count, wait_for
+from support import Proxy, kafka_count, wait_for
 
 from dbus_spark.job import start
 from dbus_spark.progress import ProgressBook
 from dbus_spark.settings import runtime_config
 
 pytestmark = pytest.mark.e2e
-
-
-class Proxy:
-    """A TCP forwarder (socat) to a real service that can be cut off and brought back
-    on the same port: cut, its clients find nothing listening."""
-
-    def __init__(self, upstream: str) -> None:
-        self._upstream = upstream
-        self.port = free_port()
-        self._process: subprocess.Popen[bytes] | None = None
-        self.restore()
-
-    def restore(self) -> None:
-        self._process = subprocess.Popen(
-            ["socat", f"TCP-LISTEN:{self.port},bind=127.0.0.1,fork,reuseaddr",
-             f"TCP:{self._upstream}"],
-            start_new_session=True, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-
-        def listening() -> bool:
-            with contextlib.suppress(OSError), __import__("socket").create_connection(
-                ("127.0.0.1", self.port), timeout=0.5
-            ):
-                return True
-            return False
-
-        wait_for(listening, 10, f"socat listening on {self.port}")
-
-    def cut(self) -> None:
-        """Stop the forwarder and every connection it holds."""
-        assert self._process is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._process.pid, signal.SIGKILL)
-        self._process.wait()
-        self._process = None
-
-    def close(self) -> None:
-        if self._process is not None:
-            self.cut()
 
 
 def _deployment(scratch: Scratch, name: str, table: str, route: str, delay: float = 0.0) -> Path:

@@ -199,6 +199,9 @@ class FunctionStage:
         self._type_prefix = type_prefix
         self._index_actions = IndexActions()
         self._subscribed: dict[tuple[str, str], list[tuple[LoadedDeployment, Pipeline]]] = {}
+        self._encoded: tuple[RowChange, Any] | None = None
+        """The last change encoded for Kafka, and its message: the deployments that send
+        a change unprojected send the same message, encoded once."""
 
     def _subscribers(self, source: str, table: str) -> list[tuple[LoadedDeployment, Pipeline]]:
         found = self._subscribed.get((source, table))
@@ -329,7 +332,12 @@ class FunctionStage:
                     change, destination.name, dead_letter=dead_topic, original=delivery.change
                 )
             )
-        message = to_kafka_message(change, type_prefix=self._type_prefix)
+        encoded = self._encoded
+        if encoded is not None and encoded[0] is change:
+            message = encoded[1]
+        else:
+            message = to_kafka_message(change, type_prefix=self._type_prefix)
+            self._encoded = (change, message)
         return [KafkaRecord(destination.name, message.key, message.value, tuple(message.headers))]
 
     def _dead_letter(self, dead: DeadLetter, deployment: str) -> StageRecord:

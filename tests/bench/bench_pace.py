@@ -1,0 +1,167 @@
+"""One deployment's trouble against another's latency, on the real services
+(``dbus services up``; ``socat`` for the cut).
+
+Two deployments over one database: ``a`` routes every change to Kafka, ``b`` to
+Elasticsearch, which the runtime reaches through a TCP proxy. One row a transaction
+at ``--rate`` rows/s, each phase on a table of its own:
+
+1. baseline: ``a``'s COMMIT → Kafka p50/p99 for ``--seconds``;
+2. ``b``'s Elasticsearch cut off (the proxy stopped) for ``--outage`` seconds: ``a``'s
+   p50/p99 meanwhile; then the proxy back, and how long until ``b``'s index holds
+   every row of the phase's table;
+3. ``b``'s function made slower than the load (``--slow`` seconds an event) for
+   ``--seconds``: ``a``'s p50/p99 and ``b``'s state; then ``b`` made fast again (its
+   folder rewritten, as a redeploy does), and how long until its index holds every row.
+
+    .venv/bin/python tests/bench/bench_pace.py [--rate 100] [--seconds 30] [--outage 120]
+        [--slow 0.015]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_runtime import runtime_row_id
+from measures import SteadyLoad, steady_load
+from support import Proxy
+
+from dbus_fn.capture import SourceSpec, replica_id_for
+from dbus_fn.local_services import local_endpoints
+from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.job import spark_session, start
+from dbus_spark.progress import ProgressBook
+
+
+def _folder(folder: Path, name: str, database: str, destination: str, delay: float) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    slow = f"time.sleep({delay})" if delay else "pass"
+    (folder / "bench.py").write_text(textwrap.dedent(f"""
+        import time
+
+        import dbus_fn as fn
+
+        @fn.route(tables="{database}.*")
+        def there(event: fn.RowChange) -> str:
+            {slow}
+            return "{destination}" + event.table
+        """))  # fmt: skip
+    (folder / "dbus.toml").write_text(
+        f'name = "{name}"\nversion = "1"\nmodule = "bench.py"\ntables = ["{database}.*"]\n'
+        'initial = "none"\n'
+    )
+    return folder
+
+
+def _documents(url: str, index: str) -> int:
+    try:
+        with urllib.request.urlopen(f"{url}/{index}/_count", timeout=10) as answer:
+            return int(json.loads(answer.read())["count"])
+    except OSError:
+        return 0
+
+
+def _phase(cur: Any, settings: dict[str, Any], database: str, kafka: str, topic: str,
+           table: str, args: argparse.Namespace, seconds: float) -> SteadyLoad:  # fmt: skip
+    cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, v VARCHAR(8))")
+    time.sleep(3)  # the runtime sees the new table before its rows
+    return steady_load(kafka, settings, database, table, f"{topic}{table}", args.rate, seconds,
+                       runtime_row_id)  # fmt: skip
+
+
+def _caught_up(es: str, index: str, rows: int, timeout: float = 600) -> float:
+    began = time.monotonic()
+    while _documents(es, index) < rows:
+        if time.monotonic() - began > timeout:
+            return float("inf")
+        time.sleep(0.5)
+    return time.monotonic() - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--outage", type=float, default=120.0)
+    parser.add_argument("--slow", type=float, default=0.015, help="seconds b takes an event")
+    args = parser.parse_args()
+
+    local = local_endpoints()
+    assert local is not None, "run `dbus services up` first"
+    dsn, es, kafka = local.mariadb.dsn, local.elasticsearch.url, local.kafka.bootstrap_servers
+    settings = SourceSpec("bench", dsn, ("*.*",)).connection.pymysql_kwargs()
+    database = f"bench_{uuid.uuid4().hex[:12]}"
+    work = Path(".dbus") / "bench" / database
+    topic, index = f"bench-{uuid.uuid4().hex[:8]}-", f"bench-{uuid.uuid4().hex[:8]}-"
+    conn = pymysql.connect(**settings, autocommit=True)
+    cur = conn.cursor()
+    cur.execute(f"CREATE DATABASE {database}")
+    cur.execute(f"USE {database}")
+    proxy = Proxy(es.split("://", 1)[1].rstrip("/"))
+    b_folder = _folder(work / "b", "b", database, f"es://{index}", 0.0)
+    source = SourceBinding(
+        SourceSpec("bench", dsn, (f"{database}.*",)),
+        replica_id=replica_id_for(f"bench/pace/{database}"),
+        start="latest",
+    )
+    a_folder = _folder(work / "a", "a", database, f"kafka://{topic}", 0.0)
+    cfg = RuntimeConfig(
+        sources=(source,),
+        deployments=(str(a_folder), str(b_folder)),
+        kafka_bootstrap=kafka,
+        elasticsearch_url=f"http://127.0.0.1:{proxy.port}",
+        checkpoint_dir=str(work / "checkpoint"),
+    )
+    spark = spark_session("local[2]", app_name="dbus-bench")
+    spark.sparkContext.setLogLevel("ERROR")
+    query = start(cfg, spark=spark)
+    book = ProgressBook(cfg.checkpoint_dir)
+    try:
+        print(f"a → Kafka, b → Elasticsearch (through a proxy), {args.rate} rows/s, "
+              f"detach bound {cfg.detach_seconds:g} s")  # fmt: skip
+        _phase(cur, settings, database, kafka, topic, "warm", args, 5)
+        base = _phase(cur, settings, database, kafka, topic, "base", args, args.seconds)
+        print(f"baseline            a: {base.describe()}", flush=True)
+
+        cur.execute("CREATE TABLE cut (id INT PRIMARY KEY, v VARCHAR(8))")
+        time.sleep(3)
+        proxy.cut()
+        cur.execute("DROP TABLE cut")
+        outage = _phase(cur, settings, database, kafka, topic, "cut", args, args.outage)
+        states = {d: b.state for d, b in book.load().get("bench", {}).items()}
+        proxy.restore()
+        back = _caught_up(es, f"{index}cut", int(args.rate * args.outage))
+        print(f"b's ES cut {args.outage:g} s a: {outage.describe()}; p99 "
+              f"{outage.p99 / base.p99:.2f}x baseline; b meanwhile {states}; b's index "
+              f"held the table {back:.1f} s after the proxy was back", flush=True)  # fmt: skip
+
+        _folder(b_folder, "b", database, f"es://{index}", args.slow)
+        time.sleep(5)
+        slow = _phase(cur, settings, database, kafka, topic, "slow", args, args.seconds)
+        states = {d: (b.state, b.reason) for d, b in book.load().get("bench", {}).items()}
+        _folder(b_folder, "b", database, f"es://{index}", 0.0)
+        back = _caught_up(es, f"{index}slow", int(args.rate * args.seconds))
+        print(f"b {args.slow:g} s/event  a: {slow.describe()}; p99 {slow.p99 / base.p99:.2f}x "
+              f"baseline; b meanwhile {states}; fast again, b's index held the table "
+              f"{back:.1f} s later", flush=True)  # fmt: skip
+    finally:
+        query.stop()
+        proxy.close()
+        spark.stop()
+        cur.execute(f"DROP DATABASE {database}")
+        conn.close()
+
+
+if __name__ == "__main__":
+    main()
