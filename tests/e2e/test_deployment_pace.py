@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from e2e_support import Scratch
 from elasticsearch import Elasticsearch
-from support import Proxy, kafka_count, wait_for
+from support import Proxy, kafka_count, page_texts, sample_sum, scrape, wait_for
 
 from dbus_spark.job import start
 from dbus_spark.progress import ProgressBook
@@ -96,7 +96,9 @@ def es_proxy(scratch: Scratch) -> Iterator[Proxy]:
         proxy.close()
 
 
-def _run(scratch: Scratch, folders: list[Path], elasticsearch: str, spark: Any) -> Any:
+def _run(
+    scratch: Scratch, folders: list[Path], elasticsearch: str, spark: Any, metrics: Any = None
+) -> Any:
     services = scratch.services
     config = runtime_config(
         sources=(f"src={services.mariadb.dsn}",),
@@ -107,7 +109,7 @@ def _run(scratch: Scratch, folders: list[Path], elasticsearch: str, spark: Any) 
         start="latest",
     )
     config = replace(config, detach_seconds=2.0)
-    query = start(config, spark=spark)
+    query = start(config, spark=spark, metrics=metrics)
     wait_for(lambda: query.exception() or query.lastProgress, 120, "the first batch", every=0.5)
     assert query.exception() is None
     return query, config
@@ -157,21 +159,55 @@ def test_a_cut_off_elasticsearch_detaches_its_deployment_alone_and_it_catches_up
         query.stop()
 
 
+def _shown(browser: Any, name: str) -> tuple[str, str]:
+    """A deployment's state on the dashboard, and the text shown for it."""
+    cell = f'#deployments .deployment[data-name="{name}"] [data-field="state"]'
+    states, texts = page_texts(browser, cell, "data-state"), page_texts(browser, cell)
+    return (states[0], texts[0]) if states else ("", "")
+
+
 def test_a_function_slower_than_the_load_is_detached_and_catches_up_once_fast_again(
-    spark: Any, scratch: Scratch, orders: str
+    spark: Any, scratch: Scratch, orders: str, browser: Any
 ) -> None:
+    from dbus_spark.api import ApiServer, ApiSettings, build_app
+    from dbus_spark.metrics import RuntimeMetrics
+
     topic, index = scratch.kafka_topic, scratch.es_index
     kafka = scratch.services.kafka.bootstrap_servers
     es = scratch.services.elasticsearch.url
     slow = _deployment(scratch, "slow", orders, f"es://{index}", delay=0.3)
     folders = [_deployment(scratch, "fast", orders, f"kafka://{topic}"), slow]
-    query, config = _run(scratch, folders, es, spark)
+    metrics = RuntimeMetrics()
+    query, config = _run(scratch, folders, es, spark, metrics)
+    server = ApiServer(build_app(metrics), ApiSettings("127.0.0.1", 0))
+    url = server.start()
     book = ProgressBook(config.checkpoint_dir)
+    writer = Writer(scratch.fresh_database, 1, every=0.1)
     try:
-        writer = Writer(scratch.fresh_database, 1, every=0.1)
         wait_for(lambda: "slow" in book.load().get("src", {}), 60, "the slow one detached",
                  every=0.5)  # fmt: skip
+        browser.get(f"{url}/")
         time.sleep(5)
+
+        def lagging() -> float:
+            samples = scrape(url)
+            behind = sum(
+                sample_sum(samples, "dbus_deployment_state", deployment="slow", state=state)
+                for state in ("detached", "catching-up")
+            )
+            lag = sample_sum(samples, "dbus_deployment_lag_seconds", deployment="slow")
+            return lag if behind == 1 else 0.0
+
+        first = wait_for(lagging, 30, "the slow one's lag in /metrics", every=0.5)
+        time.sleep(3)
+        assert lagging() > first  # it grows: the function is slower than the load
+        assert sample_sum(scrape(url), "dbus_deployment_state",
+                          deployment="fast", state="with-stream") == 1  # fmt: skip
+        state, text = wait_for(lambda: _shown(browser, "slow")[0] != "with-stream"
+                               and _shown(browser, "slow"), 30, "the dashboard to show it",
+                               every=0.5)  # fmt: skip
+        assert state in ("detached", "catching-up") and "behind" in text, (state, text)
+        assert _shown(browser, "fast")[0] == "with-stream"
         written = writer.stop()
         assert kafka_count(kafka, topic, expected=written, within=30) == written
         assert len(_documents(es, index)) < written  # still behind: 0.3 s a row
@@ -185,7 +221,10 @@ def test_a_function_slower_than_the_load_is_detached_and_catches_up_once_fast_ag
         wait_for(lambda: not book.load().get("src"), 60, "slow to rejoin", every=0.5)
         assert query.exception() is None
     finally:
+        writer.stop()
         query.stop()
+        server.stop()
+        metrics.close()
 
 
 def _kafka_keys(bootstrap: str, topic: str, count: int) -> list[tuple[int, str]]:
