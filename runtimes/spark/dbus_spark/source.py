@@ -534,7 +534,10 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         if sinks is not None:
             # Acknowledged up to here: the next batch may start past it (for a
             # deployment its sinks did not take, from its own start again).
-            failed = sinks.settle(delivered, began)
+            # The bound counts from the read's start: what it handed over first has
+            # waited since, and the changes committed meanwhile wait for the next batch.
+            bound = config.detach_seconds - (time.monotonic() - began)
+            failed = sinks.settle(delivered, began, max(1.0, bound))
             counts.progress += _progress(partition, admission, failed, counts)
             batcher.add_delivered(delivered.counts())
             if coordinates(reached) > coordinates(planned_end):

@@ -2,12 +2,12 @@
 functions alone, to its own sinks (see ``dbus_spark.progress``).
 
 It runs as a task of its own in the micro-batch, beside the shared read, and writes
-as it reads: it reads for half its ``seconds`` (to a transaction boundary) and gives
-its sinks the rest, so that it never holds the batch, and with it the shared read,
-much longer than the shared read takes anyway. It reports how far its sinks took everything
-(a transaction boundary) and whether it reached the batch's end; a read its sinks
-did not take, or a position the server no longer has, reports why, and its
-position holds.
+as it reads: it reads for ``READ_FOR`` of its ``seconds`` (to a transaction boundary)
+and gives its sinks until ``SETTLED_BY``, so that it ends before the shared read
+beside it and never holds the batch, and with it the other deployments. It reports
+how far its sinks took everything (a transaction boundary) and whether it reached
+the batch's end; a read its sinks did not take, or a position the server no longer
+has, reports why, and its position holds.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ from dbus_spark.shipment import Shipment
 from dbus_spark.stage import FunctionStage, StageCounts
 from dbus_spark.worker import Batcher, drop_reader, worker_reader, worker_stage
 from dbus_spark.writer import TaskReport, sink_settings, worker_sinks
+
+# Shares of its time a catch-up read reads for, and by which its sinks have taken it
+# all: it ends before the shared read beside it does, so it never holds the batch.
+READ_FOR = 0.4
+SETTLED_BY = 0.75
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ def _catch_up(
                 elif type(item) is TransactionCommit:
                     reached = position_to_json(item.position)
                     commit_time = item.commit_time.timestamp()
-                    if time.monotonic() - began >= partition.seconds / 2 and position_order(
+                    if time.monotonic() - began >= partition.seconds * READ_FOR and position_order(
                         item.position
                     ) < position_order(stop):
                         ended = False
@@ -91,7 +96,8 @@ def _catch_up(
             raise
         finally:
             items.close()
-    failed = sinks.settle(delivered, began, max(0.5, began + partition.seconds - time.monotonic()))
+    ends = began + partition.seconds * SETTLED_BY
+    failed = sinks.settle(delivered, began, max(0.5, ends - time.monotonic()))
     counts.read_seconds = time.monotonic() - began
     problem = problem or failed.get(name)
     if problem is not None:
