@@ -168,6 +168,9 @@ class _Sinks:
         return types
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
+        """Write what a writer task was handed (history, and reads that do not write
+        themselves), waiting for the sinks as long as it takes."""
+        self.pace(False)  # a read task in this worker may have left its bound set
         started = time.monotonic()
         report = TaskReport(started=time.time())
         for batch in batches:
