@@ -24,7 +24,6 @@ form (``docs/events.md`` is the full reference):
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -37,9 +36,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from dbus_fn.columns import (
     from_json_value,
-    infer_column_type,
     row_from_json,
-    row_to_json,
     to_json_value,
 )
 from dbus_fn.errors import ColumnValueError, EventFormatError, UnsupportedColumnTypeError
@@ -47,10 +44,16 @@ from dbus_fn.events import (
     BinlogPosition,
     CaptureItem,
     Operation,
-    Row,
     RowChange,
     SchemaChange,
     TransactionCommit,
+)
+from dbus_fn.row_images import (
+    encoded_images,
+    image_digest,
+    image_digests,
+    row_digest,
+    row_json,
 )
 
 __all__ = [
@@ -183,49 +186,6 @@ def event_id(item: CaptureItem) -> str:
     return f"{base}:commit"
 
 
-def _encoded_images(
-    change: RowChange,
-) -> tuple[dict[str, str], dict[str, Any] | None, dict[str, Any] | None]:
-    """The column types of the event and the JSON forms of both images.
-
-    Declared types are used as they are whenever the values fit them, which is
-    always the case for changes from capture. A column declared nowhere, or whose
-    values no longer fit the declared type (a projection turned a DECIMAL into a
-    float, say), gets the type inferred from its values, so the event still reads
-    back as the change it came from.
-    """
-    declared = change.column_types
-    try:
-        return (
-            dict(declared),
-            _image_to_json(change.before, declared),
-            _image_to_json(change.after, declared),
-        )
-    except (ColumnValueError, UnsupportedColumnTypeError):
-        pass  # work out the columns one by one below
-    images = [image for image in (change.after, change.before) if image is not None]
-    types = dict(declared)
-    for name in dict.fromkeys(name for image in images for name in image):
-        values = [image[name] for image in images if image.get(name) is not None]
-        types[name] = _fitting_type(name, values, declared.get(name))
-    return types, _image_to_json(change.before, types), _image_to_json(change.after, types)
-
-
-def _fitting_type(column: str, values: list[Any], declared: str | None) -> str:
-    if declared is not None:
-        to_json_value(None, declared, column=column)  # an unknown declared type is an error
-        try:
-            for value in values:
-                to_json_value(value, declared, column=column)
-            return declared
-        except ColumnValueError:
-            pass
-    inferred = infer_column_type(values[0], column=column) if values else "json"
-    for value in values:
-        to_json_value(value, inferred, column=column)  # images that disagree are an error
-    return inferred
-
-
 def _key_text(change: RowChange, types: Mapping[str, str]) -> str | None:
     if not change.primary_key:
         return None
@@ -258,7 +218,7 @@ def primary_key_text(change: RowChange) -> str | None:
     keys, equal for equal keys. It is the event's ``subject``, ``partitionkey`` and
     Kafka message key.
     """
-    return _key_text(change, _encoded_images(change)[0])
+    return _key_text(change, encoded_images(change)[0])
 
 
 def partition_key(change: RowChange) -> str:
@@ -266,43 +226,6 @@ def partition_key(change: RowChange) -> str:
     text, or ``<database>.<table>`` for a table without a primary key, so one such
     table's changes stay in order in one partition and the key stays small."""
     return primary_key_text(change) or change.qualified_table
-
-
-def image_digest(image: Mapping[str, Any]) -> str:
-    """The identity of a row image of a table without a primary key: the SHA-1 (hex)
-    of its JSON form with sorted keys. Equal rows have equal digests."""
-    text = json.dumps(image, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()
-
-
-def image_digests(change: RowChange) -> tuple[str | None, str | None]:
-    """``image_digest`` of the change's ``before`` and ``after`` (``None``: no image)."""
-    _, before, after = _encoded_images(change)
-    return (
-        None if before is None else image_digest(before),
-        None if after is None else image_digest(after),
-    )
-
-
-def row_digest(change: RowChange) -> str:
-    """``image_digest`` of the change's row (``after``, or ``before`` for a delete)."""
-    before, after = image_digests(change)
-    digest = after or before
-    assert digest is not None, "a row change has at least one image"
-    return digest
-
-
-def row_json(change: RowChange) -> tuple[dict[str, Any], dict[str, str]]:
-    """The JSON form of the change's row (``after``, or ``before`` for a delete) and
-    the column types it was written with, exactly as its CloudEvent carries them.
-
-    Sinks that store rows rather than events (Elasticsearch) use it, so a
-    projected row reads the same in every sink.
-    """
-    types, before, after = _encoded_images(change)
-    image = after if after is not None else before
-    assert image is not None, "a row change has at least one image"
-    return image, types
 
 
 def utc_time(moment: datetime) -> datetime:
@@ -362,7 +285,7 @@ def event_parts(
     writes them straight to a message (see ``dbus_fn.kafka_binding``).
     """
     if isinstance(item, RowChange):
-        types, before, after = _encoded_images(item)
+        types, before, after = encoded_images(item)
         attrs = _base_attributes(
             item,
             source_path(item.source, item.database, item.table),
@@ -394,10 +317,6 @@ def event_parts(
             f"got a {type(item).__name__}"
         )
     return attrs, data
-
-
-def _image_to_json(image: Row | None, types: Mapping[str, str]) -> dict[str, Any] | None:
-    return None if image is None else row_to_json(image, types)
 
 
 # Reading ------------------------------------------------------------------------
