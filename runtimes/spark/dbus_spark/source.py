@@ -92,16 +92,19 @@ from dbus_spark.history.partitions import (
 from dbus_spark.history.plans import open_plans
 from dbus_spark.history.requests import Answer, PaceRequest, take_requests
 from dbus_spark.progress import (
-    SLOW_AFTER,
-    SLOW_SHARE,
     Admission,
-    Behind,
     ProgressBook,
-    detached,
     rejoined,
-    start_order,
 )
 from dbus_spark.progress.catchup import CatchUpRange, read_catch_up
+from dbus_spark.progress.shared_read import (
+    POSITION_KEYS,
+    SlowWatch,
+    admission_of,
+    caught_up_with,
+    detaches,
+    read_events,
+)
 from dbus_spark.shipment import Shipment, Shipper
 from dbus_spark.stage import StageCounts
 from dbus_spark.worker import (
@@ -230,10 +233,10 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         take_requests(
             config.checkpoint_dir, self._history,
             {b.spec.name: self._reader(b) for b in config.sources}, self._manifests,
-            (lambda request: self._pace(request, start)) if _detaches(config) else None,
+            (lambda request: self._pace(request, start)) if detaches(config) else None,
         )  # fmt: skip
         latest, planned = {}, False
-        book = self._book.load() if _detaches(config) else {}
+        book = self._book.load() if detaches(config) else {}
         names = {manifest.name for manifest in self._manifests}
         now = time.time()
         for binding in config.sources:
@@ -269,7 +272,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 offset["replays"] = [[r.deployment, r.run, r.cursor] for r in replays]
                 planned = True
             behind = {d: b for d, b in book.get(name, {}).items() if d in names}
-            level = [d for d, b in behind.items() if _level(b, offset)]
+            level = [d for d, b in behind.items() if caught_up_with(b, offset)]
             if level:
                 # Caught up with the server itself: with the stream again, no read needed.
                 self._book.apply([rejoined(name, d) for d in level])
@@ -310,7 +313,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 "the runtime has not committed its first micro-batch yet; ask again in a moment"
             ))  # fmt: skip
         positions = {
-            source: {key: offset[key] for key in _POSITION_KEYS if key in offset}
+            source: {key: offset[key] for key in POSITION_KEYS if key in offset}
             for source, offset in start.items()
         }
         self._book.pause(name, positions)
@@ -383,7 +386,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 begin = position_to_offset(binding.start, binding)
             elif name in reached:
                 begin = _past_open_read(begin, upto, reached[name])
-            begin, admission = _admission(begin, upto.get("behind", {}))
+            begin, admission = admission_of(begin, upto.get("behind", {}))
             if _moved(begin, upto):
                 moved.append((name, begin, upto, admission))
         split = max(1, self._shards // max(1, len(moved)))
@@ -493,14 +496,14 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         # With a detach bound the read writes to the sinks itself too, so one
         # deployment's sink that does not answer is that deployment's alone (with one
         # deployment, detaching it would free no other: its sinks are waited for).
-        paced = _detaches(config) and len(stage.deployments) > 1
+        paced = detaches(config) and len(stage.deployments) > 1
         sinks = worker_sinks(sink_settings(config)) if open_read or paced else None
         if sinks is not None:
             sinks.pace(paced)
             if self._reports is not None:
                 sinks.publisher.use(self._reports)
         admission = Admission.from_json(partition.admission)
-        slow = _SlowWatch(partition.source, stage, admission, began) if paced else None
+        slow = SlowWatch(partition.source, stage, admission, began) if paced else None
         delivered = TaskReport(started=time.time())
         planned_end = offset_to_position(partition.end)
         reached = planned_end
@@ -538,7 +541,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             # waited since, and the changes committed meanwhile wait for the next batch.
             bound = config.detach_seconds - (time.monotonic() - began)
             failed = sinks.settle(delivered, began, max(1.0, bound))
-            counts.progress += _progress(partition, admission, failed, counts)
+            counts.progress += read_events(partition, admission, failed, counts)
             batcher.add_delivered(delivered.counts())
             if coordinates(reached) > coordinates(planned_end):
                 counts.reached[partition.source] = position_to_json(reached)
@@ -556,89 +559,6 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             reader.close()
         if self._plan_log is not None:
             self._plan_log.close()
-
-
-class _SlowWatch:
-    """Leaves out of a shared read a deployment whose functions took more than
-    ``SLOW_SHARE`` of its time (``dbus_spark.progress``), at a transaction boundary:
-    what it was given before is delivered, the rest its own read gives it."""
-
-    def __init__(self, source: str, stage: Any, admission: Admission, began: float) -> None:
-        self._source = source
-        self._others = len(stage.deployments)
-        self._admission = admission
-        self._began = began
-
-    def check(self, commit: TransactionCommit, counts: StageCounts) -> Admission | None:
-        """The new admission when a deployment was left out at ``commit``, else None."""
-        elapsed = time.monotonic() - self._began
-        if elapsed < SLOW_AFTER:
-            return None
-        admission = self._admission
-        for name, busy in counts.busy.items():
-            served = self._others - len(admission.left_out)
-            if busy <= SLOW_SHARE * elapsed or name in admission.left_out or served <= 1:
-                continue
-            admission = admission.without(name)
-            counts.progress.append(detached(
-                self._source, name, position_to_json(commit.position),
-                f"its functions took {busy:.1f}s of a {elapsed:.1f}s read, holding the "
-                "others back", commit.commit_time.timestamp(),
-            ))  # fmt: skip
-        if admission is self._admission:
-            return None
-        self._admission = admission
-        return admission
-
-
-def _progress(
-    partition: SourceRange, admission: Admission, failed: dict[str, str], counts: StageCounts
-) -> list[dict[str, Any]]:
-    """What a shared read found for the deployments: those whose sinks did not take
-    what it gave them are detached at their own start; those it took back rejoined."""
-    events = []
-    start = {key: partition.start[key] for key in _POSITION_KEYS if key in partition.start}
-    back = admission.back or {}
-    for name, reason in sorted(failed.items()):
-        events.append(detached(partition.source, name, back.get(name, start), reason))
-    for name in sorted(back):
-        if name not in failed and name not in admission.left_out:
-            events.append(rejoined(partition.source, name))
-    return events
-
-
-_POSITION_KEYS = ("file", "pos", "gtid")
-
-
-def _level(behind: Behind, offset: dict[str, Any]) -> bool:
-    """Whether a deployment whose own read reached its batch's end has everything up to
-    the server's position ``offset`` (then nothing is left to read for it)."""
-    return behind.caught_up and not behind.paused and start_order(behind.position) >= (
-        start_order(offset)
-    )
-
-
-def _detaches(config: RuntimeConfig) -> bool:
-    """Whether deployments of this runtime go at their own pace (``dbus_spark.progress``)."""
-    return config.detach_seconds > 0 and config.fencing is None
-
-
-def _admission(
-    begin: dict[str, Any], behind: dict[str, dict[str, Any]]
-) -> tuple[dict[str, Any], Admission]:
-    """Where a source's shared read starts, and whom it serves from where: not the
-    deployments behind, except those whose own read reached its batch's end, which it
-    takes back from their own position (the read then starts at the earliest)."""
-    left_out = frozenset(d for d, b in behind.items() if b["paused"] or not b["caught_up"])
-    back = {d: b["position"] for d, b in behind.items() if d not in left_out}
-    if not back:
-        return begin, Admission(left_out)
-    default = start_order(begin)
-    earliest = min(back.values(), key=start_order)
-    if start_order(earliest) < default:
-        kept = {key: value for key, value in begin.items() if key not in _POSITION_KEYS}
-        begin = {**kept, **{key: earliest[key] for key in _POSITION_KEYS if key in earliest}}
-    return begin, Admission(left_out, back, default)
 
 
 def _manifests(config: RuntimeConfig) -> list[Manifest]:
