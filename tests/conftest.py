@@ -10,6 +10,8 @@ chroot, removed afterwards, so tests never see each other's data.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -41,6 +43,7 @@ SERVICE_FIXTURES = frozenset(
         "prometheus_service",
         "services",
         "private_zookeeper",
+        "private_services",
         "fresh_database",
         "kafka_topic",
         "es_index",
@@ -142,6 +145,38 @@ def private_zookeeper(tmp_path: Path) -> Iterator[tuple[ServicesConfig, str]]:
         yield config, f"127.0.0.1:{port}"
     finally:
         down(config=config)
+
+
+@pytest.fixture
+def private_services() -> Iterator[Callable[..., Any]]:
+    """Start the named services privately, each in a temp home of its own on free ports,
+    stopped and removed when the test ends: ``private_services("mariadb", "kafka")``.
+    Installed artefacts (Kafka jars, the Elasticsearch distribution) are shared."""
+    from support import PrivateServices, free_port
+
+    from dbus_deploy.services import PORT_VARIABLES, down, endpoints, load_config, up
+
+    made: list[ServicesConfig] = []
+
+    def start(*names: str) -> Any:
+        # Elasticsearch runs as its own user, who must traverse the home: not tmp_path.
+        home = Path(tempfile.mkdtemp(prefix="dbus-private-"))
+        home.chmod(0o755)
+        (home / "lib").symlink_to(load_config().lib_dir, target_is_directory=True)
+        env = {**os.environ, "DBUS_HOME": str(home)}
+        env.update({var: str(free_port()) for var in PORT_VARIABLES})
+        config = load_config(env)
+        made.append(config)
+        try:
+            up(list(names), config=config)
+        except DbusError as exc:
+            pytest.fail(f"private services unavailable: {exc}", pytrace=False)
+        return PrivateServices(config, endpoints(config))
+
+    yield start
+    for config in made:
+        down(config=config)
+        shutil.rmtree(config.home, ignore_errors=True)
 
 
 FunctionFolder = Callable[..., Path]

@@ -14,8 +14,12 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dbus_deploy.services import Endpoints, ServicesConfig
 
 
 def free_port() -> int:
@@ -253,3 +257,11 @@ class Proxy:
     def close(self) -> None:
         if self._process is not None:
             self.cut()
+
+
+@dataclass
+class PrivateServices:
+    """Services a test started for itself (the ``private_services`` fixture)."""
+
+    config: ServicesConfig
+    endpoints: Endpoints

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import tempfile
+import tomllib
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -100,7 +101,8 @@ def check_no_secrets(value: Any, where: str) -> None:
     if isinstance(value, Mapping):
         for key, item in value.items():
             place = f"{where}.{key}"
-            if _SECRET_KEY.search(str(key)) and item not in (None, ""):
+            names_variable = str(key).endswith("_env") and isinstance(item, str)
+            if _SECRET_KEY.search(str(key)) and item not in (None, "") and not names_variable:
                 raise SecretLeakError(
                     f"{place} looks like a secret; secrets must not go into ZooKeeper: "
                     "give the runtime an environment variable or secret file instead",
@@ -187,11 +189,24 @@ def _module_files(manifest: Manifest, module: Any, root: Path) -> dict[str, Path
     return found
 
 
+def _check_sinks_hold_no_secret(path: str | Path) -> None:
+    """A secret in the sink tables is named first, before any other problem of the
+    manifest (an unknown option, say) could hide it."""
+    try:
+        with manifest_path(path).open("rb") as handle:
+            sinks = tomllib.load(handle).get("sinks", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return  # load_manifest says what is wrong with the file
+    if isinstance(sinks, Mapping):
+        check_no_secrets(sinks, "dbus.toml sinks")
+
+
 def build_bundle(path: str | Path, *, name: str | None = None) -> Bundle:
     """Validate the deployment at ``path`` (as ``dbus fn validate`` does) and package it.
 
     ``name`` is the name to register it under; the manifest's name by default.
     """
+    _check_sinks_hold_no_secret(path)
     # A dotted name would import whatever sys.path has under that name: refuse it
     # before loading anything.
     _check_module_is_a_path(load_manifest(path))

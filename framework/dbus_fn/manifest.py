@@ -17,8 +17,11 @@ Example::
     timeout = 1.0                   # seconds each function call may take (0: no budget)
     initial = "snapshot"            # a first run bootstraps the sinks from the tables
 
-    [sinks.kafka]                   # options for the runtime's sinks
-    bootstrap_servers = "127.0.0.1:9092"
+    [sinks.kafka]                   # this deployment's own Kafka cluster
+    bootstrap_servers = "kafka.orders:9092"
+    security_protocol = "SASL_SSL"  # any producer setting, "_" read as "."
+    sasl_username = "orders"
+    sasl_password_env = "ORDERS_KAFKA_PASSWORD"   # KEY_env: the runtime's variable
 """
 
 from __future__ import annotations
@@ -89,9 +92,31 @@ def table_glob_problem(value: object) -> str | None:
     return None
 
 
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+"""An environment variable's name, as a ``KEY_env`` sink option holds it."""
+ES_OPTIONS = (
+    "hosts", "url", "username", "password_env", "api_key_env", "verify_certs", "ca_certs",
+    "request_timeout",
+)  # fmt: skip
+"""The ``[sinks.es]`` options: where the cluster is, and how the client reaches it."""
+# Settings dbus's Kafka delivery depends on (per-key order, at-least-once, fencing).
+_KAFKA_FIXED = ("acks", "enable.idempotence", "transactional.id")
+
+
 def _sink_option_problem(scheme: str, key: str, value: object) -> str | None:
     """What is wrong with one ``[sinks.*]`` option (None: nothing)."""
     where = f"sinks.{scheme}.{key}"
+    if key.endswith("_env"):
+        if not isinstance(value, str) or not ENV_NAME.match(value):
+            return (
+                f'{where}: expected the name of an environment variable of the runtime '
+                f'such as "ORDERS_KAFKA_PASSWORD", got {_shown(value)}'
+            )
+        if scheme == "es" and key not in ES_OPTIONS:
+            return f"{where}: unknown option; expected one of {', '.join(ES_OPTIONS)}"
+        return None
+    if scheme == "es" and key not in ES_OPTIONS:
+        return f"{where}: unknown option; expected one of {', '.join(ES_OPTIONS)}"
     if key in ("bootstrap_servers", "bootstrap.servers"):
         if not isinstance(value, str) or not _HOST_PORTS.match(value):
             return (
@@ -112,6 +137,11 @@ def _sink_option_problem(scheme: str, key: str, value: object) -> str | None:
         return (
             f"{where}: expected a string, number or boolean (or a list of them), "
             f"got {_shown(value)}"
+        )
+    if scheme == "kafka" and key.replace("_", ".") in _KAFKA_FIXED:
+        return (
+            f"{where}: dbus sets {key.replace('_', '.')} itself (its delivery keeps each "
+            "key's order and loses nothing only with it); remove the option"
         )
     return None
 

@@ -11,10 +11,14 @@ at ``--rate`` rows/s, each phase on a table of its own:
    every row of the phase's table;
 3. ``b``'s function made slower than the load (``--slow`` seconds an event) for
    ``--seconds``: ``a``'s p50/p99 and ``b``'s state; then ``b`` made fast again (its
-   folder rewritten, as a redeploy does), and how long until its index holds every row.
+   folder rewritten, as a redeploy does), and how long until its index holds every row;
+4. a backfill of ``--bootstrap`` rows for a third deployment ``c`` (to Kafka), whose
+   table was filled before the runtime started: ``a``'s p50/p99 in the first
+   ``--boot-seconds`` of it, and
+   how long ``c``'s topic took to hold every row (0 skips the phase).
 
     .venv/bin/python tests/bench/bench_pace.py [--rate 100] [--seconds 30] [--outage 120]
-        [--slow 0.015]
+        [--slow 0.015] [--bootstrap 1000000] [--boot-seconds 60]
 """
 
 from __future__ import annotations
@@ -35,16 +39,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_runtime import runtime_row_id
 from measures import SteadyLoad, steady_load
-from support import Proxy
+from support import Proxy, kafka_count
 
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.local_services import local_endpoints
 from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.history.follow import backfill
 from dbus_spark.job import spark_session, start
 from dbus_spark.progress import ProgressBook
 
 
-def _folder(folder: Path, name: str, database: str, destination: str, delay: float) -> Path:
+def _folder(folder: Path, name: str, database: str, destination: str, delay: float,
+            tables: str = "*") -> Path:  # fmt: skip
     folder.mkdir(parents=True, exist_ok=True)
     slow = f"time.sleep({delay})" if delay else "pass"
     (folder / "bench.py").write_text(textwrap.dedent(f"""
@@ -52,13 +58,13 @@ def _folder(folder: Path, name: str, database: str, destination: str, delay: flo
 
         import dbus_fn as fn
 
-        @fn.route(tables="{database}.*")
+        @fn.route(tables="{database}.{tables}")
         def there(event: fn.RowChange) -> str:
             {slow}
             return "{destination}" + event.table
         """))  # fmt: skip
     (folder / "dbus.toml").write_text(
-        f'name = "{name}"\nversion = "1"\nmodule = "bench.py"\ntables = ["{database}.*"]\n'
+        f'name = "{name}"\nversion = "1"\nmodule = "bench.py"\ntables = ["{database}.{tables}"]\n'
         'initial = "none"\n'
     )
     return folder
@@ -95,6 +101,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--outage", type=float, default=120.0)
     parser.add_argument("--slow", type=float, default=0.015, help="seconds b takes an event")
+    parser.add_argument("--bootstrap", type=int, default=1_000_000, help="rows c backfills")
+    parser.add_argument("--boot-seconds", type=float, default=60.0,
+                        help="how long a's latency is measured while c backfills")  # fmt: skip
     args = parser.parse_args()
 
     local = local_endpoints()
@@ -116,9 +125,14 @@ def main() -> None:
         start="latest",
     )
     a_folder = _folder(work / "a", "a", database, f"kafka://{topic}", 0.0)
+    c_folder = _folder(work / "c", "c", database, f"kafka://{topic}", 0.0, tables="big")
+    if args.bootstrap:
+        # Filled before the runtime starts: c's backfill reads it, the stream does not.
+        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(8))")
+        cur.execute(f"INSERT INTO big SELECT seq, 'row' FROM seq_1_to_{args.bootstrap}")
     cfg = RuntimeConfig(
         sources=(source,),
-        deployments=(str(a_folder), str(b_folder)),
+        deployments=(str(a_folder), str(b_folder), str(c_folder)),
         kafka_bootstrap=kafka,
         elasticsearch_url=f"http://127.0.0.1:{proxy.port}",
         checkpoint_dir=str(work / "checkpoint"),
@@ -155,6 +169,18 @@ def main() -> None:
         print(f"b {args.slow:g} s/event  a: {slow.describe()}; p99 {slow.p99 / base.p99:.2f}x "
               f"baseline; b meanwhile {states}; fast again, b's index held the table "
               f"{back:.1f} s later", flush=True)  # fmt: skip
+
+        if args.bootstrap:
+            backfill("c", [f"{database}.big"], None, checkpoint=cfg.checkpoint_dir, wait=False)
+            began = time.monotonic()
+            during = _phase(cur, settings, database, kafka, topic, "boot", args,
+                            args.boot_seconds)  # fmt: skip
+            done = kafka_count(kafka, f"{topic}big", expected=args.bootstrap, within=1800)
+            took = time.monotonic() - began
+            print(f"c backfills {args.bootstrap:,} rows  a: {during.describe()}; p99 "
+                  f"{during.p99 / base.p99:.2f}x baseline; c's topic held {done:,} rows "
+                  f"{took:.1f} s after the request ({done / took:,.0f} rows/s)",
+                  flush=True)  # fmt: skip
     finally:
         query.stop()
         proxy.close()

@@ -243,3 +243,45 @@ def test_a_python_module_given_for_the_manifest_says_to_pass_the_folder(tmp_path
     other.write_text('{"id": 1}\n')
     with pytest.raises(ManifestError, match=r"; expected a deployment folder or its dbus\.toml$"):
         load_manifest(other)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "options", "says"),
+    [
+        ("kafka", {"sasl_password_env": "export X=1"},
+         'sinks.kafka.sasl_password_env: expected the name of an environment variable of '
+         'the runtime such as "ORDERS_KAFKA_PASSWORD", got a str'),
+        ("kafka", {"sasl_password_env": 7}, "got the number 7"),
+        ("kafka", {"acks": "1"},
+         "sinks.kafka.acks: dbus sets acks itself (its delivery keeps each key's order and "
+         "loses nothing only with it); remove the option"),
+        ("kafka", {"enable_idempotence": False}, "dbus sets enable.idempotence itself"),
+        ("kafka", {"transactional.id": "x"}, "dbus sets transactional.id itself"),
+        ("es", {"hosts": "http://e:9200", "compression": True},
+         "sinks.es.compression: unknown option; expected one of hosts, url, username, "
+         "password_env, api_key_env, verify_certs, ca_certs, request_timeout"),
+        ("es", {"hosts": "http://e:9200", "token_env": "ES_TOKEN"},
+         "sinks.es.token_env: unknown option"),
+    ],
+)  # fmt: skip
+def test_a_deployment_s_own_cluster_options_are_checked(
+    scheme: str, options: dict[str, object], says: str
+) -> None:
+    route = "es://orders" if scheme == "es" else "kafka://orders"
+    assert says in _problems(sinks={scheme: options}, default_route=route)
+
+
+def test_credentials_are_named_by_environment_variables_and_pass_the_secret_check() -> None:
+    from dbus_fn.bundle import check_no_secrets
+    from dbus_fn.errors import SecretLeakError
+
+    sinks = {
+        "kafka": {"bootstrap_servers": "k1:9092", "security_protocol": "SASL_SSL",
+                  "sasl_username": "orders", "sasl_password_env": "ORDERS_KAFKA_PASSWORD"},
+        "es": {"hosts": "https://es:9200", "username": "orders", "password_env": "ORDERS_ES"},
+    }  # fmt: skip
+    manifest = Manifest.from_mapping({**_BASE, "sinks": sinks})
+    assert manifest.sinks["kafka"]["sasl_password_env"] == "ORDERS_KAFKA_PASSWORD"
+    check_no_secrets(sinks, "dbus.toml sinks")  # names of variables are not secrets
+    with pytest.raises(SecretLeakError, match=r"sinks.kafka.sasl_password looks like a secret"):
+        check_no_secrets({"kafka": {"sasl_password": "hunter2"}}, "sinks")

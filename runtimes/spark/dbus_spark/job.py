@@ -37,8 +37,9 @@ from dbus_spark.config import EXECUTOR_PYTHON_ENV, RuntimeConfig, default_decode
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.metrics import BatchListener, RuntimeMetrics, reports_dir
 from dbus_spark.planners import PlannerSweeper
-from dbus_spark.preflight import check_addresses, check_reachable
+from dbus_spark.preflight import check_addresses, check_reachable, deployment_sink_problems
 from dbus_spark.progress import ProgressBook
+from dbus_spark.sinks.clusters import routes_of
 from dbus_spark.source import BinlogDataSource
 from dbus_spark.writer import FunctionSinkDataSource
 
@@ -151,6 +152,8 @@ def preflight(config: RuntimeConfig, spark: SparkSession | None = None) -> Runti
     """
     _check_source_names(config, spark)
     manifests = [load_deployment(deployment).manifest for deployment in config.deployments]
+    for problem in deployment_sink_problems(routes_of(manifests)):
+        log.warning("%s", problem)
     history = HistoryStore(store_path(config.checkpoint_dir))
     first_run = not SparkLog(config.checkpoint_dir, spark).started()
     bindings = []

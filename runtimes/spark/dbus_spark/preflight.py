@@ -1,5 +1,10 @@
 """What a runtime checks before Spark starts: its sinks and its Spark master answer.
 
+A deployment's own cluster (``dbus_spark.sinks.clusters``) is checked too, but
+what is wrong with it is that deployment's alone: ``deployment_sink_problems``
+names it for a warning, and the runtime starts; the deployment is detached
+until its cluster answers.
+
 A malformed address is a bad value (``ConfigError``, exit 2); a well-formed one
 that does not answer within a few seconds is ``ServiceUnreachableError`` (exit 3).
 Both are one line naming the option to fix, found in seconds instead of after
@@ -15,7 +20,8 @@ import urllib.error
 import urllib.request
 from urllib.parse import SplitResult, urlsplit
 
-from dbus_fn.errors import ConfigError, ServiceUnreachableError
+from dbus_fn.errors import ConfigError, DbusError, ServiceUnreachableError
+from dbus_spark.sinks.clusters import Routes, elasticsearch_cluster, kafka_cluster
 
 TIMEOUT = 5.0
 """Seconds each address may take to answer."""
@@ -161,3 +167,34 @@ def check_runtime(*, kafka: str, elasticsearch: str, master: str) -> None:
     """Every address well-formed, then each answers."""
     check_addresses(kafka=kafka, elasticsearch=elasticsearch, master=master)
     check_reachable(kafka=kafka, elasticsearch=elasticsearch, master=master)
+
+
+def deployment_sink_problems(routes: Routes, *, timeout: float = TIMEOUT) -> list[str]:
+    """One line per deployment's own cluster that cannot be reached, or whose settings
+    name an environment variable that is not set here."""
+    problems: list[str] = []
+    for name in sorted(routes):
+        try:
+            kafka = kafka_cluster(name, routes)
+            if kafka is not None and kafka.bootstrap:
+                option = f"deployment {name}: sinks.kafka.bootstrap_servers"
+                pairs = host_ports(kafka.bootstrap, option=option, example="HOST:PORT")
+                reason = _answers(pairs, timeout)
+                if reason is not None:
+                    problems.append(
+                        f"deployment {name}: cannot reach its Kafka at {kafka.bootstrap} "
+                        f"({reason.lower()}); it is detached until that cluster answers"
+                    )
+            es = elasticsearch_cluster(name, routes)
+            if es is not None and es.hosts:
+                hosts = [es.hosts] if isinstance(es.hosts, str) else list(es.hosts)
+                try:
+                    check_elasticsearch(hosts[0], timeout=timeout)
+                except ServiceUnreachableError:
+                    problems.append(
+                        f"deployment {name}: cannot reach its Elasticsearch at {hosts[0]}; "
+                        "it is detached until that cluster answers"
+                    )
+        except DbusError as exc:
+            problems.append(str(exc))
+    return problems

@@ -279,11 +279,11 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 log.info("dbus_binlog: %s with the stream of %s again", ", ".join(level), name)
                 behind = {d: b for d, b in behind.items() if d not in level}
             if behind:
-                # Spark's offset log keeps every deployment's position: the stream's,
-                # and these for those not with it (``dbus_spark.progress``).
+                # Spark's offset log keeps every deployment's position (``progress``);
+                # a retry is a new offset (its attempt), planned while the source idles.
                 offset["behind"] = {
                     d: {"position": b.position, "caught_up": b.caught_up,
-                        "paused": b.paused, "due": b.due(now)}
+                        "paused": b.paused, "due": b.due(now), "attempt": b.failures}
                     for d, b in sorted(behind.items())
                 }  # fmt: skip
                 # A deployment due a read of its own, or one the shared read takes back.
@@ -479,7 +479,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         reader = worker_reader(binding, binding.reader_replica_id(shard.index))
         counts = StageCounts(started=time.time())
         counts.positions[partition.source] = str(offset_to_position(partition.end))
-        batcher = Batcher(partition.source)
+        batcher = Batcher(partition.source, stage.routes)
         if binding.epoch:
             batcher.add_hold(binding.epoch)
         gate = Gate.from_json(partition.gate) if partition.gate else None
@@ -497,7 +497,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         # deployment's sink that does not answer is that deployment's alone (with one
         # deployment, detaching it would free no other: its sinks are waited for).
         paced = detaches(config) and len(stage.deployments) > 1
-        sinks = worker_sinks(sink_settings(config)) if open_read or paced else None
+        sinks = worker_sinks(sink_settings(config), stage.routes) if open_read or paced else None
         if sinks is not None:
             sinks.pace(paced)
             if self._reports is not None:

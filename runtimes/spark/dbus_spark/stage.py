@@ -43,6 +43,7 @@ from dbus_fn.pipeline import DeadLetter, Pipeline
 from dbus_fn.registry import LoadedDeployment, load_deployment
 from dbus_spark.history import Gate
 from dbus_spark.progress import Admission
+from dbus_spark.sinks.clusters import Routes, routes_of
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType, document_version
 
 
@@ -196,6 +197,8 @@ class FunctionStage:
         self.deployments: list[LoadedDeployment] = [load_deployment(p) for p in deployment_paths]
         self._pipelines = [(d, Pipeline(d)) for d in self.deployments]
         self._versions = {d.manifest.name: d.manifest.version for d in self.deployments}
+        self.routes: Routes = routes_of([d.manifest for d in self.deployments])
+        """Where the deployments that name their own clusters write."""
         self._type_prefix = type_prefix
         self._index_actions = IndexActions()
         self._subscribed: dict[tuple[str, str], list[tuple[LoadedDeployment, Pipeline]]] = {}

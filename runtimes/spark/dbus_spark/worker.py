@@ -26,6 +26,7 @@ from dbus_fn.events import BinlogPosition
 from dbus_spark.config import RuntimeConfig, SourceBinding
 from dbus_spark.metrics.live import Publisher
 from dbus_spark.shipment import Shipment, unpacked
+from dbus_spark.sinks.clusters import Routes
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 
@@ -101,10 +102,12 @@ def drop_reader(reader: BinlogReader) -> None:
 class Batcher:
     """Collects stage records into Arrow record batches of bounded size."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, routes: Routes | None = None) -> None:
         self.source = source
         self._columns: list[list[Any]] = [[] for _ in ARROW_SCHEMA]
         self._types: dict[tuple[tuple[str, str], ...], str] = {}
+        if routes:  # the writer's sinks learn where these deployments write first
+            self._add_marker(RecordType.ROUTES, json.dumps(routes).encode())
 
     def add(self, record: StageRecord) -> pa.RecordBatch | None:
         out = record.record

@@ -39,6 +39,7 @@ from dbus_spark.metrics.live import SinkPublisher
 from dbus_spark.metrics.reports import write_report
 from dbus_spark.progress import ProgressBook
 from dbus_spark.sinks.activity import SinkActivity
+from dbus_spark.sinks.clusters import Routes, elasticsearch_cluster, kafka_cluster
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
@@ -102,18 +103,31 @@ class _Sinks:
     Each deployment writes to Elasticsearch through a sink of its own (its own
     buffer), and is counted apart in the Kafka producer's acknowledgments, so one
     deployment's sink that does not answer names that deployment alone
-    (``settle``)."""
+    (``settle``). A deployment whose manifest names its own cluster writes there
+    (``route``, ``dbus_spark.sinks.clusters``); deployments on one cluster with the
+    same settings share its producer."""
 
     def __init__(self, config: RuntimeConfig) -> None:
         self.config = config
         self._check: HoldCheck | None = None
-        fence = None
+        self._fence = None
         if config.fencing is not None:
             self._check = HoldCheck(config.fencing.zookeeper, config.fencing.runtime_id)
-            fence = _write_fence(config.fencing, self._check)
-        self.kafka = KafkaSink(
-            config.kafka_bootstrap, topic_partitions=config.topic_partitions, fence=fence
+            self._fence = _write_fence(config.fencing, self._check)
+        self._kafka_activity = SinkActivity(
+            in_flight=lambda: sum(s.in_flight for s in list(self._producers.values()))
         )
+        self.kafka = KafkaSink(
+            config.kafka_bootstrap,
+            topic_partitions=config.topic_partitions,
+            fence=self._fence,
+            activity=self._kafka_activity,
+        )
+        """The runtime's own Kafka: every deployment's that names no cluster."""
+        self._producers: dict[str, KafkaSink] = {"": self.kafka}
+        """Per cluster and settings (``KafkaCluster.key``; "" the runtime's), its sink."""
+        self._routes: Routes = {}
+        self._kafka_of: dict[str, KafkaSink] = {}
         self.detach_seconds = config.detach_seconds if config.fencing is None else 0.0
         """How long a deployment's sinks may take before it is detached (0: never)."""
         self.within: float | None = None
@@ -127,7 +141,7 @@ class _Sinks:
         self._refused: list[tuple[str, KafkaRecord]] = []
         self._types: dict[str, Mapping[str, str]] = {}
         self.publisher = SinkPublisher(
-            {"kafka": self.kafka.activity, "elasticsearch": self._es_activity}
+            {"kafka": self._kafka_activity, "elasticsearch": self._es_activity}
         )
 
     def pace(self, detaching: bool) -> None:
@@ -135,10 +149,47 @@ class _Sinks:
         sinks take longer is named in ``failed``), or waited for as long as it takes
         (``detaching`` False: when detaching would help no other deployment)."""
         self.within = self.detach_seconds if detaching and self.detach_seconds else None
-        self.kafka.block_for = self.within
+        for producer in self._producers.values():
+            producer.block_for = self.within
+
+    def route(self, routes: Routes) -> None:
+        """Where each deployment writes from now on: per deployment that declares them,
+        its manifest's sink tables (the others write to the runtime's clusters)."""
+        if routes == self._routes:
+            return
+        changed = {
+            name for name in {*routes, *self._routes} if routes.get(name) != self._routes.get(name)
+        }
+        self._routes = {name: dict(options) for name, options in routes.items()}
+        for name in changed:
+            self._kafka_of.pop(name, None)
+            sink = self._elasticsearch.pop(name, None)
+            if sink is not None:
+                sink.close()
+
+    def kafka_for(self, deployment: str) -> KafkaSink:
+        """``deployment``'s Kafka sink: its own cluster's, or the runtime's."""
+        sink = self._kafka_of.get(deployment)
+        if sink is None:
+            cluster = kafka_cluster(deployment, self._routes)
+            if cluster is None:
+                sink = self.kafka
+            else:
+                sink = self._producers.get(cluster.key)
+                if sink is None:
+                    sink = self._producers[cluster.key] = KafkaSink(
+                        cluster.bootstrap or self.config.kafka_bootstrap,
+                        topic_partitions=self.config.topic_partitions,
+                        settings=cluster.settings,
+                        fence=self._fence,
+                        activity=self._kafka_activity,
+                    )
+                    sink.block_for = self.within
+            self._kafka_of[deployment] = sink
+        return sink
 
     def elasticsearch(self, deployment: str) -> ElasticsearchSink:
-        """``deployment``'s Elasticsearch sink."""
+        """``deployment``'s Elasticsearch sink: its own cluster's, or the runtime's."""
         sink = self._elasticsearch.get(deployment)
         if sink is None:
 
@@ -146,9 +197,14 @@ class _Sinks:
                 letter = refusal_dead_letter(action, reason, type_prefix=self.config.type_prefix)
                 self._refused.append((deployment, letter))
 
-            sink = self._elasticsearch[deployment] = ElasticsearchSink(
-                self.config.elasticsearch_url, on_refused=refused, activity=self._es_activity
+            cluster = elasticsearch_cluster(deployment, self._routes)
+            sink = ElasticsearchSink(
+                cluster.hosts if cluster else self.config.elasticsearch_url,
+                options=cluster.options if cluster else None,
+                on_refused=refused,
+                activity=self._es_activity,
             )
+            self._elasticsearch[deployment] = sink
         return sink
 
     def _fail(self, deployment: str, reason: str) -> None:
@@ -189,7 +245,7 @@ class _Sinks:
         within = self.within
         try:
             if type(out) is KafkaRecord:
-                self.kafka.write(out, name if within else None)
+                self.kafka_for(name).write(out, name if within else None)
             else:
                 assert type(out) is IndexAction
                 if out.document is not None and not out.size:
@@ -224,13 +280,17 @@ class _Sinks:
                 self._fail(name, str(exc))
         for name, letter in self._refused:
             if name not in self.failed:
-                self.kafka.write(letter, name)
+                try:
+                    self.kafka_for(name).write(letter, name)
+                except DbusError as exc:
+                    self._fail(name, str(exc))
         self._refused.clear()
-        sent, late = self.kafka.settle(max(0.5, deadline - time.monotonic()))
-        report.kafka += sent
         failed, self.failed = self.failed, {}
-        for name, reason in late.items():
-            failed.setdefault(name, reason)
+        for producer in list(self._producers.values()):
+            sent, late = producer.settle(max(0.5, deadline - time.monotonic()))
+            report.kafka += sent
+            for name, reason in late.items():
+                failed.setdefault(name, reason)
         report.seconds = time.monotonic() - started
         return failed
 
@@ -242,7 +302,9 @@ class _Sinks:
             doc_id, version, document, column_types, dead_letter, change,
         ) in rows:  # fmt: skip
             if record_type == RecordType.KAFKA:
-                self.kafka.write(KafkaRecord(destination, key, value, tuple(headers)))
+                self.kafka_for(_deployment).write(
+                    KafkaRecord(destination, key, value, tuple(headers))
+                )
             elif record_type == RecordType.ELASTICSEARCH:
                 self.elasticsearch(_deployment).write(
                     IndexAction(
@@ -260,7 +322,11 @@ class _Sinks:
                 report.stage.add_json(value)
                 continue
             elif record_type == RecordType.HOLD:
-                self.kafka.hold(source, int(json.loads(value)["epoch"]))
+                for producer in self._producers.values():
+                    producer.hold(source, int(json.loads(value)["epoch"]))
+                continue
+            elif record_type == RecordType.ROUTES:
+                self.route(json.loads(value))
                 continue
             elif record_type == RecordType.DELIVERED:
                 report.absorb(json.loads(value))
@@ -273,12 +339,13 @@ class _Sinks:
         # Elasticsearch first: documents it refuses become dead letters for Kafka.
         for sink in list(self._elasticsearch.values()):
             report.elasticsearch += sink.flush()
-        for _, record in self._refused:
-            self.kafka.write(record)
+        for name, record in self._refused:
+            self.kafka_for(name).write(record)
         self._refused.clear()
-        report.kafka += self.kafka.flush()
-        report.fenced += self.kafka.fenced
-        self.kafka.fenced = 0
+        for producer in list(self._producers.values()):
+            report.kafka += producer.flush()
+            report.fenced += producer.fenced
+            producer.fenced = 0
         report.seconds = time.monotonic() - started
         return report
 
@@ -315,14 +382,17 @@ def sink_settings(config: RuntimeConfig) -> str:
     return json.dumps(replace(config, sources=(), deployments=()).to_json(), sort_keys=True)
 
 
-def worker_sinks(settings: str) -> _Sinks:
+def worker_sinks(settings: str, routes: Routes | None = None) -> _Sinks:
     """This worker process's sinks. They outlive micro-batches and configuration
     changes that do not touch them (sources and functions come and go in a cluster):
-    a producer, above all a transactional one, is slow to start."""
+    a producer, above all a transactional one, is slow to start. ``routes``: where
+    the deployments that name their own clusters write (``_Sinks.route``)."""
     sinks = _sinks.get(settings)
     if sinks is None:
         _sinks.clear()
         sinks = _sinks[settings] = _Sinks(RuntimeConfig.from_json(json.loads(settings)))
+    if routes is not None:
+        sinks.route(routes)
     return sinks
 
 

@@ -212,7 +212,7 @@ def one_deployment(
     source moved away or the deployment went, it reads nothing and records nothing,
     so its work is planned again where it is read now."""
     config, stage = worker_stage(partition.shipment)
-    batcher = Batcher(partition.source)
+    batcher = Batcher(partition.source, stage.routes)
     counts = StageCounts(started=time.time())
     if config.reads(partition.source, *hold(partition.end)) and stage.has_deployment(
         partition.deployment

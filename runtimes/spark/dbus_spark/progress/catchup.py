@@ -64,7 +64,7 @@ def _catch_up(
 ) -> Iterator[pa.RecordBatch]:
     name, source = partition.deployment, partition.source
     reader = worker_reader(binding, replica_id_for(f"{binding.replica_id}/catch-up/{name}"))
-    sinks = worker_sinks(sink_settings(worker_stage(partition.shipment)[0]))
+    sinks = worker_sinks(sink_settings(worker_stage(partition.shipment)[0]), stage.routes)
     sinks.pace(True)  # never longer than its batch's time: the stream goes on meanwhile
     delivered = TaskReport(started=time.time())
     start, stop = position_from_json(partition.start), position_from_json(partition.end)

@@ -114,15 +114,19 @@ class ElasticsearchSink:
 
     def __init__(
         self,
-        url: str,
+        url: str | tuple[str, ...],
         *,
         on_refused: OnRefused,
+        options: Mapping[str, Any] | None = None,
         bulk_actions: int = 2000,
         retry_for: float = 300.0,
         client: Elasticsearch | None = None,
         activity: SinkActivity | None = None,
     ) -> None:
-        self._url = url
+        self._url = url if isinstance(url, str) else ",".join(url)
+        self._hosts = url if isinstance(url, str) else list(url)
+        self._options = {"request_timeout": 60, **(options or {})}
+        """The client's options: a deployment's own (``dbus_spark.sinks.clusters``)."""
         # Made on first use: the client library costs a Python worker ~17 MiB, and
         # most workers of a runtime that routes to Kafka only never need it.
         self._client = client
@@ -167,7 +171,7 @@ class ElasticsearchSink:
         if self._client is None:
             from elasticsearch import Elasticsearch
 
-            self._client = Elasticsearch(self._url, request_timeout=60)
+            self._client = Elasticsearch(self._hosts, **self._options)
         return self._client
 
     def _ensure_index(self, action: IndexAction) -> None:

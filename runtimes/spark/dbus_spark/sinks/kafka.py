@@ -127,10 +127,13 @@ class KafkaSink:
         create_topics: bool = True,
         settings: Mapping[str, Any] | None = None,
         fence: WriteFence | None = None,
+        activity: SinkActivity | None = None,
     ) -> None:
         self._bootstrap = bootstrap
+        self._client_settings = dict(settings or {})
+        """The settings given (a deployment's own: security, for the admin client too)."""
         self._config = kafka_config(
-            {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **(settings or {})}
+            {"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS, **self._client_settings}
         )
         self._fence = fence
         if fence is not None:
@@ -168,7 +171,7 @@ class KafkaSink:
         self._chunk_began = 0.0
         self._committed = 0
         self._confirmed: dict[tuple[str, int], float] = {}
-        self.activity = SinkActivity(in_flight=lambda: self._pending)
+        self.activity = activity or SinkActivity(in_flight=lambda: self._pending)
 
     def _new_producer(self) -> Producer:
         producer = Producer(self._config)
@@ -215,12 +218,19 @@ class KafkaSink:
         else:
             self.activity.acknowledged(msg.topic(), len(msg.value() or b"") + len(msg.key() or b""))
 
+    @property
+    def in_flight(self) -> int:
+        """Messages handed over and not yet acknowledged."""
+        return self._pending
+
     def ensure_topics(self, topics: Iterable[str]) -> None:
         """Create missing topics explicitly, so partition counts are ours, not the broker's."""
         missing = set(topics) - self._known_topics
         if not missing:
             return
-        admin = AdminClient(kafka_config({"bootstrap.servers": self._bootstrap}))
+        admin = AdminClient(
+            kafka_config({**self._client_settings, "bootstrap.servers": self._bootstrap})
+        )
         try:
             existing = set(admin.list_topics(timeout=min(30.0, self.block_for or 30.0)).topics)
         except KafkaException as exc:

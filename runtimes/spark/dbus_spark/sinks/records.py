@@ -25,6 +25,9 @@ class RecordType(StrEnum):
     DELIVERED = "delivered"
     """Control: what a read task delivered to the sinks itself (an open read writes as
     it reads; see ``dbus_spark.source``), next to its ``STATS``."""
+    ROUTES = "routes"
+    """Control: where the deployments that name their own clusters write (their
+    manifests' sink tables, ``dbus_spark.sinks.clusters``), before their records."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,109 @@
+"""A deployment's own sinks, all real: a manifest's ``[sinks.kafka]`` sends that
+deployment's events to its own Kafka cluster (a second broker on other ports),
+with a client setting taken from the runtime's environment; the other deployment
+goes on writing to the runtime's Kafka. The second cluster stopped detaches its
+deployment alone, and once it is back that deployment catches up."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import Scratch, spawn_cli_runtime, stop_cli_runtime
+from support import kafka_count, wait_for
+
+from dbus_deploy.services import down, up
+from dbus_spark.progress import ProgressBook
+
+pytestmark = pytest.mark.e2e
+
+
+def _folder(scratch: Scratch, name: str, table: str, topic: str, sinks: str = "") -> Path:
+    folder = Path(
+        scratch.function_folder(
+            name,
+            f'''
+            import dbus_fn as fn
+
+            @fn.route(tables="{table}")
+            def there(event: fn.RowChange) -> str:
+                return "kafka://{topic}"
+            ''',
+            [table],
+        )
+    )
+    if sinks:
+        manifest = folder / "dbus.toml"
+        manifest.write_text(manifest.read_text() + sinks)
+    return folder
+
+
+def _topics(bootstrap: str) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)
+
+
+def _insert(scratch: Scratch, ids: range) -> None:
+    with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO orders VALUES (%s, %s)", [(i, i * 3) for i in ids])
+
+
+def test_two_deployments_reach_their_own_kafka_clusters_and_one_cluster_down_detaches_one(
+    scratch: Scratch, private_services: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
+    table = f"{scratch.fresh_database.name}.orders"
+    second = private_services("kafka")
+    theirs_kafka = second.endpoints.kafka.bootstrap_servers
+    ours_kafka = scratch.services.kafka.bootstrap_servers
+    assert theirs_kafka != ours_kafka
+    # A client setting from the runtime's environment, as a credential would come.
+    monkeypatch.setenv("THEIRS_CLIENT_ID", "theirs-producer")
+    ours_topic, theirs_topic = scratch.kafka_topic, f"{scratch.kafka_topic}.theirs"
+    ours = _folder(scratch, "ours", table, ours_topic)
+    theirs = _folder(
+        scratch, "theirs", table, theirs_topic,
+        f'\n[sinks.kafka]\nbootstrap_servers = "{theirs_kafka}"\n'
+        'client_id_env = "THEIRS_CLIENT_ID"\nlinger_ms = 2\n',
+    )  # fmt: skip
+    checkpoint = str(scratch.tmp_path / "checkpoint")
+    runtime = spawn_cli_runtime(
+        scratch, ours, checkpoint, "--functions", str(theirs), "--detach-after", "2"
+    )
+    alive = lambda: runtime.poll() is None  # noqa: E731
+    book = ProgressBook(checkpoint)
+    try:
+        from support import runtime_api
+
+        runtime_api(Path(checkpoint))
+        _insert(scratch, range(1, 21))
+        assert kafka_count(ours_kafka, ours_topic, expected=20, within=120) == 20
+        assert kafka_count(theirs_kafka, theirs_topic, expected=20, within=120) == 20
+        # Each cluster holds its own deployment's topic, not the other's.
+        assert theirs_topic not in _topics(ours_kafka)
+        assert ours_topic not in _topics(theirs_kafka)
+
+        down(["kafka"], config=second.config)
+        _insert(scratch, range(21, 61))
+        assert kafka_count(ours_kafka, ours_topic, expected=60, within=60) == 60
+        wait_for(lambda: "theirs" in book.load().get("shop", {}), 60, "theirs detached",
+                 every=0.5, alive=alive)  # fmt: skip
+        behind = book.load()["shop"]
+        assert set(behind) == {"theirs"}, behind
+        assert theirs_kafka in behind["theirs"].reason, behind["theirs"].reason
+
+        up(["kafka"], config=second.config)
+        assert kafka_count(theirs_kafka, theirs_topic, expected=60, within=120) >= 60
+        wait_for(lambda: not book.load().get("shop"), 90, "theirs to rejoin", every=0.5,
+                 alive=alive)  # fmt: skip
+        _insert(scratch, range(61, 71))
+        assert kafka_count(ours_kafka, ours_topic, expected=70, within=60) == 70
+        assert kafka_count(theirs_kafka, theirs_topic, expected=70, within=60) >= 70
+        time.sleep(1)
+        assert alive()
+    finally:
+        stop_cli_runtime(scratch, runtime)

@@ -1,0 +1,120 @@
+"""A deployment's own clusters: its manifest's ``[sinks.*]`` options made into client
+settings (credentials from the runtime's environment), checked before the runtime
+starts, and kept apart in a worker's sinks beside the runtime's own broker."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from support import free_port
+from test_runtime_config import _config
+
+from dbus_spark.preflight import deployment_sink_problems
+from dbus_spark.sinks.clusters import (
+    SinkSettingsError,
+    elasticsearch_cluster,
+    kafka_cluster,
+)
+from dbus_spark.sinks.records import KafkaRecord
+from dbus_spark.stage import StageRecord
+from dbus_spark.writer import TaskReport, _Sinks
+
+
+def test_kafka_options_become_producer_settings_with_credentials_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ORDERS_KAFKA_PASSWORD", "s3cret")
+    routes = {"orders": {"kafka": {
+        "bootstrap_servers": "k1:9092,k2:9092", "security_protocol": "SASL_SSL",
+        "sasl_username": "orders", "sasl_password_env": "ORDERS_KAFKA_PASSWORD",
+        "linger.ms": 20,
+    }}}  # fmt: skip
+    cluster = kafka_cluster("orders", routes)
+    assert cluster is not None and cluster.bootstrap == "k1:9092,k2:9092"
+    assert dict(cluster.settings) == {
+        "security.protocol": "SASL_SSL", "sasl.username": "orders",
+        "sasl.password": "s3cret", "linger.ms": 20,
+    }  # fmt: skip
+    assert kafka_cluster("others", routes) is None  # theirs: the runtime's Kafka
+    # One producer per cluster and settings: the same options share one.
+    assert cluster.key == kafka_cluster("orders", {"orders": routes["orders"]}).key  # type: ignore[union-attr]
+    monkeypatch.setenv("ORDERS_KAFKA_PASSWORD", "other")
+    assert cluster.key != kafka_cluster("orders", routes).key  # type: ignore[union-attr]
+
+
+def test_a_variable_that_is_not_set_is_one_line_naming_it_and_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ORDERS_ES_KEY", raising=False)
+    routes = {"orders": {"es": {"hosts": "https://es:9200", "api_key_env": "ORDERS_ES_KEY"}}}
+    with pytest.raises(SinkSettingsError) as caught:
+        elasticsearch_cluster("orders", routes)
+    assert str(caught.value) == (
+        "deployment orders: sinks.es.api_key_env names the environment variable "
+        "ORDERS_ES_KEY, which is not set where the runtime writes; export it in the "
+        "runtime's environment and restart the runtime"
+    )
+
+
+def test_elasticsearch_options_become_client_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORDERS_ES_PASSWORD", "pw")
+    routes = {"orders": {"es": {
+        "hosts": ["https://e1:9200", "https://e2:9200"], "username": "orders",
+        "password_env": "ORDERS_ES_PASSWORD", "verify_certs": False,
+    }}}  # fmt: skip
+    cluster = elasticsearch_cluster("orders", routes)
+    assert cluster is not None
+    assert cluster.hosts == ("https://e1:9200", "https://e2:9200")
+    assert dict(cluster.options) == {"basic_auth": ("orders", "pw"), "verify_certs": False}
+
+
+def test_preflight_names_each_deployment_whose_own_cluster_is_away_and_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NOT_SET_HERE", raising=False)
+    closed = free_port()
+    routes = {
+        "away": {"kafka": {"bootstrap_servers": f"127.0.0.1:{closed}"}},
+        "es_away": {"es": {"hosts": f"http://127.0.0.1:{closed}"}},
+        "unset": {"kafka": {"bootstrap_servers": "127.0.0.1:1",
+                            "sasl_password_env": "NOT_SET_HERE"}},
+    }  # fmt: skip
+    problems = deployment_sink_problems(routes, timeout=1.0)
+    assert len(problems) == 3 and all("\n" not in p for p in problems), problems
+    assert problems[0].startswith(
+        f"deployment away: cannot reach its Kafka at 127.0.0.1:{closed} ("
+    )
+    assert problems[0].endswith("it is detached until that cluster answers")
+    assert problems[1] == (
+        f"deployment es_away: cannot reach its Elasticsearch at http://127.0.0.1:{closed}; "
+        "it is detached until that cluster answers"
+    )
+    assert problems[2].startswith("deployment unset: sinks.kafka.sasl_password_env names")
+
+
+def test_a_worker_s_sinks_send_each_deployment_to_its_own_cluster(
+    kafka_service: Any, kafka_topic: str
+) -> None:
+    """``ours`` writes to the runtime's broker; ``theirs`` names a cluster nobody
+    answers for: it alone is detached, and ours is acknowledged."""
+    config = _config(kafka=kafka_service.bootstrap_servers, detach_after=1.0)
+    sinks = _Sinks(config)
+    sinks.route({"theirs": {"kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}"}}})
+    sinks.pace(True)
+    assert sinks.kafka_for("ours") is sinks.kafka
+    assert sinks.kafka_for("theirs") is not sinks.kafka
+    report = TaskReport()
+    record = KafkaRecord(kafka_topic, b"[1]", b"{}")
+    for _ in range(3):
+        sinks.deliver(StageRecord("ours", record), "shop", report)
+        sinks.deliver(StageRecord("theirs", record), "shop", report)
+    began = time.monotonic()
+    failed = sinks.settle(report, began)
+    assert set(failed) == {"theirs"}, failed
+    assert report.kafka == 3
+    assert time.monotonic() - began < 10
+    # Its manifest no longer names a cluster: it writes to the runtime's again.
+    sinks.route({})
+    assert sinks.kafka_for("theirs") is sinks.kafka
