@@ -295,6 +295,16 @@ def test_pausing_a_deployment_the_runtime_does_not_run_is_one_line_and_exit_2(
         query.stop()
 
 
+def _fn_status(checkpoint: str) -> dict[str, str]:
+    """`dbus fn status` of the runtime at ``checkpoint``: its line per deployment."""
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "dbus"), "fn", "status", "--checkpoint", checkpoint],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return {line.split()[0]: line for line in result.stdout.splitlines()}
+
+
 def test_a_runtime_killed_while_a_deployment_is_detached_converges_after_restart(
     scratch: Scratch, orders: str, es_proxy: Proxy
 ) -> None:
@@ -321,6 +331,12 @@ def test_a_runtime_killed_while_a_deployment_is_detached_converges_after_restart
         es_proxy.cut()
         wait_for(lambda: "to_es" in book.load().get("shop", {}), 60, "to_es detached",
                  every=0.5, alive=lambda: runtime.poll() is None)  # fmt: skip
+        # `dbus fn status` asks the runtime's API where each deployment stands.
+        lines = wait_for(lambda: (found := _fn_status(checkpoint)) and "to_es" in found
+                         and "with-stream" not in found["to_es"] and found, 30,
+                         "`dbus fn status` to show to_es behind", every=1.0)  # fmt: skip
+        assert lines["to_kafka"].startswith("to_kafka  1.0.0  with-stream"), lines
+        assert "[shop: " in lines["to_es"] and "Elasticsearch" in lines["to_es"], lines
         time.sleep(2)
         runtime.kill()  # SIGKILL while to_es is detached
         runtime.wait()

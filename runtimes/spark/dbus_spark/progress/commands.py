@@ -1,18 +1,24 @@
 """`dbus fn pause NAME` and `dbus fn resume NAME`: a deployment's position held, and let
-go (``dbus_spark.progress``).
+go (``dbus_spark.progress``); `dbus fn status`: where each deployment stands.
 
-They ask the runtime at a checkpoint, between two micro-batches, as a backfill does
-(``dbus_spark.history.requests``); the SDK's `dbus fn` group finds them through the
-``dbus_fn.cli.fn`` entry point group.
+Pause and resume ask the runtime at a checkpoint, between two micro-batches, as a
+backfill does (``dbus_spark.history.requests``); status asks the runtime's JSON API
+(``dbus_spark.api``), as the dashboard does. The SDK's `dbus fn` group finds them
+through the ``dbus_fn.cli.fn`` entry point group.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import urllib.error
+import urllib.request
+from typing import Any
 
 import click
 
 from dbus_fn.cli._options import env_option
+from dbus_fn.errors import ConfigError, HistoryError, ServiceUnreachableError
 from dbus_spark.history.commands import CHECKPOINT_HELP
 
 ANSWER_TIMEOUT = 30.0
@@ -52,4 +58,95 @@ def resume(name: str, checkpoint: str | None) -> None:
     click.echo(ask(name, pause=False, checkpoint=checkpoint), file=sys.stdout)
 
 
-__all__ = ["ask", "pause", "resume"]
+def deployments_of(checkpoint: str | None, token: str | None = None) -> list[dict[str, Any]]:
+    """What the runtime at ``checkpoint`` says of its deployments (``/api/v1/deployments``)."""
+    from dbus_spark.api import address_path
+    from dbus_spark.history.target import runtime_at
+
+    folder, _ = runtime_at(checkpoint)
+    address = address_path(folder)
+    try:
+        url = address.read_text().strip()
+    except OSError:
+        raise ServiceUnreachableError(
+            f"no runtime serves its API at checkpoint {folder} ({address} is missing); start "
+            "it with `dbus runtime start`, with its API on (--api)",
+            service="runtime",
+        ) from None
+    request = urllib.request.Request(f"{url}/api/v1/deployments")
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=ANSWER_TIMEOUT) as answer:
+            found: list[dict[str, Any]] = json.loads(answer.read())
+            return found
+    except urllib.error.HTTPError as exc:
+        said = exc.read().decode(errors="replace")[:200]
+        exc.close()
+        if exc.code == 401:
+            raise ConfigError(
+                f"the runtime at {url} wants its API token; pass --api-token or set DBUS_API_TOKEN",
+                setting="--api-token",
+            ) from None
+        raise ServiceUnreachableError(
+            f"the runtime at {url} answered {exc.code}: {said}", service="runtime"
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise ServiceUnreachableError(
+            f"the runtime at checkpoint {folder} does not answer at {url} "
+            f"({getattr(exc, 'reason', exc)}); is it running?",
+            service="runtime",
+        ) from None
+
+
+def status_line(deployment: dict[str, Any]) -> str:
+    """One deployment as `dbus fn status` prints it."""
+    lag = deployment.get("lag_seconds")
+    line = f"{deployment['name']}  {deployment['version']}  {deployment['state']}"
+    if lag is not None:
+        line += f"  lag {lag:.1f}s"
+    for pace in deployment.get("pace", []):
+        if pace["state"] == "with-stream":
+            continue
+        line += f"  [{pace['source']}: {pace['state']}"
+        if pace.get("position"):
+            line += f" at {pace['position']}"
+        if pace.get("lag_bytes") is not None:
+            line += f", {pace['lag_bytes']} bytes behind"
+        if pace.get("reason"):
+            line += f"; {pace['reason']}"
+        line += "]"
+    return line
+
+
+@click.command("status")
+@click.argument("name", required=False)
+@env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=CHECKPOINT_HELP)
+@env_option("--api-token", env="DBUS_API_TOKEN", default=None,
+            help="The runtime's API token, when it was started with one.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print what the runtime said, as JSON.")
+def status(name: str | None, checkpoint: str | None, api_token: str | None, as_json: bool) -> None:
+    """Each deployment of a running runtime: with the stream, catching up, detached
+    (and why) or paused, and how far behind its sinks are.
+
+    Exit 2 for a deployment the runtime does not run, 3 when no runtime answers.
+    """
+    found = deployments_of(checkpoint, api_token)
+    if name is not None:
+        names = sorted(d["name"] for d in found)
+        found = [d for d in found if d["name"] == name]
+        if not found:
+            raise HistoryError(
+                f"no deployment {name!r} runs in this runtime; it runs "
+                f"{', '.join(names) or 'none'}"
+            )
+    if as_json:
+        click.echo(json.dumps(found, indent=2, sort_keys=True))
+        return
+    if not found:
+        click.echo("no deployment runs in this runtime; give it one with --functions")
+    for deployment in found:
+        click.echo(status_line(deployment))
+
+
+__all__ = ["ask", "deployments_of", "pause", "resume", "status", "status_line"]
