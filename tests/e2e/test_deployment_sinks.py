@@ -107,3 +107,78 @@ def test_two_deployments_reach_their_own_kafka_clusters_and_one_cluster_down_det
         assert alive()
     finally:
         stop_cli_runtime(scratch, runtime)
+
+
+def test_a_deployment_s_own_elasticsearch_cut_off_detaches_it_and_it_catches_up(
+    scratch: Scratch, es_proxy: Any
+) -> None:
+    """``theirs`` names its own Elasticsearch (a proxy in front of a real node, another
+    address than the runtime's): cutting it detaches theirs alone, naming that address."""
+    with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
+    table, index = f"{scratch.fresh_database.name}.orders", scratch.es_index
+    own = f"http://127.0.0.1:{es_proxy.port}"
+    ours = _folder(scratch, "ours", table, scratch.kafka_topic)
+    theirs = Path(scratch.function_folder(
+        "theirs",
+        f'''
+        import dbus_fn as fn
+
+        @fn.route(tables="{table}")
+        def there(event: fn.RowChange) -> str:
+            return "es://{index}"
+        ''',
+        [table],
+    ))  # fmt: skip
+    manifest = theirs / "dbus.toml"
+    manifest.write_text(
+        manifest.read_text()
+        + f'dead_letter_route = "es://{index}-dead"\n[sinks.es]\nhosts = "{own}"\n'
+        + "request_timeout = 30\n"
+    )
+    checkpoint = str(scratch.tmp_path / "checkpoint")
+    runtime = spawn_cli_runtime(
+        scratch, ours, checkpoint, "--functions", str(theirs), "--detach-after", "2"
+    )
+    alive = lambda: runtime.poll() is None  # noqa: E731
+    es, kafka = scratch.services.elasticsearch.url, scratch.services.kafka.bootstrap_servers
+    book = ProgressBook(checkpoint)
+    try:
+        from support import runtime_api
+
+        runtime_api(Path(checkpoint))
+        _insert(scratch, range(1, 11))
+        wait_for(lambda: _indexed(es, index) == 10, 120, "theirs' first rows", every=0.5,
+                 alive=alive)  # fmt: skip
+        es_proxy.cut()
+        _insert(scratch, range(11, 41))
+        assert kafka_count(kafka, scratch.kafka_topic, expected=40, within=60) == 40
+        wait_for(lambda: "theirs" in book.load().get("shop", {}), 60, "theirs detached",
+                 every=0.5, alive=alive)  # fmt: skip
+        assert own in book.load()["shop"]["theirs"].reason
+        es_proxy.restore()
+        wait_for(lambda: _indexed(es, index) == 40, 120, "theirs caught up", every=1.0,
+                 alive=alive)  # fmt: skip
+    finally:
+        stop_cli_runtime(scratch, runtime)
+
+
+def _indexed(url: str, index: str) -> int:
+    from elasticsearch import Elasticsearch
+
+    with Elasticsearch(url) as client:
+        if not client.indices.exists(index=index):
+            return 0
+        client.indices.refresh(index=index)
+        return int(client.count(index=index)["count"])
+
+
+@pytest.fixture
+def es_proxy(scratch: Scratch) -> Any:
+    from support import Proxy
+
+    proxy = Proxy(scratch.services.elasticsearch.url.split("://", 1)[1].rstrip("/"))
+    try:
+        yield proxy
+    finally:
+        proxy.close()
