@@ -1,4 +1,5 @@
-"""End-to-end fixtures: one local Spark session for every runtime test."""
+"""End-to-end fixtures: one local Spark session for every runtime test, the scratch
+services, and a TCP proxy in front of Elasticsearch that a test can cut."""
 
 from __future__ import annotations
 
@@ -29,3 +30,15 @@ def scratch(
     function_folder: Any,
 ) -> Scratch:
     return Scratch(services, fresh_database, kafka_topic, es_index, tmp_path, function_folder)
+
+
+@pytest.fixture
+def es_proxy(scratch: Scratch) -> Iterator[Any]:
+    """A ``support.Proxy`` in front of the scratch's Elasticsearch, closed afterwards."""
+    from support import Proxy
+
+    proxy = Proxy(scratch.services.elasticsearch.url.split("://", 1)[1].rstrip("/"))
+    try:
+        yield proxy
+    finally:
+        proxy.close()

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -85,15 +84,6 @@ def orders(scratch: Scratch) -> str:
     with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
     return f"{scratch.fresh_database.name}.orders"
-
-
-@pytest.fixture
-def es_proxy(scratch: Scratch) -> Iterator[Proxy]:
-    proxy = Proxy(scratch.services.elasticsearch.url.split("://", 1)[1].rstrip("/"))
-    try:
-        yield proxy
-    finally:
-        proxy.close()
 
 
 def _run(

@@ -171,14 +171,3 @@ def _indexed(url: str, index: str) -> int:
             return 0
         client.indices.refresh(index=index)
         return int(client.count(index=index)["count"])
-
-
-@pytest.fixture
-def es_proxy(scratch: Scratch) -> Any:
-    from support import Proxy
-
-    proxy = Proxy(scratch.services.elasticsearch.url.split("://", 1)[1].rstrip("/"))
-    try:
-        yield proxy
-    finally:
-        proxy.close()
