@@ -162,9 +162,10 @@ class _Sinks:
         }
         self._routes = {name: dict(options) for name, options in routes.items()}
         for name in changed:
-            self._kafka_of.pop(name, None)
-            sink = self._elasticsearch.pop(name, None)
-            if sink is not None:
+            self._kafka_of.pop(name, None)  # what it sent is flushed with its producer
+            sink = self._elasticsearch.get(name)
+            if sink is not None and not sink.in_flight:  # else moved once it is sent
+                del self._elasticsearch[name]
                 sink.close()
 
     def kafka_for(self, deployment: str) -> KafkaSink:
@@ -185,6 +186,8 @@ class _Sinks:
                         activity=self._kafka_activity,
                     )
                     sink.block_for = self.within
+                    if self.kafka.held is not None:  # fenced by the task's hold too
+                        sink.hold(*self.kafka.held)
             self._kafka_of[deployment] = sink
         return sink
 

@@ -118,3 +118,17 @@ def test_a_worker_s_sinks_send_each_deployment_to_its_own_cluster(
     # Its manifest no longer names a cluster: it writes to the runtime's again.
     sinks.route({})
     assert sinks.kafka_for("theirs") is sinks.kafka
+
+
+def test_a_route_that_changes_mid_task_never_drops_what_a_sink_still_holds() -> None:
+    from dbus_fn.testing import insert
+    from dbus_spark.stage import index_action
+
+    sinks = _Sinks(_config(elasticsearch=f"http://127.0.0.1:{free_port()}"))
+    held = sinks.elasticsearch("theirs")
+    held.write(index_action(insert("shop.orders", id=1), "orders"))  # buffered, not sent
+    sinks.route({"theirs": {"es": {"hosts": f"http://127.0.0.1:{free_port()}"}}})
+    assert sinks.elasticsearch("theirs") is held and held.in_flight == 1
+    held.drop()
+    sinks.route({})
+    assert sinks.elasticsearch("theirs") is not held

@@ -267,6 +267,11 @@ class KafkaSink:
                         ) from exc
         self._known_topics |= missing
 
+    @property
+    def held(self) -> tuple[str, int] | None:
+        """The hold the records written now belong to (fenced writes; None: none yet)."""
+        return self._hold
+
     def hold(self, source: str, epoch: int) -> None:
         """The records that follow were read from ``source`` while held at ``epoch``."""
         self._hold = (source, epoch)
