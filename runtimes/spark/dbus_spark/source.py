@@ -393,10 +393,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         ranges: list[SourceRange | ChunkRange | ReplayRange | CatchUpRange] = []
         for name, begin, upto, admission in moved:
             count = split if _span(begin, upto) >= SHARD_MIN_BYTES else 1
-            gate = Gate(
-                self._history.gated(name),
-                self._history.considered(name) if config.fencing is not None else None,
-            )
+            gate = self._history.gate(name, fenced=config.fencing is not None)
             ranges += [
                 SourceRange(
                     shipment,
@@ -412,10 +409,11 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             ]
         seconds = config.open_read_seconds or DEFAULT_CATCH_UP_SECONDS
         for name, upto in end.items():
+            gate = self._history.gate(name, fenced=config.fencing is not None)
             for deployment, behind in upto.get("behind", {}).items():
                 if behind["due"]:
                     ranges.append(CatchUpRange(shipment, name, deployment, behind["position"],
-                                               upto, seconds))  # fmt: skip
+                                               upto, seconds, gate.to_json() if gate else None))
         for name, upto in end.items():
             for deployment, run, cursor in upto.get("replays", ()):
                 replay = self._history.replays(name).get(deployment)

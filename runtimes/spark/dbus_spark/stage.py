@@ -243,8 +243,13 @@ class FunctionStage:
         change: RowChange,
         counts: StageCounts,
         route: Destination | None = None,
+        gate: Gate | None = None,
     ) -> Iterator[StageRecord]:
-        """A replayed change through one deployment; ``route`` replaces its destinations."""
+        """A replayed change through one deployment; ``route`` replaces its destinations;
+        ``gate`` holds back what the deployment's history chunks bring instead."""
+        if gate is not None and not gate.admits(deployment_name, change):
+            counts.held[deployment_name] += 1
+            return
         for deployment, pipeline in self._subscribers(change.source, change.qualified_table):
             if deployment.manifest.name == deployment_name:
                 yield from self._run(deployment, pipeline, change, counts, route)

@@ -131,6 +131,22 @@ def test_a_deployment_behind_is_left_out_of_the_shared_read_and_read_for_alone(
     assert (catch_up.deployment, catch_up.start, catch_up.end["pos"]) == ("b", _at(300), 900)
 
 
+def test_a_deployment_behind_while_bootstrapped_reads_alone_through_the_history_gate(
+    config_path: str,
+) -> None:
+    from dbus_spark.history import Gate, HistoryTask
+
+    reader = BinlogSourceReader(config_path)
+    task = HistoryTask("b", "shop.orders", ("id",), True, bootstrap=True)
+    reader._history._tasks["shop"] = {task.id: task}
+    live, catch_up = reader.partitions(
+        {"shop": _offset(500)}, {"shop": _offset(900, b=_behind(300))}
+    )
+    assert isinstance(live, SourceRange) and isinstance(catch_up, CatchUpRange)
+    assert catch_up.gate is not None and catch_up.gate == live.gate
+    assert not Gate.from_json(catch_up.gate).admits("b", _change(400))  # its chunk sends it
+
+
 def test_a_deployment_whose_own_read_reached_the_batch_end_is_taken_back_from_its_position(
     config_path: str,
 ) -> None:

@@ -229,3 +229,30 @@ def test_a_new_owner_reads_again_what_the_last_one_planned_and_did_not_commit(
     assert end == at(7000) and [c.upper for c in chunks] == [None]
     store.replanned("src")
     assert store.next_replan("src") is None
+
+
+def test_a_deployment_s_own_read_is_gated_as_the_shared_read_is(function_folder: Any) -> None:
+    """A deployment detached while it is bootstrapped catches up through the same gate:
+    a change its chunks bring instead never comes before (or after) their rows."""
+    from dbus_spark.stage import FunctionStage, StageCounts
+
+    folder = function_folder(
+        "catalog",
+        f"""
+        import dbus_fn as fn
+
+        @fn.route(tables="{TABLE}")
+        def there(event: fn.RowChange) -> str:
+            return "kafka://products"
+        """,
+        [TABLE],
+    )
+    stage = FunctionStage((str(folder),), type_prefix="dbus")
+    gate = Gate([task([([["i", 100]], at(5000))])])
+    counts = StageCounts()
+    held = list(stage.process_only("catalog", change(50, 4000), counts, gate=gate))
+    newer = list(stage.process_only("catalog", change(50, 6000), counts, gate=gate))
+    unread = list(stage.process_only("catalog", change(150, 6000), counts, gate=gate))
+    assert (len(held), len(newer), len(unread)) == (0, 1, 0)
+    assert counts.held["catalog"] == 2
+    assert len(list(stage.process_only("catalog", change(50, 4000), StageCounts()))) == 1

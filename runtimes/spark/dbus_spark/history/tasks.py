@@ -48,7 +48,7 @@ from dbus_fn.events import BinlogPosition
 from dbus_fn.files import replace_file
 from dbus_fn.manifest import Manifest
 from dbus_spark.checkpoint import beside
-from dbus_spark.history.gate import position_order
+from dbus_spark.history.gate import Gate, position_order
 from dbus_spark.history.queries import (
     check_where,
     estimated_rows,
@@ -231,6 +231,12 @@ class HistoryStore:
     def gated(self, source: str) -> list[HistoryTask]:
         """The tasks whose table's binlog changes the gate holds back for now."""
         return [task for task in self.tasks(source).values() if task.gated]
+
+    def gate(self, source: str, *, fenced: bool) -> Gate:
+        """What the history tasks hold back of ``source``'s binlog, for the shared read
+        and for a deployment's own catch-up read alike; ``fenced``: a cluster member,
+        whose deployments receive nothing of a table before its history is planned."""
+        return Gate(self.gated(source), self.considered(source) if fenced else None)
 
     def consider(
         self,

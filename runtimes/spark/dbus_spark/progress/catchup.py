@@ -24,7 +24,7 @@ from dbus_fn.capture import position_from_json, position_to_json, replica_id_for
 from dbus_fn.errors import DbusError
 from dbus_fn.events import RowChange, TransactionCommit
 from dbus_spark.config import SourceBinding
-from dbus_spark.history import position_order
+from dbus_spark.history import Gate, position_order
 from dbus_spark.history.partitions import one_deployment
 from dbus_spark.progress import caught_up_to, not_taken
 from dbus_spark.shipment import Shipment
@@ -49,6 +49,9 @@ class CatchUpRange(InputPartition):  # type: ignore[misc]
     start: dict[str, Any]
     end: dict[str, Any]
     seconds: float
+    gate: dict[str, Any] | None = None
+    """The source's history ``Gate`` as JSON: a deployment bootstrapping while detached
+    gets on its own read only what its chunks do not bring (as on the shared read)."""
 
 
 def read_catch_up(partition: CatchUpRange) -> Iterator[pa.RecordBatch]:
@@ -63,6 +66,7 @@ def _catch_up(
     counts: StageCounts,
 ) -> Iterator[pa.RecordBatch]:
     name, source = partition.deployment, partition.source
+    gate = Gate.from_json(partition.gate) if partition.gate else None
     reader = worker_reader(binding, replica_id_for(f"{binding.replica_id}/catch-up/{name}"))
     sinks = worker_sinks(sink_settings(worker_stage(partition.shipment)[0]), stage.routes)
     sinks.pace(True)  # never longer than its batch's time: the stream goes on meanwhile
@@ -76,7 +80,7 @@ def _catch_up(
         try:
             for item in items:
                 if type(item) is RowChange:
-                    for record in stage.process_only(name, item, counts):
+                    for record in stage.process_only(name, item, counts, gate=gate):
                         sinks.deliver(record, source, delivered)
                     if name in sinks.failed:
                         break
