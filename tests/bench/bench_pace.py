@@ -15,10 +15,13 @@ at ``--rate`` rows/s, each phase on a table of its own:
 4. a backfill of ``--bootstrap`` rows for a third deployment ``c`` (to Kafka), whose
    table was filled before the runtime started: ``a``'s p50/p99 in the first
    ``--boot-seconds`` of it, and
-   how long ``c``'s topic took to hold every row (0 skips the phase).
+   how long ``c``'s topic took to hold every row (0 skips the phase);
+5. a backfill of ``--history`` rows for ``b`` asked while its Elasticsearch is cut off
+   for ``--seconds``: ``a``'s p50/p99 meanwhile, and how long after the proxy is back
+   ``b``'s index holds the whole table (0 skips the phase).
 
     .venv/bin/python tests/bench/bench_pace.py [--rate 100] [--seconds 30] [--outage 120]
-        [--slow 0.015] [--bootstrap 1000000] [--boot-seconds 60]
+        [--slow 0.015] [--bootstrap 1000000] [--boot-seconds 60] [--history 100000]
 """
 
 from __future__ import annotations
@@ -104,6 +107,8 @@ def main() -> None:
     parser.add_argument("--bootstrap", type=int, default=1_000_000, help="rows c backfills")
     parser.add_argument("--boot-seconds", type=float, default=60.0,
                         help="how long a's latency is measured while c backfills")  # fmt: skip
+    parser.add_argument("--history", type=int, default=100_000,
+                        help="rows b backfills while its Elasticsearch is cut off")  # fmt: skip
     args = parser.parse_args()
 
     local = local_endpoints()
@@ -130,6 +135,9 @@ def main() -> None:
         # Filled before the runtime starts: c's backfill reads it, the stream does not.
         cur.execute("CREATE TABLE big (id INT PRIMARY KEY, v VARCHAR(8))")
         cur.execute(f"INSERT INTO big SELECT seq, 'row' FROM seq_1_to_{args.bootstrap}")
+    if args.history:
+        cur.execute("CREATE TABLE hist (id INT PRIMARY KEY, v VARCHAR(8))")
+        cur.execute(f"INSERT INTO hist SELECT seq, 'row' FROM seq_1_to_{args.history}")
     cfg = RuntimeConfig(
         sources=(source,),
         deployments=(str(a_folder), str(b_folder), str(c_folder)),
@@ -181,6 +189,16 @@ def main() -> None:
                   f"{during.p99 / base.p99:.2f}x baseline; c's topic held {done:,} rows "
                   f"{took:.1f} s after the request ({done / took:,.0f} rows/s)",
                   flush=True)  # fmt: skip
+
+        if args.history:
+            proxy.cut()
+            backfill("b", [f"{database}.hist"], None, checkpoint=cfg.checkpoint_dir, wait=False)
+            cut = _phase(cur, settings, database, kafka, topic, "histcut", args, args.seconds)
+            proxy.restore()
+            back = _caught_up(es, f"{index}hist", args.history, timeout=1800)
+            print(f"b backfills {args.history:,} rows, its ES cut  a: {cut.describe()}; p99 "
+                  f"{cut.p99 / base.p99:.2f}x baseline; b's index held the table {back:.1f} s "
+                  "after the proxy was back", flush=True)  # fmt: skip
     finally:
         query.stop()
         proxy.close()

@@ -4,6 +4,7 @@ the other deployment's Kafka stream; the held one catches up and rejoins."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -25,7 +26,8 @@ from dbus_spark.settings import runtime_config
 pytestmark = pytest.mark.e2e
 
 
-def _deployment(scratch: Scratch, name: str, table: str, route: str, delay: float = 0.0) -> Path:
+def _deployment(scratch: Scratch, name: str, table: str, route: str, delay: float = 0.0,
+                initial: str | None = None) -> Path:  # fmt: skip
     slow = f"time.sleep({delay})" if delay else "pass"
     return Path(
         scratch.function_folder(
@@ -41,6 +43,7 @@ def _deployment(scratch: Scratch, name: str, table: str, route: str, delay: floa
                 return "{route}"
             ''',
             [table],
+            initial=initial,
         )
     )
 
@@ -87,7 +90,8 @@ def orders(scratch: Scratch) -> str:
 
 
 def _run(
-    scratch: Scratch, folders: list[Path], elasticsearch: str, spark: Any, metrics: Any = None
+    scratch: Scratch, folders: list[Path], elasticsearch: str, spark: Any, metrics: Any = None,
+    **changes: Any,
 ) -> Any:
     services = scratch.services
     config = runtime_config(
@@ -98,7 +102,7 @@ def _run(
         checkpoint=str(scratch.tmp_path / "checkpoint"),
         start="latest",
     )
-    config = replace(config, detach_seconds=2.0)
+    config = replace(config, detach_seconds=2.0, **changes)
     query = start(config, spark=spark, metrics=metrics)
     wait_for(lambda: query.exception() or query.lastProgress, 120, "the first batch", every=0.5)
     assert query.exception() is None
@@ -146,6 +150,65 @@ def test_a_cut_off_elasticsearch_detaches_its_deployment_alone_and_it_catches_up
         assert kafka_count(kafka, topic, expected=during + 10, within=60) == during + 10
         assert query.exception() is None
     finally:
+        query.stop()
+
+
+def test_a_backfill_whose_elasticsearch_is_cut_off_waits_alone_and_ends_once_it_is_back(
+    spark: Any, scratch: Scratch, orders: str, es_proxy: Proxy
+) -> None:
+    """History reads write to their deployment's sinks within the bound too: a chunk
+    those sinks refuse is read again after a backoff, and the other deployment's
+    stream goes on meanwhile."""
+    from dbus_spark.history import HistoryStore, store_path
+    from dbus_spark.history.follow import backfill
+
+    topic, index, es = scratch.kafka_topic, scratch.es_index, scratch.services.elasticsearch.url
+    kafka = scratch.services.kafka.bootstrap_servers
+    rows = 2000
+    with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO orders VALUES (%s, %s)", [(i, i) for i in range(1, rows + 1)])
+    folders = [
+        _deployment(scratch, "to_kafka", orders, f"kafka://{topic}", initial="none"),
+        _deployment(scratch, "to_es", orders, f"es://{index}", initial="none"),
+    ]
+    query, config = _run(scratch, folders, f"http://127.0.0.1:{es_proxy.port}", spark,
+                         chunk_rows=200)  # fmt: skip
+    store = HistoryStore(store_path(config.checkpoint_dir))
+    writer = Writer(scratch.fresh_database, rows + 1)
+    try:
+        wait_for(lambda: len(_documents(es, index)) >= 5, 120, "the first rows in Elasticsearch",
+                 every=0.5)  # fmt: skip
+        es_proxy.cut()
+        backfill("to_es", [orders], None, checkpoint=config.checkpoint_dir, wait=False,
+                 out=io.StringIO())  # fmt: skip
+
+        def refused() -> dict[str, Any]:
+            store.reload()
+            return store.waiting("src").get("to_es", {})
+
+        wait = wait_for(refused, 60, "the backfill's chunk to be refused", every=0.5)
+        assert "Elasticsearch" in wait["reason"], wait
+        time.sleep(6)
+        during = writer.stop()
+        # Every row written meanwhile reached the other deployment's Kafka.
+        assert kafka_count(kafka, topic, expected=during - rows, within=60) == during - rows
+        task = store.tasks("src")[f"to_es:{orders}"]
+        assert not task.finished and task.rows < rows
+
+        es_proxy.restore()
+        wanted = set(range(1, during + 1))
+        wait_for(lambda: _documents(es, index) == wanted, 120,
+                 "the backfill and the stream in the index", every=1.0)  # fmt: skip
+
+        def finished() -> bool:  # its last chunk, past the highest key, may come later
+            store.reload()
+            return store.tasks("src")[f"to_es:{orders}"].finished > 0
+
+        wait_for(finished, 60, "the backfill to end", every=0.5)
+        assert store.waiting("src") == {}
+        assert query.exception() is None
+    finally:
+        writer.stop()
         query.stop()
 
 

@@ -118,7 +118,7 @@ from dbus_spark.worker import (
     worker_reader,
     worker_stage,
 )
-from dbus_spark.writer import TaskReport, sink_settings, worker_sinks
+from dbus_spark.writer import Output, paces
 
 # An open read that is behind the server at its time (``BEHIND_SECONDS``) reads on,
 # up to this many times its time, instead of leaving the backlog to the next batch:
@@ -255,7 +255,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 chunks = again[1]
             else:
                 chunks = plan_chunks(
-                    reader, self._history.active(name), chunk_rows=config.chunk_rows,
+                    reader, self._history.due(name, now), chunk_rows=config.chunk_rows,
                     budget=self._chunk_tasks,
                 )  # fmt: skip
                 chunks, offset = self._quiet(binding, (start or {}).get(name), offset, chunks)
@@ -267,7 +267,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             if chunks:
                 offset["chunks"] = [chunk.to_json() for chunk in chunks]
                 planned = True
-            replays = [r for r in self._history.replays(name).values() if not r.finished]
+            replays = self._history.due_replays(name, now)
             if replays:
                 offset["replays"] = [[r.deployment, r.run, r.cursor] for r in replays]
                 planned = True
@@ -494,15 +494,12 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         # With a detach bound the read writes to the sinks itself too, so one
         # deployment's sink that does not answer is that deployment's alone (with one
         # deployment, detaching it would free no other: its sinks are waited for).
-        paced = detaches(config) and len(stage.deployments) > 1
-        sinks = worker_sinks(sink_settings(config), stage.routes) if open_read or paced else None
-        if sinks is not None:
-            sinks.pace(paced)
-            if self._reports is not None:
-                sinks.publisher.use(self._reports)
+        paced = paces(config, stage)
+        out = Output(config, batcher, stage.routes, open_read or paced, paced=paced)
+        if out.sinks is not None and self._reports is not None:
+            out.sinks.publisher.use(self._reports)
         admission = Admission.from_json(partition.admission)
         slow = SlowWatch(partition.source, stage, admission, began) if paced else None
-        delivered = TaskReport(started=time.time())
         planned_end = offset_to_position(partition.end)
         reached = planned_end
         try:
@@ -515,10 +512,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             ):
                 if type(item) is RowChange:
                     for record in stage.process(item, counts, gate, admission or None):
-                        if sinks is not None:
-                            sinks.deliver(record, partition.source, delivered)
-                            continue
-                        batch = batcher.add(record)
+                        batch = out.put(record)
                         if batch is not None:
                             yield batch
                 elif type(item) is TransactionCommit:
@@ -532,15 +526,14 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             drop_reader(reader)  # the next attempt starts from a fresh connection
             raise
         counts.read_seconds = time.monotonic() - began
-        if sinks is not None:
+        if out.sinks is not None:
             # Acknowledged up to here: the next batch may start past it (for a
             # deployment its sinks did not take, from its own start again).
             # The bound counts from the read's start: what it handed over first has
             # waited since, and the changes committed meanwhile wait for the next batch.
             bound = config.detach_seconds - (time.monotonic() - began)
-            failed = sinks.settle(delivered, began, max(1.0, bound))
+            failed = out.settle(began, max(1.0, bound))
             counts.progress += read_events(partition, admission, failed, counts)
-            batcher.add_delivered(delivered.counts())
             if coordinates(reached) > coordinates(planned_end):
                 counts.reached[partition.source] = position_to_json(reached)
                 counts.positions[partition.source] = str(reached)

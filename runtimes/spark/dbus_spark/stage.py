@@ -111,6 +111,9 @@ class StageCounts:
     that takes most of a read's time is detached)."""
     progress: list[dict[str, Any]] = field(default_factory=list)
     """Deployments detached, caught up or taken back (``dbus_spark.progress`` events)."""
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    """History reads (a chunk, a replay part) their deployment's sinks did not take:
+    per read, the source, the deployment and why; read again after a backoff."""
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_dict()).encode()
@@ -137,6 +140,7 @@ class StageCounts:
             "reached": self.reached,
             "busy": self.busy,
             "progress": self.progress,
+            "refused": self.refused,
         }
 
     def add_json(self, data: bytes) -> None:
@@ -165,6 +169,7 @@ class StageCounts:
             reached=counts.get("reached", {}),
             busy=Counter(counts.get("busy", {})),
             progress=counts.get("progress", []),
+            refused=counts.get("refused", []),
         )
 
     def add(self, other: StageCounts) -> None:
@@ -190,6 +195,7 @@ class StageCounts:
         self.reached.update(other.reached)
         self.busy.update(other.busy)
         self.progress += other.progress
+        self.refused += other.refused
 
 
 class FunctionStage:

@@ -43,7 +43,8 @@ from dbus_spark.sinks.clusters import Routes, elasticsearch_cluster, kafka_clust
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
-from dbus_spark.stage import StageCounts, StageRecord, refusal_dead_letter
+from dbus_spark.stage import FunctionStage, StageCounts, StageRecord, refusal_dead_letter
+from dbus_spark.worker import Batcher
 
 # commit() runs in a Spark-managed Python process with no logging set up;
 # batch metrics must still reach the runtime's log (its stderr).
@@ -399,6 +400,52 @@ def worker_sinks(settings: str, routes: Routes | None = None) -> _Sinks:
     return sinks
 
 
+def paces(config: RuntimeConfig, stage: FunctionStage) -> bool:
+    """Whether a read task of this runtime writes to its sinks itself, each
+    deployment's writes bounded by the detach bound: when one deployment's sink that
+    does not answer could hold another's (not in a cluster member, whose writes are
+    fenced, and not with one deployment, whom detaching would free no one)."""
+    return config.detach_seconds > 0 and config.fencing is None and len(stage.deployments) > 1
+
+
+class Output:
+    """Where a read task's records go: to the task's own sinks as it reads, each
+    deployment's writes bounded when paced (a deployment whose sinks do not take them
+    is ``refused`` the rest, and ``settle`` names it), or in Arrow batches that the
+    writer writes after the read, as long as that takes."""
+
+    def __init__(self, config: RuntimeConfig, batcher: Batcher, routes: Routes, own: bool,
+                 *, paced: bool | None = None) -> None:  # fmt: skip
+        """``own``: the task writes to its sinks itself; ``paced`` (default: ``own``):
+        bounded so (else waited for as long as it takes, as the writer does)."""
+        self.batcher = batcher
+        self.sinks = worker_sinks(sink_settings(config), routes) if own else None
+        if self.sinks is not None:
+            self.sinks.pace(own if paced is None else paced)
+        self.report = TaskReport(started=time.time())
+
+    def put(self, record: StageRecord) -> pa.RecordBatch | None:
+        """Hand ``record`` on; an Arrow batch to yield when the writer takes it."""
+        if self.sinks is None:
+            return self.batcher.add(record)
+        self.sinks.deliver(record, self.batcher.source, self.report)
+        return None
+
+    def refused(self, deployment: str) -> bool:
+        """Whether ``deployment``'s sinks stopped taking this task's writes."""
+        return self.sinks is not None and deployment in self.sinks.failed
+
+    def settle(self, began: float, within: float | None = None) -> dict[str, str]:
+        """Wait for what was put (at most ``within`` seconds, by default the detach
+        bound): per deployment whose sinks did not take all of it, why. Nothing to
+        wait for when the writer writes."""
+        if self.sinks is None:
+            return {}
+        failed = self.sinks.settle(self.report, began, within)
+        self.batcher.add_delivered(self.report.counts())
+        return failed
+
+
 class FunctionSinkDataSource(DataSource):  # type: ignore[misc]
     """``df.writeStream.format("dbus_functions").option("config", path)``."""
 
@@ -450,11 +497,20 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             except OSError as exc:  # metrics never hold a batch back
                 log.warning("batch %d: its metrics report was not written: %s", batchId, exc)
         history: dict[str, str] = {}
-        if stage.chunks or stage.replays:
+        if stage.chunks or stage.replays or stage.refused:
             # Before Spark records the batch as committed: a replay re-reads its chunks.
             store = HistoryStore(store_path(self._checkpoint_dir))
             store.record(ChunkDone.from_json(chunk) for chunk in stage.chunks)
             store.record_replays(stage.replays)
+            if stage.refused:
+                store.refused(stage.refused)
+                for read in stage.refused:
+                    wait = store.waiting(read["source"]).get(read["deployment"], {})
+                    log.warning(
+                        "history: deployment %s's sinks did not take its read of %s: %s; "
+                        "it is read again in %.0fs", read["deployment"], read["source"],
+                        read["reason"], wait.get("retry_at", time.time()) - time.time(),
+                    )  # fmt: skip
             sources = {part["source"] for part in (*stage.chunks, *stage.replays)}
             history = _history_text(store, sources)
         if stage.reached:

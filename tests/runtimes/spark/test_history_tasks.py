@@ -120,6 +120,36 @@ def test_chunks_are_recorded_in_plan_order_and_a_replay_only_moves_positions(
     assert again.tasks("src")[name].live
 
 
+def test_a_deployment_whose_sinks_refused_its_history_is_read_again_after_a_backoff(
+    tmp_path: Path,
+) -> None:
+    from dbus_spark.history.records import ReplayTask
+
+    store = HistoryStore(tmp_path / "h.json")
+    name = "catalog:shop.products"
+    store._tasks["src"] = {name: task([]), "other:shop.a": HistoryTask("other", "shop.a", ("id",),
+                                                                       True)}  # fmt: skip
+    store._replays["src"] = {"catalog": ReplayTask("catalog", at(4), at(900))}
+    refused = {"source": "src", "deployment": "catalog", "reason": "Elasticsearch is down"}
+    store.refused([refused], now=100.0)
+    # Nothing of that deployment is planned before its backoff ends; the other's is.
+    assert [t.deployment for t in store.due("src", 100.5)] == ["other"]
+    assert store.due_replays("src", 100.5) == []
+    assert {t.deployment for t in store.due("src", 101.0)} == {"catalog", "other"}
+    assert [r.deployment for r in store.due_replays("src", 101.0)] == ["catalog"]
+    # Refused again, it waits twice as long; the reason survives a reload.
+    store.refused([refused], now=200.0)
+    again = HistoryStore(tmp_path / "h.json")
+    assert again.waiting("src")["catalog"] == {
+        "reason": "Elasticsearch is down", "failures": 2, "retry_at": 202.0,
+    }  # fmt: skip
+    assert [t.deployment for t in again.due("src", 201.9)] == ["other"]
+    # A chunk its sinks took ends the wait.
+    again.record([done(name, None, [["i", 100]], 500, 0)])
+    assert again.waiting("src") == {}
+    assert {t.deployment for t in again.due("src", 0.0)} == {"catalog", "other"}
+
+
 @pytest.mark.parametrize(
     ("text", "columns", "key"),
     [("12", 1, ("12",)), ("[12]", 1, (12,)), ('[1,"a"]', 2, (1, "a")), ("[1]", 2, None)],

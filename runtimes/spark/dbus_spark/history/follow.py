@@ -239,7 +239,16 @@ def _tasks(store: HistoryStore, ids: Sequence[tuple[str, str]]) -> list[Followed
     return found
 
 
-def _line(task: Followed, now: float) -> str:
+def _waits(store: HistoryStore, ids: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Per deployment whose sinks refused its last history read, why (``refused``)."""
+    return {
+        deployment: wait["reason"]
+        for source in sorted({source for source, _ in ids})
+        for deployment, wait in store.waiting(source).items()
+    }
+
+
+def _line(task: Followed, now: float, waiting: str | None = None) -> str:
     elapsed = max(now - task.started, 1e-6)
     rate = task.rows / elapsed
     estimate = task.estimated_rows if isinstance(task, HistoryTask) else 0
@@ -250,7 +259,9 @@ def _line(task: Followed, now: float) -> str:
                 f"{task.rows / max(task.finished - task.started, 1e-6):.0f} rows/s")  # fmt: skip
     left = max(estimate - task.rows, 0)
     eta = f", ETA {left / rate:.0f}s" if rate > 0 and estimate else ""
-    return f"{task.id}: {task.rows}{total} rows{chunks.replace(' in', ',')}, {rate:.0f} rows/s{eta}"
+    wait = f", waiting for its sinks ({waiting}); read again after a backoff" if waiting else ""
+    return (f"{task.id}: {task.rows}{total} rows{chunks.replace(' in', ',')}, {rate:.0f} rows/s"
+            f"{eta}{wait}")  # fmt: skip
 
 
 def follow(
@@ -282,8 +293,9 @@ def _follow(
         # A cluster's tasks show up once committed with a position.
         ended = len(tasks) == len(ids) and all(t.finished for t in tasks)
         if ended or now - last >= PLAIN_EVERY:
+            waits = _waits(store, ids)
             for task in tasks:
-                print(_line(task, now), file=out, flush=True)
+                print(_line(task, now, waits.get(task.deployment)), file=out, flush=True)
             last = now
         if ended:
             return tasks

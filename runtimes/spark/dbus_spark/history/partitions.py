@@ -3,6 +3,11 @@ one deployment (bootstrap, backfill, repair), and a part of a replay.
 
 Each runs in a Spark Python worker beside the binlog partitions of the same
 micro-batch, through one deployment's functions only (see ``dbus_spark.history``).
+Where deployments go at their own pace (``dbus_spark.writer.paces``), it writes to
+its deployment's sinks itself, bounded like the shared read: a read those sinks do
+not take reports that it was refused (``StageCounts.refused``), records nothing
+done, and is read again after a backoff, so it never holds the batch, and with it
+the other deployments.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from dbus_spark.worker import (
     worker_reader,
     worker_stage,
 )
+from dbus_spark.writer import Output, paces
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,7 @@ def _replay_part(
     partition: ReplayRange,
     stage: FunctionStage,
     binding: SourceBinding,
-    batcher: Batcher,
+    out: Output,
     counts: StageCounts,
 ) -> Iterator[pa.RecordBatch]:
     reader = worker_reader(binding, replica_id_for(
@@ -114,9 +120,11 @@ def _replay_part(
                     rows += 1
                     for record in stage.process_only(partition.deployment, item, counts,
                                                      route):  # fmt: skip
-                        batch = batcher.add(record)
+                        batch = out.put(record)
                         if batch is not None:
                             yield batch
+                    if out.refused(partition.deployment):
+                        break
                 elif type(item) is TransactionCommit:
                     reached = position_to_json(item.position)
                     if rows >= REPLAY_ROWS and (
@@ -130,6 +138,8 @@ def _replay_part(
         finally:
             items.close()
     counts.read_seconds = time.monotonic() - began
+    if _refused(partition, out, began, counts):
+        return
     counts.replays.append({
         "source": partition.source, "deployment": partition.deployment,
         "run": partition.run, "start": partition.start, "stop": reached, "rows": rows,
@@ -146,7 +156,7 @@ def _chunk_rows(
     partition: ChunkRange,
     stage: FunctionStage,
     binding: SourceBinding,
-    batcher: Batcher,
+    out: Output,
     counts: StageCounts,
 ) -> Iterator[pa.RecordBatch]:
     reader = worker_reader(binding, binding.replica_id)
@@ -172,18 +182,22 @@ def _chunk_rows(
             if partition.deletes:
                 found.update(stage.sink_keys(item))
             for record in stage.process_snapshot(partition.deployment, item, counts):
-                batch = batcher.add(record)
+                batch = out.put(record)
                 if batch is not None:
                     yield batch
-        if read is not None:
+            if out.refused(partition.deployment):
+                break
+        if read is not None and not out.refused(partition.deployment):
             for record in _repair_deletes(partition, stage, read, found, counts, reader):
-                batch = batcher.add(record)
+                batch = out.put(record)
                 if batch is not None:
                     yield batch
     except BaseException:
         drop_reader(reader)
         raise
     counts.read_seconds = time.monotonic() - began
+    if _refused(partition, out, began, counts):
+        return  # not done: the chunk is planned again, after a backoff
     runtime_logger().info(
         "history: read chunk %s of %s for %s: %d rows at %s in %.3fs",
         _bounds(chunk), partition.table, partition.deployment, rows,
@@ -206,11 +220,12 @@ def _chunk_rows(
 
 
 def one_deployment(
-    partition: Any, read: Callable[..., Iterator[pa.RecordBatch]]
+    partition: Any, read: Callable[..., Iterator[pa.RecordBatch]], *, paced: bool = False
 ) -> Iterator[pa.RecordBatch]:
-    """A partition read for one deployment, its stage counts last. Planned before the
-    source moved away or the deployment went, it reads nothing and records nothing,
-    so its work is planned again where it is read now."""
+    """A partition read for one deployment, its stage counts last; ``paced``: it writes
+    to its sinks itself, bounded, also where other reads do not (``Output``). Planned
+    before the source moved away or the deployment went, it reads nothing and records
+    nothing, so its work is planned again where it is read now."""
     config, stage = worker_stage(partition.shipment)
     batcher = Batcher(partition.source, stage.routes)
     counts = StageCounts(started=time.time())
@@ -220,11 +235,24 @@ def one_deployment(
         binding = config.source(partition.source)
         if binding.epoch:
             batcher.add_hold(binding.epoch)
-        yield from read(partition, stage, binding, batcher, counts)
+        out = Output(config, batcher, stage.routes, paced or paces(config, stage))
+        yield from read(partition, stage, binding, out, counts)
     batcher.add_stats(counts)
     last = batcher.flush()
     if last is not None:
         yield last
+
+
+def _refused(partition: Any, out: Output, began: float, counts: StageCounts) -> bool:
+    """Settle what a history read put; whether its deployment's sinks refused it (then
+    it is reported so, and nothing of it counts as read)."""
+    reason = out.settle(began).get(partition.deployment)
+    if reason is None:
+        return False
+    counts.refused.append(
+        {"source": partition.source, "deployment": partition.deployment, "reason": reason}
+    )
+    return True
 
 
 def _repair_deletes(

@@ -18,6 +18,14 @@ CHUNK_SECONDS = 0.75
 FIRST_CHUNK_ROWS = 2_000
 """A task's first chunk, before its read rate is known."""
 MIN_CHUNK_ROWS = 200
+MAX_BACKOFF = 30.0
+"""The longest wait before a read its deployment's sinks did not take is tried again."""
+
+
+def backoff(failures: int) -> float:
+    """Seconds before a read refused ``failures`` times in a row is tried again: 1 s,
+    doubling up to ``MAX_BACKOFF``."""
+    return min(MAX_BACKOFF, 2.0 ** (max(1, failures) - 1))
 
 
 def task_id(deployment: str, table: str) -> str:
@@ -247,11 +255,13 @@ def progress_text(tasks: Iterable[HistoryTask | ReplayTask]) -> dict[str, str]:
 
 __all__ = [
     "CHUNK_SECONDS",
+    "MAX_BACKOFF",
     "ChunkDone",
     "HistoryTask",
     "KeyJson",
     "PlannedChunk",
     "ReplayTask",
+    "backoff",
     "progress_text",
     "task_id",
 ]

@@ -62,6 +62,7 @@ from dbus_spark.history.records import (
     KeyJson,
     PlannedChunk,
     ReplayTask,
+    backoff,
     progress_text,
     task_id,
 )
@@ -83,6 +84,9 @@ class HistoryStore:
         self._adopted: dict[str, str] = {}
         self._from_binlog: set[str] = set()
         self._replans: dict[str, list[dict[str, Any]]] = {}
+        self._waits: dict[str, dict[str, dict[str, Any]]] = {}
+        """Per source, per deployment whose sinks refused a history read: why, how many
+        times in a row, and when it is read again (``refused``)."""
         self._mtime = -1.0
         self.reload()
 
@@ -105,6 +109,7 @@ class HistoryStore:
                 "replays": data.get("replays", {}).get(source, []),
             })  # fmt: skip
         self._adopted = data.get("adopted", {})
+        self._waits = data.get("waits", {})
         self._mtime = mtime
 
     def _load_section(self, source: str, section: Mapping[str, Any]) -> None:
@@ -179,6 +184,7 @@ class HistoryStore:
                 for source, replays in self._replays.items()
             },
             "adopted": self._adopted,
+            "waits": {source: waits for source, waits in self._waits.items() if waits},
         }
         replace_file(self.path, json.dumps(data), mode=0o600)
         self._mtime = self.path.stat().st_mtime
@@ -217,12 +223,53 @@ class HistoryStore:
                 continue  # replaced since, or a replayed batch already recorded
             replay.cursor = part["stop"]
             replay.rows += int(part["rows"])
+            self._taken(part["source"], part["deployment"])
             if part["ended"]:
                 replay.finished = time.time()
                 log.info("history: replay of %s ended: %d rows", replay.deployment, replay.rows)
             changed = True
         if changed:
             self.save()
+
+    def refused(self, reads: Iterable[Mapping[str, Any]], now: float | None = None) -> None:
+        """History reads a committed micro-batch's sinks did not take (``source``,
+        ``deployment``, ``reason``): that deployment's history is read again after a
+        backoff, from where it stands."""
+        now = time.time() if now is None else now
+        for read in reads:
+            waits = self._waits.setdefault(read["source"], {})
+            failures = int(waits.get(read["deployment"], {}).get("failures", 0)) + 1
+            waits[read["deployment"]] = {
+                "reason": read["reason"], "failures": failures,
+                "retry_at": now + backoff(failures),
+            }  # fmt: skip
+        self.save()
+
+    def waiting(self, source: str) -> dict[str, dict[str, Any]]:
+        """Per deployment whose sinks refused its last history read, why and when it is
+        read again (see ``refused``)."""
+        return dict(self._waits.get(source, {}))
+
+    def due(self, source: str, now: float) -> list[HistoryTask]:
+        """The active tasks whose chunks are planned now: not of a deployment whose
+        sinks refused its last history read, before its backoff ends."""
+        waits = self._waits.get(source, {})
+        return [
+            task for task in self.active(source)
+            if now >= waits.get(task.deployment, {}).get("retry_at", 0.0)
+        ]  # fmt: skip
+
+    def due_replays(self, source: str, now: float) -> list[ReplayTask]:
+        """The replays not finished whose next part is planned now (see ``due``)."""
+        waits = self._waits.get(source, {})
+        return [
+            replay for replay in self.replays(source).values()
+            if not replay.finished and now >= waits.get(replay.deployment, {}).get("retry_at", 0.0)
+        ]  # fmt: skip
+
+    def _taken(self, source: str, deployment: str) -> None:
+        """A history read of ``deployment`` its sinks took: it waits no more."""
+        self._waits.get(source, {}).pop(deployment, None)
 
     def active(self, source: str) -> list[HistoryTask]:
         """The tasks still reading chunks, or whose binlog changes still need the gate."""
@@ -425,6 +472,7 @@ class HistoryStore:
                 continue
             task.done.append((chunk.upper, chunk.position, chunk.since))
             task.rows += chunk.rows
+            self._taken(chunk.source, task.deployment)
             if chunk.seconds > 0 and chunk.rows:
                 rate = chunk.rows / chunk.seconds
                 task.rate = rate if task.rate <= 0 else (task.rate + rate) / 2

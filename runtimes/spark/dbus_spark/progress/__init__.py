@@ -46,13 +46,12 @@ from dbus_fn.events import RowChange
 from dbus_fn.files import replace_file
 from dbus_spark.checkpoint import beside
 from dbus_spark.history import position_order
+from dbus_spark.history.records import MAX_BACKOFF, backoff
 
 # A deployment whose functions took more than this share of a read's time, once the
 # read has run for ``SLOW_AFTER`` seconds, holds the others back: it is detached.
 SLOW_SHARE = 0.5
 SLOW_AFTER = 1.0
-# The longest wait between two catch-up reads a deployment's sinks did not take.
-MAX_BACKOFF = 30.0
 
 PAUSED = "paused"
 STATES = ("with-stream", "catching-up", "detached", PAUSED)
@@ -215,7 +214,7 @@ def fold(book: Book, events: list[Mapping[str, Any]], now: float) -> Book:
             failures = behind.failures + 1
             book[event["source"]][event["deployment"]] = replace(
                 behind, failures=failures, reason=event["reason"],
-                retry_at=now + min(MAX_BACKOFF, 2.0 ** (failures - 1)),
+                retry_at=now + backoff(failures),
             )  # fmt: skip
     for event in events:
         if event["kind"] == "rejoined":

@@ -29,8 +29,8 @@ from dbus_spark.history.partitions import one_deployment
 from dbus_spark.progress import caught_up_to, not_taken
 from dbus_spark.shipment import Shipment
 from dbus_spark.stage import FunctionStage, StageCounts
-from dbus_spark.worker import Batcher, drop_reader, worker_reader, worker_stage
-from dbus_spark.writer import TaskReport, sink_settings, worker_sinks
+from dbus_spark.worker import drop_reader, worker_reader
+from dbus_spark.writer import Output
 
 # Shares of its time a catch-up read reads for, and by which its sinks have taken it
 # all: it ends before the shared read beside it does, so it never holds the batch.
@@ -55,22 +55,20 @@ class CatchUpRange(InputPartition):  # type: ignore[misc]
 
 
 def read_catch_up(partition: CatchUpRange) -> Iterator[pa.RecordBatch]:
-    return one_deployment(partition, _catch_up)
+    # Never longer than its batch's time: the stream goes on meanwhile.
+    return one_deployment(partition, _catch_up, paced=True)
 
 
 def _catch_up(
     partition: CatchUpRange,
     stage: FunctionStage,
     binding: SourceBinding,
-    batcher: Batcher,
+    out: Output,
     counts: StageCounts,
 ) -> Iterator[pa.RecordBatch]:
     name, source = partition.deployment, partition.source
     gate = Gate.from_json(partition.gate) if partition.gate else None
     reader = worker_reader(binding, replica_id_for(f"{binding.replica_id}/catch-up/{name}"))
-    sinks = worker_sinks(sink_settings(worker_stage(partition.shipment)[0]), stage.routes)
-    sinks.pace(True)  # never longer than its batch's time: the stream goes on meanwhile
-    delivered = TaskReport(started=time.time())
     start, stop = position_from_json(partition.start), position_from_json(partition.end)
     reached, commit_time, ended = dict(partition.start), 0.0, True
     problem: str | None = None
@@ -81,8 +79,8 @@ def _catch_up(
             for item in items:
                 if type(item) is RowChange:
                     for record in stage.process_only(name, item, counts, gate=gate):
-                        sinks.deliver(record, source, delivered)
-                    if name in sinks.failed:
+                        out.put(record)  # paced: delivered as it is read
+                    if out.refused(name):
                         break
                 elif type(item) is TransactionCommit:
                     reached = position_to_json(item.position)
@@ -101,14 +99,13 @@ def _catch_up(
         finally:
             items.close()
     ends = began + partition.seconds * SETTLED_BY
-    failed = sinks.settle(delivered, began, max(0.5, ends - time.monotonic()))
+    failed = out.settle(began, max(0.5, ends - time.monotonic()))
     counts.read_seconds = time.monotonic() - began
     problem = problem or failed.get(name)
     if problem is not None:
         counts.progress.append(not_taken(source, name, problem))
     else:
         counts.progress.append(caught_up_to(source, name, reached, commit_time, ended))
-    batcher.add_delivered(delivered.counts())
     yield from ()
 
 
