@@ -133,14 +133,19 @@ def relay_table(
     with database.connect().cursor() as cur:
         cur.execute(f"CREATE TABLE t ({columns})")
     table = f"{database.name}.t"
-    code = f"""
+    return Path(function_folder("relay", route_code(table, route, "relay"), [table])), table
+
+
+def route_code(table: str, route: str, name: str = "there") -> str:
+    """A function module whose one function, ``name``, routes each change of ``table``
+    to ``route`` (a ``function_folder``'s code)."""
+    return f"""
         import dbus_fn as fn
 
         @fn.route(tables="{table}")
-        def relay(event: fn.RowChange) -> str:
+        def {name}(event: fn.RowChange) -> str:
             return "{route}"
         """
-    return Path(function_folder("relay", code, [table])), table
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from image_support import base_image
-from support import free_port, kafka_consumer, wait_for
+from support import free_port, kafka_consumer, route_code, wait_for
 
 from dbus_deploy.image import build_image
 from dbus_deploy.services import apt_install, load_config
@@ -45,17 +45,8 @@ def test_the_compose_cluster_runs_the_baked_function(
 ) -> None:  # fmt: skip
     compose = _compose_command()
     table = f"{fresh_database.name}.orders"
-    folder = function_folder(
-        "composed",
-        f'''
-        import dbus_fn as fn
-
-        @fn.route(tables="{table}")
-        def out(event: fn.RowChange) -> str:
-            return "kafka://{kafka_topic}"
-        ''',
-        [table],
-    )
+    code = route_code(table, f"kafka://{kafka_topic}", "out")
+    folder = function_folder("composed", code, [table])
     with fresh_database.connect().cursor() as cur:
         cur.execute("CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
     image = build_image(docker_client, load_config(), base=base_image(docker_client),

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from e2e_support import Scratch, spawn_cli_runtime, stop_cli_runtime
-from support import kafka_count, wait_for
+from support import kafka_count, route_code, wait_for
 
 from dbus_deploy.services import down, up
 from dbus_spark.progress import ProgressBook
@@ -21,19 +21,7 @@ pytestmark = pytest.mark.e2e
 
 
 def _folder(scratch: Scratch, name: str, table: str, topic: str, sinks: str = "") -> Path:
-    folder = Path(
-        scratch.function_folder(
-            name,
-            f'''
-            import dbus_fn as fn
-
-            @fn.route(tables="{table}")
-            def there(event: fn.RowChange) -> str:
-                return "kafka://{topic}"
-            ''',
-            [table],
-        )
-    )
+    folder = Path(scratch.function_folder(name, route_code(table, f"kafka://{topic}"), [table]))
     if sinks:
         manifest = folder / "dbus.toml"
         manifest.write_text(manifest.read_text() + sinks)
@@ -119,17 +107,7 @@ def test_a_deployment_s_own_elasticsearch_cut_off_detaches_it_and_it_catches_up(
     table, index = f"{scratch.fresh_database.name}.orders", scratch.es_index
     own = f"http://127.0.0.1:{es_proxy.port}"
     ours = _folder(scratch, "ours", table, scratch.kafka_topic)
-    theirs = Path(scratch.function_folder(
-        "theirs",
-        f'''
-        import dbus_fn as fn
-
-        @fn.route(tables="{table}")
-        def there(event: fn.RowChange) -> str:
-            return "es://{index}"
-        ''',
-        [table],
-    ))  # fmt: skip
+    theirs = Path(scratch.function_folder("theirs", route_code(table, f"es://{index}"), [table]))
     manifest = theirs / "dbus.toml"
     manifest.write_text(
         manifest.read_text()

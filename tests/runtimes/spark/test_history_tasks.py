@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import route_code
 
 from dbus_fn.capture import position_to_json
 from dbus_fn.events import BinlogPosition
@@ -266,17 +267,7 @@ def test_a_deployment_s_own_read_is_gated_as_the_shared_read_is(function_folder:
     a change its chunks bring instead never comes before (or after) their rows."""
     from dbus_spark.stage import FunctionStage, StageCounts
 
-    folder = function_folder(
-        "catalog",
-        f"""
-        import dbus_fn as fn
-
-        @fn.route(tables="{TABLE}")
-        def there(event: fn.RowChange) -> str:
-            return "kafka://products"
-        """,
-        [TABLE],
-    )
+    folder = function_folder("catalog", route_code(TABLE, "kafka://products"), [TABLE])
     stage = FunctionStage((str(folder),), type_prefix="dbus")
     gate = Gate([task([([["i", 100]], at(5000))])])
     counts = StageCounts()

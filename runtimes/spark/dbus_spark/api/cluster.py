@@ -93,22 +93,41 @@ class ClusterView:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def ask_state(api: str, token: str | None = None) -> RuntimeState | str:
-    """A runtime's state from its API at ``api``, or why it could not be had (one line)."""
+class NoState(Exception):
+    """Why a runtime's API at ``api`` gave no state: ``code`` its HTTP status and
+    ``detail`` what it said, or 0 and why nothing answered."""
+
+    def __init__(self, api: str, code: int, detail: object) -> None:
+        super().__init__(f"{code} {detail}" if code else f"not answering at {api} ({detail})")
+        self.code = code
+        self.detail = detail
+
+
+def fetch_state(api: str, token: str | None = None, timeout: float = ASK_SECONDS) -> RuntimeState:
+    """A runtime's state from its API at ``api`` (``/api/v1/state``); ``NoState`` says
+    in one line why it could not be had."""
     request = urllib.request.Request(f"{api.rstrip('/')}/api/v1/state")
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=ASK_SECONDS) as answer:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
             return _STATE.validate_python(json.loads(answer.read()))
     except urllib.error.HTTPError as exc:
         detail = exc.reason
         with contextlib.suppress(ValueError):
             detail = json.loads(exc.read()).get("detail", detail)
-        return f"{exc.code} {detail}"
+        exc.close()
+        raise NoState(api, exc.code, detail) from None
     except (OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return f"not answering at {api} ({reason})"
+        raise NoState(api, 0, getattr(exc, "reason", exc)) from None
+
+
+def ask_state(api: str, token: str | None = None) -> RuntimeState | str:
+    """A runtime's state from its API at ``api``, or why it could not be had (one line)."""
+    try:
+        return fetch_state(api, token)
+    except NoState as exc:
+        return str(exc)
 
 
 class _Scrape(Collector):

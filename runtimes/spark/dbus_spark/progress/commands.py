@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-import urllib.error
-import urllib.request
 from typing import Any
 
 import click
@@ -59,8 +57,12 @@ def resume(name: str, checkpoint: str | None) -> None:
 
 
 def deployments_of(checkpoint: str | None, token: str | None = None) -> list[dict[str, Any]]:
-    """What the runtime at ``checkpoint`` says of its deployments (``/api/v1/deployments``)."""
+    """What the runtime at ``checkpoint`` says of its deployments (its API's state, as
+    the dashboard asks it), as JSON."""
+    from dataclasses import asdict
+
     from dbus_spark.api import address_path
+    from dbus_spark.api.cluster import NoState, fetch_state
     from dbus_spark.history.target import runtime_at
 
     folder, _ = runtime_at(checkpoint)
@@ -73,30 +75,19 @@ def deployments_of(checkpoint: str | None, token: str | None = None) -> list[dic
             "it with `dbus runtime start`, with its API on (--api)",
             service="runtime",
         ) from None
-    request = urllib.request.Request(f"{url}/api/v1/deployments")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, timeout=ANSWER_TIMEOUT) as answer:
-            found: list[dict[str, Any]] = json.loads(answer.read())
-            return found
-    except urllib.error.HTTPError as exc:
-        said = exc.read().decode(errors="replace")[:200]
-        exc.close()
+        state = fetch_state(url, token, timeout=ANSWER_TIMEOUT)
+    except NoState as exc:
         if exc.code == 401:
             raise ConfigError(
                 f"the runtime at {url} wants its API token; pass --api-token or set DBUS_API_TOKEN",
                 setting="--api-token",
             ) from None
+        said = f"answered {exc}" if exc.code else f"does not answer at {url} ({exc.detail})"
         raise ServiceUnreachableError(
-            f"the runtime at {url} answered {exc.code}: {said}", service="runtime"
+            f"the runtime at checkpoint {folder} {said}; is it running?", service="runtime"
         ) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise ServiceUnreachableError(
-            f"the runtime at checkpoint {folder} does not answer at {url} "
-            f"({getattr(exc, 'reason', exc)}); is it running?",
-            service="runtime",
-        ) from None
+    return [asdict(deployment) for deployment in state.deployments]
 
 
 def status_line(deployment: dict[str, Any]) -> str:
