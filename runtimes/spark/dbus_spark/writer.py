@@ -145,11 +145,14 @@ class _Sinks:
             {"kafka": self._kafka_activity, "elasticsearch": self._es_activity}
         )
 
-    def pace(self, detaching: bool) -> None:
-        """Set this task's writes to be bounded by the detach bound (a deployment whose
-        sinks take longer is named in ``failed``), or waited for as long as it takes
-        (``detaching`` False: when detaching would help no other deployment)."""
+    def pace(self, detaching: bool, bound: float | None = None) -> None:
+        """Set this task's writes to be bounded by the detach bound, or by ``bound`` if
+        that is shorter (a deployment whose sinks take longer is named in ``failed``),
+        or waited for as long as it takes (``detaching`` False: when detaching would
+        help no other deployment)."""
         self.within = self.detach_seconds if detaching and self.detach_seconds else None
+        if self.within is not None and bound is not None:
+            self.within = min(self.within, bound)
         for producer in self._producers.values():
             producer.block_for = self.within
 
@@ -415,13 +418,14 @@ class Output:
     writer writes after the read, as long as that takes."""
 
     def __init__(self, config: RuntimeConfig, batcher: Batcher, routes: Routes, own: bool,
-                 *, paced: bool | None = None) -> None:  # fmt: skip
+                 *, paced: bool | None = None, bound: float | None = None) -> None:  # fmt: skip
         """``own``: the task writes to its sinks itself; ``paced`` (default: ``own``):
-        bounded so (else waited for as long as it takes, as the writer does)."""
+        bounded so, by the detach bound or ``bound`` if shorter (else waited for as
+        long as it takes, as the writer does)."""
         self.batcher = batcher
         self.sinks = worker_sinks(sink_settings(config), routes) if own else None
         if self.sinks is not None:
-            self.sinks.pace(own if paced is None else paced)
+            self.sinks.pace(own if paced is None else paced, bound)
         self.report = TaskReport(started=time.time())
 
     def put(self, record: StageRecord) -> pa.RecordBatch | None:

@@ -132,7 +132,8 @@ def test_a_deployment_whose_sinks_refused_its_history_is_read_again_after_a_back
                                                                        True)}  # fmt: skip
     store._replays["src"] = {"catalog": ReplayTask("catalog", at(4), at(900))}
     refused = {"source": "src", "deployment": "catalog", "reason": "Elasticsearch is down"}
-    store.refused([refused], now=100.0)
+    store.refused([refused, refused], now=100.0)  # two chunks of one batch: one refusal
+    assert store.waiting("src")["catalog"]["failures"] == 1
     # Nothing of that deployment is planned before its backoff ends; the other's is.
     assert [t.deployment for t in store.due("src", 100.5)] == ["other"]
     assert store.due_replays("src", 100.5) == []

@@ -86,6 +86,11 @@ class ReplayRange(InputPartition):  # type: ignore[misc]
 
 
 REPLAY_ROWS = 20_000
+HISTORY_BOUND = 1.5
+"""Seconds a history read's deployment's sinks have to take a write, and what it put,
+where deployments go at their own pace (at most the detach bound): about the share
+of a micro-batch a catch-up read gives its sinks, so a refused read (above all in a
+backfill's micro-batch, which reads no binlog) holds the others little longer."""
 """Rows a replay reads per micro-batch at most (it stops at the next commit)."""
 
 
@@ -235,7 +240,8 @@ def one_deployment(
         binding = config.source(partition.source)
         if binding.epoch:
             batcher.add_hold(binding.epoch)
-        out = Output(config, batcher, stage.routes, paced or paces(config, stage))
+        out = Output(config, batcher, stage.routes, paced or paces(config, stage),
+                     bound=None if paced else HISTORY_BOUND)  # fmt: skip
         yield from read(partition, stage, binding, out, counts)
     batcher.add_stats(counts)
     last = batcher.flush()

@@ -236,7 +236,8 @@ class HistoryStore:
         ``deployment``, ``reason``): that deployment's history is read again after a
         backoff, from where it stands."""
         now = time.time() if now is None else now
-        for read in reads:
+        once = {(read["source"], read["deployment"]): read for read in reads}  # per batch
+        for read in once.values():
             waits = self._waits.setdefault(read["source"], {})
             failures = int(waits.get(read["deployment"], {}).get("failures", 0)) + 1
             waits[read["deployment"]] = {
