@@ -243,6 +243,9 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             reader = self._reader(binding)
             offset = position_to_offset(reader.master_position(), binding)
             name = binding.spec.name
+            # Whose history waits: paused, or detached with sinks that refused its own
+            # catch-up read (which tries them again first, at less cost to the others).
+            held = {d for d, b in book.get(name, {}).items() if b.paused or b.failures}
             # A deployment a cluster member was given (`dbus fn deploy`); alone, the
             # preflight considered them already (and refused what cannot be read).
             self._history.consider(reader, self._manifests, strict=False)
@@ -255,7 +258,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 chunks = again[1]
             else:
                 chunks = plan_chunks(
-                    reader, self._history.due(name, now), chunk_rows=config.chunk_rows,
+                    reader, self._history.due(name, now, held), chunk_rows=config.chunk_rows,
                     budget=self._chunk_tasks,
                 )  # fmt: skip
                 chunks, offset = self._quiet(binding, (start or {}).get(name), offset, chunks)
@@ -267,7 +270,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             if chunks:
                 offset["chunks"] = [chunk.to_json() for chunk in chunks]
                 planned = True
-            replays = self._history.due_replays(name, now)
+            replays = self._history.due_replays(name, now, held)
             if replays:
                 offset["replays"] = [[r.deployment, r.run, r.cursor] for r in replays]
                 planned = True

@@ -146,6 +146,9 @@ def test_a_deployment_whose_sinks_refused_its_history_is_read_again_after_a_back
         "reason": "Elasticsearch is down", "failures": 2, "retry_at": 202.0,
     }  # fmt: skip
     assert [t.deployment for t in again.due("src", 201.9)] == ["other"]
+    # A deployment held (paused, or its stream's sinks refusing) waits whatever its backoff.
+    assert [t.deployment for t in again.due("src", 300.0, {"catalog"})] == ["other"]
+    assert again.due_replays("src", 300.0, {"catalog"}) == []
     # A chunk its sinks took ends the wait.
     again.record([done(name, None, [["i", 100]], 500, 0)])
     assert again.waiting("src") == {}

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -251,22 +251,26 @@ class HistoryStore:
         read again (see ``refused``)."""
         return dict(self._waits.get(source, {}))
 
-    def due(self, source: str, now: float) -> list[HistoryTask]:
-        """The active tasks whose chunks are planned now: not of a deployment whose
-        sinks refused its last history read, before its backoff ends."""
-        waits = self._waits.get(source, {})
-        return [
-            task for task in self.active(source)
-            if now >= waits.get(task.deployment, {}).get("retry_at", 0.0)
-        ]  # fmt: skip
+    def due(self, source: str, now: float, held: Set[str] = frozenset()) -> list[HistoryTask]:
+        """The active tasks whose chunks are planned now: not of a deployment ``held``
+        (paused, or whose sinks refuse its stream: its own catch-up read tries them
+        first), nor of one whose sinks refused its last history read, before its
+        backoff ends."""
+        return [task for task in self.active(source) if self._due(source, task, now, held)]
 
-    def due_replays(self, source: str, now: float) -> list[ReplayTask]:
+    def due_replays(
+        self, source: str, now: float, held: Set[str] = frozenset()
+    ) -> list[ReplayTask]:
         """The replays not finished whose next part is planned now (see ``due``)."""
-        waits = self._waits.get(source, {})
         return [
             replay for replay in self.replays(source).values()
-            if not replay.finished and now >= waits.get(replay.deployment, {}).get("retry_at", 0.0)
+            if not replay.finished and self._due(source, replay, now, held)
         ]  # fmt: skip
+
+    def _due(self, source: str, task: HistoryTask | ReplayTask, now: float,
+             held: Set[str]) -> bool:  # fmt: skip
+        wait = self._waits.get(source, {}).get(task.deployment, {})
+        return task.deployment not in held and now >= wait.get("retry_at", 0.0)
 
     def _taken(self, source: str, deployment: str) -> None:
         """A history read of ``deployment`` its sinks took: it waits no more."""
