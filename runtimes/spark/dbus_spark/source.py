@@ -118,7 +118,7 @@ from dbus_spark.worker import (
     worker_reader,
     worker_stage,
 )
-from dbus_spark.writer import Output, paces
+from dbus_spark.writer import Output, delivers, paces, sink_settings, worker_sinks
 
 # An open read that is behind the server at its time (``BEHIND_SECONDS``) reads on,
 # up to this many times its time, instead of leaving the backlog to the next batch:
@@ -451,7 +451,10 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
     def read(
         self, partition: SourceRange | ChunkRange | ReplayRange | CatchUpRange
     ) -> Iterator[pa.RecordBatch]:
-        publish_functions(self._reports, worker_stage(partition.shipment)[1])
+        config, stage = worker_stage(partition.shipment)
+        publish_functions(self._reports, stage)
+        if self._reports is not None and delivers(config):
+            worker_sinks(sink_settings(config)).publisher.use(self._reports)
         if isinstance(partition, ChunkRange):
             yield from read_chunk_range(partition)
             return
@@ -461,7 +464,6 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         if isinstance(partition, ReplayRange):
             yield from read_replay_range(partition)
             return
-        config, stage = worker_stage(partition.shipment)
         if not config.reads(partition.source, *hold(partition.end)):
             # Planned before a cluster moved the source away (or before this runtime
             # lost sight of it): read nothing, so nothing stale reaches the sinks. The
@@ -486,21 +488,19 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         gate = Gate.from_json(partition.gate) if partition.gate else None
         began = time.monotonic()
         # Read open past the planned end when this task alone reads the source, no
-        # history merges with it and no fence holds its writes back: the task then
-        # writes to the sinks itself, as it reads.
+        # history merges with it and no fence holds its writes back.
         open_read = (
             config.open_read_seconds > 0
             and shard.count == 1
             and gate is None
             and config.fencing is None
         )
-        # With a detach bound the read writes to the sinks itself too, so one
-        # deployment's sink that does not answer is that deployment's alone (with one
-        # deployment, detaching it would free no other: its sinks are waited for).
+        # The read writes to the sinks itself, as it reads (``writer.Output``); with a
+        # detach bound, one deployment's sink that does not answer is that deployment's
+        # alone (with one deployment, detaching it would free no other: its sinks are
+        # waited for).
         paced = paces(config, stage)
-        out = Output(config, batcher, stage.routes, open_read or paced, paced=paced)
-        if out.sinks is not None and self._reports is not None:
-            out.sinks.publisher.use(self._reports)
+        out = Output(config, batcher, stage.routes, delivers(config), paced=paced)
         admission = Admission.from_json(partition.admission)
         slow = SlowWatch(partition.source, stage, admission, began) if paced else None
         planned_end = offset_to_position(partition.end)

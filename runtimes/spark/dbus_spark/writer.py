@@ -1,12 +1,18 @@
-"""The sink writer: a PySpark Python streaming sink named ``dbus_functions``.
+"""The sinks of a worker, and the sink writer: a PySpark Python streaming sink named
+``dbus_functions``.
 
-``write()`` runs in each task on an executor, over the Arrow batches of typed
-records the source's function stage produced: it hands each record to its sink
-(Kafka or Elasticsearch) and returns only after both have acknowledged
-everything, or raises so Spark retries the task. Spark calls ``commit()`` on the
-driver only when every task of the micro-batch has returned, and records the
-batch's end offsets after that: a position is committed only once every sink of
-every deployment has the data.
+One path leads from a read to the sinks: each read task of the ``dbus_binlog``
+source (the shared read, a catch-up read, a history chunk, a replay part) hands
+its records to its worker's sinks as it reads (``Output``) and settles them before
+it ends: every deployment's records acknowledged, or, where deployments go at
+their own pace, within the detach bound or that deployment named (its position
+holds). A cluster member's reads hand their records to the writer instead:
+``write()`` runs over the Arrow batches of typed records in the same task and
+commits them in Kafka transactions fenced by the source's hold. Either way,
+``write()`` returns only after everything is acknowledged, or raises so Spark
+retries the task, and Spark calls ``commit()`` on the driver only when every task
+of the micro-batch has returned, and records the batch's end offsets after that:
+a position is committed only once every sink of every deployment has the data.
 """
 
 from __future__ import annotations
@@ -401,6 +407,13 @@ def worker_sinks(settings: str, routes: Routes | None = None) -> _Sinks:
     if routes is not None:
         sinks.route(routes)
     return sinks
+
+
+def delivers(config: RuntimeConfig) -> bool:
+    """Whether this runtime's read tasks write to the sinks themselves, as they read
+    (``Output``): everywhere but in a cluster member, whose Kafka writes commit in
+    transactions fenced by its source's hold, in the writer's tasks."""
+    return config.fencing is None
 
 
 def paces(config: RuntimeConfig, stage: FunctionStage) -> bool:

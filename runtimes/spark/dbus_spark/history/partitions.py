@@ -46,7 +46,7 @@ from dbus_spark.worker import (
     worker_reader,
     worker_stage,
 )
-from dbus_spark.writer import Output, paces
+from dbus_spark.writer import Output, delivers, paces
 
 
 @dataclass(frozen=True)
@@ -86,12 +86,12 @@ class ReplayRange(InputPartition):  # type: ignore[misc]
 
 
 REPLAY_ROWS = 20_000
+"""Rows a replay reads per micro-batch at most (it stops at the next commit)."""
 HISTORY_BOUND = 1.5
 """Seconds a history read's deployment's sinks have to take a write, and what it put,
 where deployments go at their own pace (at most the detach bound): about the share
 of a micro-batch a catch-up read gives its sinks, so a refused read (above all in a
 backfill's micro-batch, which reads no binlog) holds the others little longer."""
-"""Rows a replay reads per micro-batch at most (it stops at the next commit)."""
 
 
 def read_replay_range(partition: ReplayRange) -> Iterator[pa.RecordBatch]:
@@ -240,7 +240,8 @@ def one_deployment(
         binding = config.source(partition.source)
         if binding.epoch:
             batcher.add_hold(binding.epoch)
-        out = Output(config, batcher, stage.routes, paced or paces(config, stage),
+        out = Output(config, batcher, stage.routes, paced or delivers(config),
+                     paced=paced or paces(config, stage),
                      bound=None if paced else HISTORY_BOUND)  # fmt: skip
         yield from read(partition, stage, binding, out, counts)
     batcher.add_stats(counts)
