@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -314,6 +315,13 @@ def start(
             )
         _check_delivered(checkpoint_dir, stopping, ran_out=ran_out)
     click.echo("runtime stopped")
+    if signals.received == signal.SIGTERM:
+        # The group's SIGTERM stopped Spark's JVM too: py4j's daemon threads may still
+        # be logging its end while the interpreter finalizes, which aborts it (exit
+        # -6). The query is stopped and nothing is left to close: leave, with success.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 class _StopSignals:
