@@ -85,6 +85,20 @@ class Writer:
         return self.next - 1
 
 
+def cut_while_writing(scratch: Scratch, es_proxy: Proxy, index: str) -> int:
+    """Insert a row into orders every 0.1 s; once the first ones are in ``index``, cut
+    Elasticsearch off for 8 s, and stop writing: the last id written."""
+    writer = Writer(scratch.fresh_database, 1)
+    wait_for(lambda: len(_documents(scratch.services.elasticsearch.url, index)) >= 5, 120,
+             "the first rows in Elasticsearch", every=0.5)  # fmt: skip
+    es_proxy.cut()
+    cut_at = writer.next
+    time.sleep(8)
+    during = writer.stop()
+    assert during > cut_at + 20
+    return during
+
+
 @pytest.fixture
 def orders(scratch: Scratch) -> str:
     with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
@@ -124,14 +138,7 @@ def test_a_cut_off_elasticsearch_detaches_its_deployment_alone_and_it_catches_up
     query, config = _run(scratch, folders, f"http://127.0.0.1:{es_proxy.port}", spark)
     book = ProgressBook(config.checkpoint_dir)
     try:
-        writer = Writer(scratch.fresh_database, 1)
-        wait_for(lambda: len(_documents(scratch.services.elasticsearch.url, index)) >= 5, 120,
-                 "the first rows in Elasticsearch", every=0.5)  # fmt: skip
-        es_proxy.cut()
-        cut_at = writer.next
-        time.sleep(8)
-        during = writer.stop()
-        assert during > cut_at + 20
+        during = cut_while_writing(scratch, es_proxy, index)
         # Every row reached Kafka while the other deployment's Elasticsearch was away.
         assert kafka_count(kafka, topic, expected=during, within=60) == during
         behind = book.load().get("src", {})

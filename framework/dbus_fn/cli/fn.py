@@ -408,16 +408,23 @@ def deploy(path: Path, name: str | None, zk: ZooKeeperOptions) -> None:
 @fn.command("list")
 @zookeeper_options
 def list_functions(zk: ZooKeeperOptions) -> None:
-    """The deployed functions, their active version and all versions."""
+    """The deployed functions, their active version and all versions, and where one
+    is not with a source's stream (paused, detached and why), as last committed."""
     with zk.open() as (client, settings):
-        from dbus_fn.coordination import FunctionStore
+        from dbus_fn.coordination import FunctionStore, cluster_status
 
         functions = FunctionStore(client, settings).summaries()
+        sources = cluster_status(client, settings).sources if functions else ()
     if not functions:
         click.echo(f"no functions deployed in cluster {zk.cluster}; deploy with `dbus fn deploy`")
     for item in functions:
+        # Where it is not with a source's stream, as its owner committed it.
+        pace = "".join(
+            f"  [{s.name}: {s.pace[item.name]}]" for s in sources if item.name in s.pace
+        )
         click.echo(
             f"{item.name}  active={item.active or '(none)'}  versions={','.join(item.versions)}"
+            + pace
         )
 
 

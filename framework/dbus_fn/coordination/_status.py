@@ -51,6 +51,9 @@ class SourceStatus:
     history: dict[str, str] = field(default_factory=dict)
     """Per history task (``deployment:table``, ``deployment:replay``), how far it got
     as committed with the position: rows and chunks read, or done."""
+    pace: dict[str, str] = field(default_factory=dict)
+    """Per deployment not with the source's stream (paused, detached and why, catching
+    up), where it stands, as committed with the position."""
 
     def owner_text(self) -> str:
         if self.released is not None:
@@ -110,6 +113,7 @@ class ClusterStatus:
                 lag = f"  lag unknown ({s.lag_problem})"
             out.append(f"  {s.name}  {owner}  position {where}{gone}{lag}")
             out += [f"    history {task}: {text}" for task, text in sorted(s.history.items())]
+            out += [f"    pace {name}: {text}" for name, text in sorted(s.pace.items())]
         out.append(f"functions ({len(self.functions)}):")
         out += [f"  {name} {version}" for name, version in sorted(self.functions.items())]
         return out
@@ -135,6 +139,20 @@ def history_progress(section: dict[str, Any]) -> dict[str, str]:
     for replay in section.get("replays", []):
         state = "done" if replay.get("finished") else "running"
         out[f"{replay['deployment']}:replay"] = f"replay {state}, {int(replay.get('rows', 0))} rows"
+    return out
+
+
+def pace_progress(section: dict[str, Any]) -> dict[str, str]:
+    """Per deployment of a committed pace section (not with the stream), its state,
+    position and, unless paused, why, as one phrase."""
+    out = {}
+    for name, entry in section.items():
+        position = entry.get("position") or {}
+        state = str(entry.get("state", "detached"))
+        text = f"{state} at {position.get('file', '?')}:{position.get('pos', '?')}"
+        if state != "paused" and entry.get("reason"):
+            text += f" ({entry['reason']})"
+        out[name] = text
     return out
 
 
@@ -237,6 +255,7 @@ def cluster_status(
                 handoff=handoff,
                 handoff_left=_left(released, handoff),
                 history=history_progress(position.get("history") or {}),
+                pace=pace_progress((position.get("history") or {}).get("pace") or {}),
             )
         )
     functions = {

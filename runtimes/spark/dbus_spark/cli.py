@@ -136,7 +136,7 @@ def runtime() -> None:
     help="Seconds a deployment's sinks may take to acknowledge what a read gave them; "
     "one that takes longer (or whose functions take most of a read's time) is detached: "
     "the others go on, and it catches up on a read of its own and rejoins (0: never "
-    "detach; every deployment waits for the slowest). Not in a --cluster.",
+    "detach; every deployment waits for the slowest).",
 )
 @env_option(
     "--chunk-rows",
@@ -474,6 +474,7 @@ def _member(options: Mapping[str, Any]) -> ClusterMember:
     name = options["runtime_id"] or f"{socket.gethostname()}-{os.getpid()}"
     settings_of_base = (
         "kafka", "elasticsearch", "checkpoint", "trigger", "decode_shards", "chunk_rows",
+        "detach_after",
     )  # fmt: skip
     base = member_config(**{key: options[key] for key in settings_of_base})
     check_runtime(

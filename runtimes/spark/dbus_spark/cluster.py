@@ -42,6 +42,7 @@ from dbus_spark.config import RuntimeConfig, SourceBinding, WriteFencing, defaul
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.history.plans import open_plans
 from dbus_spark.history.requests import forward
+from dbus_spark.progress import ProgressBook
 from dbus_spark.sinks.kafka import abort_scan_seconds
 from dbus_spark.worker import offset_to_position
 
@@ -94,6 +95,7 @@ class ClusterMember:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._history = HistoryStore(store_path(base.checkpoint_dir))
+        self._book = ProgressBook(base.checkpoint_dir)
 
     def start(self) -> RuntimeConfig:
         """Join (one-line errors if ZooKeeper or the cluster is missing); write the
@@ -242,8 +244,10 @@ class ClusterMember:
                 continue
             # The history file is written before Spark records a batch, so it is at
             # least as new as this position: a chunk it has is in the sinks.
+            # So is the book (``dbus_spark.progress``): the deployments not with the
+            # stream, at their positions, move with the source.
             history = (
-                self._history.section(source)
+                {**self._history.section(source), "pace": self._book.section(source)}
                 if self._history.adopted(source) == binding.taken
                 else binding.history
             )

@@ -105,6 +105,7 @@ def member_config(
     trigger: float = 0.0,
     decode_shards: int = 0,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    detach_after: float = DEFAULT_DETACH_SECONDS,
     home: Path | None = None,
 ) -> RuntimeConfig:
     """The settings of a cluster member; ZooKeeper gives its sources and functions."""
@@ -119,6 +120,7 @@ def member_config(
         trigger_seconds=trigger,
         decode_shards=decode_shards,
         chunk_rows=chunk_rows,
+        detach_seconds=detach_after,
     )
 
 

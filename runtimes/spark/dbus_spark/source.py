@@ -14,30 +14,28 @@ reading the whole range and keeping only the rows of its key shard
 are split; every key's changes stay in one task, in commit order, so per-key
 order in Kafka holds with no merge.
 
-A source one task reads (and no history merges with, and no fence holds) is read
-*open*: the task reads on past the planned end for ``open_read_seconds`` and writes
-each change to the sinks itself as it is committed (``SinkWriter``'s sinks, in the
-read task's worker), then hands Spark only its counters (``RecordType.DELIVERED``).
-Once the sinks acknowledged it all, the batch's commit notes how far the task got
-(``checkpoint.record_reached``) and the next batch starts there. A batch replayed
-after a crash reads from its planned start: at least once, as always, never less.
-A Spark micro-batch costs a few hundred milliseconds of planning and commits; an
-open read delivers in the meantime. An open read still behind the server when its
-time is up reads on while it is, up to ``CATCH_UP`` times its time.
+Every read task writes each change to the sinks itself as it reads it
+(``writer.Output``, the sinks of the read task's worker), then hands Spark only its
+counters (``RecordType.STATS`` and ``DELIVERED``). A source one task reads (and no
+history merges with, and no fence holds) is read *open*: the task reads on past the
+planned end for ``open_read_seconds``. Once the sinks acknowledged it all, the
+batch's commit notes how far the task got (``checkpoint.record_reached``) and the
+next batch starts there. A batch replayed after a crash reads from its planned
+start: at least once, as always, never less. A Spark micro-batch costs a few hundred
+milliseconds of planning and commits; an open read delivers in the meantime. An
+open read still behind the server when its time is up reads on while it is, up to
+``CATCH_UP`` times its time.
 
 Every deployment goes at its own pace (``dbus_spark.progress``): with a detach bound
-(``RuntimeConfig.detach_seconds``, outside a cluster) a source's read always writes
-to the sinks itself, as an open read does; a deployment whose sinks do not take its
-records within the bound, or whose functions take most of the read's time, is left
-out from its position on, and the plan gives it a read of its own
+(``RuntimeConfig.detach_seconds``) a deployment whose sinks do not take its records
+within the bound, or whose functions take most of the read's time, is left out from
+its position on, and the plan gives it a read of its own
 (``progress.catchup.CatchUpRange``) until it rejoins the shared one.
 
-The function stage runs inside the read (see ``dbus_spark.stage``): each output
-row is one encoded record (a CloudEvent in the Kafka binary binding and where it
-goes), sent to Spark as Arrow batches; the last row of a partition carries the
-stage's counters (``RecordType.STATS``). In a cluster member the first row names
-the epoch the source was held at (``RecordType.HOLD``): the writer's Kafka
-transactions are fenced by it.
+The function stage runs inside the read (see ``dbus_spark.stage``): each output is
+one encoded record (a CloudEvent in the Kafka binary binding and where it goes). In
+a cluster member the task's Kafka transactions are fenced by the epoch the source
+was held at when the batch was planned.
 """
 
 from __future__ import annotations
@@ -86,6 +84,7 @@ from dbus_spark.history import (
 from dbus_spark.history.partitions import (
     ChunkRange,
     ReplayRange,
+    own_read_seconds,
     read_chunk_range,
     read_replay_range,
 )
@@ -102,7 +101,6 @@ from dbus_spark.progress.shared_read import (
     SlowWatch,
     admission_of,
     caught_up_with,
-    detaches,
     read_events,
 )
 from dbus_spark.shipment import Shipment, Shipper
@@ -118,7 +116,7 @@ from dbus_spark.worker import (
     worker_reader,
     worker_stage,
 )
-from dbus_spark.writer import Output, delivers, paces, sink_settings, worker_sinks
+from dbus_spark.writer import Output, detaches, paces, sink_settings, worker_sinks
 
 # An open read that is behind the server at its time (``BEHIND_SECONDS``) reads on,
 # up to this many times its time, instead of leaving the backlog to the next batch:
@@ -129,9 +127,6 @@ CATCH_UP = 5
 log = logging.getLogger(__name__)
 
 SCHEMA = from_arrow_schema(ARROW_SCHEMA)
-# How long a detached deployment's own read goes on in one micro-batch when open
-# reads are off (else: the open-read time).
-DEFAULT_CATCH_UP_SECONDS = 2.0
 # A range smaller than this is read by one task: a shard costs a replication
 # connection and a task (~10-20 ms), worth it only when decoding takes longer.
 SHARD_MIN_BYTES = 256 * 1024
@@ -228,12 +223,14 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         config = self._current()
         self._history.reload()
         for binding in config.sources:
-            if binding.history is not None:  # a source a cluster member gained
-                self._history.adopt(binding.spec.name, binding.taken, binding.history)
+            if binding.history is not None and self._history.adopt(  # a source a member gained
+                binding.spec.name, binding.taken, binding.history
+            ):
+                self._book.adopt(binding.spec.name, binding.history.get("pace") or {})
         take_requests(
             config.checkpoint_dir, self._history,
             {b.spec.name: self._reader(b) for b in config.sources}, self._manifests,
-            (lambda request: self._pace(request, start)) if detaches(config) else None,
+            (lambda r, only: self._pace(r, start, only)) if detaches(config) else None,
         )  # fmt: skip
         latest, planned = {}, False
         book = self._book.load() if detaches(config) else {}
@@ -298,9 +295,10 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             return start  # nothing to read: no micro-batch
         return latest
 
-    def _pace(self, request: PaceRequest, start: dict[str, Any] | None) -> Answer:
+    def _pace(self, request: PaceRequest, start: dict[str, Any] | None,
+              only: str | None = None) -> Answer:  # fmt: skip
         """Pause a deployment where the stream stands (the last batch's end), or let a
-        paused one catch up (``dbus_spark.progress``)."""
+        paused one catch up (``dbus_spark.progress``): on source ``only``, or on all."""
         name = request.deployment
         names = sorted(manifest.name for manifest in self._manifests)
         if name not in names:
@@ -308,16 +306,17 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 f"no deployment {name!r} runs in this runtime; it runs {', '.join(names)}"
             ))  # fmt: skip
         if not request.pause:
-            resumed = self._book.resume(name)
+            resumed = self._book.resume(name, only)
             return Answer(True, f"{name} resumed: it catches up on its own read, then rejoins"
                           if resumed else f"{name} was not paused")  # fmt: skip
-        if not start:
+        if not start or (only is not None and only not in start):
             return Answer.refused(HistoryError(
                 "the runtime has not committed its first micro-batch yet; ask again in a moment"
             ))  # fmt: skip
         positions = {
             source: {key: offset[key] for key in POSITION_KEYS if key in offset}
             for source, offset in start.items()
+            if only in (None, source)
         }
         self._book.pause(name, positions)
         at = ", ".join(f"{s} {p['file']}:{p['pos']}" for s, p in sorted(positions.items()))
@@ -410,7 +409,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 )
                 for index in range(count)
             ]
-        seconds = config.open_read_seconds or DEFAULT_CATCH_UP_SECONDS
+        seconds = own_read_seconds(config)
         for name, upto in end.items():
             gate = self._history.gate(name, fenced=config.fencing is not None)
             for deployment, behind in upto.get("behind", {}).items():
@@ -453,7 +452,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
     ) -> Iterator[pa.RecordBatch]:
         config, stage = worker_stage(partition.shipment)
         publish_functions(self._reports, stage)
-        if self._reports is not None and delivers(config):
+        if self._reports is not None:
             worker_sinks(sink_settings(config)).publisher.use(self._reports)
         if isinstance(partition, ChunkRange):
             yield from read_chunk_range(partition)
@@ -482,9 +481,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         reader = worker_reader(binding, binding.reader_replica_id(shard.index))
         counts = StageCounts(started=time.time())
         counts.positions[partition.source] = str(offset_to_position(partition.end))
-        batcher = Batcher(partition.source, stage.routes)
-        if binding.epoch:
-            batcher.add_hold(binding.epoch)
+        batcher = Batcher(partition.source)
         gate = Gate.from_json(partition.gate) if partition.gate else None
         began = time.monotonic()
         # Read open past the planned end when this task alone reads the source, no
@@ -500,7 +497,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         # alone (with one deployment, detaching it would free no other: its sinks are
         # waited for).
         paced = paces(config, stage)
-        out = Output(config, batcher, stage.routes, delivers(config), paced=paced)
+        out = Output(config, batcher, stage.routes, paced=paced)
         admission = Admission.from_json(partition.admission)
         slow = SlowWatch(partition.source, stage, admission, began) if paced else None
         planned_end = offset_to_position(partition.end)
@@ -515,9 +512,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             ):
                 if type(item) is RowChange:
                     for record in stage.process(item, counts, gate, admission or None):
-                        batch = out.put(record)
-                        if batch is not None:
-                            yield batch
+                        out.put(record)
                 elif type(item) is TransactionCommit:
                     counts.last_commit[partition.source] = item.commit_time.timestamp()
                     reached = item.position
@@ -529,17 +524,16 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             drop_reader(reader)  # the next attempt starts from a fresh connection
             raise
         counts.read_seconds = time.monotonic() - began
-        if out.sinks is not None:
-            # Acknowledged up to here: the next batch may start past it (for a
-            # deployment its sinks did not take, from its own start again).
-            # The bound counts from the read's start: what it handed over first has
-            # waited since, and the changes committed meanwhile wait for the next batch.
-            bound = config.detach_seconds - (time.monotonic() - began)
-            failed = out.settle(began, max(1.0, bound))
-            counts.progress += read_events(partition, admission, failed, counts)
-            if coordinates(reached) > coordinates(planned_end):
-                counts.reached[partition.source] = position_to_json(reached)
-                counts.positions[partition.source] = str(reached)
+        # Acknowledged up to here: the next batch may start past it (for a
+        # deployment its sinks did not take, from its own start again).
+        # The bound counts from the read's start: what it handed over first has
+        # waited since, and the changes committed meanwhile wait for the next batch.
+        bound = config.detach_seconds - (time.monotonic() - began)
+        failed = out.settle(began, max(1.0, bound))
+        counts.progress += read_events(partition, admission, failed, counts)
+        if coordinates(reached) > coordinates(planned_end):
+            counts.reached[partition.source] = position_to_json(reached)
+            counts.positions[partition.source] = str(reached)
         batcher.add_stats(counts)
         last = batcher.flush()
         if last is not None:

@@ -3,15 +3,15 @@ the rows it hands Spark.
 
 A worker loads the runtime's configuration and function stage once per shipment
 (``dbus_spark.shipment``: what each task carries of the driver's) and keeps one
-binlog reader per source and replication id; its output rows are typed records
-and control rows, batched into Arrow record batches of ``ARROW_SCHEMA``. Offsets
-are a source's position and the hold it was read under.
+binlog reader per source and replication id. A read task writes to the sinks
+itself (``dbus_spark.writer.Output``); the rows it hands Spark are its counts only,
+in one Arrow record batch of ``ARROW_SCHEMA`` (``Batcher``). Offsets are a source's
+position and the hold it was read under.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -26,30 +26,16 @@ from dbus_fn.events import BinlogPosition
 from dbus_spark.config import RuntimeConfig, SourceBinding
 from dbus_spark.metrics.live import Publisher
 from dbus_spark.shipment import Shipment, unpacked
-from dbus_spark.sinks.clusters import Routes
-from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType
-from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
+from dbus_spark.sinks.records import RecordType
+from dbus_spark.stage import FunctionStage, StageCounts
 
 ARROW_SCHEMA = pa.schema(
     [
         pa.field("source", pa.string(), False),
         pa.field("record_type", pa.string(), False),  # a RecordType
-        pa.field("deployment", pa.string(), False),
-        pa.field("destination", pa.string(), False),  # a topic or an index
-        # A KafkaRecord; the payload of a control row is its value.
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("headers", pa.map_(pa.string(), pa.binary())),
-        # An IndexAction; its document is JSON (null: a delete).
-        pa.field("doc_id", pa.string()),
-        pa.field("version", pa.int64()),
-        pa.field("document", pa.binary()),
-        pa.field("column_types", pa.string()),  # JSON
-        pa.field("dead_letter", pa.string()),
-        pa.field("change", pa.binary()),
+        pa.field("value", pa.binary()),  # its counts, as JSON
     ]
 )
-BATCH_ROWS = 2048
 
 _stages: dict[str, tuple[RuntimeConfig, FunctionStage]] = {}
 _readers: dict[tuple[SourceSpec, int], BinlogReader] = {}
@@ -100,72 +86,28 @@ def drop_reader(reader: BinlogReader) -> None:
 
 
 class Batcher:
-    """Collects stage records into Arrow record batches of bounded size."""
+    """A read task's rows for Spark: what its stage counted and its sinks delivered."""
 
-    def __init__(self, source: str, routes: Routes | None = None) -> None:
+    def __init__(self, source: str) -> None:
         self.source = source
-        self._columns: list[list[Any]] = [[] for _ in ARROW_SCHEMA]
-        self._types: dict[tuple[tuple[str, str], ...], str] = {}
-        if routes:  # the writer's sinks learn where these deployments write first
-            self._add_marker(RecordType.ROUTES, json.dumps(routes).encode())
-
-    def add(self, record: StageRecord) -> pa.RecordBatch | None:
-        out = record.record
-        if type(out) is KafkaRecord:
-            self._append(
-                RecordType.KAFKA, record.deployment, out.topic, out.key, out.value, out.headers
-            )
-        else:
-            assert type(out) is IndexAction
-            document = None if out.document is None else json.dumps(out.document).encode()
-            self._append(
-                RecordType.ELASTICSEARCH, record.deployment, out.index, None, None, None,
-                out.doc_id, out.version, document, self._types_json(out.column_types),
-                out.dead_letter, out.change,
-            )  # fmt: skip
-        return self.flush() if len(self._columns[0]) >= BATCH_ROWS else None
-
-    def _types_json(self, types: Mapping[str, str]) -> str:
-        """The JSON of a table's column types, written once per table shape."""
-        shape = tuple(types.items())
-        text = self._types.get(shape)
-        if text is None:
-            text = self._types[shape] = json.dumps(types)
-        return text
-
-    def _append(self, *row: Any) -> None:
-        """One row: the source, then the given columns in schema order, then nulls."""
-        columns = self._columns
-        columns[0].append(self.source)
-        for column, value in zip(columns[1:], row, strict=False):
-            column.append(value)
-        for column in columns[1 + len(row) :]:
-            column.append(None)
+        self._rows: list[tuple[RecordType, bytes]] = []
 
     def add_stats(self, counts: StageCounts) -> None:
-        self._add_marker(RecordType.STATS, counts.to_json())
+        self._rows.append((RecordType.STATS, counts.to_json()))
 
     def add_delivered(self, counts: dict[str, Any]) -> None:
         """What the read task's own sinks delivered (``TaskReport.counts``)."""
-        self._add_marker(RecordType.DELIVERED, json.dumps(counts).encode())
-
-    def add_hold(self, epoch: int) -> None:
-        """First row of a cluster member's partition: the epoch its source was read
-        at, which the writer's Kafka transactions are fenced by."""
-        self._add_marker(RecordType.HOLD, json.dumps({"epoch": epoch}).encode())
-
-    def _add_marker(self, record_type: RecordType, value: bytes) -> None:
-        self._append(record_type, "", "", None, value)
+        self._rows.append((RecordType.DELIVERED, json.dumps(counts).encode()))
 
     def flush(self) -> pa.RecordBatch | None:
-        if not self._columns[0]:
+        if not self._rows:
             return None
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(self._columns, ARROW_SCHEMA, strict=True)],
+        kinds, values = zip(*self._rows, strict=True)
+        self._rows = []
+        return pa.RecordBatch.from_arrays(
+            [pa.array([self.source] * len(kinds)), pa.array(list(kinds)), pa.array(list(values))],
             schema=ARROW_SCHEMA,
         )
-        self._columns = [[] for _ in ARROW_SCHEMA]
-        return batch
 
 
 def position_to_offset(

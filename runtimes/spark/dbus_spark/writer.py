@@ -6,13 +6,12 @@ source (the shared read, a catch-up read, a history chunk, a replay part) hands
 its records to its worker's sinks as it reads (``Output``) and settles them before
 it ends: every deployment's records acknowledged, or, where deployments go at
 their own pace, within the detach bound or that deployment named (its position
-holds). A cluster member's reads hand their records to the writer instead:
-``write()`` runs over the Arrow batches of typed records in the same task and
-commits them in Kafka transactions fenced by the source's hold. Either way,
-``write()`` returns only after everything is acknowledged, or raises so Spark
-retries the task, and Spark calls ``commit()`` on the driver only when every task
-of the micro-batch has returned, and records the batch's end offsets after that:
-a position is committed only once every sink of every deployment has the data.
+holds). A cluster member's Kafka writes commit in transactions fenced by the
+source's hold (``dbus_spark.sinks.kafka``). The task hands Spark only its counts;
+the writer's ``write()`` sums them in the same task, and Spark calls ``commit()``
+on the driver only when every task of the micro-batch has returned, and records
+the batch's end offsets after that: a position is committed only once every sink
+of every deployment that goes on with it has the data.
 """
 
 from __future__ import annotations
@@ -135,7 +134,7 @@ class _Sinks:
         """Per cluster and settings (``KafkaCluster.key``; "" the runtime's), its sink."""
         self._routes: Routes = {}
         self._kafka_of: dict[str, KafkaSink] = {}
-        self.detach_seconds = config.detach_seconds if config.fencing is None else 0.0
+        self.detach_seconds = config.detach_seconds
         """How long a deployment's sinks may take before it is detached (0: never)."""
         self.within: float | None = None
         """This task's bound on a deployment's writes (None: wait; see ``pace``)."""
@@ -146,7 +145,6 @@ class _Sinks:
         self.failed: dict[str, str] = {}
         """Per deployment, why its sinks did not take what it was given in this task."""
         self._refused: list[tuple[str, KafkaRecord]] = []
-        self._types: dict[str, Mapping[str, str]] = {}
         self.publisher = SinkPublisher(
             {"kafka": self._kafka_activity, "elasticsearch": self._es_activity}
         )
@@ -228,23 +226,11 @@ class _Sinks:
         if sink is not None:
             sink.drop()
 
-    def _column_types(self, text: str) -> Mapping[str, str]:
-        types = self._types.get(text)
-        if types is None:
-            if len(self._types) >= 512:
-                self._types.clear()
-            types = self._types[text] = json.loads(text)
-        return types
-
-    def run(self, batches: Iterator[pa.RecordBatch]) -> TaskReport:
-        """Write what a writer task was handed (history, and reads that do not write
-        themselves), waiting for the sinks as long as it takes."""
-        self.pace(False)  # a read task in this worker may have left its bound set
-        started = time.monotonic()
-        report = TaskReport(started=time.time())
-        for batch in batches:
-            self._write_batch(batch, report)
-        return self.finish(report, started)
+    def hold(self, source: str, epoch: int) -> None:
+        """The records that follow were read from ``source`` held at ``epoch`` (a cluster
+        member's): their Kafka transactions commit only while that hold lasts."""
+        for producer in self._producers.values():
+            producer.hold(source, epoch)
 
     def deliver(self, record: StageRecord, source: str, report: TaskReport) -> None:
         """Write one record of the function stage straight away (a read task's own).
@@ -302,50 +288,12 @@ class _Sinks:
         for producer in list(self._producers.values()):
             sent, late = producer.settle(max(0.5, deadline - time.monotonic()))
             report.kafka += sent
+            report.fenced += producer.fenced
+            producer.fenced = 0
             for name, reason in late.items():
                 failed.setdefault(name, reason)
         report.seconds = time.monotonic() - started
         return failed
-
-    def _write_batch(self, batch: pa.RecordBatch, report: TaskReport) -> None:
-        columns = batch.to_pydict()
-        rows = zip(*(columns[name] for name in batch.schema.names), strict=True)
-        for (
-            source, record_type, _deployment, destination, key, value, headers,
-            doc_id, version, document, column_types, dead_letter, change,
-        ) in rows:  # fmt: skip
-            if record_type == RecordType.KAFKA:
-                self.kafka_for(_deployment).write(
-                    KafkaRecord(destination, key, value, tuple(headers))
-                )
-            elif record_type == RecordType.ELASTICSEARCH:
-                self.elasticsearch(_deployment).write(
-                    IndexAction(
-                        index=destination,
-                        doc_id=doc_id,
-                        version=version,
-                        document=None if document is None else json.loads(document),
-                        column_types=self._column_types(column_types),
-                        dead_letter=dead_letter,
-                        change=change,
-                        size=0 if document is None else len(document),
-                    )
-                )
-            elif record_type == RecordType.STATS:
-                report.stage.add_json(value)
-                continue
-            elif record_type == RecordType.HOLD:
-                for producer in self._producers.values():
-                    producer.hold(source, int(json.loads(value)["epoch"]))
-                continue
-            elif record_type == RecordType.ROUTES:
-                self.route(json.loads(value))
-                continue
-            elif record_type == RecordType.DELIVERED:
-                report.absorb(json.loads(value))
-                continue
-            report.records += 1
-            report.per_source[source] += 1
 
     def finish(self, report: TaskReport, started: float) -> TaskReport:
         """Wait until every record written is acknowledged; ``report`` with the counts."""
@@ -409,58 +357,61 @@ def worker_sinks(settings: str, routes: Routes | None = None) -> _Sinks:
     return sinks
 
 
-def delivers(config: RuntimeConfig) -> bool:
-    """Whether this runtime's read tasks write to the sinks themselves, as they read
-    (``Output``): everywhere but in a cluster member, whose Kafka writes commit in
-    transactions fenced by its source's hold, in the writer's tasks."""
-    return config.fencing is None
+def detaches(config: RuntimeConfig) -> bool:
+    """Whether deployments of this runtime go at their own pace (``dbus_spark.progress``)."""
+    return config.detach_seconds > 0
 
 
 def paces(config: RuntimeConfig, stage: FunctionStage) -> bool:
-    """Whether a read task of this runtime writes to its sinks itself, each
-    deployment's writes bounded by the detach bound: when one deployment's sink that
-    does not answer could hold another's (not in a cluster member, whose writes are
-    fenced, and not with one deployment, whom detaching would free no one)."""
-    return config.detach_seconds > 0 and config.fencing is None and len(stage.deployments) > 1
+    """Whether a read task of this runtime bounds each deployment's writes by the
+    detach bound: when one deployment's sink that does not answer could hold another's
+    (not with one deployment, whom detaching would free no one)."""
+    return detaches(config) and len(stage.deployments) > 1
 
 
 class Output:
     """Where a read task's records go: to the task's own sinks as it reads, each
     deployment's writes bounded when paced (a deployment whose sinks do not take them
-    is ``refused`` the rest, and ``settle`` names it), or in Arrow batches that the
-    writer writes after the read, as long as that takes."""
+    is ``refused`` the rest, and ``settle`` names it), else waited for as long as it
+    takes."""
 
-    def __init__(self, config: RuntimeConfig, batcher: Batcher, routes: Routes, own: bool,
-                 *, paced: bool | None = None, bound: float | None = None) -> None:  # fmt: skip
-        """``own``: the task writes to its sinks itself; ``paced`` (default: ``own``):
-        bounded so, by the detach bound or ``bound`` if shorter (else waited for as
-        long as it takes, as the writer does)."""
+    def __init__(self, config: RuntimeConfig, batcher: Batcher, routes: Routes,
+                 *, paced: bool, bound: float | None = None) -> None:  # fmt: skip
+        """``paced``: bounded by the detach bound, or by ``bound`` if shorter."""
         self.batcher = batcher
-        self.sinks = worker_sinks(sink_settings(config), routes) if own else None
-        if self.sinks is not None:
-            self.sinks.pace(own if paced is None else paced, bound)
+        self.sinks = worker_sinks(sink_settings(config), routes)
+        self.sinks.pace(paced, bound)
+        if config.fencing is not None:
+            self.sinks.hold(batcher.source, config.source(batcher.source).epoch)
         self.report = TaskReport(started=time.time())
 
-    def put(self, record: StageRecord) -> pa.RecordBatch | None:
-        """Hand ``record`` on; an Arrow batch to yield when the writer takes it."""
-        if self.sinks is None:
-            return self.batcher.add(record)
+    def put(self, record: StageRecord) -> None:
+        """Hand ``record`` to its deployment's sinks."""
         self.sinks.deliver(record, self.batcher.source, self.report)
-        return None
 
     def refused(self, deployment: str) -> bool:
         """Whether ``deployment``'s sinks stopped taking this task's writes."""
-        return self.sinks is not None and deployment in self.sinks.failed
+        return deployment in self.sinks.failed
 
     def settle(self, began: float, within: float | None = None) -> dict[str, str]:
         """Wait for what was put (at most ``within`` seconds, by default the detach
-        bound): per deployment whose sinks did not take all of it, why. Nothing to
-        wait for when the writer writes."""
-        if self.sinks is None:
-            return {}
+        bound): per deployment whose sinks did not take all of it, why."""
         failed = self.sinks.settle(self.report, began, within)
         self.batcher.add_delivered(self.report.counts())
         return failed
+
+
+def task_counts(batches: Iterator[pa.RecordBatch]) -> TaskReport:
+    """What one read task counted and delivered, from the rows it handed Spark."""
+    report = TaskReport()
+    for batch in batches:
+        columns = batch.to_pydict()
+        for record_type, value in zip(columns["record_type"], columns["value"], strict=True):
+            if record_type == RecordType.STATS:
+                report.stage.add_json(value)
+            elif record_type == RecordType.DELIVERED:
+                report.absorb(json.loads(value))
+    return report
 
 
 class FunctionSinkDataSource(DataSource):  # type: ignore[misc]
@@ -475,23 +426,19 @@ class FunctionSinkDataSource(DataSource):  # type: ignore[misc]
 
 
 class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
-    """Made on the driver, from the runtime's configuration file, and sent to the
-    executors with what they need of it: the sinks' settings, no source and no path."""
+    """Made on the driver, from the runtime's configuration file. Its tasks sum what
+    each read task counted and delivered; ``commit()`` records a batch's history and
+    progress and logs it, on the driver."""
 
     def __init__(self, config_path: str, reports: str | None = None) -> None:
         config = load_config(config_path, with_secrets=False)  # it needs no source
         self._checkpoint_dir = config.checkpoint_dir
-        self._settings = sink_settings(config)
-        """The configuration the sinks are made from (fixed for the query's life)."""
         self._reports = reports
         """Where ``commit()`` leaves each batch's counters for the driver's metrics
         (``dbus_spark.metrics``); None: metrics are off."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
-        sinks = worker_sinks(self._settings)
-        if self._reports is not None:
-            sinks.publisher.use(self._reports)
-        return sinks.run(iterator)
+        return task_counts(iterator)
 
     def commit(self, messages: list[TaskReport | None], batchId: int) -> None:
         total = TaskReport()
@@ -517,17 +464,18 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         if stage.chunks or stage.replays or stage.refused:
             # Before Spark records the batch as committed: a replay re-reads its chunks.
             store = HistoryStore(store_path(self._checkpoint_dir))
-            store.record(ChunkDone.from_json(chunk) for chunk in stage.chunks)
-            store.record_replays(stage.replays)
-            if stage.refused:
-                store.refused(stage.refused)
-                for read in stage.refused:
-                    wait = store.waiting(read["source"]).get(read["deployment"], {})
-                    log.warning(
-                        "history: deployment %s's sinks did not take its read of %s: %s; "
-                        "it is read again in %.0fs", read["deployment"], read["source"],
-                        read["reason"], wait.get("retry_at", time.time()) - time.time(),
-                    )  # fmt: skip
+            with store.saved_once():
+                store.record(ChunkDone.from_json(chunk) for chunk in stage.chunks)
+                store.record_replays(stage.replays)
+                if stage.refused:
+                    store.refused(stage.refused)
+            for read in stage.refused:
+                wait = store.waiting(read["source"]).get(read["deployment"], {})
+                log.warning(
+                    "history: deployment %s's sinks did not take its read of %s: %s; "
+                    "it is read again in %.0fs", read["deployment"], read["source"],
+                    read["reason"], wait.get("retry_at", time.time()) - time.time(),
+                )  # fmt: skip
             sources = {part["source"] for part in (*stage.chunks, *stage.replays)}
             history = _history_text(store, sources)
         if stage.reached:

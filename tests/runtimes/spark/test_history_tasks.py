@@ -155,6 +155,22 @@ def test_a_deployment_whose_sinks_refused_its_history_is_read_again_after_a_back
     assert {t.deployment for t in again.due("src", 0.0)} == {"catalog", "other"}
 
 
+def test_a_batch_s_chunks_and_refusals_are_saved_once_at_its_end(tmp_path: Path) -> None:
+    store = HistoryStore(tmp_path / "h.json")
+    name = "catalog:shop.products"
+    store._tasks["src"] = {name: task([])}
+    refused = {"source": "other", "deployment": "other", "reason": "Kafka is away"}
+    with store.saved_once():
+        store.record([done(name, None, [["i", 100]], 500, 0)])
+        store.refused([refused], now=100.0)
+        assert not store.path.exists(), "nothing is written before the batch's end"
+    again = HistoryStore(tmp_path / "h.json")
+    assert again.tasks("src")[name].rows == store.tasks("src")[name].rows > 0
+    assert again.waiting("other")["other"]["failures"] == 1
+    store.refused([refused], now=200.0)  # outside, each change is saved at once
+    assert HistoryStore(tmp_path / "h.json").waiting("other")["other"]["failures"] == 2
+
+
 @pytest.mark.parametrize(
     ("text", "columns", "key"),
     [("12", 1, ("12",)), ("[12]", 1, (12,)), ('[1,"a"]', 2, (1, "a")), ("[1]", 2, None)],

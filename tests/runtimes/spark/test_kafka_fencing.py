@@ -13,10 +13,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
-from support import kafka_consumer
+from support import free_port, kafka_consumer
 
 from dbus_deploy.services import KafkaEndpoint
 from dbus_fn.errors import ZooKeeperUnavailableError
@@ -53,14 +54,14 @@ class Hold:
 def make_sink(kafka_service: KafkaEndpoint) -> Iterator[Callable[..., KafkaSink]]:
     sinks: list[KafkaSink] = []
 
-    def make(hold: Hold, *, hold_seconds: float = 0.0) -> KafkaSink:
+    def make(hold: Hold, *, hold_seconds: float = 0.0, bootstrap: str | None = None) -> KafkaSink:
         fence = WriteFence(
             transactional_id=f"dbus-test-{uuid.uuid4().hex}",
             transaction_timeout=TIMEOUT,
             hold_seconds=hold_seconds,
             confirm=hold,
         )
-        sink = KafkaSink(kafka_service.bootstrap_servers, fence=fence)
+        sink = KafkaSink(bootstrap or kafka_service.bootstrap_servers, fence=fence)
         sinks.append(sink)
         return sink
 
@@ -193,3 +194,68 @@ def test_a_hold_zookeeper_cannot_confirm_is_waited_for(
 def test_the_abort_scan_is_read_from_the_broker(kafka_service: KafkaEndpoint) -> None:
     assert abort_scan_seconds(kafka_service.bootstrap_servers) == SCAN
     assert abort_scan_seconds("127.0.0.1:1", timeout=1.0) == DEFAULT_ABORT_SCAN_SECONDS
+
+
+def test_bounded_fenced_writes_commit_every_deployment_s_messages(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint
+) -> None:
+    sink = make_sink(Hold("held"))
+    sink.block_for = 5.0  # a read task's, where deployments go at their own pace
+    sink.hold("shop", 3)
+    for i in range(10):
+        sink.write(KafkaRecord(kafka_topic, b"k%d" % i, b"a%d" % i), "a")
+        sink.write(KafkaRecord(kafka_topic, b"k%d" % i, b"b%d" % i), "b")
+    assert sink.settle(5.0) == (20, {})
+    assert len(read(kafka_service.bootstrap_servers, kafka_topic)) == 20
+
+
+def test_a_bounded_fenced_write_nobody_answers_for_names_its_deployments_in_time(
+    make_sink: Callable[..., KafkaSink],
+) -> None:
+    # A deployment's own cluster, away: its transaction cannot even begin. The task
+    # names the deployment within the bound instead of waiting for the broker.
+    sink = make_sink(Hold("held"), bootstrap=f"127.0.0.1:{free_port()}")
+    sink.block_for = 1.0
+    sink.hold("shop", 3)
+    sink.ensure_topics = lambda topics: None  # type: ignore[method-assign]
+    began = time.monotonic()
+    for i in range(3):
+        sink.write(KafkaRecord("t", b"k", b"v%d" % i), "b")
+    sent, failed = sink.settle(1.0)
+    assert time.monotonic() - began < 10
+    assert sent == 0 and set(failed) == {"b"}
+    assert "did not commit a transaction within 1s" in failed["b"]
+    assert sink.settle(1.0) == (0, {}), "the next task starts afresh"
+
+
+def test_a_bounded_fenced_transaction_whose_broker_stops_is_given_up_and_aborted(
+    make_sink: Callable[..., KafkaSink], private_services: Callable[..., Any]
+) -> None:
+    from dbus_deploy.services import down, up
+
+    second = private_services("kafka")
+    bootstrap = second.endpoints.kafka.bootstrap_servers
+    topic = f"fenced-{uuid.uuid4().hex[:8]}"
+    sink = make_sink(Hold("held"), bootstrap=bootstrap)
+    sink.block_for = 2.0
+    sink.hold("shop", 3)
+    sink.write(KafkaRecord(topic, b"k", b"first"), "a")
+    assert sink.settle(10.0) == (1, {})
+    down(["kafka"], config=second.config)
+    sink.write(KafkaRecord(topic, b"k", b"lost"), "a")
+    sink.write(KafkaRecord(topic, b"k", b"also lost"), "b")
+    began = time.monotonic()
+    sent, failed = sink.settle(2.0)
+    assert time.monotonic() - began < 15
+    assert sent == 0 and set(failed) == {"a", "b"}, failed
+    up(["kafka"], config=second.config)
+    deadline = time.monotonic() + 90
+    while True:  # the deployments' own reads send theirs again, in new transactions
+        sink.write(KafkaRecord(topic, b"k", b"again"), "a")
+        sent, failed = sink.settle(5.0)
+        if sent:
+            break
+        assert time.monotonic() < deadline, failed
+    seen = read(bootstrap, topic)
+    assert seen[0] == b"first" and b"again" in seen
+    assert b"lost" not in seen and b"also lost" not in seen, "a given-up transaction is aborted"

@@ -12,7 +12,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from dbus_fn.errors import ConfigError, DestinationError, HistoryError, ServiceUnreachableError
 from dbus_fn.manifest import Destination
@@ -159,29 +159,15 @@ def _ask_cluster(
 ) -> list[Followed]:
     """Post ``request`` to the runtimes owning the cluster's sources; wait for every
     owner's answer; follow the accepted tasks in what they commit to ZooKeeper."""
-    from dbus_fn.coordination import FunctionStore, RequestBox, cluster_client, cluster_status
+    from dbus_fn.coordination import cluster_client, cluster_status
 
     with cluster_client(settings) as client:
-        deployed = FunctionStore(client, settings).active()
-        if request.deployment not in deployed:
-            raise HistoryError(
-                f"no deployment {request.deployment!r} is deployed in cluster "
-                f"{settings.cluster} (deployed: {', '.join(sorted(deployed)) or 'none'}); "
-                "name one of them"
-            )
+        _deployed(client, settings, request.deployment)
         status = cluster_status(client, settings)
         if isinstance(request, ReplayRequest):
             check_replay(request, None, [s.name for s in status.sources if s.registered])
-        sources = [s.name for s in status.sources if s.registered and s.owner]
-        if isinstance(request, ReplayRequest) and request.source is not None:
-            sources = [s for s in sources if s == request.source]
-        if not sources:
-            raise ServiceUnreachableError(
-                f"no runtime of cluster {settings.cluster} owns a source"
-                + (f" named {request.source!r}" if getattr(request, "source", None) else "")
-                + "; start one with `dbus runtime start --cluster`, then ask again",
-                service="runtime",
-            )
+        only = request.source if isinstance(request, ReplayRequest) else None
+        sources = _owned(settings, status, only)
         if (
             isinstance(request, ReplayRequest)
             and len(sources) > 1
@@ -191,25 +177,9 @@ def _ask_cluster(
                 f"--from {request.start} is a position of one source; name it with "
                 f"--source ({', '.join(sources)})"
             )
-        box = RequestBox(client, settings)
-        posted = box.post(request.to_json(), sources)
-        deadline = time.monotonic() + answer_timeout
-        try:
-            while len(answers := box.answers(posted)) < len(sources):
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
-        finally:
-            box.withdraw(posted)
-        replies = [Answer.from_json(answer) for answer in answers.values()]
+        answers = _post(client, settings, request, sources, answer_timeout)
+        replies = list(answers.values())
         accepted = [reply for reply in replies if reply.accepted]
-        if not replies:
-            raise ServiceUnreachableError(
-                f"no runtime of cluster {settings.cluster} answered within "
-                f"{answer_timeout:.0f}s for {', '.join(sources)}; check `dbus cluster "
-                "status`, then ask again",
-                service="runtime",
-            )
         if not accepted:
             replies[0].raise_refusal()
         missing = sorted(set(sources) - set(answers))
@@ -222,6 +192,76 @@ def _ask_cluster(
         if not wait:
             return _tasks(history, ids)
         return follow(history, ids, out=out)
+
+
+def ask_cluster(
+    settings: ZooKeeperSettings, request: Request, *, answer_timeout: float = ANSWER_TIMEOUT
+) -> dict[str, Answer]:
+    """Post ``request`` (a pause, a resume) to the runtimes owning the cluster's
+    sources; per source, its owner's answer (a refusal from all is raised)."""
+    from dbus_fn.coordination import cluster_client, cluster_status
+
+    with cluster_client(settings) as client:
+        _deployed(client, settings, request.deployment)
+        sources = _owned(settings, cluster_status(client, settings), None)
+        answers = _post(client, settings, request, sources, answer_timeout)
+    if not any(reply.accepted for reply in answers.values()):
+        next(iter(answers.values())).raise_refusal()
+    return answers
+
+
+def _deployed(client: Any, settings: ZooKeeperSettings, name: str) -> None:
+    from dbus_fn.coordination import FunctionStore
+
+    deployed = FunctionStore(client, settings).active()
+    if name not in deployed:
+        raise HistoryError(
+            f"no deployment {name!r} is deployed in cluster {settings.cluster} (deployed: "
+            f"{', '.join(sorted(deployed)) or 'none'}); name one of them"
+        )
+
+
+def _owned(settings: ZooKeeperSettings, status: Any, only: str | None) -> list[str]:
+    """The cluster's sources a runtime owns now (only ``only``, if given)."""
+    sources = [s.name for s in status.sources if s.registered and s.owner]
+    if only is not None:
+        sources = [s for s in sources if s == only]
+    if not sources:
+        raise ServiceUnreachableError(
+            f"no runtime of cluster {settings.cluster} owns a source"
+            + (f" named {only!r}" if only else "")
+            + "; start one with `dbus runtime start --cluster`, then ask again",
+            service="runtime",
+        )
+    return sources
+
+
+def _post(
+    client: Any, settings: ZooKeeperSettings, request: Request, sources: list[str],
+    answer_timeout: float,
+) -> dict[str, Answer]:  # fmt: skip
+    """Post ``request`` for ``sources``; per source, its owner's answer, as they come
+    within ``answer_timeout`` seconds (none at all is an error)."""
+    from dbus_fn.coordination import RequestBox
+
+    box = RequestBox(client, settings)
+    posted = box.post(request.to_json(), sources)
+    deadline = time.monotonic() + answer_timeout
+    try:
+        while len(answers := box.answers(posted)) < len(sources):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        box.withdraw(posted)
+    if not answers:
+        raise ServiceUnreachableError(
+            f"no runtime of cluster {settings.cluster} answered within "
+            f"{answer_timeout:.0f}s for {', '.join(sources)}; check `dbus cluster "
+            "status`, then ask again",
+            service="runtime",
+        )
+    return {source: Answer.from_json(answer) for source, answer in answers.items()}
 
 
 Followed = HistoryTask | ReplayTask

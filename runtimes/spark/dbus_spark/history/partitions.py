@@ -13,7 +13,7 @@ the other deployments.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +29,9 @@ from dbus_fn.capture import (
     read_chunk,
     replica_id_for,
 )
-from dbus_fn.events import Operation, RowChange, TransactionCommit
+from dbus_fn.events import BinlogPosition, Operation, RowChange, TransactionCommit
 from dbus_fn.manifest import Destination
-from dbus_spark.config import SourceBinding
+from dbus_spark.config import RuntimeConfig, SourceBinding
 from dbus_spark.history.gate import position_order
 from dbus_spark.history.queries import chunked_of, key_of_text
 from dbus_spark.history.records import ChunkDone, HistoryTask, PlannedChunk
@@ -46,7 +46,7 @@ from dbus_spark.worker import (
     worker_reader,
     worker_stage,
 )
-from dbus_spark.writer import Output, delivers, paces
+from dbus_spark.writer import Output, paces
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,24 @@ class ReplayRange(InputPartition):  # type: ignore[misc]
 
 REPLAY_ROWS = 20_000
 """Rows a replay reads per micro-batch at most (it stops at the next commit)."""
-HISTORY_BOUND = 1.5
-"""Seconds a history read's deployment's sinks have to take a write, and what it put,
-where deployments go at their own pace (at most the detach bound): about the share
-of a micro-batch a catch-up read gives its sinks, so a refused read (above all in a
-backfill's micro-batch, which reads no binlog) holds the others little longer."""
+SETTLED_BY = 0.75
+"""Share of its time by which a read for one deployment (a catch-up, a history read)
+has its sinks take what it put: it ends before the shared read beside it does."""
+OWN_READ_SECONDS = 2.0
+"""A read for one deployment's time where open reads are off."""
+
+
+def own_read_seconds(config: RuntimeConfig) -> float:
+    """How long a read for one deployment takes at most: the open-read time."""
+    return config.open_read_seconds or OWN_READ_SECONDS
+
+
+def history_bound(config: RuntimeConfig) -> float:
+    """Seconds a history read's deployment's sinks have to take a write, and what it
+    put, where deployments go at their own pace (at most the detach bound): the share
+    of a micro-batch a catch-up read gives its sinks, so a refused read (above all in
+    a backfill's micro-batch, which reads no binlog) holds the others little longer."""
+    return own_read_seconds(config) * SETTLED_BY
 
 
 def read_replay_range(partition: ReplayRange) -> Iterator[pa.RecordBatch]:
@@ -105,51 +118,90 @@ def _replay_part(
     binding: SourceBinding,
     out: Output,
     counts: StageCounts,
-) -> Iterator[pa.RecordBatch]:
+) -> None:
     reader = worker_reader(binding, replica_id_for(
         f"{binding.replica_id}/replay/{partition.deployment}"))  # fmt: skip
     start, stop = position_from_json(partition.start), position_from_json(partition.stop)
     route = None if partition.route is None else Destination.parse(partition.route)
-    reached, rows, ended = partition.start, 0, True
+
+    rows = 0
+
+    def process(change: RowChange) -> Iterable[StageRecord] | None:
+        nonlocal rows
+        moment = change.commit_time.timestamp()
+        if partition.until is not None and moment > partition.until:
+            return None
+        if partition.since is not None and moment < partition.since:
+            return ()
+        rows += 1
+        return stage.process_only(partition.deployment, change, counts, route)
+
     began = time.monotonic()
+    read = OwnRead(partition.start)
     if not stop.file or not start.file or position_order(start) < position_order(stop):
-        items = reader.read(start, stop=stop)
-        try:
-            for item in items:
-                if type(item) is RowChange:
-                    moment = item.commit_time.timestamp()
-                    if partition.since is not None and moment < partition.since:
-                        continue
-                    if partition.until is not None and moment > partition.until:
-                        break
-                    rows += 1
-                    for record in stage.process_only(partition.deployment, item, counts,
-                                                     route):  # fmt: skip
-                        batch = out.put(record)
-                        if batch is not None:
-                            yield batch
-                    if out.refused(partition.deployment):
-                        break
-                elif type(item) is TransactionCommit:
-                    reached = position_to_json(item.position)
-                    if rows >= REPLAY_ROWS and (
-                        not stop.file or position_order(item.position) < position_order(stop)
-                    ):
-                        ended = False
-                        break
-        except BaseException:
-            drop_reader(reader)
-            raise
-        finally:
-            items.close()
+        read = read_own(reader, partition.start, stop, partition.deployment, out, process,
+                        more=lambda: rows < REPLAY_ROWS)  # fmt: skip
     counts.read_seconds = time.monotonic() - began
     if _refused(partition, out, began, counts):
         return
     counts.replays.append({
         "source": partition.source, "deployment": partition.deployment,
-        "run": partition.run, "start": partition.start, "stop": reached, "rows": rows,
-        "ended": ended,
+        "run": partition.run, "start": partition.start, "stop": read.reached, "rows": rows,
+        "ended": read.ended,
     })  # fmt: skip
+
+
+@dataclass
+class OwnRead:
+    """How far a read for one deployment got (``read_own``)."""
+
+    reached: dict[str, Any]
+    """The last transaction boundary read (a position, as JSON)."""
+    commit_time: float = 0.0
+    """Epoch seconds that transaction was committed (0: none read)."""
+    ended: bool = True
+    """It read up to its stop (else ``more`` stopped it at ``reached``)."""
+
+
+def read_own(
+    reader: BinlogReader,
+    start: dict[str, Any],
+    stop: BinlogPosition,
+    deployment: str,
+    out: Output,
+    process: Callable[[RowChange], Iterable[StageRecord] | None],
+    more: Callable[[], bool],
+) -> OwnRead:
+    """Read the binlog from ``start`` (a position as JSON) to ``stop`` for
+    ``deployment`` alone: each change's records (``process``; None: read no further)
+    go to ``out``, until its sinks refuse them or, at a transaction boundary before
+    ``stop``, ``more()`` says no. A failed read drops the reader."""
+    read = OwnRead(dict(start))
+    items = reader.read(position_from_json(start), stop=stop)
+    try:
+        for item in items:
+            if type(item) is RowChange:
+                records = process(item)
+                if records is None:
+                    break
+                for record in records:
+                    out.put(record)
+                if out.refused(deployment):
+                    break
+            elif type(item) is TransactionCommit:
+                read.reached = position_to_json(item.position)
+                read.commit_time = item.commit_time.timestamp()
+                if not more() and (
+                    not stop.file or position_order(item.position) < position_order(stop)
+                ):
+                    read.ended = False
+                    break
+    except BaseException:
+        drop_reader(reader)
+        raise
+    finally:
+        items.close()
+    return read
 
 
 def read_chunk_range(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
@@ -163,7 +215,7 @@ def _chunk_rows(
     binding: SourceBinding,
     out: Output,
     counts: StageCounts,
-) -> Iterator[pa.RecordBatch]:
+) -> None:
     reader = worker_reader(binding, binding.replica_id)
     chunk = PlannedChunk.from_json(partition.chunk)
     task = HistoryTask(partition.deployment, partition.table, (), False,
@@ -187,16 +239,12 @@ def _chunk_rows(
             if partition.deletes:
                 found.update(stage.sink_keys(item))
             for record in stage.process_snapshot(partition.deployment, item, counts):
-                batch = out.put(record)
-                if batch is not None:
-                    yield batch
+                out.put(record)
             if out.refused(partition.deployment):
                 break
         if read is not None and not out.refused(partition.deployment):
             for record in _repair_deletes(partition, stage, read, found, counts, reader):
-                batch = out.put(record)
-                if batch is not None:
-                    yield batch
+                out.put(record)
     except BaseException:
         drop_reader(reader)
         raise
@@ -225,25 +273,22 @@ def _chunk_rows(
 
 
 def one_deployment(
-    partition: Any, read: Callable[..., Iterator[pa.RecordBatch]], *, paced: bool = False
+    partition: Any, read: Callable[..., None], *, paced: bool = False
 ) -> Iterator[pa.RecordBatch]:
     """A partition read for one deployment, its stage counts last; ``paced``: it writes
     to its sinks itself, bounded, also where other reads do not (``Output``). Planned
     before the source moved away or the deployment went, it reads nothing and records
     nothing, so its work is planned again where it is read now."""
     config, stage = worker_stage(partition.shipment)
-    batcher = Batcher(partition.source, stage.routes)
+    batcher = Batcher(partition.source)
     counts = StageCounts(started=time.time())
     if config.reads(partition.source, *hold(partition.end)) and stage.has_deployment(
         partition.deployment
     ):
         binding = config.source(partition.source)
-        if binding.epoch:
-            batcher.add_hold(binding.epoch)
-        out = Output(config, batcher, stage.routes, paced or delivers(config),
-                     paced=paced or paces(config, stage),
-                     bound=None if paced else HISTORY_BOUND)  # fmt: skip
-        yield from read(partition, stage, binding, out, counts)
+        out = Output(config, batcher, stage.routes, paced=paced or paces(config, stage),
+                     bound=None if paced else history_bound(config))  # fmt: skip
+        read(partition, stage, binding, out, counts)
     batcher.add_stats(counts)
     last = batcher.flush()
     if last is not None:

@@ -252,11 +252,12 @@ def take_requests(
     store: HistoryStore,
     readers: Mapping[str, BinlogReader],
     manifests: Sequence[Manifest],
-    pace: Callable[[PaceRequest], Answer] | None = None,
+    pace: Callable[[PaceRequest, str | None], Answer] | None = None,
 ) -> None:
     """Answer every pending request (the runtime's driver, between micro-batches): a
     backfill starts on each source that has the tables, or is refused as a whole;
-    ``pace`` answers a pause or a resume (None: this runtime cannot)."""
+    ``pace`` answers a pause or a resume, on the one source a cluster's request is for
+    or on all (None: this runtime cannot)."""
     everywhere = readers
     for request, only in pending(checkpoint_dir):
         readers = {s: r for s, r in everywhere.items() if only in (None, s)}
@@ -264,11 +265,12 @@ def take_requests(
         problems: list[str] = []
         if isinstance(request, PaceRequest):
             refusal = HistoryError(
-                "this runtime pauses no deployment: it runs in a --cluster or with "
-                "--detach-after 0, where every deployment goes with the stream; start it "
-                "alone with --detach-after above 0 to pause one"
+                "this runtime pauses no deployment: it runs with --detach-after 0, where "
+                "every deployment goes with the stream; start it with --detach-after above "
+                "0 to pause one"
             )
-            answer(checkpoint_dir, request, pace(request) if pace else Answer.refused(refusal))
+            reply = pace(request, only) if pace else Answer.refused(refusal)
+            answer(checkpoint_dir, request, reply)
             continue
         if isinstance(request, ReplayRequest):
             try:

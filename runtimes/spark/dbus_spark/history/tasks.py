@@ -32,7 +32,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Set
+from contextlib import contextmanager
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,8 @@ class HistoryStore:
         """Per source, per deployment whose sinks refused a history read: why, how many
         times in a row, and when it is read again (``refused``)."""
         self._mtime = -1.0
+        self._held: bool | None = None
+        """Inside ``saved_once``: whether a save waits for its end (None: outside)."""
         self.reload()
 
     def reload(self) -> None:
@@ -171,7 +174,21 @@ class HistoryStore:
         """Which gain of ``source`` this store took over last (see ``adopt``)."""
         return self._adopted.get(source)
 
+    @contextmanager
+    def saved_once(self) -> Iterator[None]:
+        """Changes made inside are saved once, at the end (a batch's commit)."""
+        self._held = False
+        try:
+            yield
+        finally:
+            pending, self._held = self._held, None
+            if pending:
+                self.save()
+
     def save(self) -> None:
+        if self._held is not None:
+            self._held = True
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {
             "tasks": {

@@ -29,8 +29,9 @@ detach, a catch-up read, a rejoin) reaches the next plan through
 it (``ProgressBook``). A runtime killed at any point replays its last batch from
 the positions in the offset log: at least once, never less.
 
-In a cluster member (fenced writes) no deployment is detached yet: a source moved
-to another runtime carries one position, the stream's.
+In a cluster member, the book's entries of a source are committed to ZooKeeper with
+the source's position (``dbus_spark.cluster``): a source that moves to another
+runtime takes its detached and paused deployments and their positions with it.
 """
 
 from __future__ import annotations
@@ -156,6 +157,19 @@ class ProgressBook:
         """A new checkpoint starts with every deployment with the stream."""
         self._path.unlink(missing_ok=True)
 
+    def section(self, source: str) -> dict[str, dict[str, Any]]:
+        """The deployments not with ``source``'s stream, as JSON: what a cluster member
+        commits with the source's position, so that they move with it."""
+        section = self.load().get(source, {}).items()
+        return {name: {**b.to_json(), "state": b.state} for name, b in section}
+
+    def adopt(self, source: str, section: Mapping[str, Mapping[str, Any]]) -> None:
+        """Take ``source``'s deployments not with its stream as its last owner committed
+        them (``section``), in place of what this book had of it."""
+        book = self.load()
+        book[source] = {name: Behind.from_json(entry) for name, entry in section.items()}
+        self.save(book)
+
     def apply(self, events: Iterable[Mapping[str, Any]], now: float | None = None) -> Book:
         """Fold what a batch's tasks reported into the book; the book after it."""
         events = list(events)
@@ -177,12 +191,13 @@ class ProgressBook:
             book[source][deployment] = replace(found, paused=True, reason=PAUSED)
         self.save(book)
 
-    def resume(self, deployment: str) -> bool:
-        """Let a paused deployment catch up; False when it was not paused."""
+    def resume(self, deployment: str, source: str | None = None) -> bool:
+        """Let a paused deployment catch up (on ``source``, or on every source); False
+        when it was not paused."""
         book = self.load()
         found = False
-        for deployments in book.values():
-            behind = deployments.get(deployment)
+        for name, deployments in book.items():
+            behind = deployments.get(deployment) if source in (None, name) else None
             if behind is not None and behind.paused:
                 deployments[deployment] = replace(
                     behind, paused=False, reason="resumed: catching up", retry_at=0.0

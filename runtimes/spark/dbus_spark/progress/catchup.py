@@ -20,22 +20,20 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from dbus_fn.capture import position_from_json, position_to_json, replica_id_for
+from dbus_fn.capture import position_from_json, replica_id_for
 from dbus_fn.errors import DbusError
-from dbus_fn.events import RowChange, TransactionCommit
 from dbus_spark.config import SourceBinding
 from dbus_spark.history import Gate, position_order
-from dbus_spark.history.partitions import one_deployment
+from dbus_spark.history.partitions import SETTLED_BY, OwnRead, one_deployment, read_own
 from dbus_spark.progress import caught_up_to, not_taken
 from dbus_spark.shipment import Shipment
 from dbus_spark.stage import FunctionStage, StageCounts
-from dbus_spark.worker import drop_reader, worker_reader
+from dbus_spark.worker import worker_reader
 from dbus_spark.writer import Output
 
-# Shares of its time a catch-up read reads for, and by which its sinks have taken it
-# all: it ends before the shared read beside it does, so it never holds the batch.
+# Share of its time a catch-up read reads for; by ``SETTLED_BY`` its sinks have taken
+# it all: it ends before the shared read beside it does, so it never holds the batch.
 READ_FOR = 0.4
-SETTLED_BY = 0.75
 
 
 @dataclass(frozen=True)
@@ -65,39 +63,23 @@ def _catch_up(
     binding: SourceBinding,
     out: Output,
     counts: StageCounts,
-) -> Iterator[pa.RecordBatch]:
+) -> None:
     name, source = partition.deployment, partition.source
     gate = Gate.from_json(partition.gate) if partition.gate else None
     reader = worker_reader(binding, replica_id_for(f"{binding.replica_id}/catch-up/{name}"))
     start, stop = position_from_json(partition.start), position_from_json(partition.end)
-    reached, commit_time, ended = dict(partition.start), 0.0, True
+    read = OwnRead(dict(partition.start))
     problem: str | None = None
     began = time.monotonic()
     if position_order(start) < position_order(stop):
-        items = reader.read(start, stop=stop)
         try:
-            for item in items:
-                if type(item) is RowChange:
-                    for record in stage.process_only(name, item, counts, gate=gate):
-                        out.put(record)  # paced: delivered as it is read
-                    if out.refused(name):
-                        break
-                elif type(item) is TransactionCommit:
-                    reached = position_to_json(item.position)
-                    commit_time = item.commit_time.timestamp()
-                    if time.monotonic() - began >= partition.seconds * READ_FOR and position_order(
-                        item.position
-                    ) < position_order(stop):
-                        ended = False
-                        break
+            read = read_own(
+                reader, partition.start, stop, name, out,
+                lambda change: stage.process_only(name, change, counts, gate=gate),
+                more=lambda: time.monotonic() - began < partition.seconds * READ_FOR,
+            )  # fmt: skip
         except DbusError as exc:  # a position the server no longer has, say
             problem = f"its own read from {start} failed: {exc}"
-            drop_reader(reader)
-        except BaseException:
-            drop_reader(reader)
-            raise
-        finally:
-            items.close()
     ends = began + partition.seconds * SETTLED_BY
     failed = out.settle(began, max(0.5, ends - time.monotonic()))
     counts.read_seconds = time.monotonic() - began
@@ -105,8 +87,9 @@ def _catch_up(
     if problem is not None:
         counts.progress.append(not_taken(source, name, problem))
     else:
-        counts.progress.append(caught_up_to(source, name, reached, commit_time, ended))
-    yield from ()
+        counts.progress.append(
+            caught_up_to(source, name, read.reached, read.commit_time, read.ended)
+        )
 
 
 __all__ = ["CatchUpRange", "read_catch_up"]

@@ -11,26 +11,37 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from dbus_fn.cli._options import env_option
+from dbus_fn.cli.cluster import ZooKeeperOptions, cluster_or_local_options
 from dbus_fn.errors import ConfigError, HistoryError, ServiceUnreachableError
 from dbus_spark.history.commands import CHECKPOINT_HELP
+
+if TYPE_CHECKING:
+    from dbus_fn.coordination import ZooKeeperSettings
 
 ANSWER_TIMEOUT = 30.0
 
 
-def ask(name: str, *, pause: bool, checkpoint: str | None, timeout: float = ANSWER_TIMEOUT) -> str:
-    """Ask the runtime at ``checkpoint`` to pause (or resume) deployment ``name``; its
-    answer. ``HistoryError`` when it refuses, ``ServiceUnreachableError`` when no
-    runtime takes the request in ``timeout`` seconds (it is then withdrawn)."""
+def ask(name: str, *, pause: bool, checkpoint: str | None, timeout: float = ANSWER_TIMEOUT,
+        cluster: ZooKeeperSettings | None = None) -> str:  # fmt: skip
+    """Ask the runtime at ``checkpoint`` (or the runtimes of ``cluster`` owning its
+    sources) to pause (or resume) deployment ``name``; its answer. ``HistoryError``
+    when it refuses, ``ServiceUnreachableError`` when no runtime takes the request in
+    ``timeout`` seconds (it is then withdrawn)."""
     from dbus_spark.history.requests import PaceRequest, submit, wait_answer
     from dbus_spark.history.target import runtime_at
 
-    folder, _ = runtime_at(checkpoint)
     request = PaceRequest(name, pause)
+    if cluster is not None:
+        from dbus_spark.history.follow import ask_cluster
+
+        answers = ask_cluster(cluster, request, answer_timeout=timeout)
+        return "\n".join(f"{source}: {answers[source].message}" for source in sorted(answers))
+    folder, _ = runtime_at(checkpoint)
     submit(folder, request)
     return wait_answer(folder, request, timeout=timeout).message
 
@@ -38,22 +49,28 @@ def ask(name: str, *, pause: bool, checkpoint: str | None, timeout: float = ANSW
 @click.command("pause")
 @click.argument("name")
 @env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=CHECKPOINT_HELP)
-def pause(name: str, checkpoint: str | None) -> None:
+@cluster_or_local_options
+def pause(name: str, checkpoint: str | None, zk: ZooKeeperOptions | None) -> None:
     """Stop sending deployment NAME anything; its position holds.
 
     The other deployments go on. `dbus fn resume NAME` lets it catch up from where it
-    stopped, on a read of its own, and rejoin the shared read: nothing is lost. Exit
-    2 for a deployment the runtime does not run, 3 when no runtime answers.
+    stopped, on a read of its own, and rejoin the shared read: nothing is lost. In a
+    cluster (--cluster), each runtime owning a source pauses it there, and the
+    position moves with the source. Exit 2 for a deployment the runtime does not run,
+    3 when no runtime answers.
     """
-    click.echo(ask(name, pause=True, checkpoint=checkpoint), file=sys.stdout)
+    said = ask(name, pause=True, checkpoint=checkpoint, cluster=zk.settings() if zk else None)
+    click.echo(said, file=sys.stdout)
 
 
 @click.command("resume")
 @click.argument("name")
 @env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=CHECKPOINT_HELP)
-def resume(name: str, checkpoint: str | None) -> None:
+@cluster_or_local_options
+def resume(name: str, checkpoint: str | None, zk: ZooKeeperOptions | None) -> None:
     """Let a paused deployment NAME catch up from where it stopped, then rejoin."""
-    click.echo(ask(name, pause=False, checkpoint=checkpoint), file=sys.stdout)
+    said = ask(name, pause=False, checkpoint=checkpoint, cluster=zk.settings() if zk else None)
+    click.echo(said, file=sys.stdout)
 
 
 def deployments_of(checkpoint: str | None, token: str | None = None) -> list[dict[str, Any]]:

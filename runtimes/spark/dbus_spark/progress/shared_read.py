@@ -10,7 +10,6 @@ from typing import Any
 
 from dbus_fn.capture import position_to_json
 from dbus_fn.events import TransactionCommit
-from dbus_spark.config import RuntimeConfig
 from dbus_spark.progress import (
     SLOW_AFTER,
     SLOW_SHARE,
@@ -83,11 +82,6 @@ def caught_up_with(behind: Behind, offset: dict[str, Any]) -> bool:
     )
 
 
-def detaches(config: RuntimeConfig) -> bool:
-    """Whether deployments of this runtime go at their own pace (``dbus_spark.progress``)."""
-    return config.detach_seconds > 0 and config.fencing is None
-
-
 def admission_of(
     begin: dict[str, Any], behind: dict[str, dict[str, Any]]
 ) -> tuple[dict[str, Any], Admission]:
@@ -111,6 +105,5 @@ __all__ = [
     "SlowWatch",
     "admission_of",
     "caught_up_with",
-    "detaches",
     "read_events",
 ]

@@ -20,10 +20,11 @@ with ``isolation.level=read_committed``. A hold found lost drops the rest of the
 task's messages (the new owner re-sends from the committed position); a hold
 that cannot be confirmed (ZooKeeper away) waits, and so does a broker that is down.
 
-Unfenced writes are counted per deployment (``write(record, deployment)``): ``settle``
-waits for the acknowledgments up to a bound and names the deployments whose messages
-the broker refused or did not acknowledge in time, so that those deployments alone
-are detached (``dbus_spark.progress``) while the others' positions are committed.
+Writes are counted per deployment (``write(record, deployment)``): ``settle`` waits up
+to a bound and names the deployments whose messages the broker refused or did not take
+in time, so those alone are detached (``dbus_spark.progress``) while the others'
+positions are committed. Fenced, a transaction not committed in time is aborted and
+names every deployment in it: deployments sharing a producer share its fate.
 """
 
 from __future__ import annotations
@@ -168,26 +169,22 @@ class KafkaSink:
         self.fenced = 0
         """Records dropped because their source's hold was lost (reset by ``flush``)."""
         self._chunk: list[KafkaRecord] = []
+        self._chunk_of: Counter[str] = Counter()
+        """Per deployment, its messages in the open transaction (bounded writes)."""
+        self._gave_up: dict[str, str] = {}
+        """Per deployment, why a transaction with its messages was given up (bounded
+        writes; ``settle`` reports them and they get nothing more in this task)."""
+        self._abort_due = False
+        """A transaction given up whose abort the broker has not confirmed yet."""
         self._chunk_began = 0.0
         self._committed = 0
         self._confirmed: dict[tuple[str, int], float] = {}
         self.activity = activity or SinkActivity(in_flight=lambda: self._pending)
 
     def _new_producer(self) -> Producer:
-        producer = Producer(self._config)
-        if self._fence is not None:
-            while True:
-                try:
-                    producer.init_transactions(self._fence.transaction_timeout * 5)
-                    break
-                except KafkaException as exc:
-                    if not exc.args[0].retriable():
-                        raise KafkaSinkError(
-                            f"Kafka refused a transactional producer: {exc.args[0].str()}; "
-                            "check the broker's transaction settings and ACLs"
-                        ) from exc
-                    self._waiting("no transactional producer yet", exc.args[0].str())
-        return producer
+        """A producer; fenced, its transactions are set up by the first ``_begin``."""
+        self._ready = self._fence is None
+        return Producer(self._config)
 
     def _callback(self, deployment: str) -> Callable[[KafkaError | None, Any], None]:
         found = self._callbacks.get(deployment)
@@ -285,20 +282,88 @@ class KafkaSink:
         if self._lost:
             self.fenced += 1
             return
+        if deployment is not None and deployment in self._gave_up:
+            return  # its own read sends it again
         if not self._chunk:
-            self._producer.begin_transaction()
+            if not self._begin(self._deadline()):
+                if deployment is not None:
+                    self._gave_up.setdefault(deployment, self._late("no transaction began"))
+                return
             self._chunk_began = time.monotonic()
         self._chunk.append(record)
+        if deployment is not None:
+            self._chunk_of[deployment] += 1
         try:
             self._produce(record)
         except KafkaException:
-            self._commit_chunk()  # the transaction failed; it is sent again there
+            self._commit_chunk(self._deadline())  # the transaction failed; sent again there
+            return
+        except KafkaSinkError as exc:  # bounded, and the local queue stayed full
+            self._give_up(str(exc))
             return
         if (
             len(self._chunk) >= CHUNK_RECORDS
             or time.monotonic() - self._chunk_began >= CHUNK_SECONDS
         ):
-            self._commit_chunk()
+            self._commit_chunk(self._deadline())
+
+    def _deadline(self) -> float | None:
+        return None if self.block_for is None else time.monotonic() + self.block_for
+
+    def _begin(self, deadline: float | None = None) -> bool:
+        """Open a transaction (fenced writes), once the abort of one given up is done;
+        False when the broker did not let one begin by ``deadline``."""
+        assert self._fence is not None
+        while True:
+            try:
+                if not self._ready:
+                    self._producer.init_transactions(self._wait_at_most(deadline))
+                    self._ready = True
+                if self._abort_due:
+                    self._producer.abort_transaction(self._wait_at_most(deadline))
+                    self._abort_due = False
+                self._producer.begin_transaction()
+                return True
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not self._ready and not error.retriable():
+                    raise KafkaSinkError(
+                        f"Kafka refused a transactional producer: {error.str()}; "
+                        "check the broker's transaction settings and ACLs"
+                    ) from exc
+                if error.fatal():
+                    self._producer = self._new_producer()
+                    self._abort_due = False
+                    continue
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
+                self._waiting("no transaction could begin", error.str())
+                time.sleep(_RETRY_SECONDS if deadline is None else 0.1)
+
+    def _wait_at_most(self, deadline: float | None) -> float:
+        assert self._fence is not None
+        longest = self._fence.transaction_timeout * 5
+        return longest if deadline is None else max(0.1, min(longest, deadline - time.monotonic()))
+
+    def _late(self, why: str) -> str:
+        within = self.block_for or 0
+        return (
+            f"Kafka at {self._bootstrap} did not commit a transaction within {within:.2g}s ({why})"
+        )
+
+    def _give_up(self, why: str) -> None:
+        """Bounded fenced writes: abort the open transaction and name every deployment
+        with messages in it (their own reads send them again)."""
+        reason = why if why.startswith("Kafka at") else self._late(why)
+        for deployment in self._chunk_of:
+            self._gave_up.setdefault(deployment, reason)
+        names = ", ".join(sorted(self._chunk_of))
+        log.warning(
+            "kafka: %d message(s) given up: %s; detached: %s", len(self._chunk), reason, names
+        )
+        self._chunk.clear()
+        self._chunk_of.clear()
+        self._abort(time.monotonic() + 1.0)
 
     def _produce(self, record: KafkaRecord, deployment: str | None = None) -> None:
         if record.topic not in self._known_topics:
@@ -331,13 +396,17 @@ class KafkaSink:
                 self._waiting_for[deployment] += 1
         self._producer.poll(0)
 
-    def _drain(self) -> list[str]:
-        """Wait until every message handed over is delivered or failed; the failures."""
+    def _drain(self, deadline: float | None = None) -> list[str]:
+        """Wait until every message handed over is delivered or failed (``_Late`` past
+        ``deadline``); the failures."""
         started = time.monotonic()
         while True:
-            remaining = self._producer.flush(5.0)
+            wait = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
+            remaining = self._producer.flush(max(0.0, wait))
             if remaining == 0:
                 break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _Late(f"{remaining} message(s) not acknowledged")
             self.activity.retried()
             log.warning(
                 "kafka: %d message(s) not yet acknowledged after %.0fs (broker %s); waiting",
@@ -368,13 +437,21 @@ class KafkaSink:
         return sent
 
     def settle(self, within: float) -> tuple[int, dict[str, str]]:
-        """Wait up to ``within`` seconds for every message handed over (unfenced writes
-        only): the number acknowledged and, per deployment, why some of its messages
-        were not (refused, or no answer in time). Messages still unanswered at the
-        bound are purged from the producer, so they never hold a later ``settle``;
-        their deployments send them again from their own position."""
-        assert self._fence is None, "fenced writes commit in transactions (flush)"
+        """Wait up to ``within`` seconds for every message handed over: the number
+        acknowledged and, per deployment, why some of its messages were not (refused,
+        or no answer in time). Messages still unanswered at the bound are purged from
+        the producer, so they never hold a later ``settle``; their deployments send
+        them again from their own position. Fenced, the open transaction commits by
+        then or is given up (``_give_up``)."""
         deadline = time.monotonic() + within
+        if self._fence is not None:
+            if self._chunk:
+                self._commit_chunk(deadline)
+            sent, self._committed = self._committed, 0
+            failed, self._gave_up = self._gave_up, {}
+            with self._lock:
+                self._sent = 0
+            return sent, failed
         while True:
             remaining = self._producer.flush(max(0.0, min(1.0, deadline - time.monotonic())))
             if remaining == 0 or time.monotonic() >= deadline:
@@ -406,43 +483,64 @@ class KafkaSink:
             sent, self._sent = self._sent, 0
         return sent, failed
 
-    def _commit_chunk(self) -> None:
+    def _commit_chunk(self, deadline: float | None = None) -> None:
         """Commit the open transaction once the hold is confirmed; on any failure send
-        the chunk again in a new one (nothing is acknowledged before it commits)."""
+        the chunk again in a new one (nothing is acknowledged before it commits). Past
+        ``deadline`` (bounded writes), the transaction is given up instead."""
         assert self._fence is not None
+        why, resend = "no answer", False
         while True:
+            if deadline is not None and time.monotonic() >= deadline:
+                self._give_up(why)
+                return
             try:
-                errors = self._drain()
+                if resend:
+                    time.sleep(_RETRY_SECONDS if deadline is None else 0.1)
+                    if not self._begin(deadline):
+                        continue
+                    self._chunk_began = time.monotonic()
+                    for record in self._chunk:
+                        self._produce(record)
+                    resend = False
+                errors = self._drain(deadline)
                 if errors:
                     raise _Resend(f"Kafka refused {len(errors)} message(s), first: {errors[0]}")
                 if not self._holds():
-                    self._producer.abort_transaction(self._fence.transaction_timeout * 5)
+                    self._producer.abort_transaction(self._wait_at_most(None))
                     self._drop_lost()
                     return
-                self._producer.commit_transaction(self._fence.transaction_timeout * 5)
+                self._producer.commit_transaction(self._wait_at_most(deadline))
                 self._committed += len(self._chunk)
                 self._chunk.clear()
+                self._chunk_of.clear()
                 return
+            except _Late as exc:
+                why = str(exc)
             except KafkaException as exc:
                 error = exc.args[0]
-                self._waiting("a transaction failed", error.str())
+                why = error.str()
+                self._waiting("a transaction failed", why)
                 if error.fatal():
                     # Fenced: the broker aborted a transaction left open past its
                     # timeout (this process was paused or starved). Start over.
                     self._producer = self._new_producer()
+                    resend = True
                 elif not error.retriable() or error.txn_requires_abort():
-                    self._abort()
-                else:
-                    continue  # a commit that may still succeed: ask again
-            except _Resend as exc:
-                self._waiting("a transaction failed", str(exc))
-                self._abort()
+                    self._abort(deadline)
+                    resend = True
+                # else a commit that may still succeed: ask again
+            except (_Resend, KafkaSinkError) as exc:
+                why = str(exc)
+                self._waiting("a transaction failed", why)
+                self._abort(deadline)
+                resend = True
             except ServiceError as exc:
                 # The hold cannot be confirmed: wait (the open transaction may time
                 # out meanwhile; the chunk is then sent again).
-                self._waiting("the source's hold cannot be confirmed", str(exc))
-                continue
-            self._resend()
+                why = str(exc)
+                self._waiting("the source's hold cannot be confirmed", why)
+                if deadline is not None:
+                    time.sleep(min(_RETRY_SECONDS, max(0.0, deadline - time.monotonic())))
 
     def _holds(self) -> bool:
         """Whether the current hold was confirmed recently enough to commit now."""
@@ -461,6 +559,7 @@ class KafkaSink:
         assert self._hold is not None
         self.fenced += len(self._chunk)
         self._chunk.clear()
+        self._chunk_of.clear()
         self._lost = True
         log.warning(
             "kafka: %s is no longer held by this runtime at epoch %d; its uncommitted "
@@ -468,23 +567,17 @@ class KafkaSink:
             *self._hold,
         )
 
-    def _abort(self) -> None:
+    def _abort(self, deadline: float | None = None) -> None:
         assert self._fence is not None
         try:
-            self._producer.abort_transaction(self._fence.transaction_timeout * 5)
+            self._producer.abort_transaction(self._wait_at_most(deadline))
         except KafkaException as exc:
             if exc.args[0].fatal():
                 self._producer = self._new_producer()
-            # Otherwise the next begin_transaction() says what is wrong.
+            else:
+                self._abort_due = True  # finished before the next transaction begins
         with self._lock:
             self._errors.clear()
-
-    def _resend(self) -> None:
-        time.sleep(_RETRY_SECONDS)
-        self._producer.begin_transaction()
-        self._chunk_began = time.monotonic()
-        for record in self._chunk:
-            self._produce(record)
 
     def _waiting(self, what: str, why: str) -> None:
         self.activity.retried()
@@ -498,3 +591,7 @@ class KafkaSink:
 
 class _Resend(Exception):
     """The open transaction cannot commit; send its chunk again."""
+
+
+class _Late(Exception):
+    """A bounded wait for acknowledgments reached its deadline."""

@@ -12,22 +12,17 @@ from dbus_fn.events import BinlogPosition
 
 
 class RecordType(StrEnum):
-    """What one row from the function stage is: a record for a sink, or a control row."""
+    """What a record of the function stage is for, or what a read task's row to Spark
+    holds (``dbus_spark.worker.Batcher``)."""
 
     KAFKA = "kafka"
     """A Kafka message (a delivery or a dead letter)."""
     ELASTICSEARCH = "es"
     """An Elasticsearch document write."""
     STATS = "stats"
-    """Control: the stage's counters, the last row of a partition."""
-    HOLD = "hold"
-    """Control: the epoch a cluster member read the source at, the first row of a partition."""
+    """The stage's counters, the last row of a partition."""
     DELIVERED = "delivered"
-    """Control: what a read task delivered to the sinks itself (an open read writes as
-    it reads; see ``dbus_spark.source``), next to its ``STATS``."""
-    ROUTES = "routes"
-    """Control: where the deployments that name their own clusters write (their
-    manifests' sink tables, ``dbus_spark.sinks.clusters``), before their records."""
+    """What a read task's sinks delivered as it read (``dbus_spark.writer.Output``)."""
 
 
 @dataclass(frozen=True, slots=True)
