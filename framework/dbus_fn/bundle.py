@@ -101,7 +101,8 @@ def check_no_secrets(value: Any, where: str) -> None:
     if isinstance(value, Mapping):
         for key, item in value.items():
             place = f"{where}.{key}"
-            names_variable = str(key).endswith("_env") and isinstance(item, str)
+            # A variable's name (KEY_env) or a file's path (KEY_file) names a secret.
+            names_variable = str(key).endswith(("_env", "_file")) and isinstance(item, str)
             if _SECRET_KEY.search(str(key)) and item not in (None, "") and not names_variable:
                 raise SecretLeakError(
                     f"{place} looks like a secret; secrets must not go into ZooKeeper: "

@@ -22,6 +22,7 @@ Example::
     security_protocol = "SASL_SSL"  # any producer setting, "_" read as "."
     sasl_username = "orders"
     sasl_password_env = "ORDERS_KAFKA_PASSWORD"   # KEY_env: the runtime's variable
+                                                  # (or KEY_file: a file on its hosts)
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ def table_glob_problem(value: object) -> str | None:
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 """An environment variable's name, as a ``KEY_env`` sink option holds it."""
 ES_OPTIONS = (
-    "hosts", "url", "username", "password_env", "api_key_env", "verify_certs", "ca_certs",
-    "request_timeout",
+    "hosts", "url", "username", "password_env", "password_file", "api_key_env",
+    "api_key_file", "verify_certs", "ca_certs", "request_timeout",
 )  # fmt: skip
 """The ``[sinks.es]`` options: where the cluster is, and how the client reaches it."""
 # Settings dbus's Kafka delivery depends on (per-key order, at-least-once, fencing).
@@ -111,6 +112,15 @@ def _sink_option_problem(scheme: str, key: str, value: object) -> str | None:
             return (
                 f'{where}: expected the name of an environment variable of the runtime '
                 f'such as "ORDERS_KAFKA_PASSWORD", got {_shown(value)}'
+            )
+        if scheme == "es" and key not in ES_OPTIONS:
+            return f"{where}: unknown option; expected one of {', '.join(ES_OPTIONS)}"
+        return None
+    if key.endswith("_file"):
+        if not isinstance(value, str) or not value.startswith("/"):
+            return (
+                f'{where}: expected the absolute path of a file on the runtime\'s hosts '
+                f'such as "/run/secrets/orders-kafka-password", got {_shown(value)}'
             )
         if scheme == "es" and key not in ES_OPTIONS:
             return f"{where}: unknown option; expected one of {', '.join(ES_OPTIONS)}"

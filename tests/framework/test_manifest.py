@@ -259,9 +259,15 @@ def test_a_python_module_given_for_the_manifest_says_to_pass_the_folder(tmp_path
         ("kafka", {"transactional.id": "x"}, "dbus sets transactional.id itself"),
         ("es", {"hosts": "http://e:9200", "compression": True},
          "sinks.es.compression: unknown option; expected one of hosts, url, username, "
-         "password_env, api_key_env, verify_certs, ca_certs, request_timeout"),
+         "password_env, password_file, api_key_env, api_key_file, verify_certs, ca_certs, "
+         "request_timeout"),
         ("es", {"hosts": "http://e:9200", "token_env": "ES_TOKEN"},
          "sinks.es.token_env: unknown option"),
+        ("kafka", {"sasl_password_file": "secrets/orders"},
+         "sinks.kafka.sasl_password_file: expected the absolute path of a file on the "
+         'runtime\'s hosts such as "/run/secrets/orders-kafka-password", got a str'),
+        ("es", {"hosts": "http://e:9200", "token_file": "/run/secrets/es"},
+         "sinks.es.token_file: unknown option"),
     ],
 )  # fmt: skip
 def test_a_deployment_s_own_cluster_options_are_checked(
@@ -285,3 +291,17 @@ def test_credentials_are_named_by_environment_variables_and_pass_the_secret_chec
     check_no_secrets(sinks, "dbus.toml sinks")  # names of variables are not secrets
     with pytest.raises(SecretLeakError, match=r"sinks.kafka.sasl_password looks like a secret"):
         check_no_secrets({"kafka": {"sasl_password": "hunter2"}}, "sinks")
+
+
+def test_credentials_may_come_from_files_on_the_runtime_s_hosts() -> None:
+    from dbus_fn.bundle import check_no_secrets
+
+    sinks = {
+        "kafka": {"bootstrap_servers": "k1:9092", "sasl_username": "orders",
+                  "sasl_password_file": "/run/secrets/orders-kafka"},
+        "es": {"hosts": "https://es:9200", "username": "orders",
+               "password_file": "/run/secrets/orders-es", "api_key_file": "/run/secrets/k"},
+    }  # fmt: skip
+    manifest = Manifest.from_mapping({**_BASE, "sinks": sinks})
+    assert manifest.sinks["es"]["password_file"] == "/run/secrets/orders-es"
+    check_no_secrets(sinks, "dbus.toml sinks")  # paths of files are not secrets

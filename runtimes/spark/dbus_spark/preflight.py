@@ -21,7 +21,12 @@ import urllib.request
 from urllib.parse import SplitResult, urlsplit
 
 from dbus_fn.errors import ConfigError, DbusError, ServiceUnreachableError
-from dbus_spark.sinks.clusters import Routes, elasticsearch_cluster, kafka_cluster
+from dbus_spark.sinks.clusters import (
+    ElasticsearchCluster,
+    Routes,
+    elasticsearch_cluster,
+    kafka_cluster,
+)
 
 TIMEOUT = 5.0
 """Seconds each address may take to answer."""
@@ -170,8 +175,8 @@ def check_runtime(*, kafka: str, elasticsearch: str, master: str) -> None:
 
 
 def deployment_sink_problems(routes: Routes, *, timeout: float = TIMEOUT) -> list[str]:
-    """One line per deployment's own cluster that cannot be reached, or whose settings
-    name an environment variable that is not set here."""
+    """One line per deployment's own cluster that cannot be reached or refuses its
+    login, or whose settings name a variable not set (a file not readable) here."""
     problems: list[str] = []
     for name in sorted(routes):
         try:
@@ -187,14 +192,39 @@ def deployment_sink_problems(routes: Routes, *, timeout: float = TIMEOUT) -> lis
                     )
             es = elasticsearch_cluster(name, routes)
             if es is not None and es.hosts:
-                hosts = [es.hosts] if isinstance(es.hosts, str) else list(es.hosts)
-                try:
-                    check_elasticsearch(hosts[0], timeout=timeout)
-                except ServiceUnreachableError:
-                    problems.append(
-                        f"deployment {name}: cannot reach its Elasticsearch at {hosts[0]}; "
-                        "it is detached until that cluster answers"
-                    )
+                problem = _elasticsearch_problem(es, timeout)
+                if problem is not None:
+                    problems.append(f"deployment {name}: {problem}")
         except DbusError as exc:
             problems.append(str(exc))
     return problems
+
+
+def _elasticsearch_problem(es: ElasticsearchCluster, timeout: float) -> str | None:
+    """Why a deployment's own Elasticsearch will not take its writes (None: it
+    answers and takes its login), asked with the client and options its sink uses."""
+    from elasticsearch import (
+        ApiError,
+        AuthenticationException,
+        AuthorizationException,
+        Elasticsearch,
+        TransportError,
+    )
+
+    hosts = [es.hosts] if isinstance(es.hosts, str) else list(es.hosts)
+    options = {**es.options, "request_timeout": timeout, "max_retries": 0}
+    try:
+        with Elasticsearch(hosts, **options) as client:
+            client.info()
+    except (AuthenticationException, AuthorizationException) as exc:
+        return (
+            f"its Elasticsearch at {hosts[0]} refuses its login ({exc.status_code}); fix "
+            "sinks.es username and password_env/password_file, or api_key_env/api_key_file, "
+            "or what they name; it is detached meanwhile"
+        )
+    except ApiError:
+        return None  # it answered: what a status means is the sink's business
+    except (TransportError, ValueError):
+        away = f"cannot reach its Elasticsearch at {hosts[0]}"
+        return f"{away}; it is detached until that cluster answers"
+    return None

@@ -58,6 +58,25 @@ def test_a_variable_that_is_not_set_is_one_line_naming_it_and_the_fix(
     )
 
 
+def test_credentials_from_files_are_read_where_the_runtime_writes(tmp_path: Any) -> None:
+    secret = tmp_path / "orders-es"
+    secret.write_text("pw from a file\n")  # as a mounted secret often ends
+    routes = {"orders": {"es": {"hosts": "https://e1:9200", "username": "orders",
+                                "password_file": str(secret)}}}  # fmt: skip
+    cluster = elasticsearch_cluster("orders", routes)
+    assert cluster is not None
+    assert dict(cluster.options) == {"basic_auth": ("orders", "pw from a file")}
+    missing = tmp_path / "not-there"
+    routes = {"orders": {"kafka": {"sasl_password_file": str(missing)}}}
+    with pytest.raises(SinkSettingsError) as caught:
+        kafka_cluster("orders", routes)
+    assert str(caught.value) == (
+        f"deployment orders: sinks.kafka.sasl_password_file names the file {missing}, "
+        "which cannot be read where the runtime writes (No such file or directory); put "
+        "it on every host of the runtime, readable by its user"
+    )
+
+
 def test_elasticsearch_options_become_client_options(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORDERS_ES_PASSWORD", "pw")
     routes = {"orders": {"es": {
@@ -92,6 +111,52 @@ def test_preflight_names_each_deployment_whose_own_cluster_is_away_and_starts(
         "it is detached until that cluster answers"
     )
     assert problems[2].startswith("deployment unset: sinks.kafka.sasl_password_env names")
+
+
+def test_preflight_names_a_deployment_whose_own_elasticsearch_refuses_its_login(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The local Elasticsearch runs without security, so it cannot refuse a login: a
+    server that answers 401 as Elasticsearch does stands in for that one fault."""
+    import http.server
+    import threading
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"error":{"type":"security_exception"},"status":401}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("X-Elastic-Product", "Elasticsearch")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("ORDERS_ES_PASSWORD", "wrong")
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        problems = deployment_sink_problems({"orders": {"es": {
+            "hosts": url, "username": "orders", "password_env": "ORDERS_ES_PASSWORD",
+        }}}, timeout=2.0)  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert problems == [
+        f"deployment orders: its Elasticsearch at {url} refuses its login (401); fix "
+        "sinks.es username and password_env/password_file, or api_key_env/api_key_file, "
+        "or what they name; it is detached meanwhile"
+    ]
+
+
+def test_preflight_passes_a_deployment_whose_own_elasticsearch_answers(
+    elasticsearch_service: Any,
+) -> None:
+    routes = {"orders": {"es": {"hosts": elasticsearch_service.url, "request_timeout": 30}}}
+    assert deployment_sink_problems(routes, timeout=10.0) == []
 
 
 def test_a_worker_s_sinks_send_each_deployment_to_its_own_cluster(

@@ -13,9 +13,11 @@ them it writes to its own cluster, with its own client settings:
 
 Secrets never travel in a manifest (it is stored in ZooKeeper): ``KEY_env =
 "VARIABLE"`` sets ``KEY`` from the environment variable ``VARIABLE`` of the
-process that writes, so a runtime's operator gives each tenant's credentials to
-the runtime. A variable that is not set is a ``SinkSettingsError`` for that
-deployment alone: it is detached with that reason, as an unreachable cluster is.
+process that writes, and ``KEY_file = "/path"`` from that file on its host (a
+mounted secret, its one trailing newline dropped), so a runtime's operator gives
+each tenant's credentials to the runtime. A variable that is not set, or a file
+that cannot be read, is a ``SinkSettingsError`` for that deployment alone: it is
+detached with that reason, as an unreachable cluster is.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dbus_fn.errors import DbusError
@@ -70,10 +73,22 @@ class ElasticsearchCluster:
 
 
 def _resolved(deployment: str, scheme: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` with every ``KEY_env`` replaced by ``KEY`` and the variable's value."""
+    """``options`` with every ``KEY_env`` (``KEY_file``) replaced by ``KEY`` and the
+    variable's value (the file's text)."""
     out: dict[str, Any] = {}
     for key, value in options.items():
-        if key.endswith("_env"):
+        if key.endswith("_file"):
+            try:
+                text = Path(str(value)).read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+                raise SinkSettingsError(
+                    f"deployment {deployment}: sinks.{scheme}.{key} names the file {value}, "
+                    f"which cannot be read where the runtime writes ({why}); put it on "
+                    "every host of the runtime, readable by its user"
+                ) from None
+            out[key.removesuffix("_file")] = text.removesuffix("\n")
+        elif key.endswith("_env"):
             found = os.environ.get(str(value))
             if found is None:
                 raise SinkSettingsError(
