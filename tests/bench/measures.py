@@ -30,6 +30,11 @@ class SteadyLoad:
     latencies_ms: list[float]
     committed: int
     achieved_rate: float
+    missing: tuple[int, ...] = ()
+    """Rows committed whose message the consumer never saw."""
+    missing_in_topic: tuple[int, ...] = ()
+    """Of those, the ones a fresh read of the whole topic finds: late to the
+    consumer, not lost."""
 
     @property
     def p50(self) -> float:
@@ -40,11 +45,18 @@ class SteadyLoad:
         return percentile(self.latencies_ms, 0.99)
 
     def describe(self) -> str:
-        return (
+        text = (
             f"p50 {self.p50:.0f} ms, p99 {self.p99:.0f} ms "
             f"({len(self.latencies_ms)} of {self.committed} rows, "
             f"inserted at {self.achieved_rate:,.0f} rows/s)"
         )
+        if self.missing:
+            shown = list(self.missing[:10])
+            text += (
+                f"; MISSING ids {shown}{' ...' if len(self.missing) > 10 else ''}, of which "
+                f"{len(self.missing_in_topic)} are in the topic when it is read again"
+            )
+        return text
 
 
 def steady_load(
@@ -110,7 +122,33 @@ def steady_load(
         reader.join()
         consumer.close()
     latencies = sorted((received[n] - t) * 1000 for n, t in committed.items() if n in received)
-    return SteadyLoad(latencies, len(committed), achieved)
+    missing = tuple(sorted(n for n in committed if n not in received))
+    found = topic_ids(bootstrap, topic, row_id) & set(missing) if missing else set()
+    return SteadyLoad(latencies, len(committed), achieved, missing, tuple(sorted(found)))
+
+
+def topic_ids(bootstrap: str, topic: str, row_id: Callable[[bytes], int]) -> set[int]:
+    """The row ids of every message of ``topic``, read from its start to its end."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    consumer = kafka_consumer(bootstrap, {"enable.partition.eof": True})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        ids: set[int] = set()
+        ended: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(ended) < len(partitions) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                ended.add(msg.partition())
+            elif msg.key() is not None:
+                ids.add(row_id(msg.key()))
+        return ids
+    finally:
+        consumer.close()
 
 
 class TopicCount:
