@@ -174,3 +174,45 @@ def test_a_history_command_to_a_cluster_names_what_is_missing(
     )
     assert silent.exit_code == 3
     assert "no runtime of cluster test answered within 30s for shop, shop2" in silent.output
+
+
+def test_status_and_fn_list_show_deployments_not_with_a_source_s_stream(
+    dbus: Any, cluster: ZooKeeperSettings, tmp_path: Path
+) -> None:
+    assert dbus("fn", "deploy", str(make_function(tmp_path / "fn"))).exit_code == 0
+    assert dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN").exit_code == 0
+    pace = {
+        "cfn_demo": {"position": {"file": "binlog.000003", "pos": 900}, "state": "detached",
+                     "reason": "Elasticsearch at http://es:9200 did not take 3 action(s)"},
+        "other": {"position": {"file": "binlog.000003", "pos": 700}, "state": "paused",
+                  "reason": "paused"},
+    }  # fmt: skip
+    with Coordinator.from_settings(cluster, "rt-a") as runtime:
+        wait_until(lambda: "shop" in runtime.owned_sources(), 10, "shop owned")
+        epoch = runtime.owned_sources()["shop"]
+        runtime.commit_position("shop", BinlogPosition("binlog.000003", 1234), epoch,
+                                {"tasks": [], "pace": pace})  # fmt: skip
+        lines = dbus("cluster", "status").output.splitlines()
+        listed = dbus("fn", "list").output
+    at = lines.index(f"  shop  rt-a epoch {epoch}  position binlog.000003:1234")
+    assert lines[at + 1 : at + 3] == [
+        "    pace cfn_demo: detached at binlog.000003:900 (Elasticsearch at "
+        "http://es:9200 did not take 3 action(s))",
+        "    pace other: paused at binlog.000003:700",
+    ]
+    assert listed == (
+        "cfn_demo  active=1.0.0  versions=1.0.0  [shop: detached at binlog.000003:900 "
+        "(Elasticsearch at http://es:9200 did not take 3 action(s))]\n"
+    )
+
+
+def test_pausing_in_a_cluster_names_what_is_missing(
+    dbus: Any, cluster: ZooKeeperSettings, tmp_path: Path
+) -> None:
+    unknown = dbus("fn", "pause", "nope")
+    assert unknown.exit_code == 2
+    assert "no deployment 'nope' is deployed in cluster test (deployed: none)" in unknown.output
+    assert dbus("fn", "deploy", str(make_function(tmp_path / "fn"))).exit_code == 0
+    nobody = dbus("fn", "resume", "cfn_demo")
+    assert nobody.exit_code == 3
+    assert "no runtime of cluster test owns a source" in nobody.output

@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from support import free_port, kafka_consumer
 
 from dbus_deploy.services import KafkaEndpoint
-from dbus_fn.errors import ZooKeeperUnavailableError
+from dbus_fn.errors import KafkaSinkError, ZooKeeperUnavailableError
 from dbus_spark.sinks.kafka import (
     DEFAULT_ABORT_SCAN_SECONDS,
     KafkaSink,
@@ -54,14 +54,16 @@ class Hold:
 def make_sink(kafka_service: KafkaEndpoint) -> Iterator[Callable[..., KafkaSink]]:
     sinks: list[KafkaSink] = []
 
-    def make(hold: Hold, *, hold_seconds: float = 0.0, bootstrap: str | None = None) -> KafkaSink:
+    def make(hold: Hold, *, hold_seconds: float = 0.0, bootstrap: str | None = None,
+             create_topics: bool = True) -> KafkaSink:  # fmt: skip
         fence = WriteFence(
             transactional_id=f"dbus-test-{uuid.uuid4().hex}",
             transaction_timeout=TIMEOUT,
             hold_seconds=hold_seconds,
             confirm=hold,
         )
-        sink = KafkaSink(bootstrap or kafka_service.bootstrap_servers, fence=fence)
+        sink = KafkaSink(bootstrap or kafka_service.bootstrap_servers, fence=fence,
+                         create_topics=create_topics)  # fmt: skip
         sinks.append(sink)
         return sink
 
@@ -207,6 +209,22 @@ def test_bounded_fenced_writes_commit_every_deployment_s_messages(
         sink.write(KafkaRecord(kafka_topic, b"k%d" % i, b"b%d" % i), "b")
     assert sink.settle(5.0) == (20, {})
     assert len(read(kafka_service.bootstrap_servers, kafka_topic)) == 20
+
+
+def test_a_fenced_write_whose_topic_cannot_be_made_fails_or_names_its_deployment(
+    make_sink: Callable[..., KafkaSink],
+) -> None:
+    absent = f"absent-{uuid.uuid4().hex[:8]}"
+    sink = make_sink(Hold("held"), create_topics=False)
+    sink.hold("shop", 3)
+    # Unbounded (one deployment alone), the task fails and is tried again: nothing is
+    # dropped without a word.
+    with pytest.raises(KafkaSinkError, match="do not exist and topic creation is off"):
+        sink.write(KafkaRecord(absent, b"k", b"v"))
+    sink.block_for = 2.0  # bounded: that deployment alone is named
+    sink.write(KafkaRecord(absent, b"k", b"v"), "b")
+    sent, failed = sink.settle(2.0)
+    assert sent == 0 and set(failed) == {"b"} and "topic creation is off" in failed["b"]
 
 
 def test_a_bounded_fenced_write_nobody_answers_for_names_its_deployments_in_time(

@@ -298,7 +298,9 @@ class KafkaSink:
         except KafkaException:
             self._commit_chunk(self._deadline())  # the transaction failed; sent again there
             return
-        except KafkaSinkError as exc:  # bounded, and the local queue stayed full
+        except KafkaSinkError as exc:  # its topic cannot be made, or the queue stayed full
+            if self.block_for is None:
+                raise  # the task fails and is tried again: nothing is dropped unsaid
             self._give_up(str(exc))
             return
         if (
