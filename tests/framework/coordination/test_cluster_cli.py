@@ -153,14 +153,19 @@ def test_status_shows_the_history_committed_with_a_position(
 def test_a_history_command_to_a_cluster_names_what_is_missing(
     dbus: Any, cluster: ZooKeeperSettings, tmp_path: Path
 ) -> None:
-    unknown = dbus("fn", "backfill", "nope")
-    assert unknown.exit_code == 2
-    assert "no deployment 'nope' is deployed in cluster test (deployed: none)" in unknown.output
+    for unknown in (dbus("fn", "backfill", "nope"), dbus("fn", "pause", "nope")):
+        assert unknown.exit_code == 2
+        assert "no deployment 'nope' is deployed in cluster test (deployed: none)" in (
+            unknown.output
+        )
     assert dbus("fn", "deploy", str(make_function(tmp_path / "fn"))).exit_code == 0
     # Deployed, but no runtime owns a source to read it from.
-    nobody = dbus("fn", "replay", "cfn_demo", "--from", "2026-11-25T08:00:00")
-    assert nobody.exit_code == 3
-    assert "no runtime of cluster test owns a source" in nobody.output
+    for nobody in (
+        dbus("fn", "replay", "cfn_demo", "--from", "2026-11-25T08:00:00"),
+        dbus("fn", "resume", "cfn_demo"),
+    ):
+        assert nobody.exit_code == 3
+        assert "no runtime of cluster test owns a source" in nobody.output
     assert dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN").exit_code == 0
     assert dbus("cluster", "source", "add", "shop2", "--dsn-env", "SHOP_DSN").exit_code == 0
     with Coordinator.from_settings(cluster, "rt-a") as runtime:
@@ -205,14 +210,3 @@ def test_status_and_fn_list_show_deployments_not_with_a_source_s_stream(
         "(Elasticsearch at http://es:9200 did not take 3 action(s))]\n"
     )
 
-
-def test_pausing_in_a_cluster_names_what_is_missing(
-    dbus: Any, cluster: ZooKeeperSettings, tmp_path: Path
-) -> None:
-    unknown = dbus("fn", "pause", "nope")
-    assert unknown.exit_code == 2
-    assert "no deployment 'nope' is deployed in cluster test (deployed: none)" in unknown.output
-    assert dbus("fn", "deploy", str(make_function(tmp_path / "fn"))).exit_code == 0
-    nobody = dbus("fn", "resume", "cfn_demo")
-    assert nobody.exit_code == 3
-    assert "no runtime of cluster test owns a source" in nobody.output
