@@ -44,7 +44,7 @@ from dbus_fn.registry import LoadedDeployment, load_deployment
 from dbus_spark.history import Gate
 from dbus_spark.progress import Admission
 from dbus_spark.sinks.clusters import Routes, routes_of
-from dbus_spark.sinks.records import IndexAction, KafkaRecord, RecordType, document_version
+from dbus_spark.sinks.records import IndexAction, KafkaRecord, document_version
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +54,6 @@ class StageRecord:
 
     deployment: str
     record: KafkaRecord | IndexAction
-
-    @property
-    def record_type(self) -> RecordType:
-        if type(self.record) is IndexAction:
-            return RecordType.ELASTICSEARCH
-        return RecordType.KAFKA
 
 
 def _pairs(counts: Counter[Any]) -> list[list[Any]]:

@@ -12,13 +12,8 @@ from dbus_fn.events import BinlogPosition
 
 
 class RecordType(StrEnum):
-    """What a record of the function stage is for, or what a read task's row to Spark
-    holds (``dbus_spark.worker.Batcher``)."""
+    """What a read task's row to Spark holds (``dbus_spark.worker.Batcher``)."""
 
-    KAFKA = "kafka"
-    """A Kafka message (a delivery or a dead letter)."""
-    ELASTICSEARCH = "es"
-    """An Elasticsearch document write."""
     STATS = "stats"
     """The stage's counters, the last row of a partition."""
     DELIVERED = "delivered"
