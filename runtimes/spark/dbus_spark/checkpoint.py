@@ -17,9 +17,13 @@ same ``--checkpoint`` finds them.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -100,27 +104,142 @@ def local_folder(checkpoint: str) -> Path:
     return local_twin(checkpoint).parent
 
 
+PROGRESS = ".progress.json"
+"""The one file that holds each deployment's progress beside Spark's offset log."""
+_FORMAT = 2
+_LEGACY = {"reached": ".reached.json", "history": ".history.json"}
+"""Sections an older runtime kept in files of their own, read once on upgrade."""
+
+
+class ProgressFile:
+    """``<checkpoint>.progress.json``: what a runtime knows of its progress beyond the
+    positions Spark's offset log holds, in one file and one section per concern:
+
+    - ``deployments``: per source, the deployments not with the stream, where each
+      stands and why (``dbus_spark.progress.ProgressBook``);
+    - ``reached``: per source, how far an open read delivered past its batch's
+      planned end (``record_reached``);
+    - ``history``: bootstrap, backfill and replay tasks and how far each got
+      (``dbus_spark.history.HistoryStore``).
+
+    Spark's Python workers on the driver (the planner, the writer's commit), the
+    runtime's own process and the ``dbus fn`` commands all read it; each change is
+    a read, change and replace under a lock on its folder, so two sections written
+    by two processes at once both hold. The whole file is replaced in one step, so
+    a runtime killed mid-write leaves the old text or the new.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._held: dict[str, Any] | None = None
+        self._dirty = False
+        self._depth = 0
+
+    @classmethod
+    def of(cls, checkpoint: str) -> ProgressFile:
+        return cls(beside(checkpoint, PROGRESS))
+
+    def read(self, section: str) -> Any:
+        """The section as last written ({} when never)."""
+        if self._held is not None:
+            return self._held.get(section, {})
+        return self._load().get(section, {})
+
+    def stamp(self) -> int:
+        """Changes whenever the file is replaced (0: there is none)."""
+        try:
+            return self.path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return 0
+
+    def write(self, section: str, value: Any) -> None:
+        """Replace ``section`` with ``value`` ({} or None removes it)."""
+        self.update(section, lambda _: value)
+
+    def update(self, section: str, change: Callable[[Any], Any]) -> Any:
+        """Replace ``section`` with ``change(section)`` while no other process writes
+        the file; what ``change`` returned."""
+        with self.held():
+            assert self._held is not None
+            value = change(self._held.get(section, {}))
+            if value:
+                self._held[section] = value
+            else:
+                self._held.pop(section, None)
+            self._dirty = True
+            return value
+
+    def forget(self, *sections: str) -> None:
+        with self.held():
+            for section in sections:
+                self.write(section, None)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Changes made inside are written once, at the end, and no other process
+        writes the file meanwhile (a batch's commit)."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        folder = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX)
+            self._held, self._dirty, self._depth = self._load(), False, 1
+            try:
+                yield
+                if self._dirty:
+                    data = {"format": _FORMAT, **self._held}
+                    replace_file(self.path, json.dumps(data, sort_keys=True), mode=0o600)
+                    for legacy in self._legacy().values():
+                        legacy.unlink(missing_ok=True)
+            finally:
+                self._held, self._dirty, self._depth = None, False, 0
+        finally:
+            os.close(folder)  # and with it the lock
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        if data and "format" not in data:
+            data = {"deployments": data}  # an older runtime's file held only these
+        data.pop("format", None)
+        for section, legacy in self._legacy().items():
+            if section not in data:
+                with contextlib.suppress(FileNotFoundError, ValueError):
+                    data[section] = json.loads(legacy.read_text())
+        return data
+
+    def _legacy(self) -> dict[str, Path]:
+        if not self.path.name.endswith(PROGRESS):
+            return {}
+        name = self.path.name[: -len(PROGRESS)]
+        return {section: self.path.with_name(name + suffix) for section, suffix in _LEGACY.items()}
+
+
 def record_reached(checkpoint: str, reached: dict[str, dict[str, Any]]) -> None:
     """Note, per source, the position an open read delivered up to (past its batch's
     planned end). Called once the sinks acknowledged everything up to there, so the
     next batch may start there without losing a change."""
-    path = beside(checkpoint, ".reached.json")
-    known = load_reached(checkpoint)
-    known.update(reached)
-    replace_file(path, json.dumps(known))
+    ProgressFile.of(checkpoint).update("reached", lambda known: {**known, **reached})
 
 
 def load_reached(checkpoint: str) -> dict[str, dict[str, Any]]:
     """Per source, where its last open read delivered up to ({} when none has)."""
-    try:
-        return dict(json.loads(beside(checkpoint, ".reached.json").read_text()))
-    except (FileNotFoundError, ValueError):
-        return {}
+    return dict(ProgressFile.of(checkpoint).read("reached"))
 
 
 def forget_reached(checkpoint: str) -> None:
     """A new checkpoint starts where it is told, whatever an old one reached."""
-    beside(checkpoint, ".reached.json").unlink(missing_ok=True)
+    ProgressFile.of(checkpoint).forget("reached")
 
 
 class _Files(Protocol):
@@ -281,7 +400,9 @@ def delivered_positions(
 
 
 __all__ = [
+    "PROGRESS",
     "PendingBatch",
+    "ProgressFile",
     "SparkLog",
     "beside",
     "committed_positions",

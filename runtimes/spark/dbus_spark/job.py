@@ -26,10 +26,10 @@ from dbus_fn.errors import ConfigError
 from dbus_fn.registry import load_deployment
 from dbus_spark import logs
 from dbus_spark.checkpoint import (
+    ProgressFile,
     SparkLog,
     beside,
     committed_positions,
-    forget_reached,
     is_uri,
 )
 from dbus_spark.cluster import ClusterMember, PositionCommitter
@@ -38,7 +38,6 @@ from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.metrics import BatchListener, RuntimeMetrics, reports_dir
 from dbus_spark.planners import PlannerSweeper
 from dbus_spark.preflight import check_addresses, check_reachable, deployment_sink_problems
-from dbus_spark.progress import ProgressBook
 from dbus_spark.sinks.clusters import routes_of
 from dbus_spark.source import BinlogDataSource
 from dbus_spark.writer import FunctionSinkDataSource
@@ -274,8 +273,8 @@ def _start_query(
     spark: SparkSession, config: RuntimeConfig, path: Path, metrics: RuntimeMetrics | None
 ) -> StreamingQuery:
     if not SparkLog(config.checkpoint_dir, spark).started():
-        forget_reached(config.checkpoint_dir)
-        ProgressBook(config.checkpoint_dir).forget()
+        # A new checkpoint starts where it is told, every deployment with the stream.
+        ProgressFile.of(config.checkpoint_dir).forget("reached", "deployments")
     cores = spark.sparkContext.defaultParallelism
     shards = config.decode_shards or default_decode_shards(cores)
     options = {"config": str(path)}

@@ -36,9 +36,9 @@ from pyspark.sql.types import StructType
 
 from dbus_fn.coordination import HoldCheck
 from dbus_fn.errors import DbusError
-from dbus_spark.checkpoint import record_reached
+from dbus_spark.checkpoint import ProgressFile
 from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
-from dbus_spark.history import ChunkDone, HistoryStore, progress_text, store_path
+from dbus_spark.history import ChunkDone, HistoryStore, progress_text
 from dbus_spark.logs import FIELDS, runtime_logger
 from dbus_spark.metrics.live import SinkPublisher
 from dbus_spark.metrics.reports import write_report
@@ -461,41 +461,43 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             except OSError as exc:  # metrics never hold a batch back
                 log.warning("batch %d: its metrics report was not written: %s", batchId, exc)
         history: dict[str, str] = {}
-        if stage.chunks or stage.replays or stage.refused:
-            # Before Spark records the batch as committed: a replay re-reads its chunks.
-            store = HistoryStore(store_path(self._checkpoint_dir))
-            with store.saved_once():
-                store.record(ChunkDone.from_json(chunk) for chunk in stage.chunks)
-                store.record_replays(stage.replays)
-                if stage.refused:
-                    store.refused(stage.refused)
-            for read in stage.refused:
-                wait = store.waiting(read["source"]).get(read["deployment"], {})
-                log.warning(
-                    "history: deployment %s's sinks did not take its read of %s: %s; "
-                    "it is read again in %.0fs", read["deployment"], read["source"],
-                    read["reason"], wait.get("retry_at", time.time()) - time.time(),
-                )  # fmt: skip
-            sources = {part["source"] for part in (*stage.chunks, *stage.replays)}
-            history = _history_text(store, sources)
-        if stage.reached:
-            record_reached(self._checkpoint_dir, stage.reached)
-        if stage.progress:
-            # Before Spark records the batch: the next plan reads where each
-            # deployment not with the stream stands (``dbus_spark.progress``).
-            ProgressBook(self._checkpoint_dir).apply(stage.progress)
-            for event in stage.progress:
-                if event["kind"] == "detached":
+        # Before Spark records the batch as committed, in one write of the progress
+        # file: the next plan reads it, and a replay of this batch re-reads its chunks.
+        progress = ProgressFile.of(self._checkpoint_dir)
+        with progress.held():
+            if stage.chunks or stage.replays or stage.refused:
+                store = HistoryStore(progress)
+                with store.saved_once():
+                    store.record(ChunkDone.from_json(chunk) for chunk in stage.chunks)
+                    store.record_replays(stage.replays)
+                    if stage.refused:
+                        store.refused(stage.refused)
+                for read in stage.refused:
+                    wait = store.waiting(read["source"]).get(read["deployment"], {})
                     log.warning(
-                        "deployment %s detached from source %s at %s: %s; it catches up "
-                        "on its own read",
-                        event["deployment"], event["source"], event["position"], event["reason"],
+                        "history: deployment %s's sinks did not take its read of %s: %s; "
+                        "it is read again in %.0fs", read["deployment"], read["source"],
+                        read["reason"], wait.get("retry_at", time.time()) - time.time(),
                     )  # fmt: skip
-                elif event["kind"] == "rejoined":
-                    log.info(
-                        "deployment %s is with the stream of source %s again",
-                        event["deployment"], event["source"],
-                    )  # fmt: skip
+                sources = {part["source"] for part in (*stage.chunks, *stage.replays)}
+                history = _history_text(store, sources)
+            if stage.reached:
+                progress.update("reached", lambda known: {**known, **stage.reached})
+            if stage.progress:
+                # Where each deployment not with the stream stands (``dbus_spark.progress``).
+                ProgressBook(self._checkpoint_dir, progress).apply(stage.progress)
+        for event in stage.progress:
+            if event["kind"] == "detached":
+                log.warning(
+                    "deployment %s detached from source %s at %s: %s; it catches up "
+                    "on its own read",
+                    event["deployment"], event["source"], event["position"], event["reason"],
+                )  # fmt: skip
+            elif event["kind"] == "rejoined":
+                log.info(
+                    "deployment %s is with the stream of source %s again",
+                    event["deployment"], event["source"],
+                )  # fmt: skip
         if total.fenced:
             log.warning(
                 "batch %d: %d Kafka message(s) not sent: their source's hold was lost "

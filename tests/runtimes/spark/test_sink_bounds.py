@@ -3,11 +3,12 @@ or an Elasticsearch node nothing listens for, beside the real broker that answer
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
-from support import free_port
+from support import Proxy, free_port
 from test_runtime_config import _config
 
 from dbus_fn.errors import KafkaSinkError
@@ -49,6 +50,29 @@ def test_an_elasticsearch_nobody_answers_for_raises_within_the_bound() -> None:
     assert time.monotonic() - began < 10
     sink.drop()
     assert sink.flush(within=1.0) == 0
+
+
+def test_an_elasticsearch_back_within_the_bound_takes_the_write_it_was_retrying(
+    elasticsearch_service: Any, es_index: str
+) -> None:
+    from elasticsearch import Elasticsearch
+
+    proxy = Proxy(elasticsearch_service.url.removeprefix("http://"))
+    try:
+        proxy.cut()
+        sink = ElasticsearchSink(f"http://127.0.0.1:{proxy.port}", on_refused=print,
+                                 bulk_actions=1)  # fmt: skip
+        back = threading.Timer(2.0, proxy.restore)
+        back.start()
+        sink.write(index_action(insert("shop.orders", id=1), es_index), within=60.0)
+        back.join()
+        assert sink.activity.retries >= 1  # it was away, and tried again until back
+        assert sink.flush(within=5.0) == 1  # acknowledged
+        with Elasticsearch(elasticsearch_service.url) as client:
+            client.indices.refresh(index=es_index)
+            assert client.count(index=es_index)["count"] == 1
+    finally:
+        proxy.close()
 
 
 def test_one_deployment_s_unreachable_elasticsearch_leaves_the_other_s_kafka_acknowledged(

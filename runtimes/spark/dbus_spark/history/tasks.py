@@ -21,7 +21,8 @@ between ``E`` and ``P`` are sent after the snapshot row that already holds them
 (at least once); Elasticsearch's versions keep the newer document, and Kafka's
 last value per key ends equal to the row.
 
-Progress lives in the ``HistoryStore``, a file beside the checkpoint, written by
+Progress lives in the ``HistoryStore``, a section of the progress file beside the
+checkpoint (``dbus_spark.checkpoint.ProgressFile``), written by
 the driver when a micro-batch commits (chunks done, with their positions) and
 when deployments are first seen (the tasks to run). A runtime killed mid-task
 replays its uncommitted batch and goes on from the last committed chunk.
@@ -46,9 +47,8 @@ from dbus_fn.capture import (
 from dbus_fn.capture._snapshot import snapshot_tables
 from dbus_fn.errors import HistoryError
 from dbus_fn.events import BinlogPosition
-from dbus_fn.files import replace_file
 from dbus_fn.manifest import Manifest
-from dbus_spark.checkpoint import beside
+from dbus_spark.checkpoint import PROGRESS, ProgressFile, beside
 from dbus_spark.history.gate import Gate, position_order
 from dbus_spark.history.queries import (
     check_where,
@@ -71,14 +71,16 @@ from dbus_spark.history.records import (
 log = logging.getLogger("dbus.runtime")
 
 class HistoryStore:
-    """The history tasks of one runtime, per source, in a private JSON file.
+    """The history tasks of one runtime, per source: the ``history`` section of its
+    progress file (``dbus_spark.checkpoint.ProgressFile``).
 
     Only the driver writes it: when deployments are first seen (``consider``),
     when a micro-batch commits (``record``) and when a task needs no gate any more.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | Path | ProgressFile) -> None:
+        self._file = path if isinstance(path, ProgressFile) else ProgressFile(path)
+        self.path = self._file.path
         self._tasks: dict[str, dict[str, HistoryTask]] = {}
         self._considered: dict[str, dict[str, list[str]]] = {}
         self._replays: dict[str, dict[str, ReplayTask]] = {}
@@ -88,19 +90,21 @@ class HistoryStore:
         self._waits: dict[str, dict[str, dict[str, Any]]] = {}
         """Per source, per deployment whose sinks refused a history read: why, how many
         times in a row, and when it is read again (``refused``)."""
-        self._mtime = -1.0
+        self._stamp = -1
+        self._seen: dict[str, Any] | None = None
+        """The section as this store last read or wrote it."""
         self._held: bool | None = None
         """Inside ``saved_once``: whether a save waits for its end (None: outside)."""
         self.reload()
 
     def reload(self) -> None:
-        try:
-            mtime = self.path.stat().st_mtime
-        except FileNotFoundError:
+        stamp = self._file.stamp()
+        if stamp == self._stamp:
             return
-        if mtime == self._mtime:
-            return
-        data = json.loads(self.path.read_text())
+        data = self._file.read("history")
+        self._stamp = stamp
+        if data == self._seen:
+            return  # the file changed in another section
         sources = set(data.get("tasks", {})) | set(data.get("considered", {})) | set(
             data.get("replays", {})
         )
@@ -113,7 +117,7 @@ class HistoryStore:
             })  # fmt: skip
         self._adopted = data.get("adopted", {})
         self._waits = data.get("waits", {})
-        self._mtime = mtime
+        self._seen = data
 
     def _load_section(self, source: str, section: Mapping[str, Any]) -> None:
         self._tasks[source] = {
@@ -189,7 +193,6 @@ class HistoryStore:
         if self._held is not None:
             self._held = True
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {
             "tasks": {
                 source: [task.to_json() for task in tasks.values()]
@@ -203,8 +206,10 @@ class HistoryStore:
             "adopted": self._adopted,
             "waits": {source: waits for source, waits in self._waits.items() if waits},
         }
-        replace_file(self.path, json.dumps(data), mode=0o600)
-        self._mtime = self.path.stat().st_mtime
+        # What the file holds is JSON: compare it with JSON, not with shared dicts.
+        self._seen = json.loads(json.dumps(data))
+        self._file.write("history", data)
+        self._stamp = self._file.stamp()
 
     def tasks(self, source: str) -> dict[str, HistoryTask]:
         return self._tasks.get(source, {})
@@ -525,6 +530,6 @@ __all__ = ["HistoryStore", "store_path"]
 
 
 def store_path(checkpoint_dir: str) -> Path:
-    """Where a runtime's history progress lives: beside its checkpoint (see
-    ``dbus_spark.checkpoint``)."""
-    return beside(checkpoint_dir, ".history.json")
+    """Where a runtime's history progress lives: the ``history`` section of the
+    progress file beside its checkpoint (``dbus_spark.checkpoint.ProgressFile``)."""
+    return beside(checkpoint_dir, PROGRESS)

@@ -25,9 +25,11 @@ Where it is kept: each planned micro-batch's offsets carry, per source, the
 deployments not with the stream and their positions (``"behind"``), so Spark's
 offset log holds every deployment's position. What a batch's tasks found (a
 detach, a catch-up read, a rejoin) reaches the next plan through
-``<checkpoint>.progress.json``, written by the batch's commit before Spark records
-it (``ProgressBook``). A runtime killed at any point replays its last batch from
-the positions in the offset log: at least once, never less.
+the ``deployments`` section of ``<checkpoint>.progress.json``, written by the
+batch's commit before Spark records it (``ProgressBook``; the file holds the
+runtime's other progress too, ``dbus_spark.checkpoint.ProgressFile``). A runtime
+killed at any point replays its last batch from the positions in the offset log:
+at least once, never less.
 
 In a cluster member, the book's entries of a source are committed to ZooKeeper with
 the source's position (``dbus_spark.cluster``): a source that moves to another
@@ -36,16 +38,14 @@ runtime takes its detached and paused deployments and their positions with it.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from dbus_fn.capture import position_from_json
 from dbus_fn.events import RowChange
-from dbus_fn.files import replace_file
-from dbus_spark.checkpoint import beside
+from dbus_spark.checkpoint import PROGRESS, ProgressFile, beside
 from dbus_spark.history import position_order
 from dbus_spark.history.records import MAX_BACKOFF, backoff
 
@@ -126,36 +126,55 @@ def rejoined(source: str, deployment: str) -> dict[str, Any]:
 
 
 def progress_path(checkpoint: str) -> str:
-    return str(beside(checkpoint, ".progress.json"))
+    return str(beside(checkpoint, PROGRESS))
+
+
+def _book(data: Mapping[str, Any]) -> Book:
+    return {
+        source: {name: Behind.from_json(entry) for name, entry in deployments.items()}
+        for source, deployments in data.items()
+    }
+
+
+def _data(book: Book) -> dict[str, Any]:
+    return {
+        source: {name: behind.to_json() for name, behind in deployments.items()}
+        for source, deployments in book.items()
+        if deployments
+    }
 
 
 class ProgressBook:
-    """``<checkpoint>.progress.json``: per source, the deployments not with the stream."""
+    """The ``deployments`` section of the checkpoint's progress file
+    (``dbus_spark.checkpoint.ProgressFile``): per source, the deployments not with
+    the stream."""
 
-    def __init__(self, checkpoint: str) -> None:
-        self._path = beside(checkpoint, ".progress.json")
+    def __init__(self, checkpoint: str, file: ProgressFile | None = None) -> None:
+        self._file = file if file is not None else ProgressFile.of(checkpoint)
 
     def load(self) -> Book:
         try:
-            data = json.loads(self._path.read_text())
-        except (FileNotFoundError, ValueError):
+            return _book(self._file.read("deployments"))
+        except (TypeError, KeyError, AttributeError):
             return {}
-        return {
-            source: {name: Behind.from_json(entry) for name, entry in deployments.items()}
-            for source, deployments in data.items()
-        }
 
     def save(self, book: Book) -> None:
-        data = {
-            source: {name: behind.to_json() for name, behind in deployments.items()}
-            for source, deployments in book.items()
-            if deployments
-        }
-        replace_file(self._path, json.dumps(data, sort_keys=True))
+        self._file.write("deployments", _data(book))
+
+    def _change(self, change: Callable[[Book], Book | None]) -> Book:
+        """Apply ``change`` to the book while no other process writes it (None: it
+        changed nothing); the book after it."""
+        with self._file.held():
+            book = self.load()
+            changed = change(book)
+            if changed is not None:
+                self.save(changed)
+                return changed
+            return book
 
     def forget(self) -> None:
         """A new checkpoint starts with every deployment with the stream."""
-        self._path.unlink(missing_ok=True)
+        self._file.forget("deployments")
 
     def section(self, source: str) -> dict[str, dict[str, Any]]:
         """The deployments not with ``source``'s stream, as JSON: what a cluster member
@@ -166,45 +185,52 @@ class ProgressBook:
     def adopt(self, source: str, section: Mapping[str, Mapping[str, Any]]) -> None:
         """Take ``source``'s deployments not with its stream as its last owner committed
         them (``section``), in place of what this book had of it."""
-        book = self.load()
-        book[source] = {name: Behind.from_json(entry) for name, entry in section.items()}
-        self.save(book)
+
+        def adopted(book: Book) -> Book:
+            book[source] = {name: Behind.from_json(entry) for name, entry in section.items()}
+            return book
+
+        self._change(adopted)
 
     def apply(self, events: Iterable[Mapping[str, Any]], now: float | None = None) -> Book:
         """Fold what a batch's tasks reported into the book; the book after it."""
         events = list(events)
-        book = self.load()
-        if events:
-            book = fold(book, events, time.time() if now is None else now)
-            self.save(book)
-        return book
+        if not events:
+            return self.load()
+        return self._change(lambda book: fold(book, events, time.time() if now is None else now))
 
     def pause(self, deployment: str, sources: Mapping[str, Mapping[str, Any]]) -> None:
         """Leave ``deployment`` out of every source's shared read at the position given
         per source (where it is with the stream, the batch's start), until resumed."""
-        book = self.load()
-        now = time.time()
-        for source, position in sources.items():
-            found = book.setdefault(source, {}).get(deployment)
-            if found is None:
-                found = Behind(position=dict(position), reason=PAUSED, since=now)
-            book[source][deployment] = replace(found, paused=True, reason=PAUSED)
-        self.save(book)
+
+        def paused(book: Book) -> Book:
+            now = time.time()
+            for source, position in sources.items():
+                found = book.setdefault(source, {}).get(deployment)
+                if found is None:
+                    found = Behind(position=dict(position), reason=PAUSED, since=now)
+                book[source][deployment] = replace(found, paused=True, reason=PAUSED)
+            return book
+
+        self._change(paused)
 
     def resume(self, deployment: str, source: str | None = None) -> bool:
         """Let a paused deployment catch up (on ``source``, or on every source); False
         when it was not paused."""
-        book = self.load()
         found = False
-        for name, deployments in book.items():
-            behind = deployments.get(deployment) if source in (None, name) else None
-            if behind is not None and behind.paused:
-                deployments[deployment] = replace(
-                    behind, paused=False, reason="resumed: catching up", retry_at=0.0
-                )
-                found = True
-        if found:
-            self.save(book)
+
+        def resumed(book: Book) -> Book | None:
+            nonlocal found
+            for name, deployments in book.items():
+                behind = deployments.get(deployment) if source in (None, name) else None
+                if behind is not None and behind.paused:
+                    deployments[deployment] = replace(
+                        behind, paused=False, reason="resumed: catching up", retry_at=0.0
+                    )
+                    found = True
+            return book if found else None
+
+        self._change(resumed)
         return found
 
 

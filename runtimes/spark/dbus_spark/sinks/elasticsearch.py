@@ -11,9 +11,16 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_before_delay,
+    wait_exponential,
+)
 
 from dbus_fn.errors import DbusError
 from dbus_spark.sinks.activity import SinkActivity
@@ -29,6 +36,10 @@ log = logging.getLogger(__name__)
 INDEX_SETTINGS: Mapping[str, Any] = {"index.gc_deletes": "7d"}
 
 _RETRY_STATUS = {429, 502, 503, 504}
+
+
+class _Unsent(Exception):
+    """Some actions are to be sent again (``ElasticsearchSink._send_buffer``)."""
 
 
 class ElasticsearchSinkError(DbusError, RuntimeError):
@@ -200,38 +211,49 @@ class ElasticsearchSink:
     def _send_buffer(self, retry_for: float) -> None:
         if not self._buffer:
             return
-        from elasticsearch import ApiError, ConnectionError, TransportError
-
         pending = self._buffer
         self._buffer = []
-        deadline = time.monotonic() + retry_for
-        backoff = 0.5
-        while pending:
-            self._sending = len(pending)
-            try:
-                for action in pending:
-                    if action.op == "index":
-                        self._ensure_index(action)
-                pending = self._bulk_once(pending, timeout=max(1.0, min(60.0, retry_for)))
-            except (ConnectionError, TransportError) as exc:
-                self.activity.retried()
-                log.warning("elasticsearch %s unreachable (%s); retrying", self._url, exc)
-            except ApiError as exc:
-                if exc.status_code not in _RETRY_STATUS:
-                    raise ElasticsearchSinkError(
-                        f"Elasticsearch at {self._url} refused a bulk request: {exc}"
-                    ) from exc
-                self.activity.retried()
-                log.warning("elasticsearch busy (%s); retrying", exc.status_code)
-            if not pending:
-                return
-            if time.monotonic() + backoff > deadline:
+        # 0.5 s, doubling to 10 s, while the next try would still start in time.
+        attempts = Retrying(
+            retry=retry_if_exception_type(_Unsent),
+            wait=wait_exponential(multiplier=0.5, max=10.0),
+            stop=stop_before_delay(retry_for),
+        )
+        try:
+            for attempt in attempts:
+                with attempt:
+                    pending = self._send_pending(pending, retry_for)
+                    if pending:
+                        raise _Unsent  # some actions got a status worth retrying
+        except RetryError:
+            raise ElasticsearchSinkError(
+                f"Elasticsearch at {self._url} did not take {len(pending)} action(s) "
+                f"within {retry_for:.2g}s"
+            ) from None
+
+    def _send_pending(self, pending: list[IndexAction], retry_for: float) -> list[IndexAction]:
+        """One try at ``pending``: the actions to try again; ``_Unsent`` when the
+        cluster did not answer or was busy, ``ElasticsearchSinkError`` when it refused."""
+        from elasticsearch import ApiError, ConnectionError, TransportError
+
+        self._sending = len(pending)
+        try:
+            for action in pending:
+                if action.op == "index":
+                    self._ensure_index(action)
+            return self._bulk_once(pending, timeout=max(1.0, min(60.0, retry_for)))
+        except (ConnectionError, TransportError) as exc:
+            self.activity.retried()
+            log.warning("elasticsearch %s unreachable (%s); retrying", self._url, exc)
+            raise _Unsent from exc
+        except ApiError as exc:
+            if exc.status_code not in _RETRY_STATUS:
                 raise ElasticsearchSinkError(
-                    f"Elasticsearch at {self._url} did not take {len(pending)} action(s) "
-                    f"within {retry_for:.2g}s"
-                )
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
+                    f"Elasticsearch at {self._url} refused a bulk request: {exc}"
+                ) from exc
+            self.activity.retried()
+            log.warning("elasticsearch busy (%s); retrying", exc.status_code)
+            raise _Unsent from exc
 
     def _bulk_once(self, actions: list[IndexAction], timeout: float = 60.0) -> list[IndexAction]:
         """Send one bulk request; return the actions to retry."""

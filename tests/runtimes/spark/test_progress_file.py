@@ -1,0 +1,110 @@
+"""One file beside the checkpoint holds the runtime's progress beyond Spark's offset
+log: where each deployment not with the stream stands, how far open reads
+delivered, and the history tasks, each a section of it."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+from dbus_spark.checkpoint import ProgressFile, load_reached, record_reached
+from dbus_spark.history import HistoryStore, store_path
+from dbus_spark.history.records import HistoryTask
+from dbus_spark.progress import Behind, ProgressBook, detached
+
+AT = {"file": "bin.000001", "pos": 300}
+
+
+def test_every_concern_is_a_section_of_one_file_and_no_other_file_is_written(
+    tmp_path: Path,
+) -> None:
+    checkpoint = str(tmp_path / "ckpt")
+    record_reached(checkpoint, {"a": AT})
+    ProgressBook(checkpoint).apply([detached("a", "b", AT, "es down")], now=1.0)
+    store = HistoryStore(store_path(checkpoint))
+    store.save()
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.progress.json"]
+    data = json.loads((tmp_path / "ckpt.progress.json").read_text())
+    assert set(data) == {"format", "reached", "deployments", "history"}
+    assert data["reached"] == {"a": AT}
+    assert data["deployments"]["a"]["b"]["reason"] == "es down"
+    assert (tmp_path / "ckpt.progress.json").stat().st_mode & 0o777 == 0o600
+    assert load_reached(checkpoint) == {"a": AT}
+
+
+def test_changes_inside_held_are_written_once_at_its_end(tmp_path: Path) -> None:
+    progress = ProgressFile(tmp_path / "ckpt.progress.json")
+    with progress.held():
+        progress.write("reached", {"a": AT})
+        progress.update("reached", lambda known: {**known, "b": AT})
+        assert progress.read("reached") == {"a": AT, "b": AT}  # what it will write
+        assert not progress.path.exists()
+    assert ProgressFile(progress.path).read("reached") == {"a": AT, "b": AT}
+    progress.forget("reached")
+    assert ProgressFile(progress.path).read("reached") == {}
+
+
+def _write_many(path: str, section: str, count: int) -> None:
+    progress = ProgressFile(path)
+    for n in range(count):
+        progress.update(section, lambda known, n=n: {**known, str(n): n})
+
+
+def test_two_processes_writing_two_sections_at_once_lose_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "ckpt.progress.json")
+    context = multiprocessing.get_context("spawn")
+    writers = [
+        context.Process(target=_write_many, args=(path, section, 150))
+        for section in ("reached", "deployments")
+    ]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+        assert writer.exitcode == 0
+    progress = ProgressFile(path)
+    assert len(progress.read("reached")) == 150
+    assert len(progress.read("deployments")) == 150
+
+
+def test_an_older_runtimes_files_are_read_once_and_folded_in(tmp_path: Path) -> None:
+    checkpoint = str(tmp_path / "ckpt")
+    old_book = {"a": {"b": Behind(AT, "es down", 1.0).to_json()}}
+    (tmp_path / "ckpt.progress.json").write_text(json.dumps(old_book))
+    (tmp_path / "ckpt.reached.json").write_text(json.dumps({"a": AT}))
+    task = HistoryTask("b", "shop.orders", ("id",), True)
+    (tmp_path / "ckpt.history.json").write_text(
+        json.dumps({"tasks": {"a": [task.to_json()]}, "considered": {}, "replays": {}})
+    )
+
+    assert ProgressBook(checkpoint).load() == {"a": {"b": Behind(AT, "es down", 1.0)}}
+    assert load_reached(checkpoint) == {"a": AT}
+    assert list(HistoryStore(store_path(checkpoint)).tasks("a")) == ["b:shop.orders"]
+
+    record_reached(checkpoint, {"c": AT})  # the first write folds the old files in
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.progress.json"]
+    assert load_reached(checkpoint) == {"a": AT, "c": AT}
+    assert ProgressBook(checkpoint).load() == {"a": {"b": Behind(AT, "es down", 1.0)}}
+    assert list(HistoryStore(store_path(checkpoint)).tasks("a")) == ["b:shop.orders"]
+
+
+def test_a_history_store_keeps_its_state_when_another_section_changes(tmp_path: Path) -> None:
+    checkpoint = str(tmp_path / "ckpt")
+    store = HistoryStore(store_path(checkpoint))
+    with store.saved_once():
+        store._tasks["a"] = {  # as consider() makes them, unsaved until the block ends
+            "b:shop.orders": HistoryTask("b", "shop.orders", ("id",), True)
+        }
+        store.save()  # held until the block ends
+        assert not store.path.exists()
+        record_reached(checkpoint, {"a": AT})  # another process writes its section
+        store.reload()
+        assert list(store.tasks("a")) == ["b:shop.orders"]
+    other = HistoryStore(store_path(checkpoint))
+    assert list(other.tasks("a")) == ["b:shop.orders"]
+    other._tasks["a"] = {}
+    other.save()
+    store.reload()  # what another store wrote is seen
+    assert store.tasks("a") == {}
