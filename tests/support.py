@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -188,6 +188,53 @@ def runtime_api(checkpoint: Any, within: float = 180.0) -> str:
     path = address_path(str(checkpoint))
     wait_for(lambda: Path(path).exists(), within, f"the runtime writes {path}")
     return Path(path).read_text().strip()
+
+
+@contextlib.contextmanager
+def serving_api(checkpoint: Any, token: str | None = None) -> Iterator[str]:
+    """The API a runtime serves (``dbus_spark.api.runtime``), here, for the runtime at
+    ``checkpoint``: one a test runs in its own process, or none (then nothing takes
+    the requests posted to it). Yields its URL."""
+    from dbus_spark.api.runtime import RuntimeApi
+
+    api = RuntimeApi.serve("127.0.0.1:0", token, "test")
+    assert api is not None
+    try:
+        yield api.start(str(checkpoint))
+    finally:
+        api.stop()
+
+
+@contextlib.contextmanager
+def answering_planner(checkpoint: Any) -> Iterator[list[Any]]:
+    """Answers every request posted for the runtime at ``checkpoint`` as its planner
+    would, from the same mailbox (``dbus_spark.history.requests``): a deployment named
+    ``nope`` is refused, the others accepted with one task. Yields what it was asked."""
+    import threading
+
+    from dbus_spark.history.requests import Answer, answer, pending
+
+    asked: list[Any] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(0.05):
+            for request, _ in pending(str(checkpoint)):
+                asked.append(request)
+                if request.deployment == "nope":
+                    reply = Answer(False, "no deployment 'nope' runs here")
+                else:
+                    reply = Answer(True, f"started 1 table read(s) for {request.deployment}",
+                                   (("shop", f"{request.deployment}:shop.orders"),))  # fmt: skip
+                answer(str(checkpoint), request, reply)
+
+    thread = threading.Thread(target=run, name="test-planner", daemon=True)
+    thread.start()
+    try:
+        yield asked
+    finally:
+        stop.set()
+        thread.join()
 
 
 def page_texts(browser: Any, selector: str, attribute: str | None = None) -> list[str]:

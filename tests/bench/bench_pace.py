@@ -27,6 +27,7 @@ at ``--rate`` rows/s, each phase on a table of its own:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import textwrap
@@ -42,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_runtime import runtime_row_id
 from measures import SteadyLoad, steady_load
-from support import Proxy, kafka_count
+from support import Proxy, kafka_count, serving_api
 
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.local_services import local_endpoints
@@ -149,6 +150,8 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     query = start(cfg, spark=spark)
     book = ProgressBook(cfg.checkpoint_dir)
+    served = contextlib.ExitStack()
+    served.enter_context(serving_api(cfg.checkpoint_dir))  # what `backfill` asks
     try:
         print(f"a → Kafka, b → Elasticsearch (through a proxy), {args.rate} rows/s, "
               f"detach bound {cfg.detach_seconds:g} s")  # fmt: skip
@@ -200,6 +203,7 @@ def main() -> None:
                   f"{cut.p99 / base.p99:.2f}x baseline; b's index held the table {back:.1f} s "
                   "after the proxy was back", flush=True)  # fmt: skip
     finally:
+        served.close()
         query.stop()
         proxy.close()
         spark.stop()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from e2e_support import Scratch
 from history_support import TopicState, catalog_and_other, create_products, expected, index_contents
-from support import wait_for
+from support import serving_api, wait_for
 
 from dbus_fn.errors import HistoryError, ServiceUnreachableError
 from dbus_spark.config import RuntimeConfig
@@ -44,7 +44,8 @@ def running(spark: Any, scratch: Scratch, fresh_database: Any) -> Iterator[Runni
     query = start(config, spark=spark)
     try:
         assert query.exception() is None
-        yield Running(config, topic, f"{topic}.other", table)
+        with serving_api(config.checkpoint_dir):  # what the commands ask
+            yield Running(config, topic, f"{topic}.other", table)
     finally:
         stop(query, spark)
 

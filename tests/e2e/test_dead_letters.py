@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from e2e_support import Scratch
 from history_support import create_products, index_contents
-from support import wait_for
+from support import serving_api, wait_for
 
 from dbus_spark.history.deadletters import FailedAgainError, dead_letters, redrive
 from dbus_spark.job import start, stop
@@ -74,7 +74,7 @@ def test_dead_letters_are_listed_and_redriven_through_the_fixed_version(
                                 timeout=60)  # fmt: skip
         assert result.returncode == 0 and result.stdout == text, result.stderr
         # Redriven through the same broken version, row 3 fails again: not "done".
-        with pytest.raises(FailedAgainError) as caught:
+        with serving_api(config.checkpoint_dir), pytest.raises(FailedAgainError) as caught:
             redrive("fragile", checkpoint=config.checkpoint_dir, out=io.StringIO())
         assert "failed again and are dead letters again" in str(caught.value)
         assert caught.value.exit_code == 1 and caught.value.count >= 1
@@ -87,7 +87,8 @@ def test_dead_letters_are_listed_and_redriven_through_the_fixed_version(
     query = start(config, spark=spark)
     try:
         redriven = io.StringIO()
-        redrive("fragile", checkpoint=config.checkpoint_dir, out=redriven)
+        with serving_api(config.checkpoint_dir):
+            redrive("fragile", checkpoint=config.checkpoint_dir, out=redriven)
         assert "redrive of fragile: " in redriven.getvalue()  # 3, and those that failed again
         want = {i: {"id": i, "price": i * 3} for i in range(1, 51) if i != 4}
         want[3] = {"id": 3, "price": 5000}

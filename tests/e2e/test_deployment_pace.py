@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from e2e_support import Scratch
 from elasticsearch import Elasticsearch
-from support import Proxy, kafka_count, page_texts, sample_sum, scrape, wait_for
+from support import Proxy, kafka_count, page_texts, sample_sum, scrape, serving_api, wait_for
 
 from dbus_spark.job import start
 from dbus_spark.progress import ProgressBook
@@ -191,8 +191,9 @@ def test_a_backfill_whose_elasticsearch_is_cut_off_waits_alone_and_ends_once_it_
     try:
         assert kafka_count(kafka, topic, expected=5, within=120) >= 5
         es_proxy.cut()
-        backfill("to_es", [orders], None, checkpoint=config.checkpoint_dir, wait=False,
-                 out=io.StringIO())  # fmt: skip
+        with serving_api(config.checkpoint_dir):
+            backfill("to_es", [orders], None, checkpoint=config.checkpoint_dir, wait=False,
+                     out=io.StringIO())  # fmt: skip
 
         def refused() -> dict[str, Any]:
             store.reload()
@@ -316,30 +317,33 @@ def test_a_paused_deployment_gets_nothing_and_after_resume_everything_in_key_ord
     ]
     query, config = _run(scratch, folders, scratch.services.elasticsearch.url, spark)
     try:
-        said = ask("paused", pause=True, checkpoint=config.checkpoint_dir)
-        assert said.startswith("paused paused at src ")
-        with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
-            for i in range(1, 21):
-                cur.execute("INSERT INTO orders VALUES (%s, %s)", (i, i))
-            for i in range(1, 21, 2):
-                cur.execute("UPDATE orders SET total = total + 1 WHERE id = %s", (i,))
-        assert kafka_count(kafka, topic, expected=30, within=60) == 30
-        time.sleep(3)  # a few more batches: still nothing for the paused one
-        assert kafka_count(kafka, f"{topic}.paused", expected=1, within=2) == 0
-        assert ProgressBook(config.checkpoint_dir).load()["src"]["paused"].state == "paused"
+        with serving_api(config.checkpoint_dir):  # what the commands ask
+            said = ask("paused", pause=True, checkpoint=config.checkpoint_dir)
+            assert said.startswith("paused paused at src ")
+            with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+                for i in range(1, 21):
+                    cur.execute("INSERT INTO orders VALUES (%s, %s)", (i, i))
+                for i in range(1, 21, 2):
+                    cur.execute("UPDATE orders SET total = total + 1 WHERE id = %s", (i,))
+            assert kafka_count(kafka, topic, expected=30, within=60) == 30
+            time.sleep(3)  # a few more batches: still nothing for the paused one
+            assert kafka_count(kafka, f"{topic}.paused", expected=1, within=2) == 0
+            book = ProgressBook(config.checkpoint_dir)
+            assert book.load()["src"]["paused"].state == "paused"
 
-        assert "resumed" in ask("paused", pause=False, checkpoint=config.checkpoint_dir)
-        got = _kafka_keys(kafka, f"{topic}.paused", 30)
-        assert len(got) == 30
-        for key in range(1, 21):
-            kinds = [kind for k, kind in got if k == key]
-            assert kinds == (["inserted", "updated"] if key % 2 else ["inserted"]), (key, kinds)
-        wait_for(lambda: not ProgressBook(config.checkpoint_dir).load().get("src"), 60,
-                 "the resumed one to rejoin", every=0.5)  # fmt: skip
-        assert ask("paused", pause=False, checkpoint=config.checkpoint_dir) == (
-            "paused was not paused"
-        )
-        assert query.exception() is None
+            assert "resumed" in ask("paused", pause=False, checkpoint=config.checkpoint_dir)
+            got = _kafka_keys(kafka, f"{topic}.paused", 30)
+            assert len(got) == 30
+            for key in range(1, 21):
+                kinds = [kind for k, kind in got if k == key]
+                want = ["inserted", "updated"] if key % 2 else ["inserted"]
+                assert kinds == want, (key, kinds)
+            wait_for(lambda: not ProgressBook(config.checkpoint_dir).load().get("src"), 60,
+                     "the resumed one to rejoin", every=0.5)  # fmt: skip
+            assert ask("paused", pause=False, checkpoint=config.checkpoint_dir) == (
+                "paused was not paused"
+            )
+            assert query.exception() is None
     finally:
         query.stop()
 
@@ -350,14 +354,15 @@ def test_pausing_a_deployment_the_runtime_does_not_run_is_one_line_and_exit_2(
     folders = [_deployment(scratch, "steady", orders, f"kafka://{scratch.kafka_topic}")]
     query, config = _run(scratch, folders, scratch.services.elasticsearch.url, spark)
     try:
-        result = subprocess.run(
-            [str(Path(sys.executable).parent / "dbus"), "fn", "pause", "nobody",
-             "--checkpoint", config.checkpoint_dir],
-            capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-        assert result.returncode == 2, result.stderr
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and "'nobody'" in lines[0] and "steady" in lines[0], lines
+        with serving_api(config.checkpoint_dir):  # what the commands ask
+            result = subprocess.run(
+                [str(Path(sys.executable).parent / "dbus"), "fn", "pause", "nobody",
+                 "--checkpoint", config.checkpoint_dir],
+                capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+            assert result.returncode == 2, result.stderr
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1 and "'nobody'" in lines[0] and "steady" in lines[0], lines
     finally:
         query.stop()
 

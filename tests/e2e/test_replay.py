@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from e2e_support import Scratch
 from history_support import catalog_and_other, create_products
-from support import kafka_consumer, wait_for
+from support import kafka_consumer, serving_api, wait_for
 
 from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 from dbus_spark.config import RuntimeConfig
@@ -47,7 +47,8 @@ def running(spark: Any, scratch: Scratch) -> Iterator[Running]:
     query = start(config, spark=spark)
     try:
         assert query.exception() is None
-        yield Running(config, topic, table, services.mariadb.dsn)
+        with serving_api(config.checkpoint_dir):  # what the commands ask
+            yield Running(config, topic, table, services.mariadb.dsn)
     finally:
         stop(query, spark)
 

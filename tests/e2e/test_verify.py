@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from e2e_support import Scratch
 from elasticsearch import Elasticsearch
 from history_support import CATALOG, TopicState, create_products, expected, index_contents
-from support import wait_for
+from support import serving_api, wait_for
 
 from dbus_fn.events import BinlogPosition, Operation, RowChange
 from dbus_fn.kafka_binding import to_kafka_message
@@ -55,7 +55,8 @@ def running(spark: Any, scratch: Scratch) -> Iterator[Running]:
                  index_contents(services.elasticsearch.url, index) == want, 180,
                  "the bootstrap to fill the index", every=0.5)  # fmt: skip
         assert query.exception() is None
-        yield Running(config, topic, index, table)
+        with serving_api(config.checkpoint_dir):  # what --repair asks
+            yield Running(config, topic, index, table)
     finally:
         stop(query, spark)
 

@@ -8,8 +8,6 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -31,9 +29,8 @@ from dbus_spark.settings import runtime_config
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
-    from dbus_spark.api import ApiServer
+    from dbus_spark.api.runtime import RuntimeApi
     from dbus_spark.cluster import ClusterMember
-    from dbus_spark.metrics import RuntimeMetrics
 
 
 API_TOKEN = env_option(
@@ -263,7 +260,9 @@ def start(
     handler = logging.StreamHandler()
     handler.setFormatter(log_formatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])
-    served = _api(api_address, api_token, runtime_id or "")
+    from dbus_spark.api.runtime import RuntimeApi
+
+    served = RuntimeApi.serve(api_address, api_token, runtime_id or "")
     signals = _StopSignals()  # Ctrl-C is held back until the query runs
     try:
         query, member, checkpoint_dir = _launch(click.get_current_context(), served, python)
@@ -376,7 +375,7 @@ def _interrupted(checkpoint_dir: str) -> Interrupted:
 
 
 def _launch(
-    ctx: click.Context, served: _Served | None, python: str
+    ctx: click.Context, served: RuntimeApi | None, python: str
 ) -> tuple[StreamingQuery, ClusterMember | None, str]:
     """Start the query `runtime start` asked for, its Spark workers running ``python``:
     the query, the cluster member (None alone) and the checkpoint folder."""
@@ -486,36 +485,3 @@ def _member(options: Mapping[str, Any]) -> ClusterMember:
     )  # fmt: skip
 
 
-@dataclass
-class _Served:
-    """The runtime's API server and the metrics it shows."""
-
-    server: ApiServer
-    metrics: RuntimeMetrics
-    address_file: Path | None = None
-
-    def start(self, checkpoint_dir: str) -> None:
-        from dbus_spark.api import address_path
-
-        url = self.server.start()
-        self.address_file = address_path(checkpoint_dir)
-        self.address_file.write_text(url + "\n")
-        logging.getLogger("dbus.runtime").info("api: serving %s/metrics", url)
-
-    def stop(self) -> None:
-        self.server.stop()
-        self.metrics.close()
-        if self.address_file is not None:
-            self.address_file.unlink(missing_ok=True)
-
-
-def _api(address: str, token: str | None, runtime_id: str) -> _Served | None:
-    """The API server, bound before Spark starts (a taken port fails at once), or None."""
-    from dbus_spark.api import ApiServer, ApiSettings, build_app
-    from dbus_spark.metrics import RuntimeMetrics
-
-    settings = ApiSettings.parse(address, token)
-    if settings is None:
-        return None
-    metrics = RuntimeMetrics(runtime_id=runtime_id)
-    return _Served(ApiServer(build_app(metrics, settings.token), settings), metrics)

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
-from support import keeps_to_its_document
+from support import answering_planner, keeps_to_its_document
 
 from dbus_spark.api import build_app
+from dbus_spark.api.desk import RequestDesk
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.metrics import RuntimeMetrics
 from dbus_spark.metrics.live import Publisher
@@ -41,12 +42,17 @@ def api(tmp_path: Path) -> FastAPI:
     reports.mkdir()
     publisher.use(str(reports))
     publisher.publish()
-    return build_app(metrics)
+    desk = RequestDesk()
+    desk.open(str(tmp_path / "checkpoint"))  # requests are answered by a planner below
+    return build_app(metrics, desk=desk)
 
 
-def test_every_answer_keeps_to_the_document(api: FastAPI) -> None:
-    assert keeps_to_its_document(api, examples=25) >= {
+def test_every_answer_keeps_to_the_document(api: FastAPI, tmp_path: Path) -> None:
+    with answering_planner(tmp_path / "checkpoint"):
+        operations = keeps_to_its_document(api, examples=25)
+    assert operations >= {
         "GET /api/v1/state", "GET /api/v1/sources", "GET /api/v1/deployments",
         "GET /api/v1/deployments/{name}", "GET /api/v1/sinks", "GET /api/v1/history",
         "GET /api/v1/topology", "GET /api/v1/cluster", "GET /metrics",
+        "POST /api/v1/requests", "DELETE /api/v1/requests/{request_id}",
     }  # fmt: skip

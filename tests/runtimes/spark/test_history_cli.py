@@ -1,6 +1,6 @@
 """`dbus fn backfill / replay / deadletters / redrive` with no runtime to answer: what
-is wrong in the request is said at once, not after waiting for one; Ctrl-C withdraws
-a request no runtime took."""
+is wrong in the request is said at once, and so is a runtime that is not there;
+Ctrl-C withdraws a request the runtime's planner did not take."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support import serving_api
 
 from dbus_fn.cli import cli
 from dbus_spark.config import RuntimeConfig
@@ -89,23 +90,31 @@ def test_dead_letters_since_a_time_to_come_is_refused(checkpoint: str, command: 
 
 
 def test_ctrl_c_while_waiting_withdraws_the_request(checkpoint: str) -> None:
-    """The request must not stay queued for the next `runtime start` to run unasked."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", "from dbus_fn.cli import main; main()", "fn", "backfill",
-         "orders", "--checkpoint", checkpoint],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "DBUS_CHECKPOINT": ""},
-    )  # fmt: skip
-    folder = requests_dir(checkpoint)
-    deadline = time.monotonic() + 20
-    while not list(folder.glob("*.json")):
-        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
-        time.sleep(0.05)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=20)
+    """The request must not stay queued for the runtime's planner to run unasked."""
+    with serving_api(checkpoint):  # a runtime's API whose planner takes nothing
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from dbus_fn.cli import main; main()", "fn", "backfill",
+             "orders", "--checkpoint", checkpoint],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "DBUS_CHECKPOINT": ""},
+        )  # fmt: skip
+        folder = requests_dir(checkpoint)
+        deadline = time.monotonic() + 20
+        while not list(folder.glob("*.json")):
+            assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=20)
     assert process.returncode == 130, stderr
     assert "withdrawn" in stderr and "Traceback" not in stderr
     assert not list(folder.iterdir()), "the request is still queued"
+
+
+def test_no_runtime_to_ask_is_one_line_at_once(checkpoint: str) -> None:
+    code, line = _run("backfill", "orders", "--checkpoint", checkpoint)
+    assert code == 3
+    assert "no runtime serves its API at checkpoint" in line and "--api" in line
+    assert not requests_dir(checkpoint).exists()  # nothing waits for a runtime to come
 
 
 def test_ctrl_c_while_following_says_the_runtime_reads_on(tmp_path: Path) -> None:

@@ -143,22 +143,25 @@ def test_ctrl_c_of_verify_repair_withdraws_the_repair(stopped_runtime: tuple[str
     import sys
     import time
 
+    from support import serving_api
+
     from dbus_spark.history.requests import requests_dir
 
     checkpoint, dsn = stopped_runtime
-    process = subprocess.Popen(
-        [sys.executable, "-c", "from dbus_fn.cli import main; main()", "fn", "verify",
-         "catalog", "--repair", "--checkpoint", checkpoint, "--source", f"shop={dsn}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "DBUS_CHECKPOINT": ""},
-    )  # fmt: skip
-    folder = requests_dir(checkpoint)
-    deadline = time.monotonic() + 60
-    while not list(folder.glob("*.json")):  # drift found, the repair asked for
-        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
-        time.sleep(0.05)
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=20)
+    with serving_api(checkpoint):  # its API up, its planner taking nothing
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from dbus_fn.cli import main; main()", "fn", "verify",
+             "catalog", "--repair", "--checkpoint", checkpoint, "--source", f"shop={dsn}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "DBUS_CHECKPOINT": ""},
+        )  # fmt: skip
+        folder = requests_dir(checkpoint)
+        deadline = time.monotonic() + 60
+        while not list(folder.glob("*.json")):  # drift found, the repair asked for
+            assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=20)
     assert process.returncode == 130, stdout + stderr
     assert "repair of catalog is withdrawn" in stderr and "Traceback" not in stderr
     assert not list(folder.iterdir()), "the repair is still queued"

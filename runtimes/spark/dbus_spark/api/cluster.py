@@ -13,12 +13,8 @@ it are shown with their committed positions.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -28,7 +24,6 @@ from kazoo.client import KazooClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
-from pydantic import TypeAdapter
 
 from dbus_fn.coordination import (
     ClusterStatus,
@@ -38,6 +33,7 @@ from dbus_fn.coordination import (
 )
 from dbus_fn.errors import DbusError
 from dbus_fn.outcomes import RECENT_ERRORS
+from dbus_spark.api.client import ask_state
 from dbus_spark.api.server import View
 from dbus_spark.metrics.families import cluster_families
 from dbus_spark.metrics.state import (
@@ -53,13 +49,8 @@ from dbus_spark.metrics.state import (
     TopologyState,
 )
 
-ASK_SECONDS = 2.0
-"""How long a runtime's API has to answer."""
 FRESH_SECONDS = 1.0
 """A view is kept this long: several pages polling ask the runtimes once."""
-
-_STATE = TypeAdapter(RuntimeState)
-
 
 class ClusterView:
     """A cluster's state, from ZooKeeper and its runtimes' APIs, asked when shown."""
@@ -91,43 +82,6 @@ class ClusterView:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-class NoState(Exception):
-    """Why a runtime's API at ``api`` gave no state: ``code`` its HTTP status and
-    ``detail`` what it said, or 0 and why nothing answered."""
-
-    def __init__(self, api: str, code: int, detail: object) -> None:
-        super().__init__(f"{code} {detail}" if code else f"not answering at {api} ({detail})")
-        self.code = code
-        self.detail = detail
-
-
-def fetch_state(api: str, token: str | None = None, timeout: float = ASK_SECONDS) -> RuntimeState:
-    """A runtime's state from its API at ``api`` (``/api/v1/state``); ``NoState`` says
-    in one line why it could not be had."""
-    request = urllib.request.Request(f"{api.rstrip('/')}/api/v1/state")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            return _STATE.validate_python(json.loads(answer.read()))
-    except urllib.error.HTTPError as exc:
-        detail = exc.reason
-        with contextlib.suppress(ValueError):
-            detail = json.loads(exc.read()).get("detail", detail)
-        exc.close()
-        raise NoState(api, exc.code, detail) from None
-    except (OSError, ValueError) as exc:
-        raise NoState(api, 0, getattr(exc, "reason", exc)) from None
-
-
-def ask_state(api: str, token: str | None = None) -> RuntimeState | str:
-    """A runtime's state from its API at ``api``, or why it could not be had (one line)."""
-    try:
-        return fetch_state(api, token)
-    except NoState as exc:
-        return str(exc)
 
 
 class _Scrape(Collector):

@@ -2,7 +2,9 @@
 
 ``/metrics`` is for Prometheus; ``/api/v1/...`` answers JSON (its OpenAPI document
 is ``/openapi.json``); ``/`` is the dashboard, a page that polls the API. All are
-made from one snapshot of the runtime (``dbus_spark.metrics.state``). ``dbus ui``
+made from one snapshot of the runtime (``dbus_spark.metrics.state``). It is also
+the one way to ask a running runtime for something: ``POST /api/v1/requests``
+(``dbus_spark.api.desk``), which the `dbus fn` commands use (``api.client``). ``dbus ui``
 serves the same app for a whole cluster (``dbus_spark.api.cluster``).
 
 It binds to 127.0.0.1 unless told otherwise. Binding to any other address needs
@@ -23,15 +25,16 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import uvicorn
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from dbus_fn.errors import ConfigError, DbusError
+from dbus_spark.api.desk import LONGEST_WAIT, AnswerBody, RequestBody, RequestDesk, RequestId
 from dbus_spark.checkpoint import beside
 from dbus_spark.config import DEFAULT_API_ADDRESS
 from dbus_spark.metrics.state import (
@@ -130,7 +133,8 @@ class View(Protocol):
         ...
 
 
-def build_app(view: View, token: str | None = None) -> FastAPI:
+def build_app(view: View, token: str | None = None, desk: RequestDesk | None = None) -> FastAPI:
+    """The app showing ``view``; with ``desk``, one runtime's, it also takes requests."""
     responses: dict[int | str, dict[str, Any]] = {
         503: {"description": "Nothing to show yet (the runtime has not started its query), "
               "or ZooKeeper cannot be read (a cluster)"}
@@ -221,6 +225,54 @@ def build_app(view: View, token: str | None = None) -> FastAPI:
     @app.get("/api/v1/history", summary="History reads: bootstraps, backfills, repairs")
     def history() -> list[HistoryState]:
         return state().history
+
+    def open_desk() -> RequestDesk:
+        if desk is None:
+            raise HTTPException(
+                404, "this API shows a cluster; ask with `dbus fn ... --cluster NAME`, which "
+                "reaches each source's runtime through ZooKeeper",
+            )  # fmt: skip
+        if desk.folder is None:
+            raise HTTPException(503, "the runtime has not started its query yet; ask again soon")
+        return desk
+
+    @app.post(
+        "/api/v1/requests",
+        summary="Ask the runtime to backfill, replay, repair, pause or resume a deployment",
+        responses={
+            404: {"description": "This API shows a cluster, which takes no requests here"},
+            504: {"description": "The runtime's planner did not take the request within "
+                  "`wait` seconds; it is withdrawn and never runs"},
+        },
+    )  # fmt: skip
+    def ask(
+        body: RequestBody,
+        wait: Annotated[float, Query(ge=1, le=LONGEST_WAIT, description="Seconds to wait "
+                                     "for the answer (the planner answers between two "
+                                     "micro-batches)")] = 30.0,
+    ) -> AnswerBody:  # fmt: skip
+        reply = open_desk().ask(body, wait)
+        if reply is None:
+            raise HTTPException(
+                504, f"the runtime's planner did not take the request within {wait:.0f}s "
+                "(it plans between micro-batches); it is withdrawn, so nothing of it runs",
+            )  # fmt: skip
+        return AnswerBody.of(reply)
+
+    @app.delete(
+        "/api/v1/requests/{request_id}",
+        summary="Withdraw a request the planner has not taken (its answer if it had)",
+        status_code=200,
+        responses={
+            204: {"description": "Withdrawn before the planner took it: nothing of it runs"},
+            404: {"description": "This API shows a cluster, which takes no requests here"},
+        },
+    )  # fmt: skip
+    def withdraw_request(request_id: RequestId) -> Any:
+        reply = open_desk().withdraw(request_id)
+        if reply is None:
+            return Response(status_code=204)
+        return AnswerBody.of(reply)
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:

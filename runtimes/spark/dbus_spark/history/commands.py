@@ -20,6 +20,12 @@ CHECKPOINT_HELP = (
     "Default: runtime/checkpoint in the local services' home."
 )
 
+api_token_option = env_option(
+    "--api-token", env="DBUS_API_TOKEN", default=None,
+    help="The token of the runtime's API (which every command asks), when it was started "
+    "with one.",
+)  # fmt: skip
+
 
 @click.command("backfill")
 @click.argument("name")
@@ -43,6 +49,7 @@ CHECKPOINT_HELP = (
     show_default=True,
     help="Show the progress until the last chunk is read.",
 )
+@api_token_option
 @cluster_or_local_options
 def backfill(
     name: str,
@@ -50,6 +57,7 @@ def backfill(
     where: str | None,
     checkpoint: str | None,
     wait: bool,
+    api_token: str | None,
     zk: ZooKeeperOptions | None,
 ) -> None:
     """Send deployment NAME its tables' current rows again, while it runs.
@@ -64,7 +72,7 @@ def backfill(
     from dbus_spark.history.follow import backfill as request_backfill
 
     request_backfill(name, tables, where, checkpoint=checkpoint, wait=wait,
-                     cluster=zk.settings() if zk else None)  # fmt: skip
+                     cluster=zk.settings() if zk else None, token=api_token)  # fmt: skip
 
 
 @click.command("verify")
@@ -104,6 +112,7 @@ def backfill(
             "the runtime's, or with --functions the local services').")  # fmt: skip
 @env_option("--elasticsearch", env="DBUS_ELASTICSEARCH", help="Elasticsearch URL to read "
             "(default: the runtime's, or with --functions the local services').")  # fmt: skip
+@api_token_option
 def verify(
     name: str,
     tables: tuple[str, ...],
@@ -113,6 +122,7 @@ def verify(
     functions: tuple[str, ...],
     kafka: str | None,
     elasticsearch: str | None,
+    api_token: str | None,
 ) -> None:
     """Compare what deployment NAME's sinks hold with what its functions make of its
     tables now.
@@ -130,7 +140,8 @@ def verify(
     from dbus_spark.history.verify import verify as run_verify
 
     run_verify(name, tables, checkpoint=checkpoint, sources=sources, functions=functions,
-               kafka=kafka, elasticsearch=elasticsearch, repair=repair, out=sys.stdout)  # fmt: skip
+               kafka=kafka, elasticsearch=elasticsearch, repair=repair, out=sys.stdout,
+               token=api_token)  # fmt: skip
 
 
 @click.command("replay")
@@ -159,6 +170,7 @@ def verify(
 @click.option(
     "--wait/--no-wait", default=True, show_default=True, help="Show the progress to the end."
 )
+@api_token_option
 @cluster_or_local_options
 def replay(
     name: str,
@@ -168,6 +180,7 @@ def replay(
     source: str | None,
     checkpoint: str | None,
     wait: bool,
+    api_token: str | None,
     zk: ZooKeeperOptions | None,
 ) -> None:
     """Run deployment NAME's current version again over retained binlog, while it runs.
@@ -181,7 +194,7 @@ def replay(
 
     request_replay(
         name, start, end, route=route, source=source, checkpoint=checkpoint, wait=wait,
-        cluster=zk.settings() if zk else None,
+        cluster=zk.settings() if zk else None, token=api_token,
     )  # fmt: skip
 
 
@@ -209,7 +222,10 @@ def deadletters(name: str, since: str | None, checkpoint: str | None) -> None:
 @click.option(
     "--wait/--no-wait", default=True, show_default=True, help="Show the progress to the end."
 )
-def redrive(name: str, since: str | None, checkpoint: str | None, wait: bool) -> None:
+@api_token_option
+def redrive(
+    name: str, since: str | None, checkpoint: str | None, wait: bool, api_token: str | None
+) -> None:
     """Send deployment NAME's dead-lettered rows through its current version, while it runs.
 
     The running runtime reads each dead-lettered key's row as it is now (merged with
@@ -221,4 +237,5 @@ def redrive(name: str, since: str | None, checkpoint: str | None, wait: bool) ->
     from dbus_spark.history.deadletters import parse_since
     from dbus_spark.history.deadletters import redrive as run_redrive
 
-    run_redrive(name, checkpoint=checkpoint, since=parse_since(since), wait=wait, out=sys.stdout)
+    run_redrive(name, checkpoint=checkpoint, since=parse_since(since), wait=wait, out=sys.stdout,
+                token=api_token)  # fmt: skip

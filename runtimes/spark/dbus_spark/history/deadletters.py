@@ -126,6 +126,7 @@ def redrive(
     since: datetime | None = None,
     wait: bool = True,
     out: IO[str],
+    token: str | None = None,
 ) -> list[Any]:
     """Send the dead-lettered rows (since ``since``) through the current version."""
     from dbus_spark.history.follow import ANSWER_TIMEOUT, ask, follow
@@ -166,7 +167,7 @@ def redrive(
                tuple(sorted(deletes.get((source, table), ()))))
               for source, table in keys),
     )
-    reply = ask(folder, request, "redrive", answer_timeout=ANSWER_TIMEOUT)
+    reply = ask(folder, request, "redrive", answer_timeout=ANSWER_TIMEOUT, token=token)
     print(f"redrive of {deployment_name}: {count} dead letter(s), {reply.message}", file=out)
     if not wait:
         return []

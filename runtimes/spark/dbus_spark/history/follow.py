@@ -23,10 +23,7 @@ from dbus_spark.history.requests import (
     ReplayRequest,
     Request,
     check_replay,
-    submit,
     time_or_position,
-    wait_answer,
-    withdraw,
 )
 from dbus_spark.history.target import CommittedHistory, deployment_name_check, runtime_at
 from dbus_spark.history.tasks import HistoryStore, store_path
@@ -49,6 +46,7 @@ def backfill(
     wait: bool = True,
     out: IO[str] | None = None,
     answer_timeout: float = ANSWER_TIMEOUT,
+    token: str | None = None,
 ) -> list[Followed]:
     """Ask the runtime at ``checkpoint`` (or the runtimes of ``cluster``) to read
     ``tables`` (default: all of the deployment's) again for ``deployment``; follow
@@ -76,7 +74,7 @@ def backfill(
             table=unsubscribed[0],
         )
     return _ask(folder, request, "backfill", wait=wait, out=out,
-                answer_timeout=answer_timeout)  # fmt: skip
+                answer_timeout=answer_timeout, token=token)  # fmt: skip
 
 
 def replay(
@@ -91,6 +89,7 @@ def replay(
     wait: bool = True,
     out: IO[str] | None = None,
     answer_timeout: float = ANSWER_TIMEOUT,
+    token: str | None = None,
 ) -> list[Followed]:
     """Ask the runtime at ``checkpoint`` to run ``deployment`` over the binlog from
     ``start`` (a position, a GTID state or an ISO time) to ``end`` (default: now)."""
@@ -108,19 +107,22 @@ def replay(
     folder, config = runtime_at(checkpoint)
     manifest = deployment_name_check(folder, config, deployment)
     check_replay(request, manifest, [binding.spec.name for binding in config.sources])
-    return _ask(folder, request, "replay", wait=wait, out=out, answer_timeout=answer_timeout)
+    return _ask(folder, request, "replay", wait=wait, out=out, answer_timeout=answer_timeout,
+                token=token)  # fmt: skip
 
 
-def ask(folder: str, request: Request, what: str, *, answer_timeout: float) -> Answer:
-    """Hand ``request`` to the runtime at ``folder`` and wait for its answer. Ctrl-C
-    meanwhile withdraws it (``Interrupted``): a request no runtime took never runs."""
+def ask(folder: str, request: Request, what: str, *, answer_timeout: float,
+        token: str | None = None) -> Answer:  # fmt: skip
+    """Ask the runtime at ``folder``, through its API (``dbus_spark.api.client``), and
+    wait for its answer; a refusal is raised. Ctrl-C meanwhile withdraws the request
+    (``Interrupted``): a request the runtime did not take never runs."""
     from dbus_fn.cli._errors import Interrupted
+    from dbus_spark.api.client import ask_runtime, withdraw_at
 
-    submit(folder, request)
     try:
-        return wait_answer(folder, request, timeout=answer_timeout)
+        reply = ask_runtime(folder, request, token=token, timeout=answer_timeout)
     except KeyboardInterrupt:
-        taken = withdraw(folder, request)
+        taken = withdraw_at(folder, request.id, token=token)
         if taken is None:
             raise Interrupted(
                 f"interrupted: the {what} of {request.deployment} is withdrawn; no runtime "
@@ -135,12 +137,16 @@ def ask(folder: str, request: Request, what: str, *, answer_timeout: float) -> A
             f"interrupted: the runtime had already taken the {what} of "
             f"{request.deployment} ({taken.message}); it goes on there"
         ) from None
+    if not reply.accepted:
+        reply.raise_refusal()
+    return reply
 
 
 def _ask(
-    folder: str, request: Request, what: str, *, wait: bool, out: IO[str], answer_timeout: float
-) -> list[Followed]:
-    reply = ask(folder, request, what, answer_timeout=answer_timeout)
+    folder: str, request: Request, what: str, *, wait: bool, out: IO[str], answer_timeout: float,
+    token: str | None,
+) -> list[Followed]:  # fmt: skip
+    reply = ask(folder, request, what, answer_timeout=answer_timeout, token=token)
     print(f"{what} of {request.deployment}: {reply.message}", file=out)
     store = HistoryStore(store_path(folder))
     if not wait:

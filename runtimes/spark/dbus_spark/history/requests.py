@@ -1,19 +1,24 @@
-"""Requests to a running runtime: a backfill asked for by `dbus fn backfill`.
+"""Requests to a running runtime: a backfill, replay, repair, pause or resume.
 
-A request is a small JSON file in ``<checkpoint>.requests/``. The runtime's driver
-takes it when it plans its next micro-batch, checks it against what it runs (the
-deployment, the tables, the condition, what is being read already), and answers
-in ``<id>.answer.json``: accepted, with the tasks it started, or refused, with
-the one line that says why. The runtime claims a request file (renames it) before
-it acts on it and removes it once answered, so a restarted runtime never takes it
-twice, and a command that gives up waiting (Ctrl-C, or no runtime in 30 s)
-withdraws its request unless a runtime claimed it first (``withdraw``): nothing
-queued runs later unasked. Nothing here needs Spark.
+A command asks the runtime's API (``POST /api/v1/requests``, ``dbus_spark.api``);
+in a cluster, ZooKeeper carries the request to each source's owner
+(``dbus_spark.cluster``). Either way the runtime's process hands it to its
+planner, a Spark Python worker of its own, through a mailbox beside the
+checkpoint: a small JSON file in ``<checkpoint>.requests/``, private to the
+runtime. The planner takes it when it plans its next micro-batch, checks it
+against what it runs (the deployment, the tables, the condition, what is being
+read already), and answers in ``<id>.answer.json``: accepted, with the tasks it
+started, or refused, with the one line that says why. It claims a request file
+(renames it) before it acts on it and removes it once answered, so a restarted
+runtime never takes it twice, and a request whose asker gives up waiting
+(Ctrl-C, or no answer in time) is withdrawn unless the planner claimed it first
+(``withdraw``): nothing queued runs later unasked. Nothing here needs Spark.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,7 +33,6 @@ from dbus_fn.errors import (
     DbusError,
     HistoryError,
     PositionError,
-    ServiceUnreachableError,
 )
 from dbus_fn.events import BinlogPosition
 from dbus_fn.files import replace_file
@@ -37,6 +41,8 @@ from dbus_spark.checkpoint import beside
 from dbus_spark.history.gate import position_order
 from dbus_spark.history.records import ReplayTask
 from dbus_spark.history.tasks import HistoryStore
+
+log = logging.getLogger("dbus.runtime")
 
 
 def requests_dir(checkpoint_dir: str) -> Path:
@@ -75,14 +81,20 @@ class RepairRequest:
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": "repair", "id": self.id, "deployment": self.deployment,
-            "items": [[s, t, list(k), [list(d) for d in dl]] for s, t, k, dl in self.items],
+            "items": [
+                {"source": s, "table": t, "keys": list(k),
+                 "deletes": [{"destination": d, "key": key} for d, key in dl]}
+                for s, t, k, dl in self.items
+            ],
         }  # fmt: skip
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RepairRequest:
         items = tuple(
-            (s, t, tuple(k), tuple((d[0], d[1]) for d in dl)) for s, t, k, dl in data["items"]
-        )
+            (item["source"], item["table"], tuple(item["keys"]),
+             tuple((d["destination"], d["key"]) for d in item["deletes"]))
+            for item in data["items"]
+        )  # fmt: skip
         return cls(data["deployment"], items, data["id"])
 
 
@@ -191,7 +203,7 @@ def pending(checkpoint_dir: str) -> Iterator[tuple[Request, str | None]]:
             continue  # withdrawn meanwhile
         try:
             data = json.loads(claimed.read_text())
-            request = _KINDS.get(data.get("kind", ""), BackfillRequest).from_json(data)
+            request = request_from_json(data)
         except (OSError, ValueError, KeyError, TypeError):
             claimed.rename(path)  # half-written by a CLI that died, or not ours
             continue
@@ -204,19 +216,20 @@ def answer(checkpoint_dir: str, request: Request, reply: Answer) -> None:
     (folder / f".{request.id}.claimed").unlink(missing_ok=True)
 
 
-def withdraw(checkpoint_dir: str, request: Request, *, wait: float = 10.0) -> Answer | None:
-    """Take back a request: None when no runtime had claimed it (it never runs), else
-    the answer of the runtime that claimed it first (None if it gives none in
-    ``wait`` seconds)."""
+def withdraw(checkpoint_dir: str, request_id: str, *, wait: float = 10.0) -> Answer | None:
+    """Take back a request: None when no runtime had claimed it (it never runs) or it
+    was taken back already, else the answer of the runtime that claimed it first
+    (None if it gives none in ``wait`` seconds)."""
     folder = requests_dir(checkpoint_dir)
     try:
-        (folder / f"{request.id}.json").unlink()
+        (folder / f"{request_id}.json").unlink()
         return None
     except FileNotFoundError:
         pass
-    path = folder / f"{request.id}.answer.json"
+    path = folder / f"{request_id}.answer.json"
+    claimed = folder / f".{request_id}.claimed"  # gone once answered (see ``answer``)
     deadline = time.monotonic() + wait
-    while not path.exists() and time.monotonic() < deadline:
+    while not path.exists() and claimed.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
         reply = Answer.from_json(json.loads(path.read_text()))
@@ -258,50 +271,59 @@ def take_requests(
     backfill starts on each source that has the tables, or is refused as a whole;
     ``pace`` answers a pause or a resume, on the one source a cluster's request is for
     or on all (None: this runtime cannot)."""
-    everywhere = readers
     for request, only in pending(checkpoint_dir):
-        readers = {s: r for s, r in everywhere.items() if only in (None, s)}
-        started: list[tuple[str, str]] = []
-        problems: list[str] = []
-        if isinstance(request, PaceRequest):
-            refusal = HistoryError(
-                "this runtime pauses no deployment: it runs with --detach-after 0, where "
-                "every deployment goes with the stream; start it with --detach-after above "
-                "0 to pause one"
-            )
-            reply = pace(request, only) if pace else Answer.refused(refusal)
-            answer(checkpoint_dir, request, reply)
-            continue
-        if isinstance(request, ReplayRequest):
-            try:
-                started = start_replay(store, readers, manifests, request)
-                reply = Answer(True, f"started replaying {len(started)} source(s)",
-                               tuple(started))  # fmt: skip
-            except DbusError as exc:
-                reply = Answer.refused(exc)
-            answer(checkpoint_dir, request, reply)
-            continue
-        for source, reader in readers.items():
-            try:
-                if isinstance(request, RepairRequest):
-                    tasks = [
-                        store.repair(reader, manifests, request.deployment, table, keys, deletes)
-                        for item_source, table, keys, deletes in request.items
-                        if item_source == source
-                    ]
-                else:
-                    tasks = store.backfill(
-                        reader, manifests, request.deployment, request.tables, request.where
-                    )
-            except HistoryError as exc:
-                problems.append(str(exc))
-                continue
-            started += [(source, task.id) for task in tasks]
-        if started:
-            reply = Answer(True, f"started {len(started)} table read(s)", tuple(started))
-        else:
-            reply = Answer(False, problems[0] if problems else "no source runs here")
+        readers_of = {s: r for s, r in readers.items() if only in (None, s)}
+        try:
+            reply = _reply(request, only, store, readers_of, manifests, pace)
+        except Exception as exc:  # what anyone may post must never stop the planner
+            log.exception("request %s of %s could not be acted on", request.id, request.deployment)
+            reply = Answer(False, f"the runtime could not act on the request ({exc}); check "
+                           "what it names and ask again")  # fmt: skip
         answer(checkpoint_dir, request, reply)
+
+
+def _reply(
+    request: Request,
+    only: str | None,
+    store: HistoryStore,
+    readers: Mapping[str, BinlogReader],
+    manifests: Sequence[Manifest],
+    pace: Callable[[PaceRequest, str | None], Answer] | None,
+) -> Answer:
+    if isinstance(request, PaceRequest):
+        refusal = HistoryError(
+            "this runtime pauses no deployment: it runs with --detach-after 0, where "
+            "every deployment goes with the stream; start it with --detach-after above "
+            "0 to pause one"
+        )
+        return pace(request, only) if pace else Answer.refused(refusal)
+    if isinstance(request, ReplayRequest):
+        try:
+            started = start_replay(store, readers, manifests, request)
+        except DbusError as exc:
+            return Answer.refused(exc)
+        return Answer(True, f"started replaying {len(started)} source(s)", tuple(started))
+    started: list[tuple[str, str]] = []
+    problems: list[str] = []
+    for source, reader in readers.items():
+        try:
+            if isinstance(request, RepairRequest):
+                tasks = [
+                    store.repair(reader, manifests, request.deployment, table, keys, deletes)
+                    for item_source, table, keys, deletes in request.items
+                    if item_source == source
+                ]
+            else:
+                tasks = store.backfill(
+                    reader, manifests, request.deployment, request.tables, request.where
+                )
+        except HistoryError as exc:
+            problems.append(str(exc))
+            continue
+        started += [(source, task.id) for task in tasks]
+    if started:
+        return Answer(True, f"started {len(started)} table read(s)", tuple(started))
+    return Answer(False, problems[0] if problems else "no source runs here")
 
 
 def start_replay(
@@ -445,31 +467,36 @@ def time_or_position(text: str) -> tuple[float | None, str | None]:
     return moment.timestamp(), None
 
 
-def wait_answer(checkpoint_dir: str, request: Request, *, timeout: float) -> Answer:
-    """The runtime's answer; ``HistoryError`` if it refused, ``ServiceUnreachableError``
-    (the request withdrawn) if no runtime took it in time."""
-    folder = requests_dir(checkpoint_dir)
-    path = folder / f"{request.id}.answer.json"
+def request_from_json(data: Mapping[str, Any]) -> Request:
+    """A request as ``to_json`` wrote it; ``KeyError``, ``TypeError`` or ``ValueError``
+    when it is none."""
+    kind = data.get("kind", "backfill")
+    if kind != "backfill" and kind not in _KINDS:
+        raise ValueError(f"no request kind {kind!r} (kinds: backfill, {', '.join(_KINDS)})")
+    request: Request = _KINDS.get(kind, BackfillRequest).from_json(dict(data))
+    if not isinstance(request.deployment, str) or not request.deployment:
+        raise ValueError("a request names its deployment")
+    return request
+
+
+def answer_of(checkpoint_dir: str, request: Request, *, timeout: float) -> Answer | None:
+    """Hand ``request`` to the runtime's planner and wait for its answer (accepted or
+    refused); None when the planner did not take it within ``timeout`` seconds (it is
+    then withdrawn, and never runs)."""
+    submit(checkpoint_dir, request)
+    path = requests_dir(checkpoint_dir) / f"{request.id}.answer.json"
     deadline = time.monotonic() + timeout
-    reply: Answer | None = None
-    while reply is None:
-        if path.exists():
+    while time.monotonic() <= deadline:
+        try:
             reply = Answer.from_json(json.loads(path.read_text()))
-            path.unlink(missing_ok=True)
-        elif time.monotonic() > deadline:
-            reply = withdraw(checkpoint_dir, request)
-            if reply is None:
-                raise ServiceUnreachableError(
-                    f"no runtime took the request within {timeout:.0f}s at checkpoint "
-                    f"{checkpoint_dir} (it is withdrawn); start one with `dbus runtime start` "
-                    "(and the same --checkpoint), then ask again",
-                    service="runtime",
-                )
-        else:
+        except FileNotFoundError:
             time.sleep(0.1)
-    if not reply.accepted:
-        reply.raise_refusal()
-    return reply
+            continue
+        except (OSError, ValueError, KeyError):
+            return withdraw(checkpoint_dir, request.id)  # taken back meanwhile (Ctrl-C)
+        path.unlink(missing_ok=True)
+        return reply
+    return withdraw(checkpoint_dir, request.id)
 
 
 __all__ = [
@@ -479,12 +506,13 @@ __all__ = [
     "RepairRequest",
     "ReplayRequest",
     "answer",
+    "answer_of",
     "check_replay",
     "pending",
+    "request_from_json",
     "requests_dir",
     "submit",
     "take_requests",
     "time_or_position",
-    "wait_answer",
     "withdraw",
 ]

@@ -258,6 +258,7 @@ def verify(
     repair: bool = False,
     out: IO[str],
     recheck_after: float = RECHECK_AFTER,
+    token: str | None = None,
 ) -> Report:
     """Compare the deployment's sinks with its tables; with ``repair``, send the
     drifted keys again through the running runtime. Raises ``DriftError`` when drift
@@ -275,7 +276,7 @@ def verify(
     for line in report.lines():
         print(line, file=out, flush=True)
     if report.bad and repair:
-        _repair(folder, report, out)
+        _repair(folder, report, out, token)
         report = _compare(config, deployment, tables, recheck_after)
         for line in report.lines():
             print(line, file=out, flush=True)
@@ -491,7 +492,7 @@ def _recheck(
     return still
 
 
-def _repair(folder: str, report: Report, out: IO[str]) -> None:
+def _repair(folder: str, report: Report, out: IO[str], token: str | None) -> None:
     from dbus_spark.history.follow import ANSWER_TIMEOUT, ask, follow
     from dbus_spark.history.requests import RepairRequest
     from dbus_spark.history.tasks import HistoryStore, store_path
@@ -519,7 +520,7 @@ def _repair(folder: str, report: Report, out: IO[str]) -> None:
             for source, table in dict.fromkeys([*keys, *deletes])
         ),
     )  # fmt: skip
-    reply = ask(folder, request, "repair", answer_timeout=ANSWER_TIMEOUT)
+    reply = ask(folder, request, "repair", answer_timeout=ANSWER_TIMEOUT, token=token)
     print(f"repair of {report.deployment}: {reply.message}", file=out, flush=True)
     follow(HistoryStore(store_path(folder)), reply.tasks, out=out)
 

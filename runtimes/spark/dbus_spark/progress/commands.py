@@ -1,10 +1,11 @@
 """`dbus fn pause NAME` and `dbus fn resume NAME`: a deployment's position held, and let
 go (``dbus_spark.progress``); `dbus fn status`: where each deployment stands.
 
-Pause and resume ask the runtime at a checkpoint, between two micro-batches, as a
-backfill does (``dbus_spark.history.requests``); status asks the runtime's JSON API
-(``dbus_spark.api``), as the dashboard does. The SDK's `dbus fn` group finds them
-through the ``dbus_fn.cli.fn`` entry point group.
+All three ask the runtime at a checkpoint through its API (``dbus_spark.api.client``):
+pause and resume post a request its planner answers between two micro-batches, as
+a backfill does (``dbus_spark.history.requests``); status asks for its state, as
+the dashboard does. The SDK's `dbus fn` group finds them through the
+``dbus_fn.cli.fn`` entry point group.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import click
 
 from dbus_fn.cli._options import env_option
 from dbus_fn.cli.cluster import ZooKeeperOptions, cluster_or_local_options
-from dbus_fn.errors import ConfigError, HistoryError, ServiceUnreachableError
-from dbus_spark.history.commands import CHECKPOINT_HELP
+from dbus_fn.errors import HistoryError
+from dbus_spark.history.commands import CHECKPOINT_HELP, api_token_option
 
 if TYPE_CHECKING:
     from dbus_fn.coordination import ZooKeeperSettings
@@ -27,30 +28,33 @@ ANSWER_TIMEOUT = 30.0
 
 
 def ask(name: str, *, pause: bool, checkpoint: str | None, timeout: float = ANSWER_TIMEOUT,
-        cluster: ZooKeeperSettings | None = None) -> str:  # fmt: skip
-    """Ask the runtime at ``checkpoint`` (or the runtimes of ``cluster`` owning its
-    sources) to pause (or resume) deployment ``name``; its answer. ``HistoryError``
-    when it refuses, ``ServiceUnreachableError`` when no runtime takes the request in
-    ``timeout`` seconds (it is then withdrawn)."""
-    from dbus_spark.history.requests import PaceRequest, submit, wait_answer
+        cluster: ZooKeeperSettings | None = None, token: str | None = None) -> str:  # fmt: skip
+    """Ask the runtime at ``checkpoint`` (through its API) or the runtimes of ``cluster``
+    owning its sources (through ZooKeeper) to pause (or resume) deployment ``name``;
+    its answer. ``HistoryError`` when it refuses, ``ServiceUnreachableError`` when no
+    runtime takes the request in ``timeout`` seconds (it is then withdrawn)."""
+    from dbus_spark.history.follow import ask as ask_runtime
+    from dbus_spark.history.follow import ask_cluster
+    from dbus_spark.history.requests import PaceRequest
     from dbus_spark.history.target import runtime_at
 
     request = PaceRequest(name, pause)
     if cluster is not None:
-        from dbus_spark.history.follow import ask_cluster
-
         answers = ask_cluster(cluster, request, answer_timeout=timeout)
         return "\n".join(f"{source}: {answers[source].message}" for source in sorted(answers))
     folder, _ = runtime_at(checkpoint)
-    submit(folder, request)
-    return wait_answer(folder, request, timeout=timeout).message
+    what = "pause" if pause else "resume"
+    return ask_runtime(folder, request, what, answer_timeout=timeout, token=token).message
 
 
 @click.command("pause")
 @click.argument("name")
 @env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=CHECKPOINT_HELP)
+@api_token_option
 @cluster_or_local_options
-def pause(name: str, checkpoint: str | None, zk: ZooKeeperOptions | None) -> None:
+def pause(
+    name: str, checkpoint: str | None, api_token: str | None, zk: ZooKeeperOptions | None
+) -> None:
     """Stop sending deployment NAME anything; its position holds.
 
     The other deployments go on. `dbus fn resume NAME` lets it catch up from where it
@@ -59,17 +63,22 @@ def pause(name: str, checkpoint: str | None, zk: ZooKeeperOptions | None) -> Non
     position moves with the source. Exit 2 for a deployment the runtime does not run,
     3 when no runtime answers.
     """
-    said = ask(name, pause=True, checkpoint=checkpoint, cluster=zk.settings() if zk else None)
+    said = ask(name, pause=True, checkpoint=checkpoint, cluster=zk.settings() if zk else None,
+               token=api_token)  # fmt: skip
     click.echo(said, file=sys.stdout)
 
 
 @click.command("resume")
 @click.argument("name")
 @env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=CHECKPOINT_HELP)
+@api_token_option
 @cluster_or_local_options
-def resume(name: str, checkpoint: str | None, zk: ZooKeeperOptions | None) -> None:
+def resume(
+    name: str, checkpoint: str | None, api_token: str | None, zk: ZooKeeperOptions | None
+) -> None:
     """Let a paused deployment NAME catch up from where it stopped, then rejoin."""
-    said = ask(name, pause=False, checkpoint=checkpoint, cluster=zk.settings() if zk else None)
+    said = ask(name, pause=False, checkpoint=checkpoint, cluster=zk.settings() if zk else None,
+               token=api_token)  # fmt: skip
     click.echo(said, file=sys.stdout)
 
 
@@ -78,32 +87,11 @@ def deployments_of(checkpoint: str | None, token: str | None = None) -> list[dic
     the dashboard asks it), as JSON."""
     from dataclasses import asdict
 
-    from dbus_spark.api import address_path
-    from dbus_spark.api.cluster import NoState, fetch_state
+    from dbus_spark.api.client import runtime_state
     from dbus_spark.history.target import runtime_at
 
     folder, _ = runtime_at(checkpoint)
-    address = address_path(folder)
-    try:
-        url = address.read_text().strip()
-    except OSError:
-        raise ServiceUnreachableError(
-            f"no runtime serves its API at checkpoint {folder} ({address} is missing); start "
-            "it with `dbus runtime start`, with its API on (--api)",
-            service="runtime",
-        ) from None
-    try:
-        state = fetch_state(url, token, timeout=ANSWER_TIMEOUT)
-    except NoState as exc:
-        if exc.code == 401:
-            raise ConfigError(
-                f"the runtime at {url} wants its API token; pass --api-token or set DBUS_API_TOKEN",
-                setting="--api-token",
-            ) from None
-        said = f"answered {exc}" if exc.code else f"does not answer at {url} ({exc.detail})"
-        raise ServiceUnreachableError(
-            f"the runtime at checkpoint {folder} {said}; is it running?", service="runtime"
-        ) from None
+    state = runtime_state(folder, token, timeout=ANSWER_TIMEOUT)
     return [asdict(deployment) for deployment in state.deployments]
 
 
@@ -130,8 +118,7 @@ def status_line(deployment: dict[str, Any]) -> str:
 @click.command("status")
 @click.argument("name", required=False)
 @env_option("--checkpoint", env="DBUS_CHECKPOINT", default=None, help=CHECKPOINT_HELP)
-@env_option("--api-token", env="DBUS_API_TOKEN", default=None,
-            help="The runtime's API token, when it was started with one.")  # fmt: skip
+@api_token_option
 @click.option("--json", "as_json", is_flag=True, help="Print what the runtime said, as JSON.")
 def status(name: str | None, checkpoint: str | None, api_token: str | None, as_json: bool) -> None:
     """Each deployment of a running runtime: with the stream, catching up, detached

@@ -1,0 +1,50 @@
+"""One runtime's API: what it shows and the requests it takes, on a thread of the
+runtime's own process, found by commands through a file beside the checkpoint."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from dbus_spark.api.desk import RequestDesk
+from dbus_spark.api.server import ApiServer, ApiSettings, address_path, build_app
+from dbus_spark.metrics import RuntimeMetrics
+
+
+class RuntimeApi:
+    """The API server of a runtime, its metrics and its request desk."""
+
+    def __init__(self, server: ApiServer, metrics: RuntimeMetrics, desk: RequestDesk) -> None:
+        self.server = server
+        self.metrics = metrics
+        self.desk = desk
+        self.address_file: Path | None = None
+
+    @classmethod
+    def serve(cls, address: str, token: str | None, runtime_id: str) -> RuntimeApi | None:
+        """The API bound at ``address`` before Spark starts (a taken port fails at
+        once), or None for ``off``."""
+        settings = ApiSettings.parse(address, token)
+        if settings is None:
+            return None
+        metrics = RuntimeMetrics(runtime_id=runtime_id)
+        desk = RequestDesk()
+        return cls(ApiServer(build_app(metrics, settings.token, desk), settings), metrics, desk)
+
+    def start(self, checkpoint_dir: str) -> str:
+        """Serve the runtime running at ``checkpoint_dir``, and say where; the URL."""
+        url = self.server.start()
+        self.desk.open(checkpoint_dir)
+        self.address_file = address_path(checkpoint_dir)
+        self.address_file.write_text(url + "\n")
+        logging.getLogger("dbus.runtime").info("api: serving %s/metrics", url)
+        return url
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.metrics.close()
+        if self.address_file is not None:
+            self.address_file.unlink(missing_ok=True)
+
+
+__all__ = ["RuntimeApi"]
