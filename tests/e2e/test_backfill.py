@@ -150,7 +150,13 @@ def test_a_request_nobody_takes_is_withdrawn(tmp_path: Path, function_folder: An
     config = RuntimeConfig((), (str(folder),), "127.0.0.1:1", "http://127.0.0.1:1",
                            str(tmp_path / "cp"))  # fmt: skip
     config.save(tmp_path / "cp.config.json")
-    with pytest.raises(ServiceUnreachableError, match="no runtime took the request within 1s"):
+    with pytest.raises(ServiceUnreachableError, match="no runtime serves its API at checkpoint"):
+        backfill("catalog", [], None, checkpoint=str(tmp_path / "cp"), out=io.StringIO())
+    assert not (tmp_path / "cp.requests").exists()  # nothing waits for a runtime to come
+    # Its API up, its planner taking nothing (the query not running): withdrawn in time.
+    with serving_api(tmp_path / "cp"), pytest.raises(
+        ServiceUnreachableError, match="no runtime took the request within 1s"
+    ):
         backfill("catalog", [], None, checkpoint=str(tmp_path / "cp"), out=io.StringIO(),
                  answer_timeout=1)  # fmt: skip
     assert list((tmp_path / "cp.requests").glob("*.json")) == []
