@@ -95,7 +95,7 @@ def test_a_uri_checkpoint_resumes_where_it_committed_and_keeps_its_files_on_the_
     twin = local_twin(uri)
     assert twin.parent == default_home() / "checkpoints"
     assert beside(uri, ".config.json").is_file()
-    assert beside(uri, ".progress.json").is_file()
+    assert (beside(uri, ".progress") / "history.json").is_file()
     # Read through Hadoop's file system, the committed positions are those the local
     # fast path reads from the same folder.
     through_hadoop = committed_positions(uri, spark)

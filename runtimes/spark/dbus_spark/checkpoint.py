@@ -104,16 +104,16 @@ def local_folder(checkpoint: str) -> Path:
     return local_twin(checkpoint).parent
 
 
-PROGRESS = ".progress.json"
-"""The one file that holds each deployment's progress beside Spark's offset log."""
-_FORMAT = 2
-_LEGACY = {"reached": ".reached.json", "history": ".history.json"}
-"""Sections an older runtime kept in files of their own, read once on upgrade."""
+PROGRESS = ".progress"
+"""The one folder that holds each deployment's progress beside Spark's offset log."""
+SECTIONS = ("deployments", "reached", "history")
+_LEGACY = {"deployments": ".progress.json", "reached": ".reached.json", "history": ".history.json"}
+"""Where an older runtime kept each section, read once on upgrade."""
 
 
-class ProgressFile:
-    """``<checkpoint>.progress.json``: what a runtime knows of its progress beyond the
-    positions Spark's offset log holds, in one file and one section per concern:
+class ProgressFolder:
+    """``<checkpoint>.progress/``: what a runtime knows of its progress beyond the
+    positions Spark's offset log holds, in one folder, one JSON file per section:
 
     - ``deployments``: per source, the deployments not with the stream, where each
       stands and why (``dbus_spark.progress.ProgressBook``);
@@ -123,50 +123,57 @@ class ProgressFile:
       (``dbus_spark.history.HistoryStore``).
 
     Spark's Python workers on the driver (the planner, the writer's commit), the
-    runtime's own process and the ``dbus fn`` commands all read it; each change is
-    a read, change and replace under a lock on its folder, so two sections written
-    by two processes at once both hold. The whole file is replaced in one step, so
-    a runtime killed mid-write leaves the old text or the new.
+    runtime's own process and the ``dbus fn`` commands all read it. Each change is
+    a read, change and replace under a lock on the folder, so two processes never
+    lose each other's change; a section is its own file, so the small ones written
+    every batch never rewrite (or make anyone read again) a long history. Each file
+    is replaced in one step: a runtime killed mid-write leaves the old text or the
+    new.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._held: dict[str, Any] | None = None
-        self._dirty = False
+        """Inside ``held``: each section read or changed so far."""
+        self._changed: set[str] = set()
         self._depth = 0
 
     @classmethod
-    def of(cls, checkpoint: str) -> ProgressFile:
+    def of(cls, checkpoint: str) -> ProgressFolder:
         return cls(beside(checkpoint, PROGRESS))
+
+    def file(self, section: str) -> Path:
+        if section not in SECTIONS:
+            raise ValueError(f"no progress section {section!r} (sections: {SECTIONS})")
+        return self.path / f"{section}.json"
 
     def read(self, section: str) -> Any:
         """The section as last written ({} when never)."""
         if self._held is not None:
-            return self._held.get(section, {})
-        return self._load().get(section, {})
+            if section not in self._held:
+                self._held[section] = self._load(section)
+            return self._held[section]
+        return self._load(section)
 
-    def stamp(self) -> int:
-        """Changes whenever the file is replaced (0: there is none)."""
+    def stamp(self, section: str) -> int:
+        """Changes whenever ``section`` is replaced (0: it never was)."""
         try:
-            return self.path.stat().st_mtime_ns
+            return self.file(section).stat().st_mtime_ns
         except FileNotFoundError:
             return 0
 
     def write(self, section: str, value: Any) -> None:
-        """Replace ``section`` with ``value`` ({} or None removes it)."""
+        """Replace ``section`` with ``value`` ({} or None empties it)."""
         self.update(section, lambda _: value)
 
     def update(self, section: str, change: Callable[[Any], Any]) -> Any:
         """Replace ``section`` with ``change(section)`` while no other process writes
-        the file; what ``change`` returned."""
+        the folder; what ``change`` returned."""
         with self.held():
             assert self._held is not None
-            value = change(self._held.get(section, {}))
-            if value:
-                self._held[section] = value
-            else:
-                self._held.pop(section, None)
-            self._dirty = True
+            value = change(self.read(section)) or {}
+            self._held[section] = value
+            self._changed.add(section)
             return value
 
     def forget(self, *sections: str) -> None:
@@ -176,8 +183,8 @@ class ProgressFile:
 
     @contextmanager
     def held(self) -> Iterator[None]:
-        """Changes made inside are written once, at the end, and no other process
-        writes the file meanwhile (a batch's commit)."""
+        """Changes made inside are written at the end, each changed section once, and
+        no other process writes the folder meanwhile (a batch's commit)."""
         if self._depth:
             self._depth += 1
             try:
@@ -185,61 +192,57 @@ class ProgressFile:
             finally:
                 self._depth -= 1
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        folder = os.open(self.path.parent, os.O_RDONLY)
+        self.path.mkdir(parents=True, exist_ok=True)
+        folder = os.open(self.path, os.O_RDONLY)
         try:
             fcntl.flock(folder, fcntl.LOCK_EX)
-            self._held, self._dirty, self._depth = self._load(), False, 1
+            self._held, self._changed, self._depth = {}, set(), 1
             try:
                 yield
-                if self._dirty:
-                    data = {"format": _FORMAT, **self._held}
-                    replace_file(self.path, json.dumps(data, sort_keys=True), mode=0o600)
-                    for legacy in self._legacy().values():
+                for section in sorted(self._changed):
+                    text = json.dumps(self._held[section], sort_keys=True)
+                    replace_file(self.file(section), text, mode=0o600)
+                    legacy = self._legacy(section)
+                    if legacy is not None:
                         legacy.unlink(missing_ok=True)
             finally:
-                self._held, self._dirty, self._depth = None, False, 0
+                self._held, self._changed, self._depth = None, set(), 0
         finally:
             os.close(folder)  # and with it the lock
 
-    def _load(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text())
-        except (FileNotFoundError, ValueError):
-            data = {}
-        if not isinstance(data, dict):
-            data = {}
-        if data and "format" not in data:
-            data = {"deployments": data}  # an older runtime's file held only these
-        data.pop("format", None)
-        for section, legacy in self._legacy().items():
-            if section not in data:
-                with contextlib.suppress(FileNotFoundError, ValueError):
-                    data[section] = json.loads(legacy.read_text())
-        return data
+    def _load(self, section: str) -> Any:
+        for path in (self.file(section), self._legacy(section)):
+            if path is None:
+                continue
+            try:
+                data = json.loads(path.read_text())
+            except (FileNotFoundError, NotADirectoryError, ValueError):
+                continue
+            return data if isinstance(data, dict) else {}
+        return {}
 
-    def _legacy(self) -> dict[str, Path]:
+    def _legacy(self, section: str) -> Path | None:
         if not self.path.name.endswith(PROGRESS):
-            return {}
+            return None
         name = self.path.name[: -len(PROGRESS)]
-        return {section: self.path.with_name(name + suffix) for section, suffix in _LEGACY.items()}
+        return self.path.with_name(name + _LEGACY[section])
 
 
 def record_reached(checkpoint: str, reached: dict[str, dict[str, Any]]) -> None:
     """Note, per source, the position an open read delivered up to (past its batch's
     planned end). Called once the sinks acknowledged everything up to there, so the
     next batch may start there without losing a change."""
-    ProgressFile.of(checkpoint).update("reached", lambda known: {**known, **reached})
+    ProgressFolder.of(checkpoint).update("reached", lambda known: {**known, **reached})
 
 
 def load_reached(checkpoint: str) -> dict[str, dict[str, Any]]:
     """Per source, where its last open read delivered up to ({} when none has)."""
-    return dict(ProgressFile.of(checkpoint).read("reached"))
+    return dict(ProgressFolder.of(checkpoint).read("reached"))
 
 
 def forget_reached(checkpoint: str) -> None:
     """A new checkpoint starts where it is told, whatever an old one reached."""
-    ProgressFile.of(checkpoint).forget("reached")
+    ProgressFolder.of(checkpoint).forget("reached")
 
 
 class _Files(Protocol):
@@ -401,8 +404,9 @@ def delivered_positions(
 
 __all__ = [
     "PROGRESS",
+    "SECTIONS",
     "PendingBatch",
-    "ProgressFile",
+    "ProgressFolder",
     "SparkLog",
     "beside",
     "committed_positions",

@@ -26,7 +26,7 @@ from dbus_fn.errors import ConfigError
 from dbus_fn.registry import load_deployment
 from dbus_spark import logs
 from dbus_spark.checkpoint import (
-    ProgressFile,
+    ProgressFolder,
     SparkLog,
     beside,
     committed_positions,
@@ -274,7 +274,7 @@ def _start_query(
 ) -> StreamingQuery:
     if not SparkLog(config.checkpoint_dir, spark).started():
         # A new checkpoint starts where it is told, every deployment with the stream.
-        ProgressFile.of(config.checkpoint_dir).forget("reached", "deployments")
+        ProgressFolder.of(config.checkpoint_dir).forget("reached", "deployments")
     cores = spark.sparkContext.defaultParallelism
     shards = config.decode_shards or default_decode_shards(cores)
     options = {"config": str(path)}

@@ -36,7 +36,7 @@ from pyspark.sql.types import StructType
 
 from dbus_fn.coordination import HoldCheck
 from dbus_fn.errors import DbusError
-from dbus_spark.checkpoint import ProgressFile
+from dbus_spark.checkpoint import ProgressFolder
 from dbus_spark.config import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.history import ChunkDone, HistoryStore, progress_text
 from dbus_spark.logs import FIELDS, runtime_logger
@@ -461,9 +461,10 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             except OSError as exc:  # metrics never hold a batch back
                 log.warning("batch %d: its metrics report was not written: %s", batchId, exc)
         history: dict[str, str] = {}
-        # Before Spark records the batch as committed, in one write of the progress
-        # file: the next plan reads it, and a replay of this batch re-reads its chunks.
-        progress = ProgressFile.of(self._checkpoint_dir)
+        # Before Spark records the batch as committed, each changed section of the
+        # progress folder written once: the next plan reads it, and a replay of this
+        # batch re-reads its chunks.
+        progress = ProgressFolder.of(self._checkpoint_dir)
         with progress.held():
             if stage.chunks or stage.replays or stage.refused:
                 store = HistoryStore(progress)

@@ -69,7 +69,7 @@ def test_a_local_checkpoint_keeps_the_runtime_files_beside_it(tmp_path: Path) ->
         elasticsearch="http://127.0.0.1:9200", checkpoint=checkpoint,
     )  # fmt: skip
     assert default_config_path(config) == tmp_path / "cp.config.json"
-    assert store_path(checkpoint) == tmp_path / "cp.progress.json"
+    assert store_path(checkpoint) == tmp_path / "cp.progress"
     assert reports_dir(checkpoint) == tmp_path / "cp.reports"
     assert requests_dir(checkpoint) == tmp_path / "cp.requests"
     assert address_path(checkpoint) == tmp_path / "cp.api"
@@ -86,7 +86,7 @@ def test_a_uri_checkpoint_keeps_the_runtime_files_on_the_drivers_disk() -> None:
     # Two URIs that read alike as file names still get their own files.
     assert local_twin("s3a://a-b/c") != local_twin("s3a://a/b-c")
     assert beside(uri, ".config.json") == twin.parent / f"{twin.name}.config.json"
-    assert store_path(uri) == twin.parent / f"{twin.name}.progress.json"
+    assert store_path(uri) == twin.parent / f"{twin.name}.progress"
     assert reports_dir(uri) == twin.parent / f"{twin.name}.reports"
     assert local_folder(uri) == twin.parent
 

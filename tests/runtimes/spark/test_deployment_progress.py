@@ -86,7 +86,7 @@ def test_the_book_survives_its_file_and_an_unreadable_one_is_empty(tmp_path: Pat
     assert book.load() == {}
     book.apply([detached("src", "b", _at(300), "es down", commit_time=5.0)], now=1.0)
     assert book.load() == {"src": {"b": Behind(_at(300), "es down", 1.0, 5.0, 2.0)}}
-    (tmp_path / "ckpt.progress.json").write_text("{not json")
+    (tmp_path / "ckpt.progress" / "deployments.json").write_text("{not json")
     assert book.load() == {}
 
 

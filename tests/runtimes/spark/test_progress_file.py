@@ -1,6 +1,6 @@
-"""One file beside the checkpoint holds the runtime's progress beyond Spark's offset
+"""One folder beside the checkpoint holds the runtime's progress beyond Spark's offset
 log: where each deployment not with the stream stands, how far open reads
-delivered, and the history tasks, each a section of it."""
+delivered, and the history tasks, a file per section."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import multiprocessing
 from pathlib import Path
 
-from dbus_spark.checkpoint import ProgressFile, load_reached, record_reached
+from dbus_spark.checkpoint import ProgressFolder, load_reached, record_reached
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.history.records import HistoryTask
 from dbus_spark.progress import Behind, ProgressBook, detached
@@ -16,7 +16,7 @@ from dbus_spark.progress import Behind, ProgressBook, detached
 AT = {"file": "bin.000001", "pos": 300}
 
 
-def test_every_concern_is_a_section_of_one_file_and_no_other_file_is_written(
+def test_every_concern_is_a_section_of_one_folder_and_nothing_else_is_written(
     tmp_path: Path,
 ) -> None:
     checkpoint = str(tmp_path / "ckpt")
@@ -25,48 +25,64 @@ def test_every_concern_is_a_section_of_one_file_and_no_other_file_is_written(
     store = HistoryStore(store_path(checkpoint))
     store.save()
 
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.progress.json"]
-    data = json.loads((tmp_path / "ckpt.progress.json").read_text())
-    assert set(data) == {"format", "reached", "deployments", "history"}
-    assert data["reached"] == {"a": AT}
-    assert data["deployments"]["a"]["b"]["reason"] == "es down"
-    assert (tmp_path / "ckpt.progress.json").stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.progress"]
+    folder = tmp_path / "ckpt.progress"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "deployments.json", "history.json", "reached.json"
+    ]
+    assert json.loads((folder / "reached.json").read_text()) == {"a": AT}
+    deployments = json.loads((folder / "deployments.json").read_text())
+    assert deployments["a"]["b"]["reason"] == "es down"
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in folder.iterdir())
     assert load_reached(checkpoint) == {"a": AT}
 
 
+def test_a_section_written_every_batch_leaves_the_others_files_alone(tmp_path: Path) -> None:
+    """A long history is neither written again nor read again for an open read's note."""
+    checkpoint = str(tmp_path / "ckpt")
+    store = HistoryStore(store_path(checkpoint))
+    store._tasks["a"] = {"b:shop.orders": HistoryTask("b", "shop.orders", ("id",), True)}
+    store.save()
+    history = tmp_path / "ckpt.progress" / "history.json"
+    before = history.stat()
+    for pos in range(5):
+        record_reached(checkpoint, {"a": {**AT, "pos": pos}})
+    after = history.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert ProgressFolder(tmp_path / "ckpt.progress").stamp("history") == before.st_mtime_ns
+
+
 def test_changes_inside_held_are_written_once_at_its_end(tmp_path: Path) -> None:
-    progress = ProgressFile(tmp_path / "ckpt.progress.json")
+    progress = ProgressFolder(tmp_path / "ckpt.progress")
     with progress.held():
         progress.write("reached", {"a": AT})
         progress.update("reached", lambda known: {**known, "b": AT})
         assert progress.read("reached") == {"a": AT, "b": AT}  # what it will write
-        assert not progress.path.exists()
-    assert ProgressFile(progress.path).read("reached") == {"a": AT, "b": AT}
+        assert not progress.file("reached").exists()
+    assert ProgressFolder(progress.path).read("reached") == {"a": AT, "b": AT}
     progress.forget("reached")
-    assert ProgressFile(progress.path).read("reached") == {}
+    assert ProgressFolder(progress.path).read("reached") == {}
 
 
-def _write_many(path: str, section: str, count: int) -> None:
-    progress = ProgressFile(path)
+def _write_many(path: str, section: str, count: int, name: str) -> None:
+    progress = ProgressFolder(path)
     for n in range(count):
-        progress.update(section, lambda known, n=n: {**known, str(n): n})
+        progress.update(section, lambda known, n=n: {**known, f"{name}{n}": n})
 
 
-def test_two_processes_writing_two_sections_at_once_lose_nothing(tmp_path: Path) -> None:
-    path = str(tmp_path / "ckpt.progress.json")
+def test_two_processes_changing_one_section_at_once_lose_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "ckpt.progress")
     context = multiprocessing.get_context("spawn")
     writers = [
-        context.Process(target=_write_many, args=(path, section, 150))
-        for section in ("reached", "deployments")
+        context.Process(target=_write_many, args=(path, "reached", 150, name))
+        for name in ("a", "b")
     ]
     for writer in writers:
         writer.start()
     for writer in writers:
         writer.join(60)
         assert writer.exitcode == 0
-    progress = ProgressFile(path)
-    assert len(progress.read("reached")) == 150
-    assert len(progress.read("deployments")) == 150
+    assert len(ProgressFolder(path).read("reached")) == 300
 
 
 def test_an_older_runtimes_files_are_read_once_and_folded_in(tmp_path: Path) -> None:
@@ -83,10 +99,12 @@ def test_an_older_runtimes_files_are_read_once_and_folded_in(tmp_path: Path) -> 
     assert load_reached(checkpoint) == {"a": AT}
     assert list(HistoryStore(store_path(checkpoint)).tasks("a")) == ["b:shop.orders"]
 
-    record_reached(checkpoint, {"c": AT})  # the first write folds the old files in
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.progress.json"]
+    record_reached(checkpoint, {"c": AT})  # a section's first write folds its old file in
+    ProgressBook(checkpoint).pause("z", {"a": AT})
+    HistoryStore(store_path(checkpoint)).save()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.progress"]
     assert load_reached(checkpoint) == {"a": AT, "c": AT}
-    assert ProgressBook(checkpoint).load() == {"a": {"b": Behind(AT, "es down", 1.0)}}
+    assert ProgressBook(checkpoint).load()["a"]["b"] == Behind(AT, "es down", 1.0)
     assert list(HistoryStore(store_path(checkpoint)).tasks("a")) == ["b:shop.orders"]
 
 

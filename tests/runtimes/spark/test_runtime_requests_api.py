@@ -171,7 +171,7 @@ def test_a_request_the_planner_cannot_act_on_is_refused_and_the_next_one_answere
     odd, fine = PaceRequest("odd", True), PaceRequest("orders", True)
     submit(checkpoint, odd)
     submit(checkpoint, fine)
-    take_requests(checkpoint, HistoryStore(tmp_path / "progress.json"), {}, [], pace)
+    take_requests(checkpoint, HistoryStore(tmp_path / "ckpt.progress"), {}, [], pace)
     answers = {
         path.name: json.loads(path.read_text())
         for path in requests_dir(checkpoint).glob("*.answer.json")

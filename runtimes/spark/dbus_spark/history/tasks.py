@@ -21,8 +21,8 @@ between ``E`` and ``P`` are sent after the snapshot row that already holds them
 (at least once); Elasticsearch's versions keep the newer document, and Kafka's
 last value per key ends equal to the row.
 
-Progress lives in the ``HistoryStore``, a section of the progress file beside the
-checkpoint (``dbus_spark.checkpoint.ProgressFile``), written by
+Progress lives in the ``HistoryStore``, a section of the progress folder beside the
+checkpoint (``dbus_spark.checkpoint.ProgressFolder``), written by
 the driver when a micro-batch commits (chunks done, with their positions) and
 when deployments are first seen (the tasks to run). A runtime killed mid-task
 replays its uncommitted batch and goes on from the last committed chunk.
@@ -48,7 +48,7 @@ from dbus_fn.capture._snapshot import snapshot_tables
 from dbus_fn.errors import HistoryError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.manifest import Manifest
-from dbus_spark.checkpoint import PROGRESS, ProgressFile, beside
+from dbus_spark.checkpoint import PROGRESS, ProgressFolder, beside
 from dbus_spark.history.gate import Gate, position_order
 from dbus_spark.history.queries import (
     check_where,
@@ -72,14 +72,14 @@ log = logging.getLogger("dbus.runtime")
 
 class HistoryStore:
     """The history tasks of one runtime, per source: the ``history`` section of its
-    progress file (``dbus_spark.checkpoint.ProgressFile``).
+    progress folder (``dbus_spark.checkpoint.ProgressFolder``).
 
     Only the driver writes it: when deployments are first seen (``consider``),
     when a micro-batch commits (``record``) and when a task needs no gate any more.
     """
 
-    def __init__(self, path: str | Path | ProgressFile) -> None:
-        self._file = path if isinstance(path, ProgressFile) else ProgressFile(path)
+    def __init__(self, path: str | Path | ProgressFolder) -> None:
+        self._file = path if isinstance(path, ProgressFolder) else ProgressFolder(path)
         self.path = self._file.path
         self._tasks: dict[str, dict[str, HistoryTask]] = {}
         self._considered: dict[str, dict[str, list[str]]] = {}
@@ -98,7 +98,7 @@ class HistoryStore:
         self.reload()
 
     def reload(self) -> None:
-        stamp = self._file.stamp()
+        stamp = self._file.stamp("history")
         if stamp == self._stamp:
             return
         data = self._file.read("history")
@@ -209,7 +209,7 @@ class HistoryStore:
         # What the file holds is JSON: compare it with JSON, not with shared dicts.
         self._seen = json.loads(json.dumps(data))
         self._file.write("history", data)
-        self._stamp = self._file.stamp()
+        self._stamp = self._file.stamp("history")
 
     def tasks(self, source: str) -> dict[str, HistoryTask]:
         return self._tasks.get(source, {})
@@ -531,5 +531,5 @@ __all__ = ["HistoryStore", "store_path"]
 
 def store_path(checkpoint_dir: str) -> Path:
     """Where a runtime's history progress lives: the ``history`` section of the
-    progress file beside its checkpoint (``dbus_spark.checkpoint.ProgressFile``)."""
+    progress folder beside its checkpoint (``dbus_spark.checkpoint.ProgressFolder``)."""
     return beside(checkpoint_dir, PROGRESS)

@@ -25,9 +25,9 @@ Where it is kept: each planned micro-batch's offsets carry, per source, the
 deployments not with the stream and their positions (``"behind"``), so Spark's
 offset log holds every deployment's position. What a batch's tasks found (a
 detach, a catch-up read, a rejoin) reaches the next plan through
-the ``deployments`` section of ``<checkpoint>.progress.json``, written by the
+the ``deployments`` section of ``<checkpoint>.progress/``, written by the
 batch's commit before Spark records it (``ProgressBook``; the file holds the
-runtime's other progress too, ``dbus_spark.checkpoint.ProgressFile``). A runtime
+runtime's other progress too, ``dbus_spark.checkpoint.ProgressFolder``). A runtime
 killed at any point replays its last batch from the positions in the offset log:
 at least once, never less.
 
@@ -45,7 +45,7 @@ from typing import Any
 
 from dbus_fn.capture import position_from_json
 from dbus_fn.events import RowChange
-from dbus_spark.checkpoint import PROGRESS, ProgressFile, beside
+from dbus_spark.checkpoint import ProgressFolder
 from dbus_spark.history import position_order
 from dbus_spark.history.records import MAX_BACKOFF, backoff
 
@@ -125,10 +125,6 @@ def rejoined(source: str, deployment: str) -> dict[str, Any]:
     return {"kind": "rejoined", "source": source, "deployment": deployment}
 
 
-def progress_path(checkpoint: str) -> str:
-    return str(beside(checkpoint, PROGRESS))
-
-
 def _book(data: Mapping[str, Any]) -> Book:
     return {
         source: {name: Behind.from_json(entry) for name, entry in deployments.items()}
@@ -145,12 +141,12 @@ def _data(book: Book) -> dict[str, Any]:
 
 
 class ProgressBook:
-    """The ``deployments`` section of the checkpoint's progress file
-    (``dbus_spark.checkpoint.ProgressFile``): per source, the deployments not with
+    """The ``deployments`` section of the checkpoint's progress folder
+    (``dbus_spark.checkpoint.ProgressFolder``): per source, the deployments not with
     the stream."""
 
-    def __init__(self, checkpoint: str, file: ProgressFile | None = None) -> None:
-        self._file = file if file is not None else ProgressFile.of(checkpoint)
+    def __init__(self, checkpoint: str, folder: ProgressFolder | None = None) -> None:
+        self._file = folder if folder is not None else ProgressFolder.of(checkpoint)
 
     def load(self) -> Book:
         try:
@@ -350,7 +346,6 @@ __all__ = [
     "detached",
     "fold",
     "not_taken",
-    "progress_path",
     "rejoined",
     "start_order",
 ]
