@@ -16,6 +16,7 @@ of every deployment that goes on with it has the data.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -465,7 +466,9 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         # progress folder written once: the next plan reads it, and a replay of this
         # batch re-reads its chunks.
         progress = ProgressFolder.of(self._checkpoint_dir)
-        with progress.held():
+        changed = stage.chunks or stage.replays or stage.refused or stage.reached or stage.progress
+        # Most batches change nothing of it: no lock, no folder touched on their way.
+        with progress.held() if changed else contextlib.nullcontext():
             if stage.chunks or stage.replays or stage.refused:
                 store = HistoryStore(progress)
                 with store.saved_once():
