@@ -63,7 +63,11 @@ def runtime_config(
             spec=SourceSpec(
                 name=name, dsn=dsn, tables=tables, keep_helper_tables=bool(keep_helper_tables)
             ),
-            replica_id=replica_id_for(f"{name}/runtime"),
+            # Two runtimes reading one server under the same source name (two teams,
+            # each with the default) must not share a server id: the server would drop
+            # one connection each time the other connects. The checkpoint tells them
+            # apart, and a restarted runtime keeps its id.
+            replica_id=replica_id_for(f"{name}/runtime/{checkpoint}"),
             start=start,
         )
         for name, dsn in named

@@ -90,3 +90,17 @@ def test_a_checkpoint_goes_on_under_its_names_and_takes_new_ones(
     else:
         _check_source_names(_config(checkpoint, *names), None)
     _check_source_names(_config(tmp_path / "new", "anything"), None)  # no checkpoint yet
+
+
+def test_two_runtimes_reading_one_source_name_register_different_server_ids(
+    tmp_path: Path,
+) -> None:
+    # The same name in two runtimes (two teams, each with the default source) on one
+    # server: a shared id would make the server drop one reader whenever the other
+    # connects. A restart (the same checkpoint) keeps its id.
+    ids = {
+        checkpoint: _config(tmp_path / checkpoint, "shop").sources[0].replica_id
+        for checkpoint in ("team-a", "team-b")
+    }
+    assert ids["team-a"] != ids["team-b"]
+    assert _config(tmp_path / "team-a", "shop").sources[0].replica_id == ids["team-a"]
