@@ -188,3 +188,27 @@ def test_an_apt_failure_names_the_step_and_its_log(isolated) -> None:
     assert error.step == "apt-get update"
     assert "lock" in (error.last_log_line or "")
     assert policy.exists() == had_policy, "the temporary policy-rc.d is removed again"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="apt-get needs root")
+def test_two_installs_at_once_take_turns(isolated, tmp_path: Path) -> None:
+    # apt-get itself would fail the second of two concurrent runs on its lock; an
+    # apt-get that notes when each run starts and ends shows whether they overlap.
+    import threading
+
+    bin_dir, runs = tmp_path / "bin", tmp_path / "runs"
+    bin_dir.mkdir()
+    apt = bin_dir / "apt-get"
+    apt.write_text(f'#!/bin/sh\necho "start $1" >> {runs}\nsleep 0.3\necho "end $1" >> {runs}\n')
+    apt.chmod(0o755)
+    config = isolated(PATH=f"{bin_dir}:{os.environ['PATH']}")
+    installs = [
+        threading.Thread(target=apt_install, args=(config, {package: "browser"}))
+        for package in ("chromium", "percona-toolkit")
+    ]
+    for install in installs:
+        install.start()
+    for install in installs:
+        install.join()
+    steps = runs.read_text().split()[::2]
+    assert steps == ["start", "end"] * 4, runs.read_text()

@@ -7,6 +7,7 @@ them). Missing tools are reported with the command that installs them.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -123,6 +124,21 @@ def apt_install(config: ServicesConfig, packages: Mapping[str, str]) -> None:
         )
     log_file = config.home / "logs" / "apt.log"
     env = {**config.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    # Two dbus processes installing at once (two `services up`, two test workers)
+    # take turns: apt itself would fail the second on its lock, and the first to
+    # finish would remove the policy the other still needs.
+    with open(APT_TURN, "a") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        _apt_steps(apt, packages, service, log_file, env)
+
+
+APT_TURN = Path("/run/lock" if Path("/run/lock").is_dir() else "/tmp") / "dbus-apt-install.lock"
+"""Held by whichever dbus process is installing Debian packages."""
+
+
+def _apt_steps(
+    apt: str, packages: Mapping[str, str], service: str, log_file: Path, env: dict[str, str]
+) -> None:
     policy = Path("/usr/sbin/policy-rc.d")
     placed_policy = False
     if not policy.exists():
