@@ -52,7 +52,9 @@ from dbus_fn.coordination import ZooKeeperSettings, close, cluster_status, conne
 from dbus_spark.cluster import handoff_seconds
 from dbus_spark.config import WriteFencing, load_config
 
-pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
+# Exclusive (run apart from the parallel integration pass): 4 s ZooKeeper sessions and bounded
+# handoffs under three runtimes.
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.exclusive]
 
 CLUSTER = "chaos"
 RUNTIMES = ("rt-a", "rt-b", "rt-c")

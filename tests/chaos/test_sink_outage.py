@@ -32,7 +32,9 @@ from support import page_texts, runtime_api, sample_sum, scrape, wait_for
 
 from dbus_deploy.services import down, up
 
-pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
+# Exclusive (run apart from the parallel integration pass): bounds how fast an outage shows; three
+# private services, Spark and a browser.
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.exclusive]
 
 OUTAGE = 30.0
 # What the runtime logs while a sink is away: the sinks' own retry warnings, the

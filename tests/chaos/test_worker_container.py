@@ -33,7 +33,9 @@ from dbus_deploy.services import load_config
 from dbus_deploy.spark import SparkClusterConfig, down, load_spark_config, up
 from dbus_fn.errors import ConfigError
 
-pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
+# Exclusive (run apart from the parallel integration pass): runs containers on the one Docker
+# engine.
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.exclusive]
 
 ROWS = 3_000
 

@@ -22,7 +22,8 @@ from dbus_deploy.image import build_image
 from dbus_deploy.services import apt_install, load_config
 from dbus_fn.errors import DbusError
 
-pytestmark = pytest.mark.integration
+# Exclusive (run apart from the parallel integration pass): builds images on the one Docker engine.
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
 
 COMPOSE_FILE = Path(__file__).resolve().parents[2] / "deploy" / "compose" / "spark-cluster.yml"
 

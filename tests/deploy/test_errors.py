@@ -174,6 +174,7 @@ def test_a_home_elasticsearch_cannot_enter_is_refused_before_any_download(
     assert not (config.lib_dir / "elasticsearch-8.19.7").exists()
 
 
+@pytest.mark.exclusive  # holds apt's own lock: a test installing meanwhile would fail
 @pytest.mark.skipif(os.geteuid() != 0, reason="apt-get needs root")
 def test_an_apt_failure_names_the_step_and_its_log(isolated) -> None:
     config = isolated()

@@ -27,7 +27,9 @@ from dbus_deploy.image import BuiltImage, build_image, check_image, start_worker
 from dbus_deploy.services import ServicesConfig
 from dbus_fn.cli import cli
 
-pytestmark = pytest.mark.integration
+# Exclusive (run apart from the parallel integration pass): builds and prunes images on the one
+# Docker engine; bounds a start time.
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
 
 REPO = Path(__file__).resolve().parents[2]
 

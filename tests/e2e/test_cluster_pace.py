@@ -24,7 +24,9 @@ from dbus_spark.job import default_config_path, start_member
 from dbus_spark.progress import ProgressBook
 from dbus_spark.settings import member_config
 
-pytestmark = pytest.mark.e2e
+# Exclusive (run apart from the parallel integration pass): bounds a healthy deployment's latency
+# (detach after 2 s).
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
 
 CLUSTER = "pace"
 

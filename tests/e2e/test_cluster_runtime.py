@@ -20,7 +20,9 @@ from dbus_spark.cluster import ClusterMember
 from dbus_spark.job import default_config_path, start_member
 from dbus_spark.settings import member_config
 
-pytestmark = pytest.mark.e2e
+# Exclusive (run apart from the parallel integration pass): bounds how fast a cluster sees a deploy
+# (10 s).
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
 
 CLUSTER = "e2e"
 OBSERVED_WITHIN = 10.0

@@ -23,7 +23,9 @@ from dbus_spark.job import start
 from dbus_spark.progress import ProgressBook
 from dbus_spark.settings import runtime_config
 
-pytestmark = pytest.mark.e2e
+# Exclusive (run apart from the parallel integration pass): bounds a healthy deployment's latency
+# while another is slow.
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
 
 
 def _deployment(scratch: Scratch, name: str, table: str, route: str, delay: float = 0.0,

@@ -17,7 +17,9 @@ from support import kafka_count, route_code, wait_for
 from dbus_deploy.services import down, up
 from dbus_spark.progress import ProgressBook
 
-pytestmark = pytest.mark.e2e
+# Exclusive (run apart from the parallel integration pass): bounds a healthy deployment's latency
+# (detach after 2 s).
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
 
 
 def _folder(scratch: Scratch, name: str, table: str, topic: str, sinks: str = "") -> Path:

@@ -18,7 +18,9 @@ from support import wait_for
 
 from dbus_deploy.services import PrometheusEndpoint
 
-pytestmark = [pytest.mark.e2e]
+# Exclusive (run apart from the parallel integration pass): needs a quiet binlog: source lag must
+# drop to zero.
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
 
 ROWS = 200
 

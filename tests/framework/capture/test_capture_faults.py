@@ -16,7 +16,8 @@ from capture_support import StallingProxy, TablesAt, execute
 from dbus_fn import RowChange, TransactionCommit
 from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 
-pytestmark = pytest.mark.integration
+# Exclusive (run apart from the parallel integration pass): restarts the shared MariaDB.
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
 
 STATEMENTS = 20
 ROWS_PER_STATEMENT = 1000

@@ -10,7 +10,9 @@ from capture_support import TablesAt, commits, execute, read_all, rows
 from dbus_fn import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_fn.capture import BinlogReader
 
-pytestmark = pytest.mark.integration
+# Exclusive (run apart from the parallel integration pass): needs a quiet binlog: reads up to the
+# server's last position.
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
 
 
 def signature(item: Any) -> tuple[Any, ...]:

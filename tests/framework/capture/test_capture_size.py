@@ -13,7 +13,9 @@ from capture_support import TablesAt, execute
 from dbus_fn import Operation, RowChange, TransactionCommit
 from dbus_fn.capture import BinlogReader
 
-pytestmark = pytest.mark.integration
+# Exclusive (run apart from the parallel integration pass): changes MariaDB's max_allowed_packet for
+# everyone.
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
 
 MB = 1024 * 1024
 

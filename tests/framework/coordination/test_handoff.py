@@ -46,9 +46,10 @@ def follow(
     done: Callable[[dict[str, Any] | None], bool],
     within: float,
     poke: Callable[[], None] = lambda: None,
+    then: Callable[[], None] = lambda: None,
 ) -> list[Version]:
     """Every version of ``path`` seen, polled each 10 ms, until ``done(data)``;
-    ``poke()`` every tenth poll."""
+    ``then()`` once the first version is seen, ``poke()`` every tenth poll."""
     seen: list[Version] = []
     last: int | None = -1
     deadline = time.monotonic() + within
@@ -65,6 +66,8 @@ def follow(
         if mzxid != last:
             seen.append(Version(data, mtime))
             last = mzxid
+        if polls == 1:
+            then()
         if done(data):
             return seen
         time.sleep(0.01)
@@ -138,11 +141,12 @@ def test_a_stopped_owner_s_sources_stay_released_for_its_handoff(
     first, second = sorted(b.owned_sources())
     epoch = b.owned_sources()[first]
 
-    b.stop()
     path = cluster.layout.assignment(first)
+    # b stops once its assignment is seen: every change from there on is followed.
     seen = follow(
-        client, path, lambda d: bool(d) and d["runtime"] == "rt-a", HANDOFF + 10, _rebalance_now(a)
-    )
+        client, path, lambda d: bool(d) and d["runtime"] == "rt-a", HANDOFF + 10,
+        _rebalance_now(a), then=b.stop,
+    )  # fmt: skip
     released = next(v for v in seen if v.data and v.data["runtime"] == "")
     assigned = seen[-1]
     assert released.data is not None and assigned.data is not None

@@ -21,7 +21,9 @@ from typing import Any, NamedTuple
 import pytest
 from support import relay_table
 
-pytestmark = pytest.mark.e2e
+# Exclusive (run apart from the parallel integration pass): stops and starts the shared
+# Elasticsearch.
+pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
 
 
 class Runtime(NamedTuple):
