@@ -2,9 +2,13 @@
 
 Writes a binlog of 20-column rows and of 3-column rows into a fresh database on
 the local MariaDB (``dbus services up mariadb``), then reads each range with
-(a) mysql-replication, decoding every row (``event.rows``), and (b)
-``dbus_fn.capture.BinlogReader`` yielding ``RowChange``s; prints rows/s for both
-and the ratio b/a. Best of ``--repeat`` runs each, alternating, in one process.
+(a) mysql-replication, decoding every row (``event.rows``), (b)
+``dbus_fn.capture.BinlogReader`` yielding ``RowChange``s with the native row
+decoder (``framework/native``) and (c) with Python's (``DBUS_NATIVE_DECODE=0``);
+prints rows/s for each and the ratios to (a). Then decoding alone, the same row
+images from memory: mysql-replication's ``event.rows`` (timed apart from its
+reading), our Python decoder and the native one. Best of ``--repeat`` runs each,
+alternating, in one process.
 
     .venv/bin/python tests/bench/bench_capture.py [--rows 200000] [--profile]
 """
@@ -13,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pymysql
@@ -25,6 +31,8 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 from dbus_fn import BinlogPosition, RowChange
 from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
+from dbus_fn.capture._decode import TableDecoder
+from dbus_fn.capture._native import SWITCH, native_decoding
 
 WIDE = """CREATE TABLE wide (
   id INT PRIMARY KEY, a INT, b BIGINT, c SMALLINT UNSIGNED, d TINYINT,
@@ -61,9 +69,11 @@ def fill_rows(cursor: Any, fill: str, rows: int) -> None:
 
 
 def bare(
-    settings: dict[str, Any], database: str, start: BinlogPosition, end: BinlogPosition
+    settings: dict[str, Any], database: str, start: BinlogPosition, end: BinlogPosition,
+    decoding: list[float] | None = None,
 ) -> int:
-    """mysql-replication alone, decoding every row of every rows event."""
+    """mysql-replication alone, decoding every row of every rows event; the seconds
+    spent decoding (``event.rows``) are added to ``decoding``."""
     stream = BinLogStreamReader(
         dict(settings), server_id=replica_id_for(f"bench/bare/{uuid.uuid4()}"),
         resume_stream=True, log_file=start.file, log_pos=start.pos, blocking=False,
@@ -77,7 +87,10 @@ def bare(
         for event in stream:
             if (stream.log_file, stream.log_pos) > (end.file, end.pos):
                 break
+            began = time.perf_counter()
             count += len(event.rows)
+            if decoding is not None:
+                decoding.append(time.perf_counter() - began)
     finally:
         stream.close()
     return count
@@ -93,6 +106,42 @@ def ours(spec: SourceSpec, start: BinlogPosition, end: BinlogPosition) -> int:
     finally:
         reader.close()
     return count
+
+
+def python_decoded(spec: SourceSpec, start: BinlogPosition, end: BinlogPosition) -> int:
+    os.environ[SWITCH] = "0"
+    try:
+        return ours(spec, start, end)
+    finally:
+        del os.environ[SWITCH]
+
+
+Body = tuple[TableDecoder, bytes, bytes, bytes | None]
+
+
+def row_images(spec: SourceSpec, start: BinlogPosition, end: BinlogPosition) -> list[Body]:
+    """Every rows event's body our capture decodes in the range, with its decoder."""
+    recorded: list[Body] = []
+    original = TableDecoder.images
+
+    def recording(decoder: TableDecoder, data: bytes, present: bytes,
+                  present_after: bytes | None, owns: Any = None) -> Any:  # fmt: skip
+        recorded.append((decoder, bytes(data), bytes(present), present_after))
+        return original(decoder, data, present, present_after, owns)
+
+    TableDecoder.images = recording  # type: ignore[method-assign]
+    try:
+        ours(spec, start, end)
+    finally:
+        TableDecoder.images = original  # type: ignore[method-assign]
+    return recorded
+
+
+def decode_only(bodies: list[Body], native: bool) -> tuple[int, float]:
+    jobs = [(d if native else replace(d, native=None), *rest) for d, *rest in bodies]
+    began = time.perf_counter()
+    count = sum(1 for d, data, bits, after in jobs for _ in d.images(data, bits, after))
+    return count, time.perf_counter() - began
 
 
 def timed(run: Callable[[], int]) -> tuple[int, float]:
@@ -121,17 +170,40 @@ def main() -> None:
             "20 columns": write(cursor, WIDE, WIDE_FILL, args.rows),
             "3 columns": write(cursor, NARROW, NARROW_FILL, args.rows),
         }
-        print(f"{args.rows} rows per table; best of {args.repeat} runs each; rows/s")
-        print(f"{'table':<12}{'(a) library':>14}{'(b) capture':>14}{'b/a':>8}")
+        native = native_decoding()
+        print(f"{args.rows} rows per table; best of {args.repeat} runs each; rows/s; "
+              f"native row decoder {'built' if native else 'NOT built: (b) decodes in Python'}")
+        print(f"{'table':<12}{'(a) library':>14}{'(b) capture':>14}{'(c) Python':>14}"
+              f"{'b/a':>8}{'c/a':>8}")  # fmt: skip
+        decoding: dict[str, tuple[float, ...]] = {}
         for name, (start, end) in ranges.items():
-            best_a = best_b = 0.0
+            best = [0.0, 0.0, 0.0]
+            decode = [0.0, 0.0, 0.0]
+            bodies = row_images(spec, start, end)
             for _ in range(args.repeat):
-                count_a, seconds_a = timed(lambda s=start, e=end: bare(settings, database, s, e))
-                count_b, seconds_b = timed(lambda s=start, e=end: ours(spec, s, e))
-                assert count_a == count_b == args.rows, (count_a, count_b)
-                best_a = max(best_a, count_a / seconds_a)
-                best_b = max(best_b, count_b / seconds_b)
-            print(f"{name:<12}{best_a:>14,.0f}{best_b:>14,.0f}{best_b / best_a:>8.2f}")
+                spent: list[float] = []
+                runs = (
+                    timed(lambda s=start, e=end, t=spent: bare(settings, database, s, e, t)),
+                    timed(lambda s=start, e=end: ours(spec, s, e)),
+                    timed(lambda s=start, e=end: python_decoded(spec, s, e)),
+                )
+                for i, (count, seconds) in enumerate(runs):
+                    assert count == args.rows, (i, count)
+                    best[i] = max(best[i], count / seconds)
+                decode[0] = max(decode[0], args.rows / sum(spent))
+                for i, on in ((1, False), (2, True)):
+                    count, seconds = decode_only(bodies, native=on)
+                    assert count == args.rows, (on, count)
+                    decode[i] = max(decode[i], count / seconds)
+            a, b, c = best
+            print(f"{name:<12}{a:>14,.0f}{b:>14,.0f}{c:>14,.0f}{b / a:>8.2f}{c / a:>8.2f}")
+            decoding[name] = tuple(decode)
+        print("decoding alone, the same row images from memory; rows/s")
+        print(f"{'table':<12}{'library':>12}{'Python':>12}{'native':>12}"
+              f"{'native/library':>16}{'native/Python':>15}")  # fmt: skip
+        for name, (library, python, native_rate) in decoding.items():
+            print(f"{name:<12}{library:>12,.0f}{python:>12,.0f}{native_rate:>12,.0f}"
+                  f"{native_rate / library:>16.1f}{native_rate / python:>15.1f}")  # fmt: skip
         if args.profile:
             start, end = ranges["3 columns"]
             profile = cProfile.Profile()

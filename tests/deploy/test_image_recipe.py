@@ -91,6 +91,18 @@ def test_tags_follow_content_and_only_content() -> None:
     assert len(changed) == 4 and _runtime().content_tag not in changed
 
 
+def test_the_native_row_decoder_is_installed_after_dbus_when_the_host_built_it() -> None:
+    assert "dbus_native" not in _runtime().dockerfile
+    wheel = "dbus_native-0.1.0-cp311-cp311-linux_x86_64.whl"
+    recipe = _runtime(native_wheel=wheel, native_content="abc-cpython-311")
+    lines = recipe.dockerfile.splitlines()
+    installed = next(i for i, line in enumerate(lines) if f"/opt/dbus/dist/{wheel}" in line
+                     and line.startswith("RUN pip install"))  # fmt: skip
+    assert installed > next(i for i, line in enumerate(lines) if "dbus_fn-0.1.0" in line)
+    assert "|| echo 'warning:" in lines[installed], "an image whose Python differs still builds"
+    assert recipe.content_tag != _runtime(native_wheel=wheel).content_tag
+
+
 def test_the_deps_image_depends_on_base_and_wheels_not_on_dbus() -> None:
     wheels = ("pyspark-4.3.0-py2.py3-none-any.whl", "py4j-0.10.9.9-py2.py3-none-any.whl")
     deps = DepsRecipe("b", "sha256:b", pins_of(wheels), wheels)

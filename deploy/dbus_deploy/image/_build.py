@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from dbus_deploy.image._errors import BaseImageError, ImageBuildError, one_line
 from dbus_deploy.image._inputs import ensure_dbus_wheel, ensure_wheels, image_dir, stage_functions
 from dbus_deploy.image._recipe import DEFAULT_BASE, DepsRecipe, RuntimeRecipe, pins_of
+from dbus_deploy.native import native_wheel
 from dbus_deploy.services import ServicesConfig
 from dbus_deploy.services._process import strip_ansi, telling_line
 from dbus_fn.errors import ConfigError
@@ -267,9 +268,14 @@ def build_image(
     try:
         (context / "dist").mkdir()
         shutil.copy2(wheel.path, context / "dist" / wheel.path.name)
+        native = native_wheel(config.home)
+        if native is not None:
+            shutil.copy2(native, context / "dist" / native.name)
         recipe = RuntimeRecipe(
             base=base, base_id=base_id, deps_tag=deps.tag, dbus_wheel=wheel.path.name,
             dbus_content=wheel.content, functions=stage_functions(config, functions, context),
+            native_wheel=native.name if native else None,
+            native_content=native.parent.name if native else "",
         )  # fmt: skip
         tag = recipe.content_tag
         built = nocache or not _exists(client, tag)

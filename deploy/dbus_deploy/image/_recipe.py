@@ -131,6 +131,10 @@ class RuntimeRecipe:
     dbus_wheel: str
     dbus_content: str
     functions: tuple[FunctionFolder, ...] = ()
+    native_wheel: str | None = None
+    """The capture's native row decoder, built on the host (``dbus_deploy.native``);
+    None: the image's capture decodes in Python."""
+    native_content: str = ""
 
     @property
     def dockerfile(self) -> str:
@@ -149,6 +153,15 @@ class RuntimeRecipe:
             f"/opt/dbus/dist/{self.dbus_wheel} && mkdir -p {IMAGE_HOME}",
             'CMD ["dbus", "--help"]',
         ]
+        if self.native_wheel:
+            # Built for the host's Python; an image whose Python differs decodes in
+            # Python, and says so in its build log.
+            lines += [
+                f"COPY dist/{self.native_wheel} /opt/dbus/dist/{self.native_wheel}",
+                f"RUN pip install --no-cache-dir --disable-pip-version-check --no-deps "
+                f"--no-index /opt/dbus/dist/{self.native_wheel} || echo 'warning: the "
+                "native row decoder does not fit this image; the capture decodes in Python'",
+            ]
         with_requirements = [f.name for f in self.functions if f.has_requirements]
         if with_requirements:
             # Before the code, so a code change does not install the requirements again;
@@ -166,7 +179,7 @@ class RuntimeRecipe:
 
     @property
     def content_tag(self) -> str:
-        parts = [self.dockerfile, self.base_id, self.dbus_content]
+        parts = [self.dockerfile, self.base_id, self.dbus_content, self.native_content]
         parts += [f"{f.name}={f.content}" for f in self.functions]
         return f"{RUNTIME_REPOSITORY}:{digest(*parts)}"
 

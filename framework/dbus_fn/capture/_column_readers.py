@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.json_binary import parse_json
@@ -22,7 +22,7 @@ from pymysqlreplication.json_binary import parse_json
 from dbus_fn._zero_dates import zero_date_text
 from dbus_fn.errors import SourceError
 
-__all__ = ["Reader", "column_reader", "column_width", "declared_reader"]
+__all__ = ["NATIVE", "Reader", "column_reader", "column_width", "declared_reader"]
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
@@ -52,6 +52,18 @@ _PYTHON_CODEC = {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin
                  "utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be"}  # fmt: skip
 _BLOB_PREFIX = {1: "tiny", 2: "", 3: "medium", 4: "long"}
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+
+NATIVE = "native_kind"
+"""The attribute of a reader that says how the native decoder (``framework/native``)
+reads the same value: ``(kind, a, b, labels)``. A reader without it (JSON, geometry,
+other character sets, a declared type shown as text) stays Python's."""
+
+_R = TypeVar("_R")
+
+
+def _native(reader: _R, kind: str, a: int = 0, b: int = 0, labels: Sequence[str] = ()) -> _R:
+    setattr(reader, NATIVE, (kind, a, b, tuple(labels)))
+    return reader
 
 
 def _fixed(unpack: Callable[[bytes, int], tuple[Any, ...]], size: int) -> Reader:
@@ -355,23 +367,25 @@ def column_reader(column: Any, *, is_json: bool = False) -> tuple[str, Reader]:
     if code in _INTS:
         name, size, signed, unsigned = _INTS[code]
         if column.unsigned:
-            return f"{name} unsigned", _fixed(unsigned, size)
-        return name, _fixed(signed, size)
+            return f"{name} unsigned", _native(_fixed(unsigned, size), "uint", size)
+        return name, _native(_fixed(signed, size), "int", size)
     if code == FIELD_TYPE.INT24:
-        return ("mediumint unsigned" if column.unsigned else "mediumint"), _int24(
-            not column.unsigned
+        kind = "uint" if column.unsigned else "int"
+        return ("mediumint unsigned" if column.unsigned else "mediumint"), _native(
+            _int24(not column.unsigned), kind, 3
         )
     if code == FIELD_TYPE.NEWDECIMAL:
         declared = f"decimal({column.precision},{column.decimals})"
-        return (f"{declared} unsigned" if column.unsigned else declared), _decimal(
-            column.precision, column.decimals
-        )
+        return (f"{declared} unsigned" if column.unsigned else declared), _native(
+            _decimal(column.precision, column.decimals), "decimal", column.precision,
+            column.decimals,
+        )  # fmt: skip
     if code == FIELD_TYPE.FLOAT:
-        return "float", _read_float
+        return "float", _native(_read_float, "float")
     if code == FIELD_TYPE.DOUBLE:
-        return "double", _fixed(_F64, 8)
+        return "double", _native(_fixed(_F64, 8), "double")
     if code == FIELD_TYPE.YEAR:
-        return "year", _read_year
+        return "year", _native(_read_year, "year")
     if code in (FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING):
         charset = _charset(column)
         prefix = 2 if column.max_length > 255 else 1
@@ -379,31 +393,44 @@ def column_reader(column: Any, *, is_json: bool = False) -> tuple[str, Reader]:
         if charset == "binary":
             declared = "binary" if fixed else "varbinary"
             reader = (
-                _binary_padded(prefix, column.max_length) if fixed else _length_prefixed(prefix)
-            )
+                _native(_binary_padded(prefix, column.max_length), "padded", prefix,
+                        column.max_length)
+                if fixed
+                else _native(_length_prefixed(prefix), "bytes", prefix)
+            )  # fmt: skip
             return f"{declared}({column.max_length})", reader
         chars = column.max_length // _MBMAXLEN.get(charset, 1)
         codec = _PYTHON_CODEC.get(charset, charset)
         reader = _utf8_short if prefix == 1 and codec == "utf-8" else _text(prefix, codec)
+        if codec == "utf-8":
+            reader = _native(reader, "utf8", prefix)
         return f"{'char' if fixed else 'varchar'}({chars})", reader
     if code == FIELD_TYPE.BLOB:
         charset = _charset(column)
         size = column.length_size
         if charset == "binary":
-            return f"{_BLOB_PREFIX[size]}blob", _length_prefixed(size)
+            return f"{_BLOB_PREFIX[size]}blob", _native(_length_prefixed(size), "bytes", size)
         if is_json:
             return "json", _json_text(size)
-        return f"{_BLOB_PREFIX[size]}text", _text(size, _PYTHON_CODEC.get(charset, charset))
+        codec = _PYTHON_CODEC.get(charset, charset)
+        text = _text(size, codec)
+        if codec == "utf-8":
+            text = _native(text, "utf8", size)
+        return f"{_BLOB_PREFIX[size]}text", text
     if code == FIELD_TYPE.JSON:
         return "json", _json_binary(column.length_size)
     if code == FIELD_TYPE.DATE:
-        return "date", _read_date
+        return "date", _native(_read_date, "date")
     if code == FIELD_TYPE.TIME2:
-        return _with_fsp("time", column.fsp), _time2(column.fsp)
+        return _with_fsp("time", column.fsp), _native(_time2(column.fsp), "time2", column.fsp)
     if code == FIELD_TYPE.DATETIME2:
-        return _with_fsp("datetime", column.fsp), _datetime2(column.fsp)
+        return _with_fsp("datetime", column.fsp), _native(
+            _datetime2(column.fsp), "datetime2", column.fsp
+        )
     if code == FIELD_TYPE.TIMESTAMP2:
-        return _with_fsp("timestamp", column.fsp), _timestamp2(column.fsp)
+        return _with_fsp("timestamp", column.fsp), _native(
+            _timestamp2(column.fsp), "timestamp2", column.fsp
+        )
     if code == FIELD_TYPE.TIME:
         return "time", _read_time_old
     if code == FIELD_TYPE.DATETIME:
@@ -412,12 +439,16 @@ def column_reader(column: Any, *, is_json: bool = False) -> tuple[str, Reader]:
         return "timestamp", _read_timestamp_old
     if code == FIELD_TYPE.ENUM:
         values = column.enum_values[1:] if column.enum_values else []
-        return f"enum({_quote(values)})", _enum(values, column.size)
+        return f"enum({_quote(values)})", _native(
+            _enum(values, column.size), "enum", column.size, labels=values
+        )
     if code == FIELD_TYPE.SET:
         values = column.set_values or []
-        return f"set({_quote(values)})", _set(values, column.size)
+        return f"set({_quote(values)})", _native(
+            _set(values, column.size), "set", column.size, labels=values
+        )
     if code == FIELD_TYPE.BIT:
-        return f"bit({column.bits})", _bit(column.bytes)
+        return f"bit({column.bits})", _native(_bit(column.bytes), "bit", column.bytes)
     if code == FIELD_TYPE.GEOMETRY:
         return "geometry", _length_prefixed(column.length_size)
     raise SourceError(

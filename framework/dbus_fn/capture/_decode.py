@@ -22,6 +22,7 @@ from dbus_fn.capture._column_readers import (
     declared_reader,
 )
 from dbus_fn.capture._declared_types import agreed_types
+from dbus_fn.capture._native import native_plan
 from dbus_fn.errors import SourceError
 
 
@@ -54,6 +55,8 @@ class TableDecoder:
     schema_version: int
     shard_key: tuple[str, ...] = ()
     """The columns a shard hashes: the primary key, or every column without one."""
+    native: Any = None
+    """The native decoder of these columns (``_native``); None: Python decodes."""
 
     def images(
         self,
@@ -69,6 +72,12 @@ class TableDecoder:
         measured and stepped over, which is what makes a shard cheaper than the
         whole source.
         """
+        if owns is None and self.native is not None:
+            if type(data) is not bytes:
+                data = bytes(data)
+            after_bits = None if present_after is None else bytes(present_after)
+            yield from self.native.images(data, bytes(present), after_bits)
+            return
         first = self._selection(present)
         second = self._selection(present_after) if present_after is not None else None
         offset, end = 0, len(data)
@@ -199,4 +208,5 @@ def compile_table(
         column_types=types,
         schema_version=zlib.crc32(signature.encode()),
         shard_key=key,
+        native=native_plan([(info.name, info.reader) for info in infos]),
     )

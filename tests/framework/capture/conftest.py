@@ -21,8 +21,35 @@ def source(fresh_database: Any) -> SourceSpec:
     )
 
 
+BOTH_DECODERS = frozenset(
+    {"test_capture_types", "test_capture_zero_dates", "test_capture_declared_types",
+     "test_capture_schema_changes", "test_capture_shards"}
+)  # fmt: skip
+"""Modules whose readers run once with the native row decoder and once with Python's."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "decoding" in metafunc.fixturenames:
+        both = metafunc.module.__name__.rsplit(".", 1)[-1] in BOTH_DECODERS
+        metafunc.parametrize("decoding", ["native", "python"] if both else ["native"],
+                             indirect=True)  # fmt: skip
+
+
 @pytest.fixture
-def reader(source: SourceSpec) -> Iterator[BinlogReader]:
+def decoding(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which row decoder readers made in the test use: ``native`` (``dbus_native``,
+    when built) or ``python`` (switched off with ``DBUS_NATIVE_DECODE=0``)."""
+    from dbus_fn.capture._native import SWITCH
+
+    if request.param == "python":
+        monkeypatch.setenv(SWITCH, "0")
+    else:
+        monkeypatch.delenv(SWITCH, raising=False)
+    return str(request.param)
+
+
+@pytest.fixture
+def reader(source: SourceSpec, decoding: str) -> Iterator[BinlogReader]:
     """A reader with a server_id of its own, closed after the test."""
     binlog = BinlogReader(source, replica_id=replica_id_for(f"test/{uuid.uuid4()}"), heartbeat=0.2)
     try:
