@@ -152,7 +152,7 @@ def private_services() -> Iterator[Callable[..., Any]]:
     """Start the named services privately, each in a temp home of its own on free ports,
     stopped and removed when the test ends: ``private_services("mariadb", "kafka")``.
     Installed artefacts (Kafka jars, the Elasticsearch distribution) are shared."""
-    from support import PrivateServices, free_port
+    from support import PrivateServices, free_ports
 
     from dbus_deploy.services import PORT_VARIABLES, down, endpoints, load_config, up
 
@@ -164,7 +164,8 @@ def private_services() -> Iterator[Callable[..., Any]]:
         home.chmod(0o755)
         (home / "lib").symlink_to(load_config().lib_dir, target_is_directory=True)
         env = {**os.environ, "DBUS_HOME": str(home)}
-        env.update({var: str(free_port()) for var in PORT_VARIABLES})
+        ports = free_ports(len(PORT_VARIABLES))
+        env.update({var: str(port) for var, port in zip(PORT_VARIABLES, ports, strict=True)})
         config = load_config(env)
         made.append(config)
         try:

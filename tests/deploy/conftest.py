@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import free_port
+from support import free_ports
 
 from dbus_deploy.services import PORT_VARIABLES, ServicesConfig, down, load_config
 
@@ -34,8 +34,8 @@ def isolated(tmp_path: Path) -> Callable[..., ServicesConfig]:
     def make(**overrides: str) -> ServicesConfig:
         env = dict(os.environ)
         env["DBUS_HOME"] = str(tmp_path / "home")
-        for var in PORT_VARIABLES:
-            env[var] = str(free_port())
+        ports = free_ports(len(PORT_VARIABLES))
+        env.update({var: str(port) for var, port in zip(PORT_VARIABLES, ports, strict=True)})
         env.update(overrides)
         config = load_config(env)
         made.append(config)
