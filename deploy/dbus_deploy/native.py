@@ -43,11 +43,12 @@ def native_wheel(home: Path) -> Path | None:
     return next(iter(sorted(_wheels(home).glob("dbus_native-*.whl"))), None)
 
 
-def _pip(*args: str, log: Path) -> bool:
+def _pip(*args: str, log: Path, env: dict[str, str] | None = None) -> bool:
+    """Run pip in this interpreter, its output appended to ``log``; whether it worked."""
     with log.open("a") as out:
         done = subprocess.run(
             [sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-            stdout=out, stderr=subprocess.STDOUT, check=False,
+            stdout=out, stderr=subprocess.STDOUT, env=env, check=False,
         )  # fmt: skip
     return done.returncode == 0
 
@@ -71,13 +72,7 @@ def ensure_native(home: Path | None = None) -> str:
         partial = wheels.with_name(wheels.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         env = {**os.environ, "CARGO_TARGET_DIR": str(folder / "target")}
-        with log.open("a") as out:
-            built = subprocess.run(
-                [sys.executable, "-m", "pip", "--disable-pip-version-check", "wheel",
-                 "--no-deps", "-w", str(partial), str(CRATE)],
-                stdout=out, stderr=subprocess.STDOUT, env=env, check=False,
-            )  # fmt: skip
-        if built.returncode != 0:
+        if not _pip("wheel", "--no-deps", "-w", str(partial), str(CRATE), log=log, env=env):
             return (
                 f"warning: the native row decoder did not build (see {log}), so the "
                 "capture decodes in Python (same values, slower)"

@@ -202,13 +202,17 @@ impl Plan {
                 }
                 Some(raw) => Some((raw.into_pyobject(py)?.into_any(), at + width)),
             },
-            Kind::Float => little(data, at, 4).map(|raw| {
-                let value = six_digits(f32::from_bits(raw as u32));
-                (value.into_pyobject(py).map(|v| v.into_any()), at + 4)
-            }).map(|(v, end)| v.map(|v| (v, end))).transpose()?,
-            Kind::Double => little(data, at, 8).map(|raw| {
-                (f64::from_bits(raw).into_pyobject(py).map(|v| v.into_any()), at + 8)
-            }).map(|(v, end)| v.map(|v| (v, end))).transpose()?,
+            Kind::Float => match little(data, at, 4) {
+                None => None,
+                Some(raw) => {
+                    let value = six_digits(f32::from_bits(raw as u32));
+                    Some((value.into_pyobject(py)?.into_any(), at + 4))
+                }
+            },
+            Kind::Double => match little(data, at, 8) {
+                None => None,
+                Some(raw) => Some((f64::from_bits(raw).into_pyobject(py)?.into_any(), at + 8)),
+            },
             Kind::Decimal { precision, scale } => match decimal_text(data, at, precision, scale) {
                 None => None,
                 Some((text, end)) => Some((self.makers.decimal.bind(py).call1((text,))?, end)),
@@ -299,9 +303,10 @@ impl Plan {
                     Some((PyFrozenSet::new(py, chosen)?.into_any(), at + size))
                 }
             },
-            Kind::Bit { size } => big(data, at, size).map(|v| (v, at + size)).map(|(v, end)| {
-                v.into_pyobject(py).map(|v| (v.into_any(), end))
-            }).transpose()?,
+            Kind::Bit { size } => match big(data, at, size) {
+                None => None,
+                Some(value) => Some((value.into_pyobject(py)?.into_any(), at + size)),
+            },
         };
         Ok(made)
     }
