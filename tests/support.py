@@ -133,15 +133,20 @@ def kafka_events(bootstrap: str, topic: str, count: int, within: float) -> list[
 
 
 def relay_table(
-    database: Any, function_folder: Any, route: str, columns: str = "id INT PRIMARY KEY"
+    database: Any,
+    function_folder: Any,
+    route: str,
+    columns: str = "id INT PRIMARY KEY",
+    initial: str | None = None,
 ) -> tuple[Path, str]:
     """A new table ``t`` of ``columns`` in ``database`` and a deployment ``relay``
-    whose one function routes each of its changes to ``route``: the deployment's
-    folder and the table."""
+    whose one function routes each of its changes to ``route`` (its manifest's
+    ``initial``, when given): the deployment's folder and the table."""
     with database.connect().cursor() as cur:
         cur.execute(f"CREATE TABLE t ({columns})")
     table = f"{database.name}.t"
-    return Path(function_folder("relay", route_code(table, route, "relay"), [table])), table
+    code = route_code(table, route, "relay")
+    return Path(function_folder("relay", code, [table], initial=initial)), table
 
 
 def route_code(table: str, route: str, name: str = "there") -> str:

@@ -29,7 +29,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymysql
@@ -67,6 +67,7 @@ from dbus_fn.events import (
 log = logging.getLogger("dbus_fn.capture")
 
 _JSON_VALID_CHECK = re.compile(r"^json_valid\(`((?:[^`]|``)+)`\)$", re.I)
+
 
 class BinlogReader:
     """Reads one source's binlog as ``RowChange``/``SchemaChange``/``TransactionCommit``.
@@ -433,7 +434,7 @@ class BinlogReader:
         stop: BinlogPosition | None = None,
         idle_timeout: float | None = None,
         shard: Shard | None = None,
-        until: float | None = None,
+        until: float | Callable[[], float] | None = None,
         catch_up: float | None = None,
     ) -> Iterator[CaptureItem]:
         """Items strictly after ``start`` (a transaction boundary), in commit order.
@@ -446,7 +447,9 @@ class BinlogReader:
         (commits of other tables still come, to move positions on). With ``until`` (a
         ``time.monotonic()`` moment), reading goes on past ``stop`` until then, and
         ends at the first transaction boundary (or idle heartbeat) after it: an *open
-        read*, which hands out changes as they are committed. With ``catch_up`` too (a
+        read*, which hands out changes as they are committed (``until`` may be a function
+        returning that moment, asked at each boundary and heartbeat past ``stop``: a
+        read another thread ends). With ``catch_up`` too (a
         later moment), it goes on past ``until`` while it is behind the server (its
         boundaries' binlog time ``BEHIND_SECONDS`` or more before the clock), up to
         ``catch_up``. Connection faults are retried with backoff from the last

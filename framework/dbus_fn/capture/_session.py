@@ -6,7 +6,7 @@ import contextlib
 import logging
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -88,6 +88,14 @@ DDL_WORDS = ("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD")
 
 
+def _deadline(until: float | Callable[[], float] | None) -> Callable[[], float] | None:
+    """``ReadSession.until`` as a function to ask (a fixed moment answers itself)."""
+    if until is None or callable(until):
+        return until
+    moment = until
+    return lambda: moment
+
+
 class StreamLost(Exception):
     """The replication connection dropped; raised instead of the library's reconnect."""
 
@@ -133,7 +141,7 @@ class ReadSession:
         idle_timeout: float | None,
         last_item: float,
         shard: Shard | None = None,
-        until: float | None = None,
+        until: float | Callable[[], float] | None = None,
         catch_up: float | None = None,
     ) -> None:
         self.reader = reader
@@ -144,7 +152,9 @@ class ReadSession:
         self.last_item = last_item
         self.shard = shard
         self.until = until
-        """Past ``stop``, read on until this ``time.monotonic()`` moment (None: stop there)."""
+        """Past ``stop``, read on until this ``time.monotonic()`` moment (None: stop there),
+        or until the moment a function returns when asked (an open read that another
+        thread ends: ``dbus_spark.open_read``)."""
         self.catch_up = catch_up
         """Past ``until``, read on while behind the server (a boundary's binlog time
         ``BEHIND_SECONDS`` or more before the clock), up to this ``time.monotonic()``
@@ -204,7 +214,8 @@ class ReadSession:
         heartbeat = reader.heartbeat
         if idle_timeout is not None:
             heartbeat = max(0.05, min(heartbeat, idle_timeout / 4))
-        until, catch_up = self.until, self.catch_up
+        catch_up = self.catch_up
+        until = _deadline(self.until)
         if until is not None:  # an idle server's heartbeat is the chance to end on time
             heartbeat = min(heartbeat, OPEN_READ_HEARTBEAT)
 
@@ -214,11 +225,12 @@ class ReadSession:
             if until is None:
                 return True
             moment = now()
-            if moment < until:
+            if moment < until():
                 return False
             if catch_up is None or moment >= catch_up:
                 return True
             return time.time() - (stamp + 1) < BEHIND_SECONDS
+
         resume = progress.committed
         stream = self.open_stream(resume, heartbeat)
         source, server = reader.spec.name, info.identity
@@ -266,7 +278,7 @@ class ReadSession:
                     at = (file_sequence(event.ident or file)[1], end)
                     if (
                         stop_at is not None and txn_gtid is None and not explicit
-                        and at >= stop_at and (until is None or now() >= until)
+                        and at >= stop_at and (until is None or now() >= until())
                     ):  # fmt: skip
                         return
                     continue
@@ -393,8 +405,10 @@ class ReadSession:
                 txn_start = end
                 if rows_in_commit:  # commits of other tables are not activity
                     last_item = progress.last_item = now()
-                if stop_at is not None and (file_seq, end) >= stop_at and open_read_ends(
-                    event.timestamp
+                if (
+                    stop_at is not None
+                    and (file_seq, end) >= stop_at
+                    and open_read_ends(event.timestamp)
                 ):
                     return
         except BaseException as exc:

@@ -22,9 +22,12 @@ planned end for ``open_read_seconds``. Once the sinks acknowledged it all, the
 batch's commit notes how far the task got (``checkpoint.record_reached``) and the
 next batch starts there. A batch replayed after a crash reads from its planned
 start: at least once, as always, never less. A Spark micro-batch costs a few hundred
-milliseconds of planning and commits; an open read delivers in the meantime. An
-open read still behind the server when its time is up reads on while it is, up to
-``CATCH_UP`` times its time.
+milliseconds of planning and commits; with every deployment with the stream, the
+open read goes on in the meantime and the next task takes it over
+(``dbus_spark.open_read``), so no change waits for the next batch. Otherwise (a
+deployment left out or taken back) the task's read ends with it, and one still
+behind the server when its time is up reads on while it is, up to ``CATCH_UP``
+times its time.
 
 Every deployment goes at its own pace (``dbus_spark.progress``): with a detach bound
 (``RuntimeConfig.detach_seconds``) a deployment whose sinks do not take its records
@@ -72,6 +75,7 @@ from dbus_fn.events import (
     TransactionCommit,
 )
 from dbus_fn.manifest import Manifest, load_manifest
+from dbus_spark import open_read
 from dbus_spark.checkpoint import load_reached
 from dbus_spark.config import ConfigFile, RuntimeConfig, SourceBinding, WriteFencing
 from dbus_spark.history import (
@@ -414,8 +418,17 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             gate = self._history.gate(name, fenced=config.fencing is not None)
             for deployment, behind in upto.get("behind", {}).items():
                 if behind["due"]:
-                    ranges.append(CatchUpRange(shipment, name, deployment, behind["position"],
-                                               upto, seconds, gate.to_json() if gate else None))
+                    ranges.append(
+                        CatchUpRange(
+                            shipment,
+                            name,
+                            deployment,
+                            behind["position"],
+                            upto,
+                            seconds,
+                            gate.to_json() if gate else None,
+                        )
+                    )
         for name, upto in end.items():
             for deployment, run, cursor in upto.get("replays", ()):
                 replay = self._history.replays(name).get(deployment)
@@ -455,6 +468,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         if self._reports is not None:
             worker_sinks(sink_settings(config)).publisher.use(self._reports)
         if isinstance(partition, ChunkRange):
+            if partition.end.get("quiet"):  # nothing of the binlog comes while it reads
+                open_read.quiet(config.checkpoint_dir, partition.source)
             yield from read_chunk_range(partition)
             return
         if isinstance(partition, CatchUpRange):
@@ -479,14 +494,18 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         shard = Shard(partition.shard, partition.shards)
         # Every replication connection needs its own id.
         reader = worker_reader(binding, binding.reader_replica_id(shard.index))
+        gate = Gate.from_json(partition.gate) if partition.gate else None
+        if open_read.carries(config, partition, gate, shard.count):
+            yield from open_read.read_open(partition, config, stage, reader, self._reports)
+            return
+        open_read.quiet(config.checkpoint_dir, partition.source)
         counts = StageCounts(started=time.time())
         counts.positions[partition.source] = str(offset_to_position(partition.end))
         batcher = Batcher(partition.source)
-        gate = Gate.from_json(partition.gate) if partition.gate else None
         began = time.monotonic()
         # Read open past the planned end when this task alone reads the source, no
         # history merges with it and no fence holds its writes back.
-        open_read = (
+        is_open = (
             config.open_read_seconds > 0
             and shard.count == 1
             and gate is None
@@ -507,8 +526,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 offset_to_position(partition.start),
                 stop=planned_end,
                 shard=shard,
-                until=began + config.open_read_seconds if open_read else None,
-                catch_up=began + CATCH_UP * config.open_read_seconds if open_read else None,
+                until=began + config.open_read_seconds if is_open else None,
+                catch_up=began + CATCH_UP * config.open_read_seconds if is_open else None,
             ):
                 if type(item) is RowChange:
                     for record in stage.process(item, counts, gate, admission or None):

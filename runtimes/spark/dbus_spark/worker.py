@@ -99,6 +99,15 @@ class Batcher:
         """What the read task's own sinks delivered (``TaskReport.counts``)."""
         self._rows.append((RecordType.DELIVERED, json.dumps(counts).encode()))
 
+    def add(self, kind: str, value: bytes) -> None:
+        """A row ``take`` gave (from another process: ``dbus_spark.open_read``)."""
+        self._rows.append((RecordType(kind), value))
+
+    def take(self) -> list[tuple[str, bytes]]:
+        """The rows so far, as (kind, value), without making them a record batch."""
+        rows, self._rows = self._rows, []
+        return [(str(kind), value) for kind, value in rows]
+
     def flush(self) -> pa.RecordBatch | None:
         if not self._rows:
             return None

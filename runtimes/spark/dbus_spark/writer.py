@@ -114,7 +114,8 @@ class _Sinks:
     (``route``, ``dbus_spark.sinks.clusters``); deployments on one cluster with the
     same settings share its producer."""
 
-    def __init__(self, config: RuntimeConfig) -> None:
+    def __init__(self, config: RuntimeConfig, label: str = "") -> None:
+        """``label``: told apart from the worker's other sinks in its metrics files."""
         self.config = config
         self._check: HoldCheck | None = None
         self._fence = None
@@ -147,7 +148,7 @@ class _Sinks:
         """Per deployment, why its sinks did not take what it was given in this task."""
         self._refused: list[tuple[str, KafkaRecord]] = []
         self.publisher = SinkPublisher(
-            {"kafka": self._kafka_activity, "elasticsearch": self._es_activity}
+            {"kafka": self._kafka_activity, "elasticsearch": self._es_activity}, label
         )
 
     def pace(self, detaching: bool, bound: float | None = None) -> None:
@@ -358,6 +359,15 @@ def worker_sinks(settings: str, routes: Routes | None = None) -> _Sinks:
     return sinks
 
 
+def own_sinks(config: RuntimeConfig, routes: Routes, label: str) -> _Sinks:
+    """Sinks apart from the worker's (``worker_sinks``), for a read that outlives its
+    task (``dbus_spark.open_read``): what they hold is settled by that read alone,
+    never by another task of the worker."""
+    sinks = _Sinks(RuntimeConfig.from_json(json.loads(sink_settings(config))), label)
+    sinks.route(routes)
+    return sinks
+
+
 def detaches(config: RuntimeConfig) -> bool:
     """Whether deployments of this runtime go at their own pace (``dbus_spark.progress``)."""
     return config.detach_seconds > 0
@@ -377,10 +387,12 @@ class Output:
     takes."""
 
     def __init__(self, config: RuntimeConfig, batcher: Batcher, routes: Routes,
-                 *, paced: bool, bound: float | None = None) -> None:  # fmt: skip
-        """``paced``: bounded by the detach bound, or by ``bound`` if shorter."""
+                 *, paced: bool, bound: float | None = None,
+                 sinks: _Sinks | None = None) -> None:  # fmt: skip
+        """``paced``: bounded by the detach bound, or by ``bound`` if shorter.
+        ``sinks``: the read's own (``own_sinks``), else the worker's."""
         self.batcher = batcher
-        self.sinks = worker_sinks(sink_settings(config), routes)
+        self.sinks = sinks or worker_sinks(sink_settings(config), routes)
         self.sinks.pace(paced, bound)
         if config.fencing is not None:
             self.sinks.hold(batcher.source, config.source(batcher.source).epoch)

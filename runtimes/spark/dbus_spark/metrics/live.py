@@ -39,16 +39,16 @@ class Publisher:
     """Writes a snapshot of one kind of this worker's counters (``sinks``,
     ``functions``) to ``<folder>/<kind>/<pid>.json``, every second."""
 
-    def __init__(self, kind: str, snapshot: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, kind: str, snapshot: Callable[[], dict[str, Any]], label: str = "") -> None:
+        """``label``: told apart from the worker's other publishers of ``kind``."""
         self._kind = kind
+        self._label = label
         self._snapshot = snapshot
         self._folder: Path | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def use(
-        self, folder: str, snapshot: Callable[[], dict[str, Any]] | None = None
-    ) -> bool:
+    def use(self, folder: str, snapshot: Callable[[], dict[str, Any]] | None = None) -> bool:
         """Publish to ``folder`` (what ``snapshot`` says, when given); whether the
         folder is new (a new query, whose counts start at 0). A folder that is not
         there is the driver's on another host: nothing is published."""
@@ -74,7 +74,7 @@ class Publisher:
             return
         folder.mkdir(exist_ok=True)  # never the driver's folder itself: see ``use``
         data = {"updated": time.time(), "data": snapshot()}
-        replace_file(folder / f"{os.getpid()}.json", json.dumps(data))
+        replace_file(folder / f"{os.getpid()}{self._label}.json", json.dumps(data))
 
     def _run(self) -> None:
         while True:
@@ -87,13 +87,11 @@ class Publisher:
 class SinkPublisher(Publisher):
     """A worker's sinks' activity (``dbus_spark.sinks.activity``)."""
 
-    def __init__(self, sinks: Mapping[str, SinkActivity]) -> None:
-        super().__init__("sinks", lambda: {name: a.to_json() for name, a in sinks.items()})
+    def __init__(self, sinks: Mapping[str, SinkActivity], label: str = "") -> None:
+        super().__init__("sinks", lambda: {name: a.to_json() for name, a in sinks.items()}, label)
         self._sinks = sinks
 
-    def use(
-        self, folder: str, snapshot: Callable[[], dict[str, Any]] | None = None
-    ) -> bool:
+    def use(self, folder: str, snapshot: Callable[[], dict[str, Any]] | None = None) -> bool:
         new = super().use(folder, snapshot)
         if new:
             for activity in self._sinks.values():

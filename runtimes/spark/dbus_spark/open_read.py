@@ -1,0 +1,461 @@
+"""A source's open read, carried across micro-batches.
+
+A read task of ``dbus_spark.source`` that alone reads a source, with every deployment
+with the stream, no history merging and no fence, reads in a thread of its worker
+(``OpenRead``) that outlives the task. The task owns what the thread delivers for a
+while (a ``Span``: its counts, its sinks' acknowledgments), then *cuts* it at a
+transaction boundary: the thread waits while the task settles its span, and goes on
+at once in a new span that no task owns yet. Changes committed while Spark commits
+the batch and plans the next are delivered as they come instead of waiting for the
+next task: between micro-batches nothing stops reading.
+
+Spark hands a source's tasks to its Python workers in turn, so the next task is
+usually in another process: it asks the reading process, over a local socket named
+after the checkpoint and the source, to take the span over for it (``_ask``): if
+the span begins where the task's range does, the reading process runs the task's
+part (waits, cuts, settles) and answers with the task's rows (counts and
+acknowledgments). Otherwise the task ends that read, wherever it runs (``quiet``),
+and starts one from its range's start in its own process: the changes the old one
+delivered past its cut are delivered again (at least once, as after a crash), never
+interleaved with the new read's. Any other read of the source (a shard, a history
+merge, a deployment left out) ends it first too. A span no task takes for a while
+ends (a stopped query, an idle source: ``ALIVE_SECONDS``), and a worker that ends
+takes its threads along.
+
+A lock file per source (under the host's temporary folder: ``_files``) is held by
+the process whose thread reads it; another process that needs the source asks the
+holder to end (a stop file) and waits for the lock.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import pickle
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import IO, Any, cast
+
+import pyarrow as pa
+
+from dbus_fn.capture import BinlogReader, coordinates, position_from_json, position_to_json
+from dbus_fn.errors import DbusError
+from dbus_fn.events import (
+    BinlogPosition,
+    CaptureItem,
+    RowChange,
+    SchemaChange,
+    TransactionCommit,
+)
+from dbus_spark.config import RuntimeConfig
+from dbus_spark.progress import Admission
+from dbus_spark.progress.shared_read import SlowWatch, read_events
+from dbus_spark.stage import FunctionStage, StageCounts
+from dbus_spark.worker import Batcher, drop_reader, offset_to_position
+from dbus_spark.writer import Output, own_sinks, paces
+
+log = logging.getLogger(__name__)
+
+FOLDER = ".open-reads"
+ALIVE_SECONDS = 3.0
+"""A span no task took for this long (more the trigger interval, when the runtime has
+one) ends: the query stopped, or its source idles (the next change starts a read)."""
+CHECK_SECONDS = 0.05
+"""How often a reading thread looks at its stop file."""
+QUIET_WAIT = 60.0
+"""How long a read waits for another process's open read of its source to end."""
+_FAR = float("inf")
+
+_reads: dict[tuple[str, str], OpenRead] = {}
+"""This worker's open reads, per (checkpoint, source)."""
+
+
+def _digest(checkpoint: str, source: str) -> str:
+    return hashlib.sha256(f"{os.path.abspath(checkpoint)}\0{source}".encode()).hexdigest()[:32]
+
+
+def _files(checkpoint: str, source: str) -> Path:
+    """Where a source's lock and stop files are, on this host (never the driver's
+    folder: an executor may run elsewhere)."""
+    return Path(tempfile.gettempdir()) / "dbus-open-reads" / _digest(checkpoint, source)
+
+
+class Span:
+    """What an open read delivers between two cuts: its counts and its sinks'
+    acknowledgments, owned by one task (or, between tasks, by none yet)."""
+
+    def __init__(self, read: OpenRead, start: BinlogPosition) -> None:
+        self.start = start
+        self.reached = start
+        self.began = time.monotonic()
+        self.counts = StageCounts(started=time.time())
+        self.batcher = Batcher(read.source)
+        self.out = Output(read.config, self.batcher, read.stage.routes,
+                          paced=read.paced, sinks=read.sinks)  # fmt: skip
+        self.admission = Admission()
+        self.slow = (
+            SlowWatch(read.source, read.stage, self.admission, self.began) if read.paced else None
+        )
+        self.owned = False
+
+    def commit(self, item: TransactionCommit) -> None:
+        self.counts.last_commit[item.source] = item.commit_time.timestamp()
+        self.reached = item.position
+        if self.slow is not None:
+            self.admission = self.slow.check(item, self.counts) or self.admission
+
+
+class OpenRead:
+    """One source's read in a thread of this worker, from ``start`` on, delivering
+    into the current ``Span`` until it is ended."""
+
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        stage: FunctionStage,
+        shipment: str,
+        reader: BinlogReader,
+        source: str,
+        start: BinlogPosition,
+        stop: BinlogPosition,
+        lock: IO[bytes],
+    ) -> None:
+        self.config, self.stage, self.shipment = config, stage, shipment
+        self.source = source
+        self.paced = paces(config, stage)
+        self.sinks = own_sinks(config, stage.routes, f"-open-{source}")
+        self._reader = reader
+        self._lock_file = lock
+        self._turn = threading.Condition()
+        self._in_transaction = False
+        self._cutting = False
+        self._held = False
+        """Cut: the thread waits at the next transaction while the task settles."""
+        self._ending = False
+        self.done = False
+        self.error: BaseException | None = None
+        self.span: Span | None = Span(self, start)
+        self._began = time.time()
+        self._checked = 0.0
+        self._stop_file = _files(config.checkpoint_dir, source).with_suffix(".stop")
+        self._alive_for = ALIVE_SECONDS + config.trigger_seconds
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(address(config.checkpoint_dir, source))
+        self._listener.listen(4)
+        self._thread = threading.Thread(
+            target=self._run, args=(start, stop), name=f"dbus-open-read-{source}", daemon=True
+        )
+        self._thread.start()
+        threading.Thread(
+            target=self._serve, name=f"dbus-open-read-{source}-tasks", daemon=True
+        ).start()
+
+    def _until(self) -> float:
+        """When the read ends (asked at boundaries and heartbeats): never, unless it
+        is ended, another process asks for the source, or no task took a span for
+        ``ALIVE_SECONDS``."""
+        if self._ending:
+            return 0.0
+        now = time.monotonic()
+        if now - self._checked < CHECK_SECONDS:
+            return _FAR
+        self._checked = now
+        span = self.span
+        if span is not None and not span.owned and now - span.began > self._alive_for:
+            self._ending = True
+        with contextlib.suppress(FileNotFoundError):
+            if self._stop_file.stat().st_mtime >= self._began:
+                self._ending = True
+        return 0.0 if self._ending else _FAR
+
+    def _run(self, start: BinlogPosition, stop: BinlogPosition) -> None:
+        span: Span | None = None
+        process = self.stage.process
+        try:
+            items = cast(
+                Generator[CaptureItem, None, None],
+                self._reader.read(start, stop=stop, until=self._until),
+            )
+            for item in items:
+                if not self._in_transaction:
+                    with self._turn:
+                        while self._held and not self._ending:  # the span just cut settles
+                            self._turn.wait()
+                        span = None if self._ending else self.span
+                        self._in_transaction = span is not None
+                    if span is None:
+                        break
+                assert span is not None
+                kind = type(item)
+                if kind is RowChange:
+                    assert isinstance(item, RowChange)
+                    for record in process(item, span.counts, None, span.admission or None):
+                        span.out.put(record)
+                elif kind is TransactionCommit:
+                    assert isinstance(item, TransactionCommit)
+                    span.commit(item)
+                    with self._turn:
+                        self._in_transaction = False
+                        if self._cutting:
+                            self._turn.notify_all()
+                elif isinstance(item, SchemaChange):
+                    span.counts.ddl += 1
+            items.close()
+        except BaseException as exc:  # the task that owns the span raises it
+            self.error = exc
+            drop_reader(self._reader)
+        finally:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()  # tasks now find no read, and start their own
+            with self._turn:
+                self.done, self._ending, self._in_transaction = True, True, False
+                left = self.span if self.span is not None and not self.span.owned else None
+                self._turn.notify_all()
+                if left is not None:
+                    # Delivered again by whoever reads on: only let it all out first.
+                    with contextlib.suppress(Exception):
+                        left.out.settle(left.began, max(1.0, self.config.detach_seconds))
+                self._lock_file.close()  # the next reader of the source may go
+
+    def take(self, start: BinlogPosition) -> Span | None:
+        """The span not yet owned, for a task planned from ``start``: None if it
+        begins elsewhere (or the read ended)."""
+        with self._turn:
+            span = self.span
+            if (
+                self.done
+                or self._ending
+                or span is None
+                or span.owned
+                or coordinates(span.start) != coordinates(start)
+            ):
+                return None
+            span.owned = True
+            return span
+
+    def cut(self, go_on: bool) -> tuple[Span, bool]:
+        """End the owned span at the next transaction boundary; the thread waits while
+        ``settle`` runs, then goes on in a new span (``go_on``) or ends. The span, and
+        whether the read still goes on."""
+        with self._turn:
+            self._cutting = True
+            while self._in_transaction and not self.done:
+                self._turn.wait(0.1)
+            self._cutting = False
+            self._held = True
+            span = self.span
+            assert span is not None and span.owned
+            return span, go_on and not self.done and not self._ending
+
+    def hand_on(self, after: Span | None) -> None:
+        """After ``cut``: the next span (None: the read ends)."""
+        with self._turn:
+            self.span = after
+            self._held = False
+            if after is None:
+                self._ending = True
+            self._turn.notify_all()
+
+    def end(self) -> None:
+        """End the read (at its next boundary or heartbeat) and wait for it."""
+        with self._turn:
+            self._ending = True
+            self._turn.notify_all()
+        self._thread.join()
+
+    def _serve(self) -> None:
+        """Answer the source's tasks, wherever they run (``_ask``), one at a time."""
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # the read ended
+            with conn, contextlib.suppress(OSError, ValueError):
+                request = json.loads(conn.makefile("rb").readline())
+                answer = self._task(request)
+                conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    def _task(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run a task's part of the read (``request``: its range and shipment): its
+        rows, or that it cannot be run here (the read begins elsewhere)."""
+        start = position_from_json(request["start"])
+        span = self.take(start) if request["shipment"] == self.shipment else None
+        if span is None:
+            return {"taken": False}
+        if request.get("reports"):
+            self.sinks.publisher.use(request["reports"])
+        try:
+            rows = self._own(span, start, position_from_json(request["end"]))
+        except BaseException as exc:
+            return {"taken": True, "error": base64.b64encode(_pickled(exc)).decode()}
+        return {"taken": True, "rows": [[kind, base64.b64encode(v).decode()] for kind, v in rows]}
+
+    def _own(
+        self, span: Span, start: BinlogPosition, planned_end: BinlogPosition
+    ) -> list[tuple[str, bytes]]:
+        """Own ``span`` for a task: for ``open_read_seconds`` and at least up to the
+        planned end, then cut it; the task's rows."""
+        window = time.monotonic() + self.config.open_read_seconds
+        target = coordinates(planned_end)
+        while not self.done and (time.monotonic() < window or coordinates(span.reached) < target):
+            time.sleep(0.01)
+        span, go_on = self.cut(go_on=True)
+        try:
+            if self.error is not None:
+                raise self.error
+            if coordinates(span.reached) < target:
+                raise DbusError(
+                    f"source {self.source!r}: its open read ended at {span.reached} before "
+                    f"the batch's end {planned_end}; the batch is read again"
+                )
+            counts = span.counts
+            counts.read_seconds = time.monotonic() - span.began
+            bound = self.config.detach_seconds - (time.monotonic() - span.began)
+            failed = span.out.settle(span.began, max(1.0, bound))
+            ranged = SimpleNamespace(source=self.source, start=position_to_json(start))
+            counts.progress += read_events(ranged, span.admission, failed, counts)
+            go_on = go_on and not failed and not span.admission
+            counts.positions[self.source] = str(max(span.reached, planned_end, key=coordinates))
+            if coordinates(span.reached) > target:
+                counts.reached[self.source] = position_to_json(span.reached)
+            self.hand_on(Span(self, span.reached) if go_on else None)
+        except BaseException:
+            self.hand_on(None)
+            raise
+        span.batcher.add_stats(counts)
+        return span.batcher.take()
+
+
+def address(checkpoint: str, source: str) -> str:
+    """The socket a source's open read answers on (Linux's abstract namespace: no
+    file, and gone with its process)."""
+    return f"\0dbus-open-read-{_digest(checkpoint, source)}"
+
+
+def _pickled(exc: BaseException) -> bytes:
+    try:
+        return pickle.dumps(exc)
+    except Exception:  # an error that does not pickle arrives as its text
+        return pickle.dumps(DbusError(str(exc)))
+
+
+def _ask(checkpoint: str, source: str, request: dict[str, Any]) -> dict[str, Any] | None:
+    """What the source's open read answers (None: no read, or it ended meanwhile)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(address(checkpoint, source))
+            conn.sendall(json.dumps(request).encode() + b"\n")
+            line = conn.makefile("rb").readline()
+    except OSError:
+        return None
+    if not line:
+        return None
+    answer: dict[str, Any] = json.loads(line)
+    return answer
+
+
+def quiet(checkpoint: str, source: str) -> None:
+    """Before another read of ``source``: no open read of it goes on, in this worker or
+    any other (their deliveries past their cut come before this read's)."""
+    found = _reads.pop((checkpoint, source), None)
+    if found is not None:
+        found.end()
+    lock = _claim(checkpoint, source)
+    if lock is not None:
+        lock.close()
+
+
+def _claim(checkpoint: str, source: str) -> IO[bytes] | None:
+    """The source's lock, once no other process's open read holds it (asked to end);
+    None where there is no checkpoint folder to hold it in."""
+    path = _files(checkpoint, source)
+    try:
+        path.parent.mkdir(exist_ok=True)
+        lock = open(path.with_suffix(".lock"), "wb")  # noqa: SIM115 (held while reading)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return lock
+    except BlockingIOError:
+        pass
+    path.with_suffix(".stop").touch()
+    deadline = time.monotonic() + QUIET_WAIT
+    while True:
+        time.sleep(0.02)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                raise DbusError(
+                    f"source {source!r}: another worker's open read did not end within "
+                    f"{QUIET_WAIT:.0f}s; the batch is read again"
+                ) from None
+
+
+def read_open(
+    partition: Any,
+    config: RuntimeConfig,
+    stage: FunctionStage,
+    reader: BinlogReader,
+    reports: str | None,
+) -> Iterator[pa.RecordBatch]:
+    """A ``SourceRange`` read by the source's open read: the one going on, if it
+    reads on from where the range starts, else one started here from there."""
+    checkpoint, source = config.checkpoint_dir, partition.source
+    request = {
+        "start": partition.start,
+        "end": partition.end,
+        "shipment": partition.shipment.key,
+        "reports": reports,
+    }
+    answer = _ask(checkpoint, source, request)
+    if answer is None or not answer["taken"]:
+        quiet(checkpoint, source)
+        lock = _claim(checkpoint, source)
+        if lock is None:
+            raise DbusError(
+                f"source {source!r}: cannot make {_files(checkpoint, source).parent} "
+                "for its open read; make the temporary folder writable"
+            )
+        start = offset_to_position(partition.start)
+        _reads[(checkpoint, source)] = OpenRead(
+            config, stage, partition.shipment.key, reader, source, start,
+            offset_to_position(partition.end), lock,
+        )  # fmt: skip
+        answer = _ask(checkpoint, source, request)
+        if answer is None or not answer["taken"]:
+            raise DbusError(f"source {source!r}: its open read ended as it started")
+    if "error" in answer:
+        raise pickle.loads(base64.b64decode(answer["error"]))
+    batcher = Batcher(source)
+    for kind, value in answer["rows"]:
+        batcher.add(kind, base64.b64decode(value))
+    last = batcher.flush()
+    if last is not None:
+        yield last
+
+
+def carries(config: RuntimeConfig, partition: Any, gate: Any, shards: int) -> bool:
+    """Whether a ``SourceRange`` is read by an open read carried across batches: read
+    open, by one task, every deployment with the stream, no history merging, no fence."""
+    return (
+        config.open_read_seconds > 0
+        and shards == 1
+        and gate is None
+        and config.fencing is None
+        and not Admission.from_json(partition.admission)
+    )

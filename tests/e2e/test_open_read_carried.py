@@ -1,0 +1,168 @@
+"""A source's open read goes on between micro-batches (``dbus_spark.open_read``).
+
+The driver's planning and the tasks are run as Spark runs them, on the real
+MariaDB and Kafka: a change committed after a task ended reaches Kafka with no task
+running; the next task, planned from where the last one cut, takes the read over
+(in this process, or answered from it in another, as Spark's workers take turns)
+and counts that change once; a task planned from elsewhere ends it and reads again
+from its own start (at least once); and a read no task takes ends by itself."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import Scratch
+from pyspark import cloudpickle
+from support import kafka_consumer, relay_table
+
+from dbus_spark import open_read
+from dbus_spark.source import BinlogSourceReader, SourceRange
+from dbus_spark.writer import SinkWriter, TaskReport, task_counts
+
+pytestmark = [pytest.mark.e2e]
+
+TASK = textwrap.dedent("""
+    import json, sys
+    from pyspark import cloudpickle
+    from dbus_spark.writer import task_counts
+    reader, partition = cloudpickle.loads(sys.stdin.buffer.read())
+    report = task_counts(reader.read(partition))
+    print(json.dumps({"rows": report.stage.rows, "reached": report.stage.reached}))
+""")
+
+
+class Batches:
+    """Plans, reads and commits micro-batches of one source as Spark does."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.planner = BinlogSourceReader(str(path))
+        self.writer = SinkWriter(str(path))
+        self.offset = self.planner.initialOffset()
+        self.batch = 0
+
+    def plan(self) -> SourceRange:
+        end = self.planner.latestOffset(self.offset)
+        [partition] = self.planner.partitions(self.offset, end)
+        assert isinstance(partition, SourceRange)
+        self.offset = end
+        return partition
+
+    def commit(self, report: TaskReport) -> TaskReport:
+        self.writer.commit([report], self.batch)
+        self.batch += 1
+        return report
+
+
+def _ids(bootstrap: str, topic: str, expected: int, within: float = 30) -> list[int]:
+    """The ids in the topic, sorted (its partitions keep no order between keys), once
+    it holds ``expected`` messages (or ``within`` seconds passed)."""
+    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    ids: list[int] = []
+    deadline = time.monotonic() + within
+    try:
+        while len(ids) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                ids.append(json.loads(msg.value())["after"]["id"])
+    finally:
+        consumer.close()
+    return sorted(ids)
+
+
+def _insert(scratch: Scratch, *ids: int) -> None:
+    with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+        for i in ids:
+            cur.execute("INSERT INTO t VALUES (%s)", (i,))
+
+
+@pytest.fixture
+def batches(scratch: Scratch, tmp_path: Path) -> Any:
+    folder, _table = relay_table(
+        scratch.fresh_database, scratch.function_folder, f"kafka://{scratch.kafka_topic}",
+        initial="none",
+    )  # fmt: skip
+    config = replace(
+        scratch.runtime_config(folder),
+        checkpoint_dir=str(tmp_path / "cp"),
+        open_read_seconds=0.5,
+        detach_seconds=0.0,
+    )
+    run = Batches(config.save(tmp_path / "cp.config.json"))
+    yield run
+    for key in [k for k in open_read._reads if k[0] == config.checkpoint_dir]:
+        open_read._reads.pop(key).end()
+    run.planner.stop()
+
+
+def test_the_read_goes_on_between_batches_and_the_next_task_takes_it_over(
+    scratch: Scratch, batches: Batches
+) -> None:
+    bootstrap = scratch.services.kafka.bootstrap_servers
+    _insert(scratch, 1)
+    first = batches.commit(task_counts(batches.planner.read(batches.plan())))
+    assert first.stage.rows == 1
+    # No task runs: the read that outlived the first delivers the next change.
+    _insert(scratch, 2)
+    assert _ids(bootstrap, scratch.kafka_topic, 2) == [1, 2]
+    second = batches.plan()
+    report = batches.commit(task_counts(batches.planner.read(second)))
+    assert report.stage.rows == 1, "the change delivered between batches counts in the next"
+    # A third batch's task runs in another process (Spark's workers take turns): this
+    # process's read answers it; the change is read and sent once.
+    _insert(scratch, 3)
+    third = batches.plan()
+    task = subprocess.run(
+        [sys.executable, "-c", TASK], input=cloudpickle.dumps((batches.planner, third)),
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert task.returncode == 0, task.stderr.decode()[-3000:]
+    answered = json.loads(task.stdout.decode().strip().splitlines()[-1])
+    assert answered["rows"] == 1
+    _insert(scratch, 4)
+    # Each once: no task read again what the read before it had sent.
+    assert _ids(bootstrap, scratch.kafka_topic, 5, within=10) == [1, 2, 3, 4]
+
+
+def test_a_task_planned_from_elsewhere_ends_the_read_and_reads_from_its_start(
+    scratch: Scratch, batches: Batches
+) -> None:
+    bootstrap = scratch.services.kafka.bootstrap_servers
+    _insert(scratch, 1)
+    planned = batches.plan()
+    batches.commit(task_counts(batches.planner.read(planned)))
+    _insert(scratch, 2)
+    assert _ids(bootstrap, scratch.kafka_topic, 2) == [1, 2]
+    # The first batch again (as after a crash before its commit): from its own start.
+    again = task_counts(batches.planner.read(planned))
+    assert again.stage.rows >= 1
+    assert _ids(bootstrap, scratch.kafka_topic, 4) == [1, 1, 2, 2]
+
+
+def test_a_read_no_task_takes_ends_by_itself_and_lets_the_source_go(
+    scratch: Scratch, batches: Batches
+) -> None:
+    _insert(scratch, 1)
+    batches.commit(task_counts(batches.planner.read(batches.plan())))
+    key = (str(batches.planner._config.checkpoint_dir), "src")
+    read = open_read._reads[key]
+    assert not read.done
+    deadline = time.monotonic() + open_read.ALIVE_SECONDS + 30
+    while not read.done and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert read.done, f"the read went on {open_read.ALIVE_SECONDS + 30:.0f}s with no task"
+    lock_path = open_read._files(*key).with_suffix(".lock")
+    with open(lock_path, "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while still held
+    assert os.path.exists(lock_path)
