@@ -87,6 +87,7 @@ from dbus_fn.capture._positions import (
 from dbus_fn.capture._reader import BinlogReader
 from dbus_fn.capture._replica_id import replica_id_for, validate_replica_id
 from dbus_fn.capture._server import CaptureLag, ServerInfo
+from dbus_fn.capture._session import behind
 from dbus_fn.capture._shard import Shard
 from dbus_fn.capture._sources import SourceStore, sources_file
 
@@ -101,6 +102,7 @@ __all__ = [
     "Shard",
     "SourceSpec",
     "SourceStore",
+    "behind",
     "chunked_table",
     "coordinates",
     "key_from_json",

@@ -88,6 +88,12 @@ DDL_WORDS = ("ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE")
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD")
 
 
+def behind(stamp: float) -> bool:
+    """Whether a boundary of binlog time ``stamp`` (whole seconds) is ``BEHIND_SECONDS``
+    or more before the clock: its reader is behind the server."""
+    return time.time() - (stamp + 1) >= BEHIND_SECONDS
+
+
 def _deadline(until: float | Callable[[], float] | None) -> Callable[[], float] | None:
     """``ReadSession.until`` as a function to ask (a fixed moment answers itself)."""
     if until is None or callable(until):
@@ -229,7 +235,7 @@ class ReadSession:
                 return False
             if catch_up is None or moment >= catch_up:
                 return True
-            return time.time() - (stamp + 1) < BEHIND_SECONDS
+            return not behind(stamp)
 
         resume = progress.committed
         stream = self.open_stream(resume, heartbeat)

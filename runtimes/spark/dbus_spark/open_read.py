@@ -48,7 +48,13 @@ from typing import IO, Any, cast
 
 import pyarrow as pa
 
-from dbus_fn.capture import BinlogReader, coordinates, position_from_json, position_to_json
+from dbus_fn.capture import (
+    BinlogReader,
+    behind,
+    coordinates,
+    position_from_json,
+    position_to_json,
+)
 from dbus_fn.errors import DbusError
 from dbus_fn.events import (
     BinlogPosition,
@@ -67,7 +73,10 @@ from dbus_spark.writer import Output, own_sinks, paces
 log = logging.getLogger(__name__)
 
 FOLDER = ".open-reads"
-ALIVE_SECONDS = 3.0
+CATCH_UP = 5
+"""A read behind the server at its time (``dbus_fn.capture.behind``) goes on, up to
+this many times its time, before it is cut: a batch costs cores a backlog needs."""
+ALIVE_SECONDS = 10.0
 """A span no task took for this long (more the trigger interval, when the runtime has
 one) ends: the query stopped, or its source idles (the next change starts a read)."""
 CHECK_SECONDS = 0.05
@@ -97,6 +106,8 @@ class Span:
     def __init__(self, read: OpenRead, start: BinlogPosition) -> None:
         self.start = start
         self.reached = start
+        self.stamp = time.time()
+        """The binlog time of the last commit delivered (of the span's start: now)."""
         self.began = time.monotonic()
         self.counts = StageCounts(started=time.time())
         self.batcher = Batcher(read.source)
@@ -109,7 +120,8 @@ class Span:
         self.owned = False
 
     def commit(self, item: TransactionCommit) -> None:
-        self.counts.last_commit[item.source] = item.commit_time.timestamp()
+        self.stamp = item.commit_time.timestamp()
+        self.counts.last_commit[item.source] = self.stamp
         self.reached = item.position
         if self.slow is not None:
             self.admission = self.slow.check(item, self.counts) or self.admission
@@ -306,9 +318,16 @@ class OpenRead:
     ) -> list[tuple[str, bytes]]:
         """Own ``span`` for a task: for ``open_read_seconds`` and at least up to the
         planned end, then cut it; the task's rows."""
-        window = time.monotonic() + self.config.open_read_seconds
+        seconds = self.config.open_read_seconds
+        window = time.monotonic() + seconds
+        longest = window + (CATCH_UP - 1) * seconds
         target = coordinates(planned_end)
-        while not self.done and (time.monotonic() < window or coordinates(span.reached) < target):
+        while not self.done:
+            now = time.monotonic()
+            if coordinates(span.reached) >= target and (
+                now >= longest or (now >= window and not behind(span.stamp))
+            ):
+                break
             time.sleep(0.01)
         span, go_on = self.cut(go_on=True)
         try:

@@ -25,9 +25,9 @@ start: at least once, as always, never less. A Spark micro-batch costs a few hun
 milliseconds of planning and commits; with every deployment with the stream, the
 open read goes on in the meantime and the next task takes it over
 (``dbus_spark.open_read``), so no change waits for the next batch. Otherwise (a
-deployment left out or taken back) the task's read ends with it, and one still
-behind the server when its time is up reads on while it is, up to ``CATCH_UP``
-times its time.
+deployment left out or taken back) the task's read ends with it. A read still
+behind the server when its time is up reads on while it is, up to
+``open_read.CATCH_UP`` times its time: a batch costs cores a backlog needs.
 
 Every deployment goes at its own pace (``dbus_spark.progress``): with a detach bound
 (``RuntimeConfig.detach_seconds``) a deployment whose sinks do not take its records
@@ -121,12 +121,6 @@ from dbus_spark.worker import (
     worker_stage,
 )
 from dbus_spark.writer import Output, detaches, paces, sink_settings, worker_sinks
-
-# An open read that is behind the server at its time (``BEHIND_SECONDS``) reads on,
-# up to this many times its time, instead of leaving the backlog to the next batch:
-# under a load close to what the cores can read, the gap between two batches would
-# otherwise keep the lag at several seconds.
-CATCH_UP = 5
 
 log = logging.getLogger(__name__)
 
@@ -527,7 +521,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 stop=planned_end,
                 shard=shard,
                 until=began + config.open_read_seconds if is_open else None,
-                catch_up=began + CATCH_UP * config.open_read_seconds if is_open else None,
+                catch_up=began + open_read.CATCH_UP * config.open_read_seconds if is_open else None,
             ):
                 if type(item) is RowChange:
                     for record in stage.process(item, counts, gate, admission or None):
