@@ -25,6 +25,7 @@ from e2e_support import Scratch
 from pyspark import cloudpickle
 from support import kafka_consumer, relay_table
 
+from dbus_fn.errors import DbusError
 from dbus_spark import open_read
 from dbus_spark.source import BinlogSourceReader, SourceRange
 from dbus_spark.writer import SinkWriter, TaskReport, task_counts
@@ -88,7 +89,8 @@ def _insert(scratch: Scratch, *ids: int) -> None:
 
 
 @pytest.fixture
-def batches(scratch: Scratch, tmp_path: Path) -> Any:
+def batches(scratch: Scratch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv(open_read.LOCAL_ENV, "1")  # as on a local master
     folder, _table = relay_table(
         scratch.fresh_database, scratch.function_folder, f"kafka://{scratch.kafka_topic}",
         initial="none",
@@ -125,7 +127,7 @@ def test_the_read_goes_on_between_batches_and_the_next_task_takes_it_over(
     third = batches.plan()
     task = subprocess.run(
         [sys.executable, "-c", TASK], input=cloudpickle.dumps((batches.planner, third)),
-        capture_output=True, timeout=120, check=False,
+        capture_output=True, timeout=120, check=False, env=dict(os.environ),
     )  # fmt: skip
     assert task.returncode == 0, task.stderr.decode()[-3000:]
     answered = json.loads(task.stdout.decode().strip().splitlines()[-1])
@@ -166,3 +168,27 @@ def test_a_read_no_task_takes_ends_by_itself_and_lets_the_source_go(
     with open(lock_path, "wb") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while still held
     assert os.path.exists(lock_path)
+
+
+def test_a_read_that_fails_in_its_thread_fails_its_task_with_the_reason(
+    scratch: Scratch, batches: Batches
+) -> None:
+    _insert(scratch, 1)
+    planned = batches.plan()
+    gone = {**planned.start, "file": f"{planned.start['file'].rsplit('.', 1)[0]}.999999"}
+    with pytest.raises(DbusError, match=r"999999") as failed:
+        task_counts(batches.planner.read(replace(planned, start=gone)))
+    assert "\n" not in str(failed.value), "one line, naming the position and what to do"
+    # Nothing is left holding the source: the next task reads it.
+    assert task_counts(batches.planner.read(planned)).stage.rows == 1
+
+
+def test_a_read_on_a_master_elsewhere_ends_with_its_task(
+    scratch: Scratch, batches: Batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(open_read.LOCAL_ENV, "0")  # executors may be on other hosts
+    _insert(scratch, 1)
+    assert task_counts(batches.planner.read(batches.plan())).stage.rows == 1
+    assert not open_read._reads, "no read outlives its task"
+    _insert(scratch, 2)
+    assert _ids(scratch.services.kafka.bootstrap_servers, scratch.kafka_topic, 2, within=5) == [1]

@@ -24,7 +24,7 @@ from pyspark.sql.streaming import StreamingQuery
 from dbus_fn.capture import BinlogReader
 from dbus_fn.errors import ConfigError
 from dbus_fn.registry import load_deployment
-from dbus_spark import logs
+from dbus_spark import logs, open_read
 from dbus_spark.checkpoint import (
     ProgressFolder,
     SparkLog,
@@ -88,6 +88,8 @@ def spark_session(
     os.environ["PYSPARK_PYTHON"] = python or workers_python(os.environ)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Only a local master's workers inherit it: open reads go on between batches there.
+    os.environ[open_read.LOCAL_ENV] = "1" if master.startswith("local") else "0"
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(_SPARK_SETTINGS)
     conf.set("spark.driver.extraJavaOptions", logs.spark_java_options())
     conf.set(f"spark.executorEnv.{logs.VERBOSE_ENV}", "1" if logs.verbose() else "0")

@@ -42,6 +42,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import IO, Any, cast
@@ -106,8 +107,8 @@ class Span:
     def __init__(self, read: OpenRead, start: BinlogPosition) -> None:
         self.start = start
         self.reached = start
-        self.stamp = time.time()
-        """The binlog time of the last commit delivered (of the span's start: now)."""
+        self.behind = False
+        """Whether the last commit delivered was a second or more old when it was read."""
         self.began = time.monotonic()
         self.counts = StageCounts(started=time.time())
         self.batcher = Batcher(read.source)
@@ -120,8 +121,9 @@ class Span:
         self.owned = False
 
     def commit(self, item: TransactionCommit) -> None:
-        self.stamp = item.commit_time.timestamp()
-        self.counts.last_commit[item.source] = self.stamp
+        stamp = item.commit_time.timestamp()
+        self.behind = behind(stamp)
+        self.counts.last_commit[item.source] = stamp
         self.reached = item.position
         if self.slow is not None:
             self.admission = self.slow.check(item, self.counts) or self.admission
@@ -240,9 +242,9 @@ class OpenRead:
                         left.out.settle(left.began, max(1.0, self.config.detach_seconds))
                 self._lock_file.close()  # the next reader of the source may go
 
-    def take(self, start: BinlogPosition) -> Span | None:
-        """The span not yet owned, for a task planned from ``start``: None if it
-        begins elsewhere (or the read ended)."""
+    def take(self, start: BinlogPosition | None) -> Span | None:
+        """The span not yet owned, for a task planned from ``start`` (None: wherever
+        it begins): None if it begins elsewhere (or the read ended)."""
         with self._turn:
             span = self.span
             if (
@@ -250,7 +252,7 @@ class OpenRead:
                 or self._ending
                 or span is None
                 or span.owned
-                or coordinates(span.start) != coordinates(start)
+                or (start is not None and coordinates(span.start) != coordinates(start))
             ):
                 return None
             span.owned = True
@@ -293,14 +295,18 @@ class OpenRead:
                 conn, _ = self._listener.accept()
             except OSError:
                 return  # the read ended
-            with conn, contextlib.suppress(OSError, ValueError):
-                request = json.loads(conn.makefile("rb").readline())
-                answer = self._task(request)
+            with conn, contextlib.suppress(OSError):
+                try:
+                    answer = self._task(json.loads(conn.makefile("rb").readline()))
+                except Exception as exc:  # a request this read cannot run: the task's own
+                    answer = {"taken": False, "why": str(exc)}
                 conn.sendall(json.dumps(answer).encode() + b"\n")
 
     def _task(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run a task's part of the read (``request``: its range and shipment): its
         rows, or that it cannot be run here (the read begins elsewhere)."""
+        if request.get("hand_over"):
+            return self._hand_over()
         start = position_from_json(request["start"])
         span = self.take(start) if request["shipment"] == self.shipment else None
         if span is None:
@@ -308,14 +314,13 @@ class OpenRead:
         if request.get("reports"):
             self.sinks.publisher.use(request["reports"])
         try:
-            rows = self._own(span, start, position_from_json(request["end"]))
+            rows = self._own(span, position_from_json(request["end"]))
         except BaseException as exc:
-            return {"taken": True, "error": base64.b64encode(_pickled(exc)).decode()}
+            error = base64.b64encode(_pickled(exc)).decode()
+            return {"taken": True, "error": error, "text": str(exc)}
         return {"taken": True, "rows": [[kind, base64.b64encode(v).decode()] for kind, v in rows]}
 
-    def _own(
-        self, span: Span, start: BinlogPosition, planned_end: BinlogPosition
-    ) -> list[tuple[str, bytes]]:
+    def _own(self, span: Span, planned_end: BinlogPosition) -> list[tuple[str, bytes]]:
         """Own ``span`` for a task: for ``open_read_seconds`` and at least up to the
         planned end, then cut it; the task's rows."""
         seconds = self.config.open_read_seconds
@@ -325,14 +330,22 @@ class OpenRead:
         while not self.done:
             now = time.monotonic()
             if coordinates(span.reached) >= target and (
-                now >= longest or (now >= window and not behind(span.stamp))
+                now >= longest or (now >= window and not span.behind)
             ):
                 break
             time.sleep(0.01)
-        span, go_on = self.cut(go_on=True)
+        return self._close(*self.cut(go_on=True), planned_end)
+
+    def _close(
+        self, span: Span, go_on: bool, planned_end: BinlogPosition | None
+    ) -> list[tuple[str, bytes]]:
+        """Settle a span just cut, and go on in a new one (``go_on``) or end the read;
+        the span's rows (its counts, what its sinks took, how far it delivered). With
+        ``planned_end``, the span must have reached it."""
         try:
             if self.error is not None:
                 raise self.error
+            target = coordinates(planned_end or span.start)
             if coordinates(span.reached) < target:
                 raise DbusError(
                     f"source {self.source!r}: its open read ended at {span.reached} before "
@@ -342,10 +355,12 @@ class OpenRead:
             counts.read_seconds = time.monotonic() - span.began
             bound = self.config.detach_seconds - (time.monotonic() - span.began)
             failed = span.out.settle(span.began, max(1.0, bound))
-            ranged = SimpleNamespace(source=self.source, start=position_to_json(start))
+            ranged = SimpleNamespace(source=self.source, start=position_to_json(span.start))
             counts.progress += read_events(ranged, span.admission, failed, counts)
             go_on = go_on and not failed and not span.admission
-            counts.positions[self.source] = str(max(span.reached, planned_end, key=coordinates))
+            counts.positions[self.source] = str(
+                max(span.reached, planned_end or span.reached, key=coordinates)
+            )
             if coordinates(span.reached) > target:
                 counts.reached[self.source] = position_to_json(span.reached)
             self.hand_on(Span(self, span.reached) if go_on else None)
@@ -354,6 +369,26 @@ class OpenRead:
             raise
         span.batcher.add_stats(counts)
         return span.batcher.take()
+
+    def _hand_over(self) -> dict[str, Any]:
+        """End the read for another read of the source (``quiet``): the span no task
+        owns, cut and settled, as rows that read reports with its own (what was
+        delivered past the last cut then counts once, and is not read again)."""
+        span = self.take(None)
+        if span is None:  # a task's (it fails, and is read again) or none: end
+            with self._turn:
+                self._ending = True
+                self._turn.notify_all()
+            return {"ended": False}
+        try:
+            rows = self._close(*self.cut(go_on=False), None)
+        except BaseException:  # nothing to hand over: that read reads it again
+            return {"ended": False}
+        return {
+            "ended": True,
+            "reached": position_to_json(span.reached),
+            "rows": [[kind, base64.b64encode(v).decode()] for kind, v in rows],
+        }
 
 
 def address(checkpoint: str, source: str) -> str:
@@ -384,15 +419,43 @@ def _ask(checkpoint: str, source: str, request: dict[str, Any]) -> dict[str, Any
     return answer
 
 
-def quiet(checkpoint: str, source: str) -> None:
+@dataclass(frozen=True)
+class Handed:
+    """What an open read ended by ``quiet`` had delivered past its last cut: its rows
+    (the quieting task hands them to Spark with its own) and how far it got."""
+
+    rows: tuple[tuple[str, bytes], ...] = ()
+    reached: BinlogPosition | None = None
+
+    def past(self, start: BinlogPosition) -> BinlogPosition:
+        """Where a read of the source from ``start`` goes on: past what was delivered."""
+        if self.reached is not None and coordinates(self.reached) > coordinates(start):
+            return self.reached
+        return start
+
+    def add_to(self, batcher: Batcher) -> None:
+        for kind, value in self.rows:
+            batcher.add(kind, value)
+
+
+def quiet(checkpoint: str, source: str) -> Handed:
     """Before another read of ``source``: no open read of it goes on, in this worker or
-    any other (their deliveries past their cut come before this read's)."""
+    any other (their deliveries past their cut come before this read's); what the
+    ended one delivered past its last cut."""
+    answer = _ask(checkpoint, source, {"hand_over": True})
+    handed = Handed()
+    if answer is not None and answer.get("ended"):
+        handed = Handed(
+            tuple((kind, base64.b64decode(value)) for kind, value in answer["rows"]),
+            position_from_json(answer["reached"]),
+        )
     found = _reads.pop((checkpoint, source), None)
     if found is not None:
         found.end()
     lock = _claim(checkpoint, source)
     if lock is not None:
         lock.close()
+    return handed
 
 
 def _claim(checkpoint: str, source: str) -> IO[bytes] | None:
@@ -451,15 +514,27 @@ def read_open(
                 "for its open read; make the temporary folder writable"
             )
         start = offset_to_position(partition.start)
-        _reads[(checkpoint, source)] = OpenRead(
-            config, stage, partition.shipment.key, reader, source, start,
-            offset_to_position(partition.end), lock,
-        )  # fmt: skip
+        try:
+            _reads[(checkpoint, source)] = OpenRead(
+                config, stage, partition.shipment.key, reader, source, start,
+                offset_to_position(partition.end), lock,
+            )  # fmt: skip
+        except BaseException:
+            lock.close()  # never held by a read that did not start
+            raise
         answer = _ask(checkpoint, source, request)
         if answer is None or not answer["taken"]:
+            read = _reads.pop((checkpoint, source))
+            read.end()
+            if read.error is not None:
+                raise read.error  # it failed before it could answer
             raise DbusError(f"source {source!r}: its open read ended as it started")
     if "error" in answer:
-        raise pickle.loads(base64.b64decode(answer["error"]))
+        try:
+            error = pickle.loads(base64.b64decode(answer["error"]))
+        except Exception:  # a class this process cannot make again: its text
+            error = DbusError(answer["text"])
+        raise error
     batcher = Batcher(source)
     for kind, value in answer["rows"]:
         batcher.add(kind, base64.b64decode(value))
@@ -468,11 +543,23 @@ def read_open(
         yield last
 
 
+LOCAL_ENV = "DBUS_LOCAL_EXECUTORS"
+"""Set to 1 by the runtime on a local master (``job.spark_session``): its executors
+are processes of the driver's host, where a source's open read can be found (its
+socket, its lock) by every task and by the driver."""
+
+
+def local_executors() -> bool:
+    return os.environ.get(LOCAL_ENV) == "1"
+
+
 def carries(config: RuntimeConfig, partition: Any, gate: Any, shards: int) -> bool:
     """Whether a ``SourceRange`` is read by an open read carried across batches: read
-    open, by one task, every deployment with the stream, no history merging, no fence."""
+    open, by one task, every deployment with the stream, no history merging, no fence,
+    executors on the driver's host."""
     return (
-        config.open_read_seconds > 0
+        local_executors()
+        and config.open_read_seconds > 0
         and shards == 1
         and gate is None
         and config.fencing is None

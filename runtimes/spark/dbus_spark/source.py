@@ -76,7 +76,7 @@ from dbus_fn.events import (
 )
 from dbus_fn.manifest import Manifest, load_manifest
 from dbus_spark import open_read
-from dbus_spark.checkpoint import load_reached
+from dbus_spark.checkpoint import load_reached, record_reached
 from dbus_spark.config import ConfigFile, RuntimeConfig, SourceBinding, WriteFencing
 from dbus_spark.history import (
     Gate,
@@ -316,6 +316,16 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             for source, offset in start.items()
             if only in (None, source)
         }
+        if open_read.local_executors():
+            # A read going on between batches delivered past the last batch: it ends,
+            # and the deployment is paused where it got.
+            for source, position in positions.items():
+                handed = open_read.quiet(self._config.checkpoint_dir, source)
+                reached = handed.past(position_from_json(position))
+                if reached is not handed.reached:
+                    continue
+                positions[source] = position_to_json(reached)
+                record_reached(self._config.checkpoint_dir, {source: positions[source]})
         self._book.pause(name, positions)
         at = ", ".join(f"{s} {p['file']}:{p['pos']}" for s, p in sorted(positions.items()))
         return Answer(True, f"{name} paused at {at}; `dbus fn resume {name}` lets it catch up")
@@ -463,7 +473,12 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             worker_sinks(sink_settings(config)).publisher.use(self._reports)
         if isinstance(partition, ChunkRange):
             if partition.end.get("quiet"):  # nothing of the binlog comes while it reads
-                open_read.quiet(config.checkpoint_dir, partition.source)
+                handed = open_read.quiet(config.checkpoint_dir, partition.source)
+                batcher = Batcher(partition.source)
+                handed.add_to(batcher)
+                rows = batcher.flush()
+                if rows is not None:
+                    yield rows
             yield from read_chunk_range(partition)
             return
         if isinstance(partition, CatchUpRange):
@@ -492,10 +507,11 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         if open_read.carries(config, partition, gate, shard.count):
             yield from open_read.read_open(partition, config, stage, reader, self._reports)
             return
-        open_read.quiet(config.checkpoint_dir, partition.source)
+        handed = open_read.quiet(config.checkpoint_dir, partition.source)
         counts = StageCounts(started=time.time())
         counts.positions[partition.source] = str(offset_to_position(partition.end))
         batcher = Batcher(partition.source)
+        handed.add_to(batcher)  # counted once, and read on from where it got
         began = time.monotonic()
         # Read open past the planned end when this task alone reads the source, no
         # history merges with it and no fence holds its writes back.
@@ -517,7 +533,9 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         reached = planned_end
         try:
             for item in reader.read(
-                offset_to_position(partition.start),
+                handed.past(offset_to_position(partition.start))
+                if shard.count == 1
+                else offset_to_position(partition.start),
                 stop=planned_end,
                 shard=shard,
                 until=began + config.open_read_seconds if is_open else None,
