@@ -89,7 +89,8 @@ def spark_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Only a local master's workers inherit it: open reads go on between batches there.
-    os.environ[open_read.LOCAL_ENV] = "1" if master.startswith("local") else "0"
+    carry = master.startswith("local") and os.environ.get(open_read.SWITCH) == "1"
+    os.environ[open_read.LOCAL_ENV] = "1" if carry else "0"
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(_SPARK_SETTINGS)
     conf.set("spark.driver.extraJavaOptions", logs.spark_java_options())
     conf.set(f"spark.executorEnv.{logs.VERBOSE_ENV}", "1" if logs.verbose() else "0")
@@ -243,6 +244,10 @@ def start_member(
     return _start_query(spark, config, member.config_path, metrics)
 
 
+_read_by: dict[str, tuple[str, list[str]]] = {}
+"""Per running query (its id), its checkpoint and sources: their reads end with it."""
+
+
 def stop(
     query: StreamingQuery, spark: SparkSession | None = None, *, timeout: float = 5.0
 ) -> None:
@@ -257,14 +262,18 @@ def stop(
     while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
         time.sleep(0.05)
     spark = spark or SparkSession.getActiveSession()
-    if spark is None or logs.verbose():
-        query.stop()
-        return
-    spark.sparkContext.setLogLevel("OFF")
     try:
-        query.stop()
+        if spark is None or logs.verbose():
+            query.stop()
+            return
+        spark.sparkContext.setLogLevel("OFF")
+        try:
+            query.stop()
+        finally:
+            spark.sparkContext.setLogLevel(logs.spark_log_level())
     finally:
-        spark.sparkContext.setLogLevel(logs.spark_log_level())
+        # Nothing goes on delivering for a query that stopped.
+        open_read.end_all(*_read_by.pop(str(query.id), ("", [])))
 
 
 def default_config_path(config: RuntimeConfig) -> Path:
@@ -309,6 +318,7 @@ def _start_query(
             writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
         query = writer.start()
         started(query)
+    _read_by[str(query.id)] = (config.checkpoint_dir, [b.spec.name for b in config.sources])
     if metrics is not None:
         metrics.listener = BatchListener(metrics, reports, str(query.id))
         spark.streams.addListener(metrics.listener)

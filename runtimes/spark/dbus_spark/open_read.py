@@ -64,6 +64,7 @@ from dbus_fn.events import (
     SchemaChange,
     TransactionCommit,
 )
+from dbus_spark.checkpoint import record_reached
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.progress import Admission
 from dbus_spark.progress.shared_read import SlowWatch, read_events
@@ -543,10 +544,13 @@ def read_open(
         yield last
 
 
+SWITCH = "DBUS_CARRY_OPEN_READS"
+"""Set to 1, a runtime on a local master carries its open reads across batches (off
+by default for now)."""
 LOCAL_ENV = "DBUS_LOCAL_EXECUTORS"
-"""Set to 1 by the runtime on a local master (``job.spark_session``): its executors
-are processes of the driver's host, where a source's open read can be found (its
-socket, its lock) by every task and by the driver."""
+"""Set to 1 by the runtime on a local master with ``SWITCH`` on (``job.spark_session``):
+its executors are processes of the driver's host, where a source's open read can be
+found (its socket, its lock) by every task and by the driver."""
 
 
 def local_executors() -> bool:
@@ -565,3 +569,14 @@ def carries(config: RuntimeConfig, partition: Any, gate: Any, shards: int) -> bo
         and config.fencing is None
         and not Admission.from_json(partition.admission)
     )
+
+
+def end_all(checkpoint: str, sources: list[str]) -> None:
+    """A query stopped: its sources' reads end, and what they delivered past the last
+    batch is noted as reached (``checkpoint.record_reached``), not read again."""
+    if not local_executors():
+        return
+    for source in sources:
+        handed = quiet(checkpoint, source)
+        if handed.reached is not None:
+            record_reached(checkpoint, {source: position_to_json(handed.reached)})
