@@ -571,12 +571,17 @@ def carries(config: RuntimeConfig, partition: Any, gate: Any, shards: int) -> bo
     )
 
 
+def end_read(checkpoint: str, source: str) -> BinlogPosition | None:
+    """End ``source``'s read (``quiet``) from the driver, noting how far it delivered as
+    reached (``checkpoint.record_reached``), not to be read again; that position."""
+    handed = quiet(checkpoint, source)
+    if handed.reached is not None:
+        record_reached(checkpoint, {source: position_to_json(handed.reached)})
+    return handed.reached
+
+
 def end_all(checkpoint: str, sources: list[str]) -> None:
-    """A query stopped: its sources' reads end, and what they delivered past the last
-    batch is noted as reached (``checkpoint.record_reached``), not read again."""
-    if not local_executors():
-        return
-    for source in sources:
-        handed = quiet(checkpoint, source)
-        if handed.reached is not None:
-            record_reached(checkpoint, {source: position_to_json(handed.reached)})
+    """A query stopped: its sources' reads end (``end_read``)."""
+    if local_executors():
+        for source in sources:
+            end_read(checkpoint, source)

@@ -61,7 +61,6 @@ from pyspark.sql.types import StructType
 
 from dbus_fn.capture import (
     BinlogReader,
-    Shard,
     coordinates,
     position_from_json,
     position_to_json,
@@ -70,16 +69,12 @@ from dbus_fn.coordination import PlanLog
 from dbus_fn.errors import DbusError, HistoryError
 from dbus_fn.events import (
     BinlogPosition,
-    RowChange,
-    SchemaChange,
-    TransactionCommit,
 )
 from dbus_fn.manifest import Manifest, load_manifest
 from dbus_spark import open_read
-from dbus_spark.checkpoint import load_reached, record_reached
+from dbus_spark.checkpoint import load_reached
 from dbus_spark.config import ConfigFile, RuntimeConfig, SourceBinding, WriteFencing
 from dbus_spark.history import (
-    Gate,
     HistoryStore,
     PlannedChunk,
     plan_chunks,
@@ -95,32 +90,27 @@ from dbus_spark.history.partitions import (
 from dbus_spark.history.plans import open_plans
 from dbus_spark.history.requests import Answer, PaceRequest, take_requests
 from dbus_spark.progress import (
-    Admission,
     ProgressBook,
     rejoined,
 )
 from dbus_spark.progress.catchup import CatchUpRange, read_catch_up
 from dbus_spark.progress.shared_read import (
     POSITION_KEYS,
-    SlowWatch,
     admission_of,
     caught_up_with,
-    read_events,
 )
+from dbus_spark.range_read import read_source_range
 from dbus_spark.shipment import Shipment, Shipper
-from dbus_spark.stage import StageCounts
 from dbus_spark.worker import (
     ARROW_SCHEMA,
     Batcher,
-    drop_reader,
     hold,
     offset_to_position,
     position_to_offset,
     publish_functions,
-    worker_reader,
     worker_stage,
 )
-from dbus_spark.writer import Output, detaches, paces, sink_settings, worker_sinks
+from dbus_spark.writer import detaches, sink_settings, worker_sinks
 
 log = logging.getLogger(__name__)
 
@@ -320,12 +310,11 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             # A read going on between batches delivered past the last batch: it ends,
             # and the deployment is paused where it got.
             for source, position in positions.items():
-                handed = open_read.quiet(self._config.checkpoint_dir, source)
-                reached = handed.past(position_from_json(position))
-                if reached is not handed.reached:
-                    continue
-                positions[source] = position_to_json(reached)
-                record_reached(self._config.checkpoint_dir, {source: positions[source]})
+                reached = open_read.end_read(self._config.checkpoint_dir, source)
+                if reached is not None and coordinates(reached) > coordinates(
+                    position_from_json(position)
+                ):
+                    positions[source] = position_to_json(reached)
         self._book.pause(name, positions)
         at = ", ".join(f"{s} {p['file']}:{p['pos']}" for s, p in sorted(positions.items()))
         return Answer(True, f"{name} paused at {at}; `dbus fn resume {name}` lets it catch up")
@@ -487,88 +476,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         if isinstance(partition, ReplayRange):
             yield from read_replay_range(partition)
             return
-        if not config.reads(partition.source, *hold(partition.end)):
-            # Planned before a cluster moved the source away (or before this runtime
-            # lost sight of it): read nothing, so nothing stale reaches the sinks. The
-            # batch's position is not committed; whoever holds the source now reads
-            # the range from the committed position.
-            log.info("dbus_binlog: %s moved away since this batch was planned", partition.source)
-            batcher = Batcher(partition.source)
-            batcher.add_stats(StageCounts())
-            last = batcher.flush()
-            if last is not None:
-                yield last
-            return
-        binding = config.source(partition.source)
-        shard = Shard(partition.shard, partition.shards)
-        # Every replication connection needs its own id.
-        reader = worker_reader(binding, binding.reader_replica_id(shard.index))
-        gate = Gate.from_json(partition.gate) if partition.gate else None
-        if open_read.carries(config, partition, gate, shard.count):
-            yield from open_read.read_open(partition, config, stage, reader, self._reports)
-            return
-        handed = open_read.quiet(config.checkpoint_dir, partition.source)
-        counts = StageCounts(started=time.time())
-        counts.positions[partition.source] = str(offset_to_position(partition.end))
-        batcher = Batcher(partition.source)
-        handed.add_to(batcher)  # counted once, and read on from where it got
-        began = time.monotonic()
-        # Read open past the planned end when this task alone reads the source, no
-        # history merges with it and no fence holds its writes back.
-        is_open = (
-            config.open_read_seconds > 0
-            and shard.count == 1
-            and gate is None
-            and config.fencing is None
-        )
-        # The read writes to the sinks itself, as it reads (``writer.Output``); with a
-        # detach bound, one deployment's sink that does not answer is that deployment's
-        # alone (with one deployment, detaching it would free no other: its sinks are
-        # waited for).
-        paced = paces(config, stage)
-        out = Output(config, batcher, stage.routes, paced=paced)
-        admission = Admission.from_json(partition.admission)
-        slow = SlowWatch(partition.source, stage, admission, began) if paced else None
-        planned_end = offset_to_position(partition.end)
-        reached = planned_end
-        try:
-            for item in reader.read(
-                handed.past(offset_to_position(partition.start))
-                if shard.count == 1
-                else offset_to_position(partition.start),
-                stop=planned_end,
-                shard=shard,
-                until=began + config.open_read_seconds if is_open else None,
-                catch_up=began + open_read.CATCH_UP * config.open_read_seconds if is_open else None,
-            ):
-                if type(item) is RowChange:
-                    for record in stage.process(item, counts, gate, admission or None):
-                        out.put(record)
-                elif type(item) is TransactionCommit:
-                    counts.last_commit[partition.source] = item.commit_time.timestamp()
-                    reached = item.position
-                    if slow is not None:
-                        admission = slow.check(item, counts) or admission
-                elif isinstance(item, SchemaChange) and not shard.index:
-                    counts.ddl += 1  # every shard sees it; count it once
-        except BaseException:
-            drop_reader(reader)  # the next attempt starts from a fresh connection
-            raise
-        counts.read_seconds = time.monotonic() - began
-        # Acknowledged up to here: the next batch may start past it (for a
-        # deployment its sinks did not take, from its own start again).
-        # The bound counts from the read's start: what it handed over first has
-        # waited since, and the changes committed meanwhile wait for the next batch.
-        bound = config.detach_seconds - (time.monotonic() - began)
-        failed = out.settle(began, max(1.0, bound))
-        counts.progress += read_events(partition, admission, failed, counts)
-        if coordinates(reached) > coordinates(planned_end):
-            counts.reached[partition.source] = position_to_json(reached)
-            counts.positions[partition.source] = str(reached)
-        batcher.add_stats(counts)
-        last = batcher.flush()
-        if last is not None:
-            yield last
+        yield from read_source_range(partition, config, stage, self._reports)
 
     def commit(self, end: dict[str, Any]) -> None:
         log.info("dbus_binlog: committed %s", end)
