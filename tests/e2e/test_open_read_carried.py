@@ -15,10 +15,11 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from e2e_support import Scratch
@@ -89,23 +90,37 @@ def _insert(scratch: Scratch, *ids: int) -> None:
 
 
 @pytest.fixture
-def batches(scratch: Scratch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def open_batches(
+    scratch: Scratch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[float], Batches]]:
+    """Batches of a relayed table, made with the open read's time (in seconds)."""
     monkeypatch.setenv(open_read.LOCAL_ENV, "1")  # as on a local master
     folder, _table = relay_table(
         scratch.fresh_database, scratch.function_folder, f"kafka://{scratch.kafka_topic}",
         initial="none",
     )  # fmt: skip
-    config = replace(
-        scratch.runtime_config(folder),
-        checkpoint_dir=str(tmp_path / "cp"),
-        open_read_seconds=0.5,
-        detach_seconds=0.0,
-    )
-    run = Batches(config.save(tmp_path / "cp.config.json"))
-    yield run
-    for key in [k for k in open_read._reads if k[0] == config.checkpoint_dir]:
+    made: list[Batches] = []
+
+    def make(seconds: float) -> Batches:
+        config = replace(
+            scratch.runtime_config(folder),
+            checkpoint_dir=str(tmp_path / "cp"),
+            open_read_seconds=seconds,
+            detach_seconds=0.0,
+        )
+        made.append(Batches(config.save(tmp_path / "cp.config.json")))
+        return made[-1]
+
+    yield make
+    for key in [k for k in open_read._reads if k[0] == str(tmp_path / "cp")]:
         open_read._reads.pop(key).end()
-    run.planner.stop()
+    for run in made:
+        run.planner.stop()
+
+
+@pytest.fixture
+def batches(open_batches: Callable[[float], Batches]) -> Batches:
+    return open_batches(0.5)
 
 
 def test_the_read_goes_on_between_batches_and_the_next_task_takes_it_over(
@@ -192,3 +207,44 @@ def test_a_read_on_a_master_elsewhere_ends_with_its_task(
     assert not open_read._reads, "no read outlives its task"
     _insert(scratch, 2)
     assert _ids(scratch.services.kafka.bootstrap_servers, scratch.kafka_topic, 2, within=5) == [1]
+
+
+def _timed_read(batches: Batches, partition: SourceRange) -> tuple[TaskReport, float]:
+    began = time.monotonic()
+    report = task_counts(batches.planner.read(partition))
+    return report, time.monotonic() - began
+
+
+def test_a_task_at_the_servers_end_ends_on_time_however_old_the_last_commit(
+    scratch: Scratch, open_batches: Callable[[float], Batches]
+) -> None:
+    batches = open_batches(2.0)
+    _insert(scratch, 1)
+    time.sleep(1.5)  # the commit is old when read: the read looks behind the server
+    report, took = _timed_read(batches, batches.plan())
+    assert report.stage.rows == 1
+    # The server's heartbeat says it has nothing more: not behind, so the task ends at
+    # its time (2 s), not after catching up for five times that (10 s).
+    assert took < 2.0 * (open_read.CATCH_UP - 1), f"the task read {took:.1f}s"
+
+
+def test_a_stopping_query_s_task_ends_as_soon_as_it_reaches_its_end(
+    scratch: Scratch, open_batches: Callable[[float], Batches]
+) -> None:
+    batches = open_batches(60.0)
+    checkpoint = str(batches.planner._config.checkpoint_dir)
+    _insert(scratch, 1)
+    planned = batches.plan()
+    # The query stops (``job.stop``) 1 s into a task that would own the read 60 s.
+    threading.Timer(1.0, open_read.hurry_all, (checkpoint, ["src"])).start()
+    report, took = _timed_read(batches, planned)
+    batches.commit(report)
+    assert report.stage.rows == 1
+    assert took < 30, f"the task read {took:.1f}s of its 60s"
+    # The read goes on (the stop ends it next): a change after the cut is delivered,
+    # and counted by the next task, which ends as soon as it reaches its end too.
+    _insert(scratch, 2)
+    assert _ids(scratch.services.kafka.bootstrap_servers, scratch.kafka_topic, 2) == [1, 2]
+    report, took = _timed_read(batches, batches.plan())
+    assert report.stage.rows == 1
+    assert took < 30, f"the task read {took:.1f}s of its 60s"

@@ -394,6 +394,12 @@ class BinlogReader:
 
     # -- lag ----------------------------------------------------------------
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether the server's last word to the read was a heartbeat: it had nothing
+        more to send (the read is at the server's end, however old its last commit)."""
+        return self._caught_up
+
     def lag(self) -> CaptureLag:
         """Seconds and bytes behind the source (queries the source for its position)."""
         if self._read_file is None:

@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import pickle
+import queue
 import socket
 import tempfile
 import threading
@@ -157,6 +158,8 @@ class OpenRead:
         self._held = False
         """Cut: the thread waits at the next transaction while the task settles."""
         self._ending = False
+        self._hurried = False
+        """Its query is stopping: a task's span is cut as soon as it reaches its end."""
         self.done = False
         self.error: BaseException | None = None
         self.span: Span | None = Span(self, start)
@@ -171,8 +174,13 @@ class OpenRead:
             target=self._run, args=(start, stop), name=f"dbus-open-read-{source}", daemon=True
         )
         self._thread.start()
+        self._requests: queue.Queue[tuple[socket.socket, dict[str, Any]] | None]
+        self._requests = queue.Queue()
         threading.Thread(
-            target=self._serve, name=f"dbus-open-read-{source}-tasks", daemon=True
+            target=self._serve, name=f"dbus-open-read-{source}-asks", daemon=True
+        ).start()
+        threading.Thread(
+            target=self._work, name=f"dbus-open-read-{source}-tasks", daemon=True
         ).start()
 
     def _until(self) -> float:
@@ -289,16 +297,42 @@ class OpenRead:
             self._turn.notify_all()
         self._thread.join()
 
+    def hurry(self) -> None:
+        """Its query is stopping: the span a task owns is cut as soon as it reaches
+        the task's planned end, and so is every span after it."""
+        self._hurried = True
+
     def _serve(self) -> None:
-        """Answer the source's tasks, wherever they run (``_ask``), one at a time."""
+        """Take the source's requests, wherever they come from (``_ask``): ``hurry``
+        at once (while a task's span runs), the others in turn (``_work``)."""
         while True:
             try:
                 conn, _ = self._listener.accept()
             except OSError:
+                self._requests.put(None)
                 return  # the read ended
+            try:
+                request = json.loads(conn.makefile("rb").readline())
+            except (OSError, ValueError):
+                conn.close()
+                continue
+            if request.get("hurry"):
+                self.hurry()
+                with conn, contextlib.suppress(OSError):
+                    conn.sendall(b'{"hurried": true}\n')
+                continue
+            self._requests.put((conn, request))
+
+    def _work(self) -> None:
+        """Answer the source's tasks (and hand-overs), one at a time."""
+        while True:
+            asked = self._requests.get()
+            if asked is None:
+                return
+            conn, request = asked
             with conn, contextlib.suppress(OSError):
                 try:
-                    answer = self._task(json.loads(conn.makefile("rb").readline()))
+                    answer = self._task(request)
                 except Exception as exc:  # a request this read cannot run: the task's own
                     answer = {"taken": False, "why": str(exc)}
                 conn.sendall(json.dumps(answer).encode() + b"\n")
@@ -330,8 +364,11 @@ class OpenRead:
         target = coordinates(planned_end)
         while not self.done:
             now = time.monotonic()
+            # Behind: the last commit was old when read, and the server has sent more
+            # since (a heartbeat after it says the read is at the server's end).
+            behind = span.behind and not self._reader.caught_up
             if coordinates(span.reached) >= target and (
-                now >= longest or (now >= window and not span.behind)
+                self._hurried or now >= longest or (now >= window and not behind)
             ):
                 break
             time.sleep(0.01)
@@ -578,6 +615,14 @@ def end_read(checkpoint: str, source: str) -> BinlogPosition | None:
     if handed.reached is not None:
         record_reached(checkpoint, {source: position_to_json(handed.reached)})
     return handed.reached
+
+
+def hurry_all(checkpoint: str, sources: list[str]) -> None:
+    """A query is stopping: its sources' reads cut each task's span as soon as it
+    reaches its end (``OpenRead.hurry``), so the batch in flight commits soon."""
+    if local_executors():
+        for source in sources:
+            _ask(checkpoint, source, {"hurry": True})
 
 
 def end_all(checkpoint: str, sources: list[str]) -> None:
