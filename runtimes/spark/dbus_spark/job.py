@@ -89,7 +89,7 @@ def spark_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Only a local master's workers inherit it: open reads go on between batches there.
-    carry = master.startswith("local") and os.environ.get(open_read.SWITCH) == "1"
+    carry = master.startswith("local") and open_read.switched_on(os.environ)
     os.environ[open_read.LOCAL_ENV] = "1" if carry else "0"
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(_SPARK_SETTINGS)
     conf.set("spark.driver.extraJavaOptions", logs.spark_java_options())

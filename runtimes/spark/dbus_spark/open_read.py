@@ -42,7 +42,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -582,12 +582,17 @@ def read_open(
 
 
 SWITCH = "DBUS_CARRY_OPEN_READS"
-"""Set to 1, a runtime on a local master carries its open reads across batches (off
-by default for now)."""
+"""Set to 0 (or off, false, no), a runtime on a local master ends each open read with
+its task, as on any other master, instead of carrying it across batches."""
 LOCAL_ENV = "DBUS_LOCAL_EXECUTORS"
 """Set to 1 by the runtime on a local master with ``SWITCH`` on (``job.spark_session``):
 its executors are processes of the driver's host, where a source's open read can be
 found (its socket, its lock) by every task and by the driver."""
+
+
+def switched_on(environ: Mapping[str, str]) -> bool:
+    """Whether ``SWITCH`` lets reads be carried across batches (the default)."""
+    return environ.get(SWITCH, "").strip().lower() not in ("0", "off", "false", "no")
 
 
 def local_executors() -> bool:

@@ -130,3 +130,15 @@ def test_a_worker_keeps_one_reader_per_source_spec() -> None:
     finally:
         for reader in {kept, worker_reader(other, 7), worker_reader(first, 8)}:
             reader.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [(None, True), ("1", True), ("", True), ("0", False), ("off", False), (" False ", False),
+     ("no", False)],
+)  # fmt: skip
+def test_reads_are_carried_across_batches_unless_switched_off(value: str | None, on: bool) -> None:
+    from dbus_spark import open_read
+
+    environ = {} if value is None else {open_read.SWITCH: value}
+    assert open_read.switched_on(environ) is on
