@@ -34,13 +34,12 @@ from dbus_spark.checkpoint import (
 )
 from dbus_spark.cluster import ClusterMember, PositionCommitter
 from dbus_spark.config import EXECUTOR_PYTHON_ENV, RuntimeConfig, default_decode_shards
+from dbus_spark.datasources import BinlogDataSource, FunctionSinkDataSource
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.metrics import BatchListener, RuntimeMetrics, reports_dir
 from dbus_spark.planners import PlannerSweeper
 from dbus_spark.preflight import check_addresses, check_reachable, deployment_sink_problems
 from dbus_spark.sinks.clusters import routes_of
-from dbus_spark.source import BinlogDataSource
-from dbus_spark.writer import FunctionSinkDataSource
 
 log = logging.getLogger("dbus.runtime")
 

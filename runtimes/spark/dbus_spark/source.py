@@ -52,12 +52,9 @@ from typing import Any
 import pyarrow as pa
 from kazoo.exceptions import KazooException
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructType
 
 from dbus_fn.capture import (
     BinlogReader,
@@ -102,7 +99,6 @@ from dbus_spark.progress.shared_read import (
 from dbus_spark.range_read import read_source_range
 from dbus_spark.shipment import Shipment, Shipper
 from dbus_spark.worker import (
-    ARROW_SCHEMA,
     Batcher,
     hold,
     offset_to_position,
@@ -114,7 +110,6 @@ from dbus_spark.writer import detaches, sink_settings, worker_sinks
 
 log = logging.getLogger(__name__)
 
-SCHEMA = from_arrow_schema(ARROW_SCHEMA)
 # A range smaller than this is read by one task: a shard costs a replication
 # connection and a task (~10-20 ms), worth it only when decoding takes longer.
 SHARD_MIN_BYTES = 256 * 1024
@@ -135,25 +130,6 @@ class SourceRange(InputPartition):  # type: ignore[misc]
     admission: dict[str, Any] | None = None
     """Which deployments the read serves from where (``progress.Admission`` as JSON),
     when some are not with the stream."""
-
-
-class BinlogDataSource(DataSource):  # type: ignore[misc]
-    """``spark.readStream.format("dbus_binlog").option("config", path)``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "dbus_binlog"
-
-    def schema(self) -> StructType:
-        return SCHEMA
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return BinlogSourceReader(
-            self.options["config"],
-            shards=int(self.options.get("shards", 1)),
-            chunk_tasks=int(self.options.get("chunk_tasks", 1)),
-            reports=self.options.get("reports"),
-        )
 
 
 class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]

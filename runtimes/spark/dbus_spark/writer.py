@@ -28,12 +28,9 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
-    DataSource,
     DataSourceStreamArrowWriter,
-    DataSourceStreamWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import StructType
 
 from dbus_fn.coordination import HoldCheck
 from dbus_fn.errors import DbusError
@@ -425,17 +422,6 @@ def task_counts(batches: Iterator[pa.RecordBatch]) -> TaskReport:
             elif record_type == RecordType.DELIVERED:
                 report.absorb(json.loads(value))
     return report
-
-
-class FunctionSinkDataSource(DataSource):  # type: ignore[misc]
-    """``df.writeStream.format("dbus_functions").option("config", path)``."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "dbus_functions"
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return SinkWriter(self.options["config"], self.options.get("reports"))
 
 
 class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]

@@ -38,3 +38,36 @@ def test_the_source_and_sink_modules_load_no_elasticsearch_client_until_a_docume
     assert done.stdout.split("\n")[:3] == [
         "before False", "refused ElasticsearchSinkError", "after True",
     ]  # fmt: skip
+
+
+def test_the_registered_data_sources_load_no_reader_or_writer_until_one_is_made() -> None:
+    done = _run(
+        """
+        import sys
+        from dbus_spark.datasources import BinlogDataSource, FunctionSinkDataSource
+
+        heavy = ("pyarrow", "dbus_spark.source", "dbus_spark.writer", "dbus_fn.capture")
+        print(sorted(m for m in heavy if m in sys.modules))
+        source = BinlogDataSource({"config": "/nonexistent.json"})
+        print(source.name(), source.schema().fieldNames())
+        try:
+            source.streamReader(source.schema())
+        except Exception:
+            pass  # no such configuration: the reader's module was imported to say so
+        print(sorted(m for m in heavy if m in sys.modules))
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")
+    assert lines[0] == "[]", "a planner that only creates the source imports no reader"
+    assert lines[1] == "dbus_binlog ['source', 'record_type', 'value']"
+    assert "dbus_spark.source" in lines[2]
+
+
+def test_the_source_s_spark_schema_is_its_tasks_arrow_schema() -> None:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from dbus_spark.datasources import SCHEMA
+    from dbus_spark.worker import ARROW_SCHEMA
+
+    assert from_arrow_schema(ARROW_SCHEMA) == SCHEMA
