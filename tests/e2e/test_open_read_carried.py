@@ -27,7 +27,7 @@ from pyspark import cloudpickle
 from support import kafka_consumer, relay_table
 
 from dbus_fn.errors import DbusError
-from dbus_spark import open_read
+from dbus_spark import open_read, open_read_control
 from dbus_spark.source import BinlogSourceReader, SourceRange
 from dbus_spark.writer import SinkWriter, TaskReport, task_counts
 
@@ -94,7 +94,7 @@ def open_batches(
     scratch: Scratch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Callable[[float], Batches]]:
     """Batches of a relayed table, made with the open read's time (in seconds)."""
-    monkeypatch.setenv(open_read.LOCAL_ENV, "1")  # as on a local master
+    monkeypatch.setenv(open_read_control.LOCAL_ENV, "1")  # as on a local master
     folder, _table = relay_table(
         scratch.fresh_database, scratch.function_folder, f"kafka://{scratch.kafka_topic}",
         initial="none",
@@ -201,7 +201,7 @@ def test_a_read_that_fails_in_its_thread_fails_its_task_with_the_reason(
 def test_a_read_on_a_master_elsewhere_ends_with_its_task(
     scratch: Scratch, batches: Batches, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(open_read.LOCAL_ENV, "0")  # executors may be on other hosts
+    monkeypatch.setenv(open_read_control.LOCAL_ENV, "0")  # executors may be on other hosts
     _insert(scratch, 1)
     assert task_counts(batches.planner.read(batches.plan())).stage.rows == 1
     assert not open_read._reads, "no read outlives its task"
@@ -236,7 +236,7 @@ def test_a_stopping_query_s_task_ends_as_soon_as_it_reaches_its_end(
     _insert(scratch, 1)
     planned = batches.plan()
     # The query stops (``job.stop``) 1 s into a task that would own the read 60 s.
-    threading.Timer(1.0, open_read.hurry_all, (checkpoint, ["src"])).start()
+    threading.Timer(1.0, open_read_control.hurry_all, (checkpoint, ["src"])).start()
     report, took = _timed_read(batches, planned)
     batches.commit(report)
     assert report.stage.rows == 1

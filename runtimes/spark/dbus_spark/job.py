@@ -24,7 +24,7 @@ from pyspark.sql.streaming import StreamingQuery
 from dbus_fn.capture import BinlogReader
 from dbus_fn.errors import ConfigError
 from dbus_fn.registry import load_deployment
-from dbus_spark import logs, open_read
+from dbus_spark import logs, open_read_control
 from dbus_spark.checkpoint import (
     ProgressFolder,
     SparkLog,
@@ -88,8 +88,8 @@ def spark_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Only a local master's workers inherit it: open reads go on between batches there.
-    carry = master.startswith("local") and open_read.switched_on(os.environ)
-    os.environ[open_read.LOCAL_ENV] = "1" if carry else "0"
+    carry = master.startswith("local") and open_read_control.switched_on(os.environ)
+    os.environ[open_read_control.LOCAL_ENV] = "1" if carry else "0"
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(_SPARK_SETTINGS)
     conf.set("spark.driver.extraJavaOptions", logs.spark_java_options())
     conf.set(f"spark.executorEnv.{logs.VERBOSE_ENV}", "1" if logs.verbose() else "0")
@@ -259,7 +259,7 @@ def stop(
     """
     deadline = time.monotonic() + timeout
     reads = _read_by.pop(str(query.id), ("", []))
-    open_read.hurry_all(*reads)  # a carried read's batch ends as soon as it may
+    open_read_control.hurry_all(*reads)  # a carried read's batch ends as soon as it may
     while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
         time.sleep(0.05)
     spark = spark or SparkSession.getActiveSession()
@@ -274,7 +274,7 @@ def stop(
             spark.sparkContext.setLogLevel(logs.spark_log_level())
     finally:
         # Nothing goes on delivering for a query that stopped.
-        open_read.end_all(*reads)
+        open_read_control.end_all(*reads)
 
 
 def default_config_path(config: RuntimeConfig) -> Path:

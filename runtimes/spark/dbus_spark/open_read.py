@@ -11,7 +11,7 @@ next task: between micro-batches nothing stops reading.
 
 Spark hands a source's tasks to its Python workers in turn, so the next task is
 usually in another process: it asks the reading process, over a local socket named
-after the checkpoint and the source, to take the span over for it (``_ask``): if
+after the checkpoint and the source, to take the span over for it (``ask``): if
 the span begins where the task's range does, the reading process runs the task's
 part (waits, cuts, settles) and answers with the task's rows (counts and
 acknowledgments). Otherwise the task ends that read, wherever it runs (``quiet``),
@@ -25,6 +25,9 @@ takes its threads along.
 A lock file per source (under the host's temporary folder: ``_files``) is held by
 the process whose thread reads it; another process that needs the source asks the
 holder to end (a stop file) and waits for the lock.
+
+Whether reads are carried at all, and how the driver ends them, is
+``dbus_spark.open_read_control``.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -65,7 +68,6 @@ from dbus_fn.events import (
     SchemaChange,
     TransactionCommit,
 )
-from dbus_spark.checkpoint import record_reached
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.progress import Admission
 from dbus_spark.progress.shared_read import SlowWatch, read_events
@@ -303,7 +305,7 @@ class OpenRead:
         self._hurried = True
 
     def _serve(self) -> None:
-        """Take the source's requests, wherever they come from (``_ask``): ``hurry``
+        """Take the source's requests, wherever they come from (``ask``): ``hurry``
         at once (while a task's span runs), the others in turn (``_work``)."""
         while True:
             try:
@@ -442,7 +444,7 @@ def _pickled(exc: BaseException) -> bytes:
         return pickle.dumps(DbusError(str(exc)))
 
 
-def _ask(checkpoint: str, source: str, request: dict[str, Any]) -> dict[str, Any] | None:
+def ask(checkpoint: str, source: str, request: dict[str, Any]) -> dict[str, Any] | None:
     """What the source's open read answers (None: no read, or it ended meanwhile)."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
@@ -480,7 +482,7 @@ def quiet(checkpoint: str, source: str) -> Handed:
     """Before another read of ``source``: no open read of it goes on, in this worker or
     any other (their deliveries past their cut come before this read's); what the
     ended one delivered past its last cut."""
-    answer = _ask(checkpoint, source, {"hand_over": True})
+    answer = ask(checkpoint, source, {"hand_over": True})
     handed = Handed()
     if answer is not None and answer.get("ended"):
         handed = Handed(
@@ -542,7 +544,7 @@ def read_open(
         "shipment": partition.shipment.key,
         "reports": reports,
     }
-    answer = _ask(checkpoint, source, request)
+    answer = ask(checkpoint, source, request)
     if answer is None or not answer["taken"]:
         quiet(checkpoint, source)
         lock = _claim(checkpoint, source)
@@ -560,7 +562,7 @@ def read_open(
         except BaseException:
             lock.close()  # never held by a read that did not start
             raise
-        answer = _ask(checkpoint, source, request)
+        answer = ask(checkpoint, source, request)
         if answer is None or not answer["taken"]:
             read = _reads.pop((checkpoint, source))
             read.end()
@@ -579,61 +581,3 @@ def read_open(
     last = batcher.flush()
     if last is not None:
         yield last
-
-
-SWITCH = "DBUS_CARRY_OPEN_READS"
-"""Set to 1 (or on, true, yes), a runtime on a local master carries its open reads
-across batches. Off by default for now: after a kill -9 of the runtime, the read of
-one of its Python workers can outlive it long enough to hold the next run's first
-batch (tests/chaos/test_kill9_convergence.py caught it)."""
-LOCAL_ENV = "DBUS_LOCAL_EXECUTORS"
-"""Set to 1 by the runtime on a local master with ``SWITCH`` on (``job.spark_session``):
-its executors are processes of the driver's host, where a source's open read can be
-found (its socket, its lock) by every task and by the driver."""
-
-
-def switched_on(environ: Mapping[str, str]) -> bool:
-    """Whether ``SWITCH`` asks for reads carried across batches (off by default)."""
-    return environ.get(SWITCH, "").strip().lower() in ("1", "on", "true", "yes")
-
-
-def local_executors() -> bool:
-    return os.environ.get(LOCAL_ENV) == "1"
-
-
-def carries(config: RuntimeConfig, partition: Any, gate: Any, shards: int) -> bool:
-    """Whether a ``SourceRange`` is read by an open read carried across batches: read
-    open, by one task, every deployment with the stream, no history merging, no fence,
-    executors on the driver's host."""
-    return (
-        local_executors()
-        and config.open_read_seconds > 0
-        and shards == 1
-        and gate is None
-        and config.fencing is None
-        and not Admission.from_json(partition.admission)
-    )
-
-
-def end_read(checkpoint: str, source: str) -> BinlogPosition | None:
-    """End ``source``'s read (``quiet``) from the driver, noting how far it delivered as
-    reached (``checkpoint.record_reached``), not to be read again; that position."""
-    handed = quiet(checkpoint, source)
-    if handed.reached is not None:
-        record_reached(checkpoint, {source: position_to_json(handed.reached)})
-    return handed.reached
-
-
-def hurry_all(checkpoint: str, sources: list[str]) -> None:
-    """A query is stopping: its sources' reads cut each task's span as soon as it
-    reaches its end (``OpenRead.hurry``), so the batch in flight commits soon."""
-    if local_executors():
-        for source in sources:
-            _ask(checkpoint, source, {"hurry": True})
-
-
-def end_all(checkpoint: str, sources: list[str]) -> None:
-    """A query stopped: its sources' reads end (``end_read``)."""
-    if local_executors():
-        for source in sources:
-            end_read(checkpoint, source)

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from dbus_fn.capture import Shard, coordinates, position_to_json
 from dbus_fn.events import RowChange, SchemaChange, TransactionCommit
-from dbus_spark import open_read
+from dbus_spark import open_read, open_read_control
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.history import Gate
 from dbus_spark.progress import Admission
@@ -50,7 +50,7 @@ def read_source_range(
     # Every replication connection needs its own id.
     reader = worker_reader(binding, binding.reader_replica_id(shard.index))
     gate = Gate.from_json(partition.gate) if partition.gate else None
-    if open_read.carries(config, partition, gate, shard.count):
+    if open_read_control.carries(config, partition, gate, shard.count):
         yield from open_read.read_open(partition, config, stage, reader, reports)
         return
     handed = open_read.quiet(config.checkpoint_dir, partition.source)

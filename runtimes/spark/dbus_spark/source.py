@@ -68,7 +68,7 @@ from dbus_fn.events import (
     BinlogPosition,
 )
 from dbus_fn.manifest import Manifest, load_manifest
-from dbus_spark import open_read
+from dbus_spark import open_read, open_read_control
 from dbus_spark.checkpoint import load_reached
 from dbus_spark.config import ConfigFile, RuntimeConfig, SourceBinding, WriteFencing
 from dbus_spark.history import (
@@ -282,11 +282,11 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             for source, offset in start.items()
             if only in (None, source)
         }
-        if open_read.local_executors():
+        if open_read_control.local_executors():
             # A read going on between batches delivered past the last batch: it ends,
             # and the deployment is paused where it got.
             for source, position in positions.items():
-                reached = open_read.end_read(self._config.checkpoint_dir, source)
+                reached = open_read_control.end_read(self._config.checkpoint_dir, source)
                 if reached is not None and coordinates(reached) > coordinates(
                     position_from_json(position)
                 ):

@@ -140,7 +140,7 @@ def test_a_worker_keeps_one_reader_per_source_spec() -> None:
 def test_reads_are_carried_across_batches_only_when_switched_on(
     value: str | None, on: bool
 ) -> None:
-    from dbus_spark import open_read
+    from dbus_spark import open_read_control
 
-    environ = {} if value is None else {open_read.SWITCH: value}
-    assert open_read.switched_on(environ) is on
+    environ = {} if value is None else {open_read_control.SWITCH: value}
+    assert open_read_control.switched_on(environ) is on

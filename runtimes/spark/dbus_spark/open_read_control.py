@@ -1,0 +1,74 @@
+"""Whether a runtime carries its sources' open reads across micro-batches
+(``dbus_spark.open_read``), and how the driver ends them: when its query stops, or
+before a pause.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from dbus_fn.capture import position_to_json
+from dbus_fn.events import BinlogPosition
+from dbus_spark.checkpoint import record_reached
+from dbus_spark.config import RuntimeConfig
+from dbus_spark.open_read import ask, quiet
+from dbus_spark.progress import Admission
+
+SWITCH = "DBUS_CARRY_OPEN_READS"
+"""Set to 1 (or on, true, yes), a runtime on a local master carries its open reads
+across batches. Off by default for now: after a kill -9 of the runtime, the read of
+one of its Python workers can outlive it long enough to hold the next run's first
+batch (tests/chaos/test_kill9_convergence.py caught it)."""
+LOCAL_ENV = "DBUS_LOCAL_EXECUTORS"
+"""Set to 1 by the runtime on a local master with ``SWITCH`` on (``job.spark_session``):
+its executors are processes of the driver's host, where a source's open read can be
+found (its socket, its lock) by every task and by the driver."""
+
+
+def switched_on(environ: Mapping[str, str]) -> bool:
+    """Whether ``SWITCH`` asks for reads carried across batches (off by default)."""
+    return environ.get(SWITCH, "").strip().lower() in ("1", "on", "true", "yes")
+
+
+def local_executors() -> bool:
+    return os.environ.get(LOCAL_ENV) == "1"
+
+
+def carries(config: RuntimeConfig, partition: Any, gate: Any, shards: int) -> bool:
+    """Whether a ``SourceRange`` is read by an open read carried across batches: read
+    open, by one task, every deployment with the stream, no history merging, no fence,
+    executors on the driver's host."""
+    return (
+        local_executors()
+        and config.open_read_seconds > 0
+        and shards == 1
+        and gate is None
+        and config.fencing is None
+        and not Admission.from_json(partition.admission)
+    )
+
+
+def end_read(checkpoint: str, source: str) -> BinlogPosition | None:
+    """End ``source``'s read (``quiet``) from the driver, noting how far it delivered as
+    reached (``checkpoint.record_reached``), not to be read again; that position."""
+    handed = quiet(checkpoint, source)
+    if handed.reached is not None:
+        record_reached(checkpoint, {source: position_to_json(handed.reached)})
+    return handed.reached
+
+
+def hurry_all(checkpoint: str, sources: list[str]) -> None:
+    """A query is stopping: its sources' reads cut each task's span as soon as it
+    reaches its end (``OpenRead.hurry``), so the batch in flight commits soon."""
+    if local_executors():
+        for source in sources:
+            ask(checkpoint, source, {"hurry": True})
+
+
+def end_all(checkpoint: str, sources: list[str]) -> None:
+    """A query stopped: its sources' reads end (``end_read``)."""
+    if local_executors():
+        for source in sources:
+            end_read(checkpoint, source)
