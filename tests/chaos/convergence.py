@@ -40,6 +40,7 @@ from support import kafka_consumer
 
 from dbus_fn.columns import row_to_json
 from dbus_fn.kafka_binding import from_kafka_message
+from dbus_spark import logs
 
 Key = tuple[Any, ...]
 # Order of one key's changes: by version, and a delete after the change it deletes.
@@ -526,12 +527,25 @@ class RuntimeProcess:
             if not self.alive():
                 raise AssertionError(f"run {self.current.number} exited:\n{self.tail()}")
             if time.monotonic() > deadline:
+                self.print_stacks()
                 raise AssertionError(
                     f"run {self.current.number} committed no batch within {timeout:.0f}s:\n"
-                    f"{self.tail()}"
+                    f"{self.tail(400)}"
                 )
             time.sleep(0.2)
         return resumed
+
+    def print_stacks(self, settle: float = 3.0) -> None:
+        """Have the run's processes print their threads' stacks into its log: Spark's
+        JVM (SIGQUIT), and each Python process that asks for it (``logs.STACKS_SIGNAL``
+        caught: the driver, and workers that ran a task)."""
+        for proc in self.session_members():
+            with contextlib.suppress(psutil.Error, OSError):
+                if proc.name() == "java":
+                    proc.send_signal(signal.SIGQUIT)
+                elif _catches(proc.pid, logs.STACKS_SIGNAL):
+                    proc.send_signal(logs.STACKS_SIGNAL)
+        time.sleep(settle)
 
     def kill9(self) -> None:
         """SIGKILL the run's process group, as ``kill -9 -<pgid>`` does; nothing may survive.
@@ -603,6 +617,14 @@ class RuntimeProcess:
         if not self.runs:
             return ""
         return "\n".join(_read(self.current.log).splitlines()[-lines:])
+
+
+def _catches(pid: int, number: int) -> bool:
+    """Whether process ``pid`` has a handler for signal ``number`` (Linux: /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (number - 1) & 1)
+    return False
 
 
 # Reading the sinks ----------------------------------------------------------------

@@ -83,6 +83,7 @@ def spark_session(
     """
     if verbose is not None:
         logs.set_verbose(verbose)
+    logs.stacks_on_signal()
     # Workers must import the same dbus and the same functions as the driver.
     os.environ["PYSPARK_PYTHON"] = python or workers_python(os.environ)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

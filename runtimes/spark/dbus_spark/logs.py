@@ -9,9 +9,12 @@ separate processes that inherit the environment of the JVM the driver starts.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
+import signal
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -53,6 +56,17 @@ _CLIENT_LOGGERS = (
 # The JVM prints this before any logging exists, and no flag turns it off; Spark's
 # launcher always enables the incubating vector module.
 _JVM_NOISE = (b"WARNING: Using incubator modules:",)
+
+
+STACKS_SIGNAL = signal.SIGUSR2
+"""Sent to a runtime's process (its driver, or one of its Python workers), it prints
+every thread's stack to that process's standard error, which is the runtime's log:
+what a run that hangs is doing (Spark's JVM prints its own threads on SIGQUIT)."""
+
+
+def stacks_on_signal() -> None:
+    """Let ``STACKS_SIGNAL`` print this process's threads (once per process)."""
+    faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
 
 
 def verbose() -> bool:

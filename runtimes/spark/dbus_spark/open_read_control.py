@@ -17,10 +17,8 @@ from dbus_spark.open_read import ask, quiet
 from dbus_spark.progress import Admission
 
 SWITCH = "DBUS_CARRY_OPEN_READS"
-"""Set to 1 (or on, true, yes), a runtime on a local master carries its open reads
-across batches. Off by default for now: after a kill -9 of the runtime, the read of
-one of its Python workers can outlive it long enough to hold the next run's first
-batch (tests/chaos/test_kill9_convergence.py caught it)."""
+"""Set to 0 (or off, false, no), a runtime on a local master ends each open read with
+its task, as on any other master, instead of carrying it across batches."""
 LOCAL_ENV = "DBUS_LOCAL_EXECUTORS"
 """Set to 1 by the runtime on a local master with ``SWITCH`` on (``job.spark_session``):
 its executors are processes of the driver's host, where a source's open read can be
@@ -28,8 +26,8 @@ found (its socket, its lock) by every task and by the driver."""
 
 
 def switched_on(environ: Mapping[str, str]) -> bool:
-    """Whether ``SWITCH`` asks for reads carried across batches (off by default)."""
-    return environ.get(SWITCH, "").strip().lower() in ("1", "on", "true", "yes")
+    """Whether ``SWITCH`` lets reads be carried across batches (the default)."""
+    return environ.get(SWITCH, "").strip().lower() not in ("0", "off", "false", "no")
 
 
 def local_executors() -> bool:

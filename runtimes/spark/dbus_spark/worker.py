@@ -23,6 +23,7 @@ from dbus_fn.capture import (
     position_to_json,
 )
 from dbus_fn.events import BinlogPosition
+from dbus_spark import logs
 from dbus_spark.config import RuntimeConfig, SourceBinding
 from dbus_spark.metrics.live import Publisher
 from dbus_spark.shipment import Shipment, unpacked
@@ -54,6 +55,8 @@ def worker_stage(shipment: Shipment) -> tuple[RuntimeConfig, FunctionStage]:
     shipment by this worker process (``dbus_spark.shipment``)."""
     found = _stages.get(shipment.key)
     if found is None:
+        if not _stages:
+            logs.stacks_on_signal()  # this worker's first task
         _stages.clear()
         config = unpacked(shipment)
         found = (config, FunctionStage(config.deployments, type_prefix=config.type_prefix))

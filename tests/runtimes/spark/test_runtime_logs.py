@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -100,3 +103,28 @@ def test_quiet_kafka_client_lines_are_at_most_one_per_interval() -> None:
     assert any(isinstance(f, logs.OncePer) for f in librdkafka.filters)
     logs.set_verbose(True)
     assert not any(isinstance(f, logs.OncePer) for f in logs.kafka_config({})["logger"].filters)
+
+
+def test_the_stacks_signal_prints_every_thread_of_a_runtime_process() -> None:
+    script = (
+        "import os, threading, time\n"
+        "from dbus_spark import logs\n"
+        "logs.stacks_on_signal()\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+        process.send_signal(logs.STACKS_SIGNAL)
+        time.sleep(1.0)
+        assert process.poll() is None, "the signal printed stacks; the process goes on"
+    finally:
+        process.kill()
+        _, err = process.communicate()
+    text = err.decode()
+    assert text.count("hread 0x") == 2, text  # the main thread and the sleeping one
+    assert 'File "<string>", line 6' in text, text
