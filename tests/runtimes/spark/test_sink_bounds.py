@@ -42,6 +42,15 @@ def test_a_broker_nobody_answers_for_is_named_within_the_bound() -> None:
     assert sink.settle(1.0) == (0, {})  # purged: nothing holds the next one
 
 
+def test_a_broker_nobody_answers_for_counts_as_retries_before_any_flush_waits() -> None:
+    sink = KafkaSink(f"127.0.0.1:{free_port()}")
+    sink.ensure_topics = lambda topics: None  # type: ignore[method-assign]
+    sink.write(_record("t"), "a")
+    assert sink.activity.to_json()["in_flight"] == 1
+    sink.settle(1.0)  # shorter than a flush waits before it counts a retry (5 s)
+    assert sink.activity.retries >= 1, "the client's lost connection is a retry"
+
+
 def test_an_elasticsearch_nobody_answers_for_raises_within_the_bound() -> None:
     sink = ElasticsearchSink(f"http://127.0.0.1:{free_port()}", on_refused=print, bulk_actions=1)
     began = time.monotonic()

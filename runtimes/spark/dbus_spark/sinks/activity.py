@@ -24,7 +24,8 @@ class SinkActivity:
         self.bytes: Counter[str] = Counter()
         """Per destination, their bytes (Kafka: key and value; Elasticsearch: the document)."""
         self.retries = 0
-        """Times the sink waited on its destination and tried again."""
+        """Times the sink waited on its destination and tried again (Kafka: also each
+        time its client lost the cluster and connects again)."""
         self.errors = 0
         """Messages the destination refused (dead-lettered or failing the batch)."""
 

@@ -77,6 +77,9 @@ CHUNK_RECORDS = 20_000
 DEFAULT_ABORT_SCAN_SECONDS = 10.0
 _RETRY_SECONDS = 1.0
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+_LOST_BROKER = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+"""The client's errors that say it lost its connection to the cluster and connects
+again: the sink retrying, as the metrics count it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +164,7 @@ class KafkaSink:
         self._pending = 0
         self._sent = 0
         self._lock = threading.Lock()
+        self.activity = activity or SinkActivity(in_flight=lambda: self._pending)
         self._producer = self._new_producer()
         # Fenced writes: the hold the records belong to, the open transaction's
         # records (sent again if it fails), and when each hold was last confirmed.
@@ -179,12 +183,17 @@ class KafkaSink:
         self._chunk_began = 0.0
         self._committed = 0
         self._confirmed: dict[tuple[str, int], float] = {}
-        self.activity = activity or SinkActivity(in_flight=lambda: self._pending)
 
     def _new_producer(self) -> Producer:
         """A producer; fenced, its transactions are set up by the first ``_begin``."""
         self._ready = self._fence is None
-        return Producer(self._config)
+        return Producer({**self._config, "error_cb": self._client_error})
+
+    def _client_error(self, err: KafkaError) -> None:
+        """The client's own errors (it retries them itself): a lost connection counts
+        as a retry at once, so an outage shows before any flush has waited."""
+        if err.code() in _LOST_BROKER:
+            self.activity.retried()
 
     def _callback(self, deployment: str) -> Callable[[KafkaError | None, Any], None]:
         found = self._callbacks.get(deployment)
