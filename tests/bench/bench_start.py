@@ -40,7 +40,8 @@ from measures import TopicCount
 
 from dbus_deploy.services import endpoints
 
-STARTED = re.compile(r"^(\S+ \S+) \S+ runtime started", re.M)
+STARTED = re.compile(r"^(\S+ \S+) \S+ runtime started: .* in ([\d.]+) s \((.*)\)$", re.M)
+PHASE = re.compile(r"(\w+) ([\d.]+) s")
 
 
 class Trickle:
@@ -64,13 +65,22 @@ class Trickle:
         self._conn.close()
 
 
-def _started_after(log: Path, began_wall: float) -> float | None:
-    """Seconds from ``began_wall`` to the log's "runtime started" line."""
+def _started_after(log: Path, began_wall: float) -> dict[str, float | None]:
+    """Seconds from ``began_wall`` to the log's "runtime started" line, and the steps
+    that line gives: before the runtime's start (the command's imports, its API), and
+    each step of it (checks, Spark's session, the query's start)."""
     found = STARTED.search(log.read_text(errors="replace"))
     if found is None:
-        return None
+        return {"started": None}
     stamp = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    return stamp - began_wall
+    started = stamp - began_wall
+    steps: dict[str, float | None] = {
+        "started": started,
+        "before the start": started - float(found.group(2)),
+    }
+    for name, seconds in PHASE.findall(found.group(3)):
+        steps[name] = float(seconds)
+    return steps
 
 
 def one_start(
@@ -96,7 +106,7 @@ def one_start(
             runtime.kill()
             runtime.wait()
     return {
-        "started": _started_after(log, began_wall),
+        **_started_after(log, began_wall),
         "first change": first,
         "stop": time.monotonic() - stopping,
     }

@@ -215,6 +215,7 @@ def start(
     session's (see ``spark_session``). ``metrics``, when given, counts every batch
     of the query.
     """
+    phases = StartPhases()
     master = master if spark is None else "local[*]"  # a given session has its master
     check_addresses(kafka=config.kafka_bootstrap, elasticsearch=config.elasticsearch_url,
                     master=master)  # fmt: skip
@@ -223,9 +224,11 @@ def start(
     config = preflight(config, spark)
     check_reachable(kafka=config.kafka_bootstrap, elasticsearch=config.elasticsearch_url,
                     master=master)  # fmt: skip
+    phases.done("checks")
     spark = spark or spark_session(master, verbose=verbose, python=python)
+    phases.done("Spark")
     path = config.save(config_path or default_config_path(config))
-    return _start_query(spark, config, path, metrics)
+    return _start_query(spark, config, path, metrics, phases)
 
 
 def start_member(
@@ -238,10 +241,13 @@ def start_member(
     python: str | None = None,
 ) -> StreamingQuery:
     """Start a cluster member's query: ZooKeeper gives the sources and functions."""
+    phases = StartPhases()
     config = member.start()
+    phases.done("cluster")
     spark = spark or spark_session(master, verbose=verbose, python=python)
+    phases.done("Spark")
     spark.streams.addListener(PositionCommitter(member))
-    return _start_query(spark, config, member.config_path, metrics)
+    return _start_query(spark, config, member.config_path, metrics, phases)
 
 
 _read_by: dict[str, tuple[str, list[str]]] = {}
@@ -282,8 +288,29 @@ def default_config_path(config: RuntimeConfig) -> Path:
     return beside(config.checkpoint_dir, ".config.json")
 
 
+class StartPhases:
+    """How long each step of a runtime's start took, for its "runtime started" line."""
+
+    def __init__(self) -> None:
+        self._began = self._last = time.monotonic()
+        self._took: list[tuple[str, float]] = []
+
+    def done(self, phase: str) -> None:
+        now = time.monotonic()
+        self._took.append((phase, now - self._last))
+        self._last = now
+
+    def __str__(self) -> str:
+        split = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self._took)
+        return f"{time.monotonic() - self._began:.1f} s ({split})"
+
+
 def _start_query(
-    spark: SparkSession, config: RuntimeConfig, path: Path, metrics: RuntimeMetrics | None
+    spark: SparkSession,
+    config: RuntimeConfig,
+    path: Path,
+    metrics: RuntimeMetrics | None,
+    phases: StartPhases,
 ) -> StreamingQuery:
     if not SparkLog(config.checkpoint_dir, spark).started():
         # A new checkpoint starts where it is told, every deployment with the stream.
@@ -320,14 +347,16 @@ def _start_query(
             writer = writer.trigger(processingTime=f"{config.trigger_seconds} seconds")
         query = writer.start()
         started(query)
+    phases.done("query")
     _read_by[str(query.id)] = (config.checkpoint_dir, [b.spec.name for b in config.sources])
     if metrics is not None:
         metrics.listener = BatchListener(metrics, reports, str(query.id))
         spark.streams.addListener(metrics.listener)
     log.info(
-        "runtime started: sources=%s deployments=%s checkpoint=%s",
+        "runtime started: sources=%s deployments=%s checkpoint=%s in %s",
         [b.spec.name for b in config.sources],
         list(config.deployments),
         config.checkpoint_dir,
+        phases,
     )
     return query
