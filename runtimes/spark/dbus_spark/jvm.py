@@ -1,0 +1,112 @@
+"""Spark's JVM starts faster from an archive of the classes its start loads.
+
+Most of a runtime's start is Spark's session: its JVM loads and links some
+thousands of classes from the pyspark package's jars. Java's class-data sharing
+keeps them, parsed and laid out, in an archive the JVM maps instead
+(``-XX:SharedArchiveFile``); one session started with ``-XX:ArchiveClassesAtExit``
+writes it when its JVM ends. Measured on 2 cores: a session in 10.7-10.9 s with the
+archive, 17.1-17.3 s without (docs/performance.md).
+
+The archive belongs to one environment's jars, so it lives in that environment
+(``<sys.prefix>/share/dbus/``), named after the pyspark version. ``python -m
+dbus_spark.jvm`` makes it when it is missing (``deploy/dev`` runs it); the runtime
+uses it when it is there (``java_options``). A JVM that cannot use it (another Java,
+a damaged file) starts as without it, and says nothing: ``-Xlog`` silences it.
+``DBUS_SPARK_CLASS_ARCHIVE`` names another file, or ``off``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ARCHIVE_ENV = "DBUS_SPARK_CLASS_ARCHIVE"
+_DUMP_ENV = "DBUS_SPARK_CLASS_ARCHIVE_DUMP"
+"""Set by ``build`` for its session's process: where that JVM writes the archive."""
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+BUILD_SECONDS = 600.0
+
+
+def archive_path() -> Path | None:
+    """Where this environment's archive is (or goes); None when turned off."""
+    chosen = os.environ.get(ARCHIVE_ENV, "").strip()
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return Path(chosen)
+    import pyspark
+
+    return Path(sys.prefix) / "share" / "dbus" / f"spark-classes-{pyspark.__version__}.jsa"
+
+
+def java_options() -> str:
+    """The JVM options that start Spark from the archive, when there is one (or, in
+    ``build``'s session, that write it)."""
+    dump = os.environ.get(_DUMP_ENV)
+    if dump:
+        return f"-XX:ArchiveClassesAtExit={dump} {QUIET}"
+    path = archive_path()
+    if path is None or not path.is_file():
+        return ""
+    return f"-XX:SharedArchiveFile={path} {QUIET}"
+
+
+def build(path: Path, timeout: float = BUILD_SECONDS) -> float:
+    """Make the archive at ``path``: a session started and stopped in a process of its
+    own, whose JVM writes it as it ends (to a temporary name, renamed when whole).
+    Seconds it took."""
+    began = time.monotonic()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    env = {**os.environ, _DUMP_ENV: str(partial)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "dbus_spark.jvm", "--session"],
+            env=env, check=True, timeout=timeout, capture_output=True, text=True,
+        )  # fmt: skip
+        # The JVM outlives the Python process a moment: it writes the archive as it ends.
+        jvm_pid = int(done.stdout.split()[-1])
+        deadline = time.monotonic() + timeout
+        while psutil.pid_exists(jvm_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not partial.is_file():
+            raise RuntimeError(f"Spark's JVM wrote no class archive at {partial}")
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return time.monotonic() - began
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--session"]:  # ``build``'s: its JVM writes the archive as it ends
+        from dbus_spark.job import spark_session
+
+        spark = spark_session("local[1]", app_name="dbus-class-archive")
+        print(spark.sparkContext._jvm.ProcessHandle.current().pid(), flush=True)
+        spark.stop()
+        return 0
+    path = archive_path()
+    if path is None:
+        print(f"dbus: Spark's class archive is off ({ARCHIVE_ENV}=off)")
+        return 0
+    if path.is_file():
+        return 0
+    try:
+        took = build(path)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        last = detail.decode(errors="replace").strip().splitlines()[-1:] or [str(exc)]
+        print(f"dbus: warning: no class archive for Spark ({last[0]}); "
+              "the runtime starts without it, a few seconds slower", file=sys.stderr)  # fmt: skip
+        return 0
+    print(f"dbus: Spark's class archive made in {took:.0f} s ({path}): sessions start faster")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
