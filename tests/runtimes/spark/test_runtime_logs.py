@@ -114,17 +114,29 @@ def test_the_stacks_signal_prints_every_thread_of_a_runtime_process() -> None:
         "print('ready', flush=True)\n"
         "time.sleep(30)\n"
     )
-    process = subprocess.Popen(
+    lines: list[str] = []
+    reader: threading.Thread | None = None
+    with subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    try:
-        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
-        process.send_signal(logs.STACKS_SIGNAL)
-        time.sleep(1.0)
-        assert process.poll() is None, "the signal printed stacks; the process goes on"
-    finally:
-        process.kill()
-        _, err = process.communicate()
-    text = err.decode()
+    ) as process:
+        try:
+            assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+            err = process.stderr
+            assert err is not None
+            reader = threading.Thread(
+                target=lambda: lines.extend(line.decode() for line in err), daemon=True
+            )
+            reader.start()
+            process.send_signal(logs.STACKS_SIGNAL)
+            deadline = time.monotonic() + 30
+            while sum("hread 0x" in line for line in lines) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert process.poll() is None, "the signal printed stacks; the process goes on"
+        finally:
+            process.kill()
+            process.wait()
+            if reader is not None:
+                reader.join(10)
+    text = "".join(lines)
     assert text.count("hread 0x") == 2, text  # the main thread and the sleeping one
-    assert 'File "<string>", line 6' in text, text
+    assert 'File "<string>", line' in text, text  # the main thread, in the script
