@@ -40,6 +40,17 @@ def test_an_archive_there_is_used_and_its_failures_stay_quiet(
     assert "cds" not in done.stdout + done.stderr
 
 
+def test_a_build_that_fails_warns_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    archive = tmp_path / "share" / "spark-classes.jsa"
+    env = {**os.environ, jvm.ARCHIVE_ENV: str(archive), "JAVA_HOME": str(tmp_path / "no-java")}
+    done = subprocess.run([sys.executable, "-m", "dbus_spark.jvm"], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr  # an install goes on without it
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dbus: warning: no class archive"), lines
+    assert not archive.exists() and not list(archive.parent.iterdir())
+
+
 def test_off_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(jvm.ARCHIVE_ENV, "off")
     assert jvm.archive_path() is None
