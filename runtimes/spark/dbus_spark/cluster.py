@@ -43,7 +43,7 @@ from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.history.plans import open_plans
 from dbus_spark.history.requests import forward
 from dbus_spark.progress import ProgressBook
-from dbus_spark.sinks.kafka import abort_scan_seconds
+from dbus_spark.sinks.kafka_admin import abort_scan_seconds
 from dbus_spark.worker import offset_to_position
 
 log = logging.getLogger("dbus.runtime")

@@ -21,12 +21,8 @@ from support import free_port, kafka_consumer
 
 from dbus_deploy.services import KafkaEndpoint
 from dbus_fn.errors import KafkaSinkError, ZooKeeperUnavailableError
-from dbus_spark.sinks.kafka import (
-    DEFAULT_ABORT_SCAN_SECONDS,
-    KafkaSink,
-    WriteFence,
-    abort_scan_seconds,
-)
+from dbus_spark.sinks.kafka import KafkaSink, WriteFence
+from dbus_spark.sinks.kafka_admin import DEFAULT_ABORT_SCAN_SECONDS, abort_scan_seconds
 from dbus_spark.sinks.records import KafkaRecord
 
 pytestmark = pytest.mark.integration

@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from dbus_fn.errors import KafkaSinkError, ServiceError
 from dbus_spark.logs import kafka_config
 from dbus_spark.sinks.activity import SinkActivity
+from dbus_spark.sinks.kafka_admin import MAX_MESSAGE_BYTES, create_missing_topics
 from dbus_spark.sinks.records import KafkaRecord
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ PRODUCER_DEFAULTS: Mapping[str, Any] = {
     # A broker that is down is waited for this long before a delivery fails and the
     # task (and so the micro-batch) is retried; nothing is acknowledged before.
     "message.timeout.ms": 300_000,
-    "message.max.bytes": 64 * 1024 * 1024,
+    "message.max.bytes": MAX_MESSAGE_BYTES,
     # A broker that is down is retried at most once a second, not five times.
     "reconnect.backoff.ms": 1000,
     "reconnect.backoff.max.ms": 10000,
@@ -73,8 +73,6 @@ PRODUCER_DEFAULTS: Mapping[str, Any] = {
 # well inside its timeout and a failed one is re-sent from memory.
 CHUNK_SECONDS = 0.5
 CHUNK_RECORDS = 20_000
-# Kafka's default; what a broker that will not say is assumed to use.
-DEFAULT_ABORT_SCAN_SECONDS = 10.0
 _RETRY_SECONDS = 1.0
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 _LOST_BROKER = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
@@ -93,31 +91,6 @@ class WriteFence:
     confirm: Callable[[str, int], float | None]
     """``(source, epoch)`` -> the monotonic time the hold was confirmed at, ``None``
     when it is gone; raises ``ServiceError`` when ZooKeeper cannot say."""
-
-
-def abort_scan_seconds(bootstrap: str, timeout: float = 10.0) -> float:
-    """How often the broker aborts transactions past their timeout (its
-    ``transaction.abort.timed.out.transaction.cleanup.interval.ms``)."""
-    admin = AdminClient(kafka_config({"bootstrap.servers": bootstrap}))
-    try:
-        brokers = admin.list_topics(timeout=timeout).brokers
-        found = []
-        for broker in brokers:
-            resource = ConfigResource(ConfigResource.Type.BROKER, str(broker))
-            for future in admin.describe_configs([resource]).values():
-                entry = future.result(timeout=timeout).get(
-                    "transaction.abort.timed.out.transaction.cleanup.interval.ms"
-                )
-                if entry is not None and entry.value:
-                    found.append(int(entry.value) / 1000)
-    except (KafkaException, ValueError) as exc:
-        log.warning(
-            "kafka: cannot read the brokers' transaction abort interval (%s); assuming %gs",
-            exc,
-            DEFAULT_ABORT_SCAN_SECONDS,
-        )
-        return DEFAULT_ABORT_SCAN_SECONDS
-    return max(found, default=DEFAULT_ABORT_SCAN_SECONDS)
 
 
 class KafkaSink:
@@ -234,43 +207,13 @@ class KafkaSink:
         missing = set(topics) - self._known_topics
         if not missing:
             return
-        admin = AdminClient(
-            kafka_config({**self._client_settings, "bootstrap.servers": self._bootstrap})
+        create_missing_topics(
+            {**self._client_settings, "bootstrap.servers": self._bootstrap},
+            missing,
+            partitions=self._topic_partitions,
+            create=self._create_topics,
+            timeout=min(30.0, self.block_for or 30.0),
         )
-        try:
-            existing = set(admin.list_topics(timeout=min(30.0, self.block_for or 30.0)).topics)
-        except KafkaException as exc:
-            raise KafkaSinkError(
-                f"Kafka at {self._bootstrap} did not list its topics: {exc.args[0].str()}",
-                topic=sorted(missing)[0],
-            ) from None
-        to_create = sorted(missing - existing)
-        if to_create and not self._create_topics:
-            raise KafkaSinkError(
-                f"Kafka topic(s) {', '.join(to_create)} do not exist and topic creation is off; "
-                "create them, or run with topic creation on",
-                topic=to_create[0],
-            )
-        if to_create:
-            futures = admin.create_topics(
-                [
-                    NewTopic(
-                        t,
-                        num_partitions=self._topic_partitions,
-                        # Rows over 1 MB are delivered, not dropped.
-                        config={"max.message.bytes": str(64 * 1024 * 1024)},
-                    )
-                    for t in to_create
-                ]
-            )
-            for topic, future in futures.items():
-                try:
-                    future.result(timeout=30)
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise KafkaSinkError(
-                            f"cannot create Kafka topic {topic}: {exc.args[0].str()}", topic=topic
-                        ) from exc
         self._known_topics |= missing
 
     @property
