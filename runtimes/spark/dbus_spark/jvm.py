@@ -17,6 +17,7 @@ a damaged file) starts as without it, and says nothing: ``-Xlog`` silences it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -73,10 +74,8 @@ def build(path: Path, timeout: float = BUILD_SECONDS) -> float:
         pids = [line for line in done.stdout.split() if line.isdigit()]
         if not pids:
             raise RuntimeError("the archive's Spark session did not say its JVM's pid")
-        jvm_pid = int(pids[-1])
-        deadline = time.monotonic() + timeout
-        while psutil.pid_exists(jvm_pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(int(pids[-1])).wait(timeout)
         if not partial.is_file():
             raise RuntimeError(f"Spark's JVM wrote no class archive at {partial}")
         partial.replace(path)
@@ -102,9 +101,7 @@ def main(argv: list[str]) -> int:
     try:
         took = build(path)
     except Exception as exc:  # a faster start is a bonus: never fail an install for it
-        detail = getattr(exc, "stderr", None) or ""
-        if isinstance(detail, bytes):
-            detail = detail.decode(errors="replace")
+        detail: str = getattr(exc, "stderr", None) or ""  # the session's, as text
         last = detail.strip().splitlines()[-1:] or [str(exc) or type(exc).__name__]
         print(f"dbus: warning: no class archive for Spark ({last[0]}); "
               "the runtime starts without it, a few seconds slower", file=sys.stderr)  # fmt: skip
