@@ -169,6 +169,8 @@ _DECIMAL_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 
 
 def _decimal_to_json(value: Any) -> str:
+    if type(value) is Decimal and value.is_finite():
+        return format(value, "f")  # the common case, without the checks below
     if _is_int(value):
         value = Decimal(value)
     if not isinstance(value, Decimal) or not value.is_finite():
@@ -186,12 +188,16 @@ def _decimal_from_json(value: Any) -> Decimal:
 
 
 def _float_value(value: Any) -> float:
+    if type(value) is float and math.isfinite(value):
+        return value  # the common case, without the checks below
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise _Mismatch("a finite float")
     return float(value)
 
 
 def _date_to_json(value: Any) -> str:
+    if type(value) is date:
+        return value.isoformat()  # the common case, without the checks below
     if type(value) is str:
         return _zero_date_to_json(value, "date", 'a datetime.date or a zero date "0000-00-00"')
     if type(value) is not date:
@@ -244,8 +250,9 @@ def _time_from_json(value: Any) -> timedelta:
 
 
 def _datetime_text(value: datetime) -> str:
-    """``YYYY-MM-DDTHH:MM:SS[.ffffff]`` of a naive datetime."""
-    return value.isoformat(timespec="seconds") + _fraction(value.microsecond)
+    """``YYYY-MM-DDTHH:MM:SS[.ffffff]`` of a naive datetime: ``isoformat``'s own form,
+    which writes the microseconds only when there are some."""
+    return value.isoformat()
 
 
 def _datetime_to_json(value: Any) -> str:
@@ -272,7 +279,7 @@ def _timestamp_to_json(value: Any) -> str:
     if not isinstance(value, datetime) or value.utcoffset() is None:
         raise _Mismatch("a timezone-aware datetime.datetime (TIMESTAMP is UTC)")
     utc = value if value.tzinfo is UTC else value.astimezone(UTC)
-    return _datetime_text(utc.replace(tzinfo=None)) + "Z"
+    return utc.isoformat()[:-6] + "Z"  # its "+00:00" written as "Z"
 
 
 _timestamp_from_json = _iso_text_reader(

@@ -69,9 +69,10 @@ class Row(Mapping[str, Any]):
 
     def __init__(self, columns: Mapping[str, Any] | None = None, /) -> None:
         values = dict(columns) if columns is not None else {}
-        for name, value in values.items():
-            if isinstance(value, set):
-                values[name] = frozenset(value)
+        for value in values.values():
+            if isinstance(value, set):  # rare: freeze them all in one pass, then stop looking
+                values = {n: frozenset(v) if isinstance(v, set) else v for n, v in values.items()}
+                break
         object.__setattr__(self, "_columns", values)
 
     def __getitem__(self, column: str) -> Any:
@@ -226,7 +227,7 @@ class RowChange:
         setter(self, "source", source)
         setter(self, "database", database)
         setter(self, "table", table)
-        setter(self, "op", Operation(op))
+        setter(self, "op", op if type(op) is Operation else Operation(op))
         setter(self, "before", _as_row(before))
         setter(self, "after", _as_row(after))
         setter(self, "primary_key", tuple(primary_key))
