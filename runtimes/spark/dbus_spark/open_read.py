@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -88,6 +89,8 @@ CHECK_SECONDS = 0.05
 """How often a reading thread looks at its stop file."""
 QUIET_WAIT = 60.0
 """How long a read waits for another process's open read of its source to end."""
+LISTEN_WAIT = 5.0
+"""How long a read waits for the socket name an ended read of its source held."""
 _FAR = float("inf")
 
 _reads: dict[tuple[str, str], OpenRead] = {}
@@ -169,21 +172,20 @@ class OpenRead:
         self._checked = 0.0
         self._stop_file = _files(config.checkpoint_dir, source).with_suffix(".stop")
         self._alive_for = ALIVE_SECONDS + config.trigger_seconds
-        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(address(config.checkpoint_dir, source))
-        self._listener.listen(4)
+        self._listener = _listen(address(config.checkpoint_dir, source), source)
+        self._requests: queue.Queue[tuple[socket.socket, dict[str, Any]] | None]
+        self._requests = queue.Queue()
+        self._server = threading.Thread(
+            target=self._serve, name=f"dbus-open-read-{source}-asks", daemon=True
+        )
+        self._server.start()
+        threading.Thread(
+            target=self._work, name=f"dbus-open-read-{source}-tasks", daemon=True
+        ).start()
         self._thread = threading.Thread(
             target=self._run, args=(start, stop), name=f"dbus-open-read-{source}", daemon=True
         )
         self._thread.start()
-        self._requests: queue.Queue[tuple[socket.socket, dict[str, Any]] | None]
-        self._requests = queue.Queue()
-        threading.Thread(
-            target=self._serve, name=f"dbus-open-read-{source}-asks", daemon=True
-        ).start()
-        threading.Thread(
-            target=self._work, name=f"dbus-open-read-{source}-tasks", daemon=True
-        ).start()
 
     def _until(self) -> float:
         """When the read ends (asked at boundaries and heartbeats): never, unless it
@@ -243,6 +245,9 @@ class OpenRead:
             with contextlib.suppress(OSError):
                 self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()  # tasks now find no read, and start their own
+            # The socket's name is free once no thread is in its accept(); the next
+            # read of the source (it may go once the lock is released) takes it.
+            self._server.join(timeout=LISTEN_WAIT)
             with self._turn:
                 self.done, self._ending, self._in_transaction = True, True, False
                 left = self.span if self.span is not None and not self.span.owned else None
@@ -429,6 +434,31 @@ class OpenRead:
             "reached": position_to_json(span.reached),
             "rows": [[kind, base64.b64encode(v).decode()] for kind, v in rows],
         }
+
+
+def _listen(name: str, source: str) -> socket.socket:
+    """A listening socket on ``name``. A read that just ended may hold the name a
+    moment longer (its socket is released when its last call on it returns): the
+    bind is tried again for up to ``LISTEN_WAIT`` seconds."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + LISTEN_WAIT
+    try:
+        while True:
+            try:
+                listener.bind(name)
+                break
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise DbusError(
+                        f"source {source!r}: its open read's socket is still taken "
+                        f"after {LISTEN_WAIT:.0f}s ({exc.strerror}); the batch is read again"
+                    ) from exc
+                time.sleep(0.02)
+        listener.listen(4)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 def address(checkpoint: str, source: str) -> str:
