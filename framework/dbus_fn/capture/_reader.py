@@ -288,6 +288,21 @@ class BinlogReader:
         rows = self._sql("SELECT @@GLOBAL.gtid_binlog_pos", doing="reading gtid_binlog_pos")
         return str(rows[0][0]) if rows and rows[0][0] else None
 
+    def gtid_at(self, file: str, pos: int) -> str | None:
+        """The GTID state at ``file:pos``, a transaction boundary. While the binlog still
+        ends there, it is ``@@gtid_binlog_pos``, read between two SHOW MASTER STATUS
+        that both say so (no commit came between); else ``BINLOG_GTID_POS``, which
+        scans the file from its start on every call (150 ms at 335 MB here)."""
+        if self.server_info().is_mariadb and self._binlog_ends_at(file, pos):
+            gtid = self._gtid_binlog_pos()
+            if self._binlog_ends_at(file, pos):
+                return gtid
+        return self._gtid_at(file, pos)
+
+    def _binlog_ends_at(self, file: str, pos: int) -> bool:
+        rows = self._sql("SHOW MASTER STATUS", doing="SHOW MASTER STATUS")
+        return bool(rows) and (str(rows[0][0]), int(rows[0][1])) == (file, pos)
+
     def _gtid_at(self, file: str, pos: int) -> str | None:
         # NULL when the scan of the file meets an event over max_allowed_packet; the
         # position then carries no GTID and resumes by file and offset only.

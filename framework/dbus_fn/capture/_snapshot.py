@@ -178,10 +178,13 @@ def begin_consistent_snapshot(
         cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         cursor.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
         status = {str(k).lower(): str(v) for k, v in cursor.fetchall()}
+        file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+        # At once: the sooner after the snapshot, the likelier no commit came since,
+        # and the GTID is read without scanning the binlog file (``gtid_at``).
+        gtid = reader.gtid_at(file, pos)
         cursor.execute("SELECT UTC_TIMESTAMP(6)")
         (now,) = cursor.fetchall()[0]
-    file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
-    return BinlogPosition(file, pos, reader._gtid_at(file, pos)), now.replace(tzinfo=UTC)
+    return BinlogPosition(file, pos, gtid), now.replace(tzinfo=UTC)
 
 
 def read_snapshot(reader: BinlogReader) -> Iterator[CaptureItem]:

@@ -4,6 +4,7 @@ the binlog position its rows are exact at."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from decimal import Decimal
 from typing import Any
 
@@ -129,3 +130,63 @@ def test_an_unknown_table_is_refused(reader: BinlogReader) -> None:
 def test_boundaries_survive_json(key: tuple[Any, ...]) -> None:
     assert key_from_json(key_to_json(key)) == key
     assert key_to_json(None) is None and key_from_json(None) is None
+
+
+def _scanned(reader: BinlogReader, position: Any) -> str | None:
+    """The GTID state at a position as the server finds it by scanning its binlog file."""
+    rows = reader._sql("SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.pos),
+                       doing="the test's BINLOG_GTID_POS")  # fmt: skip
+    return str(rows[0][0]) if rows and rows[0][0] else None
+
+
+def test_a_chunk_position_names_the_gtid_state_there_while_commits_go_on(
+    tables_at: Any, reader: BinlogReader
+) -> None:
+    connection, _ = tables_at(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 0)"
+    )
+    table = chunked_table(reader, reader.spec.tables[0].split(".")[0], "t")
+    stop = threading.Event()
+
+    def commit() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            execute(connection, f"UPDATE t SET v = {n} WHERE id = 1")
+
+    writer = threading.Thread(target=commit)
+    writer.start()
+    try:
+        positions = [next(iter(read_chunk(reader, table, None, None))) for _ in range(30)]
+    finally:
+        stop.set()
+        writer.join()
+    found = [read.position for read in positions if isinstance(read, ChunkRead)]
+    assert len({p.pos for p in found}) > 1  # the commits moved the binlog meanwhile
+    assert [p.gtid for p in found] == [_scanned(reader, p) for p in found]
+
+
+def test_the_gtid_at_the_binlog_end_is_read_without_scanning_the_file(
+    reader: BinlogReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scans: list[tuple[str, int]] = []
+    scan = reader._gtid_at
+
+    def counted(file: str, pos: int) -> str | None:
+        scans.append((file, pos))
+        return scan(file, pos)
+
+    monkeypatch.setattr(reader, "_gtid_at", counted)
+    # Other tests commit meanwhile: some tries find the binlog moved on, and scan.
+    for _ in range(20):
+        end = reader.master_position()
+        scans.clear()
+        gtid = reader.gtid_at(end.file, end.pos)
+        assert gtid == _scanned(reader, end)
+        if not scans:
+            break
+    assert not scans, "every try scanned the binlog file"
+    # A position the binlog has moved past is found by the scan.
+    first = reader.binary_logs()[0][0]
+    assert reader.gtid_at(first, 4) == _scanned(reader, type(end)(first, 4))
+    assert scans == [(first, 4)]
