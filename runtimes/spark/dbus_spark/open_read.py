@@ -34,12 +34,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import errno
 import fcntl
-import hashlib
 import json
 import logging
-import os
 import pickle
 import queue
 import socket
@@ -70,6 +67,7 @@ from dbus_fn.events import (
     TransactionCommit,
 )
 from dbus_spark.config import RuntimeConfig
+from dbus_spark.open_read_socket import LISTEN_WAIT, address, ask, digest, listen
 from dbus_spark.progress import Admission
 from dbus_spark.progress.shared_read import SlowWatch, read_events
 from dbus_spark.stage import FunctionStage, StageCounts
@@ -89,22 +87,16 @@ CHECK_SECONDS = 0.05
 """How often a reading thread looks at its stop file."""
 QUIET_WAIT = 60.0
 """How long a read waits for another process's open read of its source to end."""
-LISTEN_WAIT = 5.0
-"""How long a read waits for the socket name an ended read of its source held."""
 _FAR = float("inf")
 
 _reads: dict[tuple[str, str], OpenRead] = {}
 """This worker's open reads, per (checkpoint, source)."""
 
 
-def _digest(checkpoint: str, source: str) -> str:
-    return hashlib.sha256(f"{os.path.abspath(checkpoint)}\0{source}".encode()).hexdigest()[:32]
-
-
 def _files(checkpoint: str, source: str) -> Path:
     """Where a source's lock and stop files are, on this host (never the driver's
     folder: an executor may run elsewhere)."""
-    return Path(tempfile.gettempdir()) / "dbus-open-reads" / _digest(checkpoint, source)
+    return Path(tempfile.gettempdir()) / "dbus-open-reads" / digest(checkpoint, source)
 
 
 class Span:
@@ -172,7 +164,7 @@ class OpenRead:
         self._checked = 0.0
         self._stop_file = _files(config.checkpoint_dir, source).with_suffix(".stop")
         self._alive_for = ALIVE_SECONDS + config.trigger_seconds
-        self._listener = _listen(address(config.checkpoint_dir, source), source)
+        self._listener = listen(address(config.checkpoint_dir, source), source)
         self._requests: queue.Queue[tuple[socket.socket, dict[str, Any]] | None]
         self._requests = queue.Queue()
         self._server = threading.Thread(
@@ -436,57 +428,11 @@ class OpenRead:
         }
 
 
-def _listen(name: str, source: str) -> socket.socket:
-    """A listening socket on ``name``. A read that just ended may hold the name a
-    moment longer (its socket is released when its last call on it returns): the
-    bind is tried again for up to ``LISTEN_WAIT`` seconds."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    deadline = time.monotonic() + LISTEN_WAIT
-    try:
-        while True:
-            try:
-                listener.bind(name)
-                break
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
-                    raise DbusError(
-                        f"source {source!r}: its open read's socket is still taken "
-                        f"after {LISTEN_WAIT:.0f}s ({exc.strerror}); the batch is read again"
-                    ) from exc
-                time.sleep(0.02)
-        listener.listen(4)
-    except BaseException:
-        listener.close()
-        raise
-    return listener
-
-
-def address(checkpoint: str, source: str) -> str:
-    """The socket a source's open read answers on (Linux's abstract namespace: no
-    file, and gone with its process)."""
-    return f"\0dbus-open-read-{_digest(checkpoint, source)}"
-
-
 def _pickled(exc: BaseException) -> bytes:
     try:
         return pickle.dumps(exc)
     except Exception:  # an error that does not pickle arrives as its text
         return pickle.dumps(DbusError(str(exc)))
-
-
-def ask(checkpoint: str, source: str, request: dict[str, Any]) -> dict[str, Any] | None:
-    """What the source's open read answers (None: no read, or it ended meanwhile)."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(address(checkpoint, source))
-            conn.sendall(json.dumps(request).encode() + b"\n")
-            line = conn.makefile("rb").readline()
-    except OSError:
-        return None
-    if not line:
-        return None
-    answer: dict[str, Any] = json.loads(line)
-    return answer
 
 
 @dataclass(frozen=True)

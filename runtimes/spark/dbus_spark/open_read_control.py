@@ -13,7 +13,8 @@ from dbus_fn.capture import position_to_json
 from dbus_fn.events import BinlogPosition
 from dbus_spark.checkpoint import record_reached
 from dbus_spark.config import RuntimeConfig
-from dbus_spark.open_read import ask, quiet
+from dbus_spark.open_read import quiet
+from dbus_spark.open_read_socket import ask
 from dbus_spark.progress import Admission
 
 SWITCH = "DBUS_CARRY_OPEN_READS"

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from dbus_fn.errors import DbusError
-from dbus_spark import open_read
+from dbus_spark import open_read_socket
 
 
 def _name() -> str:
@@ -24,7 +24,7 @@ def test_a_name_let_go_of_within_the_wait_is_taken() -> None:
     held.bind(name)
     timer = threading.Timer(0.3, held.close)
     timer.start()
-    listener = open_read._listen(name, "src")
+    listener = open_read_socket.listen(name, "src")
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(name)  # it listens
@@ -36,12 +36,12 @@ def test_a_name_let_go_of_within_the_wait_is_taken() -> None:
 def test_a_name_held_past_the_wait_is_a_one_line_error_and_no_socket_is_left_open(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(open_read, "LISTEN_WAIT", 0.2)
+    monkeypatch.setattr(open_read_socket, "LISTEN_WAIT", 0.2)
     name = _name()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as held:
         held.bind(name)
         with pytest.raises(DbusError) as raised:
-            open_read._listen(name, "src")
+            open_read_socket.listen(name, "src")
         # The test suite turns warnings into errors: an unclosed socket would fail here.
         gc.collect()
     message = str(raised.value)
