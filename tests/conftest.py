@@ -61,6 +61,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+_STARTED: set[str] = set()
+"""The shared services this test process asked for: each must still run when a test
+starts."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A shared service that died (a full disk stops Kafka) fails each later test at
+    once, naming the service and its log's last word, instead of in its timeouts."""
+    if not _STARTED:
+        return
+    from dbus_deploy.services import stopped
+
+    gone = stopped(sorted(_STARTED))
+    if gone:
+        pytest.fail("; ".join(gone), pytrace=False)
+
+
 def _ensure(request: pytest.FixtureRequest, *names: str) -> Endpoints:
     from dbus_deploy.services import endpoints, up
 
@@ -74,6 +92,7 @@ def _ensure(request: pytest.FixtureRequest, *names: str) -> Endpoints:
         up(list(names))
     except DbusError as exc:
         pytest.fail(f"local services unavailable: {exc}", pytrace=False)
+    _STARTED.update(names)
     return endpoints()
 
 

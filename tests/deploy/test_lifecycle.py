@@ -10,7 +10,7 @@ import sys
 import psutil
 import pytest
 
-from dbus_deploy.services import down, endpoints, restart, status, up
+from dbus_deploy.services import down, endpoints, restart, status, stopped, up
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +39,19 @@ def test_up_is_idempotent_and_down_stops_exactly_what_it_started(isolated) -> No
     )
     (after,) = down(["mariadb"], config=config)
     assert after.action == "not running"
+
+
+def test_stopped_names_a_service_that_died_and_its_log(isolated) -> None:
+    config = isolated()
+    (started,) = up(["mariadb"], config=config)
+    assert stopped(["mariadb"], config=config) == []
+
+    victim = psutil.Process(started.pid)
+    victim.kill()
+    victim.wait(timeout=30)
+    (line,) = stopped(["mariadb"], config=config)
+    assert line.startswith("mariadb is not running: ")
+    assert line.endswith(f"(log: {started.log_file})")
 
 
 def test_restart_gives_a_new_process_with_the_same_data(isolated) -> None:

@@ -23,7 +23,7 @@ from dbus_deploy.services._errors import (
     ToolMissingError,
 )
 from dbus_deploy.services._install import apt_install
-from dbus_deploy.services._lifecycle import ServiceStatus, down, restart, status, up
+from dbus_deploy.services._lifecycle import ServiceStatus, down, restart, status, stopped, up
 from dbus_fn.local_services import (
     PORT_VARIABLES,
     ElasticsearchEndpoint,
@@ -58,5 +58,6 @@ __all__ = [
     "load_config",
     "restart",
     "status",
+    "stopped",
     "up",
 ]

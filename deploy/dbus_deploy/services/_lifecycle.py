@@ -277,6 +277,19 @@ def status(
     return [_status(s) for s in _select(names, config)]
 
 
+def stopped(names: Iterable[str], *, config: ServicesConfig | None = None) -> list[str]:
+    """One line for each named service that no longer runs: its name, its log's most
+    telling line and where that log is (a test run asks before each test, so a broker
+    that died, say on a full disk, ends the tests at once instead of in timeouts)."""
+    config = config or load_config()
+    lines = []
+    for service in _select(names, config):
+        if running_pid(service.pid_file, service.root) is None:
+            said = last_log_line(*service.diagnostic_logs()) or "its log says nothing"
+            lines.append(f"{service.name} is not running: {said} (log: {service.log_file})")
+    return lines
+
+
 def restart(
     names: Sequence[str] | None = None,
     *,
