@@ -22,11 +22,19 @@ import pytest
 from e2e_support import Scratch, spawn_cli_runtime
 from support import kafka_consumer, relay_table, runtime_api, wait_for
 
-from dbus_spark.checkpoint import beside, committed_positions, local_twin, resolve
+from dbus_spark.checkpoint import (
+    SparkLog,
+    beside,
+    committed_positions,
+    local_twin,
+    pending_batch,
+    resolve,
+)
 from dbus_spark.job import start, stop
 from dbus_spark.settings import default_home
 
 pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 def uri(tmp_path: Path) -> Iterator[str]:
@@ -81,14 +89,12 @@ def _wait_settled(checkpoint: Path) -> None:
     Kafka when its transaction commits, a moment before Spark writes the batch to its
     commit log; a stop in that moment leaves the batch to be run again on resume."""
 
-    def batches(log: str) -> set[int]:
-        folder = checkpoint / log
-        if not folder.is_dir():
-            return set()
-        return {int(p.name) for p in folder.iterdir() if p.name.isdigit()}
+    def settled() -> bool:
+        return SparkLog(str(checkpoint)).newest("offsets") >= 0 and not pending_batch(
+            str(checkpoint)
+        )
 
-    wait_for(lambda: batches("offsets") and batches("offsets") <= batches("commits"), 60,
-             "Spark's commit log to catch up with its offsets", every=0.2)  # fmt: skip
+    wait_for(settled, 60, "Spark's commit log to catch up with its offsets", every=0.2)
 
 
 def test_a_uri_checkpoint_resumes_where_it_committed_and_keeps_its_files_on_the_driver(

@@ -265,43 +265,46 @@ class BinlogReader:
 
     def master_position(self) -> BinlogPosition:
         """The end of the last committed transaction on the source."""
-        info = self.server_info()
+        is_mariadb = self.server_info().is_mariadb
         for _ in range(5):
-            before = self._gtid_binlog_pos() if info.is_mariadb else None
-            rows = self._sql("SHOW MASTER STATUS", doing="SHOW MASTER STATUS")
-            if not rows or not rows[0][0]:
-                raise SourceError(
-                    f"source {self.spec.name!r} has no binary log; enable log_bin on the server",
-                    source=self.spec.name,
-                )
-            row = rows[0]
-            file, pos = str(row[0]), int(row[1])
-            if not info.is_mariadb:
-                gtid = str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else None
+            file, pos, gtid = self._master_status()
+            if not is_mariadb:
                 return BinlogPosition(file, pos, gtid)
-            # The same GTID state before and after: no commit slipped in between.
-            if self._gtid_binlog_pos() == before:
-                return BinlogPosition(file, pos, before)
+            still, gtid = self._gtid_while_ending_at(file, pos)
+            if still:
+                return BinlogPosition(file, pos, gtid)
         return BinlogPosition(file, pos, self._gtid_at(file, pos))
-
-    def _gtid_binlog_pos(self) -> str | None:
-        rows = self._sql("SELECT @@GLOBAL.gtid_binlog_pos", doing="reading gtid_binlog_pos")
-        return str(rows[0][0]) if rows and rows[0][0] else None
 
     def gtid_at(self, file: str, pos: int) -> str | None:
         """The GTID state at ``file:pos``, a transaction boundary. While the binlog still
-        ends there, it is ``@@gtid_binlog_pos``, read between two SHOW MASTER STATUS
-        that both say so (no commit came between); else ``BINLOG_GTID_POS``, which
-        scans the file from its start on every call (150 ms at 335 MB here)."""
-        if self.server_info().is_mariadb and self._binlog_ends_at(file, pos):
-            gtid = self._gtid_binlog_pos()
-            if self._binlog_ends_at(file, pos):
+        ends there, it is ``@@gtid_binlog_pos`` (see ``_gtid_while_ending_at``); else
+        ``BINLOG_GTID_POS``, which scans the file from its start on every call (150 ms
+        at 335 MB here)."""
+        if self.server_info().is_mariadb and self._master_status()[:2] == (file, pos):
+            still, gtid = self._gtid_while_ending_at(file, pos)
+            if still:
                 return gtid
         return self._gtid_at(file, pos)
 
-    def _binlog_ends_at(self, file: str, pos: int) -> bool:
+    def _master_status(self) -> tuple[str, int, str | None]:
+        """Where the binlog ends: file, offset and (MySQL only) the executed GTID set."""
         rows = self._sql("SHOW MASTER STATUS", doing="SHOW MASTER STATUS")
-        return bool(rows) and (str(rows[0][0]), int(rows[0][1])) == (file, pos)
+        if not rows or not rows[0][0]:
+            raise SourceError(
+                f"source {self.spec.name!r} has no binary log; enable log_bin on the server",
+                source=self.spec.name,
+            )
+        row = rows[0]
+        gtid = str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else None
+        return str(row[0]), int(row[1]), gtid
+
+    def _gtid_while_ending_at(self, file: str, pos: int) -> tuple[bool, str | None]:
+        """``@@gtid_binlog_pos``, and whether SHOW MASTER STATUS still says ``file:pos``
+        after it: the caller saw the binlog end there just before, so no commit came
+        between and that GTID state is the one at ``file:pos``."""
+        rows = self._sql("SELECT @@GLOBAL.gtid_binlog_pos", doing="reading gtid_binlog_pos")
+        gtid = str(rows[0][0]) if rows and rows[0][0] else None
+        return self._master_status()[:2] == (file, pos), gtid
 
     def _gtid_at(self, file: str, pos: int) -> str | None:
         # NULL when the scan of the file meets an event over max_allowed_packet; the

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dbus_spark import jvm
+
 if TYPE_CHECKING:
     from py4j.java_gateway import JavaGateway
     from pyspark import SparkConf
@@ -215,8 +217,6 @@ def spark_log_level() -> str:
 def spark_java_options() -> str:
     """JVM options that make Spark log through ``LOG4J2_CONFIG`` at ``spark_log_level()``
     (and start it from its class archive, when there is one: ``dbus_spark.jvm``)."""
-    from dbus_spark import jvm
-
     return (
         f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()} "
         f"-Ddbus.spark.level={spark_log_level().lower()} {jvm.java_options()}"
