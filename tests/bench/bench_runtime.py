@@ -16,12 +16,16 @@ In one run, on the same binlog of 20-column rows:
 
     .venv/bin/python tests/bench/bench_runtime.py [--rows 100000] [--rate 1000]
         [--decode-shards N] [--open-read SECONDS]
+
+With ``DBUS_CARRY_OPEN_READS=1`` a source's read goes on across micro-batches
+(``dbus_spark.open_read_control``); the first line printed says which.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import textwrap
@@ -44,6 +48,7 @@ from measures import PeakMemory, SteadyLoad, TopicCount, steady_load
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.events import BinlogPosition
+from dbus_spark import open_read_control
 from dbus_spark.api import ApiServer, ApiSettings, build_app
 from dbus_spark.config import DEFAULT_OPEN_READ_SECONDS, RuntimeConfig, SourceBinding
 from dbus_spark.job import spark_session, start
@@ -305,6 +310,9 @@ def main() -> None:
             return config(work, dsn, database, destination, begin, args.decode_shards,
                           open_read=args.open_read)  # fmt: skip
 
+        carried = open_read_control.switched_on(os.environ)
+        print(f"open reads carried across micro-batches: {'on' if carried else 'off'} "
+              f"({open_read_control.SWITCH})")  # fmt: skip
         print(f"{args.rows} rows of 20 columns")
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         begin = master(cur)
