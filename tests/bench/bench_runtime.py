@@ -17,7 +17,7 @@ In one run, on the same binlog of 20-column rows:
     .venv/bin/python tests/bench/bench_runtime.py [--rows 100000] [--rate 1000]
         [--decode-shards N] [--open-read SECONDS]
 
-With ``DBUS_CARRY_OPEN_READS=1`` a source's read goes on across micro-batches
+A source's read goes on across micro-batches unless ``DBUS_CARRY_OPEN_READS=0``
 (``dbus_spark.open_read_control``); the first line printed says which.
 """
 

@@ -27,7 +27,6 @@ from dbus_spark.checkpoint import (
     beside,
     committed_positions,
     local_twin,
-    pending_batch,
     resolve,
 )
 from dbus_spark.job import start, stop
@@ -90,9 +89,8 @@ def _wait_settled(checkpoint: Path) -> None:
     commit log; a stop in that moment leaves the batch to be run again on resume."""
 
     def settled() -> bool:
-        return SparkLog(str(checkpoint)).newest("offsets") >= 0 and not pending_batch(
-            str(checkpoint)
-        )
+        spark_log = SparkLog(str(checkpoint))
+        return 0 <= spark_log.newest("offsets") <= spark_log.newest("commits")
 
     wait_for(settled, 60, "Spark's commit log to catch up with its offsets", every=0.2)
 

@@ -18,13 +18,9 @@ from dbus_spark.open_read_socket import ask
 from dbus_spark.progress import Admission
 
 SWITCH = "DBUS_CARRY_OPEN_READS"
-"""Set to 1 (or on, true, yes), a runtime on a local master carries its open reads
-across batches. Off by default for now: with it on, two of three runs of the whole
-suite on a loaded 2-core machine had a run of test_kill9_convergence commit its
-first batch after the test's 120 s bound (68-123 s after their spawn; killed
-runtimes' processes were all gone within 0.5 s, and its threads' stacks showed no
-wait on another read: a slow start and a large first batch, not a hang); with it
-off, that test passed in each such run so far."""
+"""On by default: a runtime on a local master carries its open reads across batches.
+Set to 0 (or off, false, no), each batch's task reads on its own, and changes
+committed between two batches wait for the next one."""
 LOCAL_ENV = "DBUS_LOCAL_EXECUTORS"
 """Set to 1 by the runtime on a local master with ``SWITCH`` on (``job.spark_session``):
 its executors are processes of the driver's host, where a source's open read can be
@@ -32,8 +28,8 @@ found (its socket, its lock) by every task and by the driver."""
 
 
 def switched_on(environ: Mapping[str, str]) -> bool:
-    """Whether ``SWITCH`` asks for reads carried across batches (off by default)."""
-    return environ.get(SWITCH, "").strip().lower() in ("1", "on", "true", "yes")
+    """Whether reads are carried across batches: unless ``SWITCH`` turns it off."""
+    return environ.get(SWITCH, "").strip().lower() not in ("0", "off", "false", "no")
 
 
 def local_executors() -> bool:

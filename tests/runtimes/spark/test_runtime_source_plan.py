@@ -134,10 +134,10 @@ def test_a_worker_keeps_one_reader_per_source_spec() -> None:
 
 @pytest.mark.parametrize(
     ("value", "on"),
-    [(None, False), ("", False), ("0", False), ("off", False), ("1", True), (" True ", True),
-     ("yes", True), ("on", True)],
+    [(None, True), ("", True), ("0", False), (" Off ", False), ("false", False), ("no", False),
+     ("1", True), ("on", True)],
 )  # fmt: skip
-def test_reads_are_carried_across_batches_only_when_switched_on(
+def test_reads_are_carried_across_batches_unless_switched_off(
     value: str | None, on: bool
 ) -> None:
     from dbus_spark import open_read_control
