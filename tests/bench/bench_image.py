@@ -4,7 +4,7 @@ Run with ``python tests/bench/bench_image.py [--base IMAGE] [--base-from-scratch
 (as root on a machine with Docker, or with ``DOCKER_HOST`` set). Builds use a
 copy of dbus's sources and of ``functions/orders``. It prints:
 
-* cold: ``--no-cache`` (the deps image and the runtime image built step by step;
+* cold: ``--no-cache`` (the deps, core and runtime images built step by step;
   the host's wheel cache is kept, so nothing is downloaded again),
 * warm: nothing changed (the content tag exists), and with the tag removed but
   every step in the builder's cache,
@@ -85,8 +85,11 @@ def main() -> None:
         shutil.copytree(REPO / "functions" / "orders", orders)
         options = {"base": base, "functions": [orders]}
 
-        before = {i.id for repo in ("dbus-deps", "dbus-runtime") for i in client.images.list(repo)}
-        cold = timed_build("cold (--no-cache: deps and runtime)", client, config,
+        before = {
+            i.id for repo in ("dbus-deps", "dbus-core", "dbus-runtime")
+            for i in client.images.list(repo)
+        }  # fmt: skip
+        cold = timed_build("cold (--no-cache: deps, core and runtime)", client, config,
                            nocache=True, **options)  # fmt: skip
         timed_build("warm: nothing changed", client, config, **options)
         client.images.remove(cold.tag, noprune=True)

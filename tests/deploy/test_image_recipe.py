@@ -14,7 +14,14 @@ import pytest
 from click.testing import CliRunner
 from support import free_port
 
-from dbus_deploy.image import BaseRecipe, DepsRecipe, FunctionFolder, RuntimeRecipe, debian_mirror
+from dbus_deploy.image import (
+    BaseRecipe,
+    CoreRecipe,
+    DepsRecipe,
+    FunctionFolder,
+    RuntimeRecipe,
+    debian_mirror,
+)
 from dbus_deploy.image._build import (
     _IMAGE_NAME,
     _BuildOutput,
@@ -33,17 +40,32 @@ from dbus_fn.errors import ConfigError
 REPO = Path(__file__).resolve().parents[2]
 
 
+_CORE_FIELDS = {"base", "base_id", "deps_tag", "dbus_wheel", "dbus_content", "native_wheel",
+                "native_content"}  # fmt: skip
+
+
 def _runtime(**changes: object) -> RuntimeRecipe:
-    fields: dict[str, object] = {
+    core: dict[str, object] = {
         "base": "dbus-base:bookworm-x",
         "base_id": "sha256:base",
         "deps_tag": "dbus-deps:abc",
         "dbus_wheel": "dbus_fn-0.1.0-py3-none-any.whl",
         "dbus_content": "c0ffee",
+    }
+    core.update({k: v for k, v in changes.items() if k in _CORE_FIELDS})
+    fields: dict[str, object] = {
+        "core_id": "sha256:core",
         "functions": (FunctionFolder("orders", "f1"),),
     }
-    fields.update(changes)
-    return RuntimeRecipe(**fields)  # type: ignore[arg-type]
+    fields.update({k: v for k, v in changes.items() if k not in _CORE_FIELDS})
+    return RuntimeRecipe(CoreRecipe(**core), **fields)  # type: ignore[arg-type]
+
+
+def _steps(recipe: RuntimeRecipe) -> list[str]:
+    """The core's Dockerfile, then the runtime's on top of it."""
+    lines = [*recipe.core.dockerfile.splitlines(), *recipe.dockerfile.splitlines()]
+    assert recipe.dockerfile.startswith(f"FROM {recipe.core.tag}\n")
+    return lines
 
 
 def test_runtime_requirements_expand_the_extras_dbus_names_of_itself() -> None:
@@ -57,7 +79,7 @@ def test_runtime_requirements_expand_the_extras_dbus_names_of_itself() -> None:
 
 
 def test_the_function_folders_are_the_last_layer_after_dbus_after_the_deps() -> None:
-    lines = _runtime().dockerfile.splitlines()
+    lines = _steps(_runtime())
     order = [
         next(i for i, line in enumerate(lines) if line.startswith(prefix))
         for prefix in ("FROM", "RUN command -v java", "COPY --from=dbus-deps:abc", "COPY dist/",
@@ -77,6 +99,7 @@ def test_function_requirements_install_before_the_code_and_offline() -> None:
 
 def test_without_functions_there_is_no_functions_layer() -> None:
     assert "functions" not in _runtime(functions=()).dockerfile
+    assert len(_runtime(functions=()).dockerfile.splitlines()) == 2, "FROM the core, a label"
 
 
 def test_tags_follow_content_and_only_content() -> None:
@@ -87,19 +110,29 @@ def test_tags_follow_content_and_only_content() -> None:
         _runtime(dbus_content="beef").content_tag,
         _runtime(base_id="sha256:other").content_tag,
         _runtime(deps_tag="dbus-deps:def").content_tag,
+        _runtime(core_id="sha256:core-built-again").content_tag,
     }
-    assert len(changed) == 4 and _runtime().content_tag not in changed
+    assert len(changed) == 5 and _runtime().content_tag not in changed
+
+
+def test_a_function_change_leaves_the_core_image_as_it_is() -> None:
+    changed = _runtime(functions=(FunctionFolder("orders", "f2"),))
+    assert changed.core.tag == _runtime().core.tag
+    assert changed.core.dockerfile == _runtime().core.dockerfile
+    assert "functions" not in changed.core.dockerfile
+    assert _runtime(dbus_content="beef").core.tag != _runtime().core.tag
 
 
 def test_the_native_row_decoder_is_installed_after_dbus_when_the_host_built_it() -> None:
-    assert "dbus_native" not in _runtime().dockerfile
+    assert "dbus_native" not in _runtime().core.dockerfile
     wheel = "dbus_native-0.1.0-cp311-cp311-linux_x86_64.whl"
     recipe = _runtime(native_wheel=wheel, native_content="abc-cpython-311")
-    lines = recipe.dockerfile.splitlines()
+    lines = recipe.core.dockerfile.splitlines()
     installed = next(i for i, line in enumerate(lines) if f"/opt/dbus/dist/{wheel}" in line
                      and line.startswith("RUN pip install"))  # fmt: skip
     assert installed > next(i for i, line in enumerate(lines) if "dbus_fn-0.1.0" in line)
     assert "|| echo 'warning:" in lines[installed], "an image whose Python differs still builds"
+    assert recipe.core.tag != _runtime(native_wheel=wheel).core.tag
     assert recipe.content_tag != _runtime(native_wheel=wheel).content_tag
 
 

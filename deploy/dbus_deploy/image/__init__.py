@@ -1,11 +1,11 @@
 """The runtime image: one image that serves as dbus driver and as Spark worker.
 
 Built through a Docker engine with the docker SDK: a deps image (the runtime's
-third-party requirements from wheels fetched once on the host), then the
-runtime image (Java, those requirements, dbus's wheel, and the function folders
-as the last layer), tagged by content. Where no registry can be reached, the
-base comes from Debian packages (``dbus image base``). ``dbus image worker``
-starts a Spark worker in a container of the image.
+third-party requirements from wheels fetched once on the host), the core image
+(Java, those requirements, dbus's wheel), then the runtime image (the core and
+the function folders as its last layers), each tagged by content. Where no
+registry can be reached, the base comes from Debian packages (``dbus image
+base``). ``dbus image worker`` starts a Spark worker in a container of the image.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dbus_deploy.image._errors import (
 from dbus_deploy.image._prune import prune_images
 from dbus_deploy.image._recipe import (
     DEFAULT_BASE,
+    CoreRecipe,
     DepsRecipe,
     FunctionFolder,
     RuntimeRecipe,
@@ -36,6 +37,7 @@ __all__ = [
     "BaseImageError",
     "BaseRecipe",
     "BuiltImage",
+    "CoreRecipe",
     "DepsRecipe",
     "DockerUnreachableError",
     "FunctionFolder",

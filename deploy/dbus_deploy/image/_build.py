@@ -2,8 +2,9 @@
 
 :func:`build_image` resolves the base, makes sure the deps image for the current
 requirements exists, stages dbus's wheel and the function folders in a fresh
-context, and builds ``dbus-runtime:<content hash>``; when that tag already exists
-nothing is built. The builder's output goes to the caller line by line and to
+context, builds ``dbus-core:<content hash>`` (dbus itself) and then
+``dbus-runtime:<content hash>`` (the functions on top); an image whose tag already
+exists is not built again. The builder's output goes to the caller line by line and to
 ``<DBUS_HOME>/logs/image-build.log``; a failing step ends the build with an
 :class:`ImageBuildError` that names the step and carries its last lines.
 """
@@ -22,7 +23,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from dbus_deploy.image._errors import BaseImageError, ImageBuildError, one_line
 from dbus_deploy.image._inputs import ensure_dbus_wheel, ensure_wheels, image_dir, stage_functions
-from dbus_deploy.image._recipe import DEFAULT_BASE, DepsRecipe, RuntimeRecipe, pins_of
+from dbus_deploy.image._recipe import (
+    DEFAULT_BASE,
+    CoreRecipe,
+    DepsRecipe,
+    RuntimeRecipe,
+    pins_of,
+)
 from dbus_deploy.native import native_wheel
 from dbus_deploy.services import ServicesConfig
 from dbus_deploy.services._process import strip_ansi, telling_line
@@ -85,6 +92,8 @@ def check_build_arguments(base: str, functions: Sequence[Path], tags: Sequence[s
         names[folder.name] = folder
     for folder in names.values():
         load_deployment(folder)
+
+
 _LOG_LINES = 25
 """How many of a failing step's last output lines the error keeps."""
 
@@ -271,15 +280,26 @@ def build_image(
         native = native_wheel(config.home)
         if native is not None:
             shutil.copy2(native, context / "dist" / native.name)
-        recipe = RuntimeRecipe(
+        core = CoreRecipe(
             base=base, base_id=base_id, deps_tag=deps.tag, dbus_wheel=wheel.path.name,
-            dbus_content=wheel.content, functions=stage_functions(config, functions, context),
-            native_wheel=native.name if native else None,
+            dbus_content=wheel.content, native_wheel=native.name if native else None,
             native_content=native.parent.name if native else "",
         )  # fmt: skip
-        tag = recipe.content_tag
-        built = nocache or not _exists(client, tag)
+        built = nocache or not _exists(client, core.tag)
         if built:
+            progress(f"building {core.tag} (dbus itself, once per change of its sources)")
+            (context / "Dockerfile.core").write_text(core.dockerfile)
+            stream_build(
+                client, context, core.tag, log_file, dockerfile="Dockerfile.core",
+                nocache=nocache, progress=progress, verbose=verbose,
+            )  # fmt: skip
+        recipe = RuntimeRecipe(
+            core, str(client.images.get(core.tag).id),
+            stage_functions(config, functions, context),
+        )  # fmt: skip
+        tag = recipe.content_tag
+        if nocache or not _exists(client, tag):
+            built = True
             progress(f"building {tag}")
             (context / "Dockerfile").write_text(recipe.dockerfile)
             image_id = stream_build(

@@ -1,4 +1,4 @@
-"""Removing old runtime and deps images: every build of a changed checkout makes a new tag.
+"""Removing old runtime, core and deps images: every build of a changed checkout makes a new tag.
 
 Images differ only in their top layers, so each old tag costs little, but a day
 of edits leaves dozens of tags and some untagged leftovers of ``--no-cache``
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dbus_deploy.image._recipe import DEPS_REPOSITORY, LABEL, RUNTIME_REPOSITORY
+from dbus_deploy.image._recipe import CORE_REPOSITORY, DEPS_REPOSITORY, LABEL, RUNTIME_REPOSITORY
 
 if TYPE_CHECKING:
     import docker
@@ -45,7 +45,7 @@ def prune_images(client: docker.DockerClient, *, keep: int = 3) -> Sequence[str]
 
     found = [
         TaggedImage(tag, str(image.attrs["Created"]))
-        for repository in (RUNTIME_REPOSITORY, DEPS_REPOSITORY)
+        for repository in (RUNTIME_REPOSITORY, CORE_REPOSITORY, DEPS_REPOSITORY)
         for image in client.images.list(repository)
         for tag in image.tags
         if tag.startswith(f"{repository}:") and len(tag.split(":")[1]) == 12

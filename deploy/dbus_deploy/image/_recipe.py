@@ -1,15 +1,19 @@
 """The Dockerfiles of the runtime image and the content hashes that name them.
 
-Two images, so that each kind of change costs only what it must:
+Three images, so that each kind of change costs only what it must:
 
 * ``dbus-deps:<hash>`` — the base plus a virtualenv with every third-party
   requirement of dbus's ``runtime`` extra, installed offline from wheels the host
   downloaded once. Named by the base image, the requirements and the wheel files,
   so it is built once per dependency set and a dbus code change never re-installs
   pyspark.
-* ``dbus-runtime:<hash>`` — the base, Java when the base lacks it, the venv copied
-  from the deps image, dbus's own wheel, then the function folders as the very
-  last layer, so a function change rebuilds that layer alone.
+* ``dbus-core:<hash>`` — the base, Java when the base lacks it, the venv copied
+  from the deps image, dbus's own wheel and the native row decoder: everything but
+  the functions. Named by dbus's sources, so a function change never rebuilds it.
+* ``dbus-runtime:<hash>`` — the core image and the function folders (their
+  requirements, then their code), named by the core image's id and the folders:
+  a function change rebuilds those layers alone, whatever the builder's cache
+  holds, and a core image built again makes new runtime tags.
 
 Everything here is pure: the same inputs give the same text and the same tags.
 """
@@ -23,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 DEPS_REPOSITORY = "dbus-deps"
+CORE_REPOSITORY = "dbus-core"
 RUNTIME_REPOSITORY = "dbus-runtime"
 DEFAULT_BASE = "python:3.11-slim-bookworm"
 """A public image with Python 3.11 on Debian 12; Java 17 comes from its apt."""
@@ -122,15 +127,14 @@ class FunctionFolder:
 
 
 @dataclass(frozen=True, slots=True)
-class RuntimeRecipe:
-    """The runtime image: base, deps image, dbus wheel (by content) and function folders."""
+class CoreRecipe:
+    """The core image: base, deps image, dbus's wheel (by content) and the native decoder."""
 
     base: str
     base_id: str
     deps_tag: str
     dbus_wheel: str
     dbus_content: str
-    functions: tuple[FunctionFolder, ...] = ()
     native_wheel: str | None = None
     """The capture's native row decoder, built on the host (``dbus_deploy.native``);
     None: the image's capture decodes in Python."""
@@ -140,7 +144,7 @@ class RuntimeRecipe:
     def dockerfile(self) -> str:
         lines = [
             f"FROM {self.base}",
-            f"LABEL {LABEL}=runtime",
+            f"LABEL {LABEL}=core",
             f"ENV PATH={VENV}/bin:$PATH PYSPARK_PYTHON={VENV}/bin/python "
             f"DBUS_HOME={IMAGE_HOME} LANG=C.UTF-8",
             # The slim Python images have no man folders, which the JRE's postinst needs.
@@ -162,6 +166,26 @@ class RuntimeRecipe:
                 f"--no-index /opt/dbus/dist/{self.native_wheel} || echo 'warning: the "
                 "native row decoder does not fit this image; the capture decodes in Python'",
             ]
+        return "\n".join([*lines, ""])
+
+    @property
+    def tag(self) -> str:
+        parts = [self.dockerfile, self.base_id, self.dbus_content, self.native_content]
+        return f"{CORE_REPOSITORY}:{digest(*parts)}"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeRecipe:
+    """The runtime image: the core image (by its id) and the function folders."""
+
+    core: CoreRecipe
+    core_id: str
+    """The id of the image tagged ``core.tag``: a core built again is a new runtime."""
+    functions: tuple[FunctionFolder, ...] = ()
+
+    @property
+    def dockerfile(self) -> str:
+        lines = [f"FROM {self.core.tag}", f"LABEL {LABEL}=runtime"]
         with_requirements = [f.name for f in self.functions if f.has_requirements]
         if with_requirements:
             # Before the code, so a code change does not install the requirements again;
@@ -179,7 +203,7 @@ class RuntimeRecipe:
 
     @property
     def content_tag(self) -> str:
-        parts = [self.dockerfile, self.base_id, self.dbus_content, self.native_content]
+        parts = [self.dockerfile, self.core_id]
         parts += [f"{f.name}={f.content}" for f in self.functions]
         return f"{RUNTIME_REPOSITORY}:{digest(*parts)}"
 

@@ -139,10 +139,10 @@ def stop(container: str, kill: bool) -> None:
 
 @image.command(epilog=ENV_HELP)
 @click.option("--keep", type=click.IntRange(0), default=3, show_default=True,
-              help="How many of the newest runtime (and deps) images to keep.")  # fmt: skip
+              help="How many of the newest runtime, core and deps images to keep.")  # fmt: skip
 def prune(keep: int) -> None:
-    """Remove old dbus-runtime and dbus-deps content tags and untagged dbus images;
-    images a container uses and names given with --tag stay."""
+    """Remove old dbus-runtime, dbus-core and dbus-deps content tags and untagged dbus
+    images; images a container uses and names given with --tag stay."""
     with closing(docker_client()) as client:
         for removed in prune_images(client, keep=keep):
             click.echo(f"removed {removed}")
