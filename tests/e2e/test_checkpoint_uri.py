@@ -90,7 +90,7 @@ def _wait_settled(checkpoint: Path) -> None:
 
     def settled() -> bool:
         spark_log = SparkLog(str(checkpoint))
-        return 0 <= spark_log.newest("offsets") <= spark_log.newest("commits")
+        return spark_log.started() and spark_log.pending() is None
 
     wait_for(settled, 60, "Spark's commit log to catch up with its offsets", every=0.2)
 

@@ -361,13 +361,19 @@ class SparkLog:
         """Spark has planned a batch here before: this is not the first run."""
         return self.newest("offsets") >= 0
 
+    def pending(self) -> int | None:
+        """The newest batch Spark planned and has not committed; None when every batch
+        it planned is committed (or it planned none)."""
+        planned = self.newest("offsets")
+        return planned if planned > self.newest("commits") else None
+
 
 def pending_batch(checkpoint: str, spark: SparkSession | None = None) -> PendingBatch | None:
     """The newest planned micro-batch whose sinks never acknowledged it, if any; it is
     replayed from its start positions at the next start."""
     spark_log = SparkLog(checkpoint, spark)
-    planned = spark_log.newest("offsets")
-    if planned < 0 or planned <= spark_log.newest("commits"):
+    planned = spark_log.pending()
+    if planned is None:
         return None
     metadata, offsets = spark_log.offsets(planned)
     positions = {source: str(position) for source, position in offsets.items()}

@@ -250,6 +250,7 @@ def start(
 ) -> None:
     """Run the function deployments over the sources until stopped: Ctrl-C stops with
     one line saying how far the sinks have every change and exits 130; SIGTERM exits 0."""
+    from dbus_spark import open_read_control
     from dbus_spark.job import stop as stop_query
     from dbus_spark.job import workers_python
 
@@ -257,6 +258,7 @@ def start(
     if executor_python:
         os.environ[EXECUTOR_PYTHON_ENV] = executor_python
     python = workers_python(os.environ)  # a bad --executor-python fails before anything starts
+    open_read_control.switched_on(os.environ)  # and so does a bad DBUS_CARRY_OPEN_READS
     handler = logging.StreamHandler()
     handler.setFormatter(log_formatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler])

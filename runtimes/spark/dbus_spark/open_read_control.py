@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dbus_fn.capture import position_to_json
+from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
 from dbus_spark.checkpoint import record_reached
 from dbus_spark.config import RuntimeConfig
@@ -27,9 +28,21 @@ its executors are processes of the driver's host, where a source's open read can
 found (its socket, its lock) by every task and by the driver."""
 
 
+_ON = ("", "1", "on", "true", "yes")
+_OFF = ("0", "off", "false", "no")
+
+
 def switched_on(environ: Mapping[str, str]) -> bool:
-    """Whether reads are carried across batches: unless ``SWITCH`` turns it off."""
-    return environ.get(SWITCH, "").strip().lower() not in ("0", "off", "false", "no")
+    """Whether reads are carried across batches: unless ``SWITCH`` turns it off; a
+    value that is neither on nor off is a ``ConfigError``."""
+    value = environ.get(SWITCH, "").strip().lower()
+    if value not in _ON + _OFF:
+        raise ConfigError(
+            f"{SWITCH}={environ[SWITCH]!r} is neither on nor off; set it to 1 (on, true, "
+            "yes) or 0 (off, false, no), or unset it to carry reads across micro-batches",
+            setting=SWITCH,
+        )
+    return value in _ON
 
 
 def local_executors() -> bool:

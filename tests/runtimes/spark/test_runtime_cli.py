@@ -117,6 +117,12 @@ def test_an_executor_python_this_host_cannot_run_is_one_line(python: str, needle
     _assert_one_line_error(result, "--executor-python", needle)
 
 
+def test_a_carry_switch_neither_on_nor_off_is_one_line_before_anything_starts() -> None:
+    result = _start("--functions", ORDERS, env={"DBUS_CARRY_OPEN_READS": "maybe"})
+    assert result.returncode == 2
+    _assert_one_line_error(result, "DBUS_CARRY_OPEN_READS='maybe'", "set it to 1", "or 0")
+
+
 def test_a_malformed_source_is_a_usage_error() -> None:
     result = _start("--source", "mysql://u:p@127.0.0.1:1", "--functions", ORDERS)
     assert result.returncode == 2

@@ -144,3 +144,14 @@ def test_reads_are_carried_across_batches_unless_switched_off(
 
     environ = {} if value is None else {open_read_control.SWITCH: value}
     assert open_read_control.switched_on(environ) is on
+
+
+@pytest.mark.parametrize("value", ["2", "maybe", "of"])
+def test_a_carry_switch_that_is_neither_on_nor_off_is_refused(value: str) -> None:
+    from dbus_fn.errors import ConfigError
+    from dbus_spark import open_read_control
+
+    with pytest.raises(ConfigError) as caught:
+        open_read_control.switched_on({open_read_control.SWITCH: value})
+    assert str(caught.value).startswith(f"DBUS_CARRY_OPEN_READS={value!r} is neither on nor off")
+    assert caught.value.exit_code == 2
