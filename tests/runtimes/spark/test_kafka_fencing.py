@@ -16,13 +16,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 from support import free_port, kafka_consumer
 
 from dbus_deploy.services import KafkaEndpoint
 from dbus_fn.errors import KafkaSinkError, ZooKeeperUnavailableError
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
-from dbus_spark.sinks.kafka_admin import DEFAULT_ABORT_SCAN_SECONDS, abort_scan_seconds
+from dbus_spark.sinks.kafka_admin import (
+    DEFAULT_ABORT_SCAN_SECONDS,
+    MAX_MESSAGE_BYTES,
+    abort_scan_seconds,
+)
 from dbus_spark.sinks.records import KafkaRecord
 
 pytestmark = pytest.mark.integration
@@ -221,6 +225,58 @@ def test_a_fenced_write_whose_topic_cannot_be_made_fails_or_names_its_deployment
     sink.write(KafkaRecord(absent, b"k", b"v"), "b")
     sent, failed = sink.settle(2.0)
     assert sent == 0 and set(failed) == {"b"} and "topic creation is off" in failed["b"]
+
+
+def test_a_record_the_client_refuses_fails_the_task_and_commits_nothing_of_it(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint
+) -> None:
+    sink = make_sink(Hold("held"))
+    sink.hold("shop", 3)
+    write(sink, kafka_topic, 5, "before")
+    too_large = KafkaRecord(kafka_topic, b"k0", b"x" * (MAX_MESSAGE_BYTES + 1))
+    with pytest.raises(KafkaSinkError) as caught:
+        sink.write(too_large)
+    message = str(caught.value)
+    assert f"Kafka cannot take a message of {MAX_MESSAGE_BYTES + 1} bytes for topic" in message
+    assert "message.max.bytes" in message and "\n" not in message
+    # The worker's next task commits its own records, and none of the failed task's
+    # (Spark runs that one again from its start).
+    sent = write(sink, kafka_topic, 5, "next")
+    assert sink.flush() == 5
+    assert sorted(read(kafka_service.bootstrap_servers, kafka_topic)) == sorted(sent)
+
+
+def test_a_record_the_client_did_not_take_is_sent_with_its_chunk_again(
+    make_sink: Callable[..., KafkaSink],
+    kafka_topic: str,
+    kafka_service: KafkaEndpoint,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A produce() that raises once for a record mid-chunk (a client-side state error)
+    # is a fault the broker does not make on demand: the client's call is wrapped.
+    sink = make_sink(Hold("held"))
+    sink.hold("shop", 3)
+    sent = write(sink, kafka_topic, 5, "a")
+    producer = sink._producer
+    real_produce = producer.produce
+    calls = {"n": 0}
+
+    class _Once:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(producer, name)
+
+        def produce(self, *args: Any, **kwargs: Any) -> None:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise KafkaException(KafkaError(KafkaError._STATE, "not taken"))
+            real_produce(*args, **kwargs)
+
+    monkeypatch.setattr(sink, "_producer", _Once())
+    sent += write(sink, kafka_topic, 5, "b")
+    assert calls["n"] > 5, "the chunk was handed over again"
+    assert sink.flush() == 10
+    seen = read(kafka_service.bootstrap_servers, kafka_topic)
+    assert sorted(seen) == sorted(sent), "every record once, the one not taken included"
 
 
 def test_a_bounded_fenced_write_nobody_answers_for_names_its_deployments_in_time(

@@ -75,6 +75,8 @@ CHUNK_SECONDS = 0.5
 CHUNK_RECORDS = 20_000
 _RETRY_SECONDS = 1.0
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+_REFUSED = (KafkaError.MSG_SIZE_TOO_LARGE,)
+"""What the client refuses to take of one record, whatever the broker's state."""
 _LOST_BROKER = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
 """The client's errors that say it lost its connection to the cluster and connects
 again: the sink retrying, as the metrics count it."""
@@ -247,12 +249,21 @@ class KafkaSink:
             self._chunk_of[deployment] += 1
         try:
             self._produce(record)
-        except KafkaException:
-            self._commit_chunk(self._deadline())  # the transaction failed; sent again there
+        except KafkaException as exc:
+            # Not handed over, so the open transaction must not commit without it: the
+            # chunk, this record included, goes again in a new one.
+            self._waiting("a message was not handed over", exc.args[0].str())
+            self._abort(self._deadline())
+            self._commit_chunk(self._deadline(), resend=True)
             return
-        except KafkaSinkError as exc:  # its topic cannot be made, or the queue stayed full
-            if self.block_for is None:
-                raise  # the task fails and is tried again: nothing is dropped unsaid
+        except KafkaSinkError as exc:  # its topic cannot be made, the queue stayed full,
+            if self.block_for is None:  # or the record is refused
+                # The task fails and is tried again: nothing is dropped unsaid, and
+                # nothing of it stays open for the worker's next task to commit.
+                self._chunk.clear()
+                self._chunk_of.clear()
+                self._abort()
+                raise
             self._give_up(str(exc))
             return
         if (
@@ -334,6 +345,17 @@ class KafkaSink:
                     on_delivery=callback,
                 )
                 break
+            except KafkaException as exc:
+                if exc.args[0].code() in _REFUSED:
+                    raise KafkaSinkError(
+                        f"Kafka cannot take a message of {len(record.value or b'')} bytes "
+                        f"for topic {record.topic}: {exc.args[0].str()}; raise the "
+                        "producer's message.max.bytes (and the topic's max.message.bytes) "
+                        "in the deployment's Kafka settings, or leave the large columns "
+                        "out in the function",
+                        topic=record.topic,
+                    ) from None
+                raise
             except BufferError:
                 # Back pressure: the local queue is full; let deliveries drain.
                 full_since = full_since or time.monotonic()
@@ -437,12 +459,13 @@ class KafkaSink:
             sent, self._sent = self._sent, 0
         return sent, failed
 
-    def _commit_chunk(self, deadline: float | None = None) -> None:
+    def _commit_chunk(self, deadline: float | None = None, *, resend: bool = False) -> None:
         """Commit the open transaction once the hold is confirmed; on any failure send
         the chunk again in a new one (nothing is acknowledged before it commits). Past
-        ``deadline`` (bounded writes), the transaction is given up instead."""
+        ``deadline`` (bounded writes), the transaction is given up instead. ``resend``:
+        the open transaction is already aborted; start with a new one."""
         assert self._fence is not None
-        why, resend = "no answer", False
+        why = "no answer"
         while True:
             if deadline is not None and time.monotonic() >= deadline:
                 self._give_up(why)
