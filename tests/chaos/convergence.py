@@ -140,6 +140,7 @@ class Workload:
         target_rows: int = 120,
     ) -> None:
         self._connect = connect
+        self.seed = seed
         self._rng = random.Random(seed)
         self.tables = {t.name: t for t in tables}
         self._state = {t.name: _TableState() for t in tables}
@@ -852,8 +853,10 @@ def wait_converged(
     timeout: float,
     alive: Callable[[], bool],
     on_timeout: Callable[[], str],
+    seed: int,
 ) -> tuple[Convergence, float]:
-    """Re-check until converged; return the verdict and how long it took."""
+    """Re-check until converged; return the verdict and how long it took. A failure
+    names the load's ``seed`` (``DBUS_CHAOS_SEED`` replays it)."""
     began = time.monotonic()
     while True:
         verdict = check()
@@ -861,7 +864,8 @@ def wait_converged(
             return verdict, time.monotonic() - began
         if time.monotonic() - began > timeout or not alive():
             raise AssertionError(
-                f"not converged after {time.monotonic() - began:.0f}s: {verdict.describe()}\n"
+                f"not converged after {time.monotonic() - began:.0f}s: {verdict.describe()} "
+                f"(chaos seed {seed}: replay with DBUS_CHAOS_SEED={seed})\n"
                 f"runtime log tail:\n{on_timeout()}"
             )
         time.sleep(3)

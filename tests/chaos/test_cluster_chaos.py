@@ -206,7 +206,13 @@ class ChaosCluster:
         return all(p.alive() for r, p in self.runtimes.items() if r not in self.killed)
 
     def tails(self) -> str:
-        return "\n".join(f"--- {r}:\n{p.tail(25)}" for r, p in self.runtimes.items())
+        """What a failure shows: who owns each source, and each runtime's last log lines."""
+        try:
+            owners = ", ".join(f"{s} {o}" for s, (o, _, _) in sorted(self.assignments().items()))
+        except KazooException as exc:
+            owners = f"not known ({exc!r})"
+        tails = (f"--- {r}:\n{p.tail(25)}" for r, p in self.runtimes.items())
+        return "\n".join([f"owners: {owners}", *tails])
 
     def run_load(self, seconds: float) -> None:
         """Let the load run; every runtime not killed must stay up."""
@@ -245,6 +251,7 @@ class ChaosCluster:
             timeout=180,
             alive=self.alive,
             on_timeout=self.tails,
+            seed=self.workload.seed,
         )
         return Convergence(
             changes=len(self.workload.committed),

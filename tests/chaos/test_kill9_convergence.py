@@ -100,6 +100,7 @@ def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
             timeout=180,
             alive=runtime.alive,
             on_timeout=runtime.tail,
+            seed=workload.seed,
         )
         dead = (
             read_topic(bootstrap, routes.dead_letters)

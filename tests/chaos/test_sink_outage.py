@@ -163,6 +163,7 @@ def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop
             timeout=300,
             alive=runtime.alive,
             on_timeout=runtime.tail,
+            seed=workload.seed,
         )
         wait_for(
             lambda: sample_sum(scrape(api), "dbus_source_lag_bytes") == 0
