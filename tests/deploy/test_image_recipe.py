@@ -7,6 +7,7 @@ same inputs always give the same tag.
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from pathlib import Path
 
@@ -40,8 +41,7 @@ from dbus_fn.errors import ConfigError
 REPO = Path(__file__).resolve().parents[2]
 
 
-_CORE_FIELDS = {"base", "base_id", "deps_tag", "dbus_wheel", "dbus_content", "native_wheel",
-                "native_content"}  # fmt: skip
+_CORE_FIELDS = {field.name for field in dataclasses.fields(CoreRecipe)}
 
 
 def _runtime(**changes: object) -> RuntimeRecipe:

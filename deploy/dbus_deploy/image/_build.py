@@ -285,18 +285,16 @@ def build_image(
             dbus_content=wheel.content, native_wheel=native.name if native else None,
             native_content=native.parent.name if native else "",
         )  # fmt: skip
-        built = nocache or not _exists(client, core.tag)
-        if built:
+        core_id = None if nocache else _tagged_id(client, core.tag)
+        built = core_id is None
+        if core_id is None:
             progress(f"building {core.tag} (dbus itself, once per change of its sources)")
             (context / "Dockerfile.core").write_text(core.dockerfile)
-            stream_build(
+            core_id = stream_build(
                 client, context, core.tag, log_file, dockerfile="Dockerfile.core",
                 nocache=nocache, progress=progress, verbose=verbose,
             )  # fmt: skip
-        recipe = RuntimeRecipe(
-            core, str(client.images.get(core.tag).id),
-            stage_functions(config, functions, context),
-        )  # fmt: skip
+        recipe = RuntimeRecipe(core, core_id, stage_functions(config, functions, context))
         tag = recipe.content_tag
         if nocache or not _exists(client, tag):
             built = True
@@ -325,14 +323,18 @@ def build_image(
     return BuiltImage(tag, image_id, built, time.monotonic() - began, int(image.attrs["Size"]))
 
 
-def _exists(client: docker.DockerClient, tag: str) -> bool:
+def _tagged_id(client: docker.DockerClient, tag: str) -> str | None:
+    """The id of the image tagged ``tag``; None when the engine has none."""
     import docker.errors
 
     try:
-        client.images.get(tag)
+        return str(client.images.get(tag).id)
     except docker.errors.ImageNotFound:
-        return False
-    return True
+        return None
+
+
+def _exists(client: docker.DockerClient, tag: str) -> bool:
+    return _tagged_id(client, tag) is not None
 
 
 def _write_if_changed(path: Path, text: str) -> None:

@@ -260,9 +260,7 @@ class KafkaSink:
             if self.block_for is None:  # or the record is refused
                 # The task fails and is tried again: nothing is dropped unsaid, and
                 # nothing of it stays open for the worker's next task to commit.
-                self._chunk.clear()
-                self._chunk_of.clear()
-                self._abort()
+                self._drop_chunk()
                 raise
             self._give_up(str(exc))
             return
@@ -326,9 +324,13 @@ class KafkaSink:
         log.warning(
             "kafka: %d message(s) given up: %s; detached: %s", len(self._chunk), reason, names
         )
+        self._drop_chunk(time.monotonic() + 1.0)
+
+    def _drop_chunk(self, deadline: float | None = None) -> None:
+        """Forget the open transaction's records and abort it."""
         self._chunk.clear()
         self._chunk_of.clear()
-        self._abort(time.monotonic() + 1.0)
+        self._abort(deadline)
 
     def _produce(self, record: KafkaRecord, deployment: str | None = None) -> None:
         if record.topic not in self._known_topics:
