@@ -17,6 +17,7 @@ of every deployment that goes on with it has the data.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import socket
@@ -118,7 +119,7 @@ class _Sinks:
         self._fence = None
         if config.fencing is not None:
             self._check = HoldCheck(config.fencing.zookeeper, config.fencing.runtime_id)
-            self._fence = _write_fence(config.fencing, self._check)
+            self._fence = _write_fence(config.fencing, self._check, next(_SINKS_MADE))
         self._kafka_activity = SinkActivity(
             in_flight=lambda: sum(s.in_flight for s in list(self._producers.values()))
         )
@@ -185,11 +186,15 @@ class _Sinks:
             else:
                 sink = self._producers.get(cluster.key)
                 if sink is None:
+                    fence = self._fence and replace(
+                        self._fence,
+                        transactional_id=f"{self._fence.transactional_id}/{cluster.key}",
+                    )
                     sink = self._producers[cluster.key] = KafkaSink(
                         cluster.bootstrap or self.config.kafka_bootstrap,
                         topic_partitions=self.config.topic_partitions,
                         settings=cluster.settings,
-                        fence=self._fence,
+                        fence=fence,
                         activity=self._kafka_activity,
                     )
                     sink.block_for = self.within
@@ -310,12 +315,20 @@ class _Sinks:
         return report
 
 
-def _write_fence(fencing: WriteFencing, check: HoldCheck) -> WriteFence:
+_SINKS_MADE = itertools.count()
+"""Numbers this process's ``_Sinks``: each producer's transactional id is its own."""
+
+
+def _write_fence(fencing: WriteFencing, check: HoldCheck, made: int) -> WriteFence:
+    """The fence of the ``made``-th sinks of this worker process. Every producer has a
+    transactional id of its own (two producers sharing one would abort each other's
+    open transactions as each starts): the process, these sinks, and for a
+    deployment's own cluster, that cluster (``_Sinks.kafka_for``)."""
     zk = fencing.zookeeper
     return WriteFence(
-        # One per worker process: its transactions never wait on another's.
+        # Its transactions never wait on another producer's.
         transactional_id=(
-            f"dbus/{zk.cluster}/{fencing.runtime_id}/{socket.gethostname()}/{os.getpid()}"
+            f"dbus/{zk.cluster}/{fencing.runtime_id}/{socket.gethostname()}/{os.getpid()}/{made}"
         ),
         transaction_timeout=fencing.transaction_timeout,
         hold_seconds=fencing.hold_seconds,

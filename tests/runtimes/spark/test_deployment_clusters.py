@@ -197,3 +197,21 @@ def test_a_route_that_changes_mid_task_never_drops_what_a_sink_still_holds() -> 
     held.drop()
     sinks.route({})
     assert sinks.elasticsearch("theirs") is not held
+
+
+def test_every_fenced_producer_of_a_worker_has_a_transactional_id_of_its_own() -> None:
+    """Two producers with one transactional id abort each other's open transactions as
+    each starts: the runtime's producer, a deployment's own cluster's (on the same
+    broker here), and those of sinks made again in the same process all differ."""
+    from dataclasses import replace
+
+    from dbus_fn.coordination import ZooKeeperSettings
+    from dbus_spark.config import WriteFencing
+
+    config = replace(_config(), fencing=WriteFencing(ZooKeeperSettings(), "rt-a"))
+    first, again = _Sinks(config), _Sinks(config)
+    first.route({"theirs": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "linger.ms": 1}}})
+    ids = [first.kafka.transactional_id, first.kafka_for("theirs").transactional_id,
+           again.kafka.transactional_id]  # fmt: skip
+    assert all(ids) and len(set(ids)) == 3, ids
+    assert _Sinks(_config()).kafka.transactional_id is None

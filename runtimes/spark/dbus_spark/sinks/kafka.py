@@ -219,6 +219,11 @@ class KafkaSink:
         self._known_topics |= missing
 
     @property
+    def transactional_id(self) -> str | None:
+        """Its producer's transactional id (fenced writes; None: not fenced)."""
+        return None if self._fence is None else self._fence.transactional_id
+
+    @property
     def held(self) -> tuple[str, int] | None:
         """The hold the records written now belong to (fenced writes; None: none yet)."""
         return self._hold
