@@ -23,7 +23,7 @@ import textwrap
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -647,18 +647,21 @@ def topic_exists(bootstrap: str, topic: str) -> bool:
     return topic in admin.list_topics(timeout=30).topics
 
 
-def read_topic(bootstrap: str, topic: str, *, timeout: float = 60) -> list[Delivered]:
+def read_topic(
+    bootstrap: str, topic: str, *, timeout: float = 60, committed: bool = True
+) -> list[Delivered]:
     """Every committed message of ``topic`` up to its current end, in partition order.
 
     Read as a consumer of a cluster's topics must (``read_committed``, librdkafka's
     default): a transaction the broker aborted (a paused runtime's) is not seen.
+    ``committed`` False: every message in the log, aborted or not (to explain a loss).
     """
     consumer = kafka_consumer(
         bootstrap,
         {
             "enable.auto.commit": False,
             "enable.partition.eof": True,
-            "isolation.level": "read_committed",
+            "isolation.level": "read_committed" if committed else "read_uncommitted",
         },
     )
     try:
@@ -818,6 +821,9 @@ class Convergence:
     kafka: dict[str, KafkaVerdict]
     elasticsearch: dict[str, list[str]]
     rows: dict[str, int]
+    bootstrap: str = ""
+    topics: dict[str, str] = field(default_factory=dict)
+    """Per table, its topic (where ``where_missing`` looks)."""
 
     @property
     def ok(self) -> bool:
@@ -829,6 +835,30 @@ class Convergence:
             f"es {t}: {len(p)} difference(s): {p[:5]}" for t, p in self.elasticsearch.items() if p
         ]
         return "; ".join(parts) or "converged"
+
+    def where_missing(self, at_most: int = 8) -> str:
+        """Where each missing change is in its topic's log, read uncommitted: written
+        in a transaction that did not commit (at a partition and offset), or not
+        written at all; and per partition, messages in the log against committed ones."""
+        lines = []
+        for table, verdict in self.kafka.items():
+            if not verdict.missing or table not in self.topics:
+                continue
+            topic = self.topics[table]
+            logged = read_topic(self.bootstrap, topic, committed=False)
+            found = {(m.key, m.ver, m.op): m for m in logged}
+            places = []
+            for change in verdict.missing[:at_most]:
+                m = found.get((change.key, change.ver, change.op))
+                where = f"partition {m.partition} offset {m.offset}" if m else "not in the log"
+                places.append(f"{change.key} v{change.ver} {change.op}: {where}")
+            visible = Counter(m.partition for m in read_topic(self.bootstrap, topic))
+            per_partition = {
+                p: f"{n} logged, {visible[p]} committed"
+                for p, n in sorted(Counter(m.partition for m in logged).items())
+            }
+            lines.append(f"kafka {table}: {'; '.join(places)}; per partition {per_partition}")
+        return "\n".join(lines)
 
 
 def check_convergence(
@@ -844,7 +874,8 @@ def check_convergence(
         documents = table_documents(conn, routes.database, table)
         rows[name] = len(documents)
         elasticsearch[name] = compare_index(documents, index_documents(es, routes.index(name)))
-    return Convergence(kafka, elasticsearch, rows)
+    topics = {name: routes.topic(name) for name in workload.tables}
+    return Convergence(kafka, elasticsearch, rows, bootstrap, topics)
 
 
 def wait_converged(
@@ -866,7 +897,7 @@ def wait_converged(
             raise AssertionError(
                 f"not converged after {time.monotonic() - began:.0f}s: {verdict.describe()} "
                 f"(chaos seed {seed}: replay with DBUS_CHAOS_SEED={seed})\n"
-                f"runtime log tail:\n{on_timeout()}"
+                f"{verdict.where_missing()}\nruntime log tail:\n{on_timeout()}"
             )
         time.sleep(3)
 
