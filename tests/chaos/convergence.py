@@ -858,7 +858,30 @@ class Convergence:
                 for p, n in sorted(Counter(m.partition for m in logged).items())
             }
             lines.append(f"kafka {table}: {'; '.join(places)}; per partition {per_partition}")
+        if lines:
+            lines.append(broker_log(set(self.topics.values()) | {"transactionalId dbus/"}))
         return "\n".join(lines)
+
+
+def broker_log(needles: set[str], *, minutes: float = 15, at_most: int = 120) -> str:
+    """The local Kafka broker's log lines of the last ``minutes`` that are warnings or
+    errors or name one of ``needles`` (the test's topics, the runtimes' producers):
+    what the broker did with what a loss went through."""
+    from dbus_deploy.services import load_config
+
+    path = load_config().service_dir("kafka") / "logs" / "kafka.log"
+    since = (datetime.now() - timedelta(minutes=minutes)).strftime("[%Y-%m-%d %H:%M:%S")
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"broker log: {exc}"
+    found = [
+        line[:300]
+        for line in text.splitlines()
+        if line[:20] >= since
+        and (" WARN " in line or " ERROR " in line or any(n in line for n in needles))
+    ]
+    return f"broker log ({path}, {len(found)} lines):\n" + "\n".join(found[-at_most:])
 
 
 def check_convergence(
