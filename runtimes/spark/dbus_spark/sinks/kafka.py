@@ -175,26 +175,44 @@ class KafkaSink:
         if found is None:
 
             def delivered(err: KafkaError | None, msg: Any) -> None:
+                why = self._not_delivered(err, msg)
                 with self._lock:
                     if self._waiting_for[deployment] > 0:  # not one ``settle`` gave up on
                         self._waiting_for[deployment] -= 1
-                    if err is not None:
-                        self._refused.setdefault(deployment, f"{msg.topic()}: {err.str()}")
+                    if why is not None:
+                        self._refused.setdefault(deployment, f"{msg.topic()}: {why}")
                 self._on_delivery(err, msg)
 
             found = self._callbacks[deployment] = delivered
         return found
 
+    def _not_delivered(self, err: KafkaError | None, msg: Any) -> str | None:
+        """Why a delivery report does not say the message was written: the broker's
+        error, or a success without an offset. librdkafka reports a request's messages
+        as delivered when a later request to the partition succeeds (an implicit
+        acknowledgment); on a partition new to the producer a broker can take the later
+        request without the earlier one (``dbus_spark.sinks.kafka_admin``), so such
+        messages are sent again rather than taken as written."""
+        if err is not None:
+            return str(err.str())
+        if msg.offset() < 0:  # acks=all (fixed) answers every written message's offset
+            return (
+                f"partition {msg.partition()} acknowledged a message without its offset "
+                "(implicitly, after a failed request), so it may not have been written"
+            )
+        return None
+
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        why = self._not_delivered(err, msg)
         with self._lock:
             self._pending -= 1
             if err is not None and err.code() in _PURGED:
                 return  # given up on by ``settle``: its deployment sends it again
-            if err is not None:
-                self._errors.append(f"{msg.topic()}: {err.str()}")
+            if why is not None:
+                self._errors.append(f"{msg.topic()}: {why}")
             else:
                 self._sent += 1
-        if err is not None:
+        if why is not None:
             self.activity.failed()
         else:
             self.activity.acknowledged(msg.topic(), len(msg.value() or b"") + len(msg.key() or b""))

@@ -1,15 +1,26 @@
 """What the Kafka sink asks of a cluster's admin API: its topics, created with our
 partition counts, and how often its brokers abort transactions past their timeout
-(which a fenced handoff waits for; ``dbus_spark.sinks.kafka``)."""
+(which a fenced handoff waits for; ``dbus_spark.sinks.kafka``).
+
+A topic just created is not written to until each of its partitions answers a
+ListOffsets request. A broker publishes a new partition in its metadata before it
+hosts the partition's log; a produce request in between fails, and the producer's
+next request to that partition, already in flight, is appended in its place
+(a broker without the fix of KAFKA-15591 takes any first sequence on a partition
+that has no state for the producer). librdkafka then reports the failed
+request's messages as delivered (an implicit acknowledgment), so they would be
+lost without a word. The sink also refuses such acknowledgments
+(``dbus_spark.sinks.kafka``), for partitions created by others."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from dbus_fn.errors import KafkaSinkError
 from dbus_spark.logs import kafka_config
@@ -58,14 +69,50 @@ def create_missing_topics(
             for t in to_create
         ]
     )
+    created = []
     for topic, future in futures.items():
         try:
             future.result(timeout=30)
+            created.append(topic)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise KafkaSinkError(
                     f"cannot create Kafka topic {topic}: {exc.args[0].str()}", topic=topic
                 ) from exc
+    # One made by another writer meanwhile has its own partitions: the sink's check of
+    # each acknowledgment covers it.
+    wait_writable(admin, created, partitions=partitions, timeout=timeout)
+
+
+def wait_writable(
+    admin: AdminClient, topics: list[str], *, partitions: int, timeout: float
+) -> None:
+    """Wait until every partition of ``topics`` answers ListOffsets, that is, until its
+    leader hosts its log (see the module docstring); a KafkaSinkError naming the
+    first that did not by ``timeout``."""
+    waiting = [TopicPartition(t, p) for t in topics for p in range(partitions)]
+    deadline = time.monotonic() + timeout
+    while waiting:
+        futures = admin.list_offsets(
+            {tp: OffsetSpec.latest() for tp in waiting}, request_timeout=max(1.0, timeout)
+        )
+        still = []
+        for tp, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                still.append((tp, exc.args[0].str()))
+        if not still:
+            return
+        if time.monotonic() >= deadline:
+            tp, why = still[0]
+            raise KafkaSinkError(
+                f"Kafka topic {tp.topic} was created but its partition {tp.partition} "
+                f"does not take writes after {timeout:g}s ({why}); check the broker's log",
+                topic=tp.topic,
+            )
+        waiting = [tp for tp, _ in still]
+        time.sleep(0.05)
 
 
 def abort_scan_seconds(bootstrap: str, timeout: float = 10.0) -> float:
