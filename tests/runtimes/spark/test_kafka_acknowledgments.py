@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from test_kafka_fencing import TIMEOUT, Hold, read, write
+from test_kafka_fencing import TIMEOUT, Hold, read, wrap_produce, write
 
 from dbus_deploy.services import KafkaEndpoint
 from dbus_fn.errors import KafkaSinkError
@@ -45,22 +45,19 @@ class _Unnumbered:
 def _first_report_unnumbered(sink: KafkaSink, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Make the first delivery report ``sink`` gets one without an offset; the count of
     reports so far."""
-    producer = sink._producer
-    real_produce = producer.produce
     reports = {"n": 0}
 
-    class _Wrapped:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(producer, name)
+    def numbered_after_the_first(
+        real_produce: Callable[..., None], *args: Any, on_delivery: Callable[..., None],
+        **kwargs: Any,
+    ) -> None:  # fmt: skip
+        def report(err: Any, msg: Any) -> None:
+            reports["n"] += 1
+            on_delivery(err, _Unnumbered(msg) if reports["n"] == 1 else msg)
 
-        def produce(self, *args: Any, on_delivery: Callable[..., None], **kwargs: Any) -> None:
-            def report(err: Any, msg: Any) -> None:
-                reports["n"] += 1
-                on_delivery(err, _Unnumbered(msg) if reports["n"] == 1 else msg)
+        real_produce(*args, on_delivery=report, **kwargs)
 
-            real_produce(*args, on_delivery=report, **kwargs)
-
-    monkeypatch.setattr(sink, "_producer", _Wrapped())
+    wrap_produce(sink, monkeypatch, numbered_after_the_first)
     return reports
 
 

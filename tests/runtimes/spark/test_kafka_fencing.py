@@ -80,6 +80,24 @@ def write(sink: KafkaSink, topic: str, count: int, tag: str = "v") -> list[bytes
     return values
 
 
+def wrap_produce(
+    sink: KafkaSink, monkeypatch: pytest.MonkeyPatch, produce: Callable[..., None]
+) -> None:
+    """Route the sink's ``produce()`` calls through ``produce(real_produce, *args,
+    **kwargs)``: a client-side fault the broker does not make on demand."""
+    producer = sink._producer
+    real_produce = producer.produce
+
+    class _Wrapped:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(producer, name)
+
+        def produce(self, *args: Any, **kwargs: Any) -> None:
+            produce(real_produce, *args, **kwargs)
+
+    monkeypatch.setattr(sink, "_producer", _Wrapped())
+
+
 def read(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[bytes]:
     """Every message of ``topic`` a consumer with ``isolation`` sees, partition by partition."""
     consumer = kafka_consumer(
@@ -257,21 +275,15 @@ def test_a_record_the_client_did_not_take_is_sent_with_its_chunk_again(
     sink = make_sink(Hold("held"))
     sink.hold("shop", 3)
     sent = write(sink, kafka_topic, 5, "a")
-    producer = sink._producer
-    real_produce = producer.produce
     calls = {"n": 0}
 
-    class _Once:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(producer, name)
+    def once(real_produce: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KafkaException(KafkaError(KafkaError._STATE, "not taken"))
+        real_produce(*args, **kwargs)
 
-        def produce(self, *args: Any, **kwargs: Any) -> None:
-            calls["n"] += 1
-            if calls["n"] == 1:
-                raise KafkaException(KafkaError(KafkaError._STATE, "not taken"))
-            real_produce(*args, **kwargs)
-
-    monkeypatch.setattr(sink, "_producer", _Once())
+    wrap_produce(sink, monkeypatch, once)
     sent += write(sink, kafka_topic, 5, "b")
     assert calls["n"] > 5, "the chunk was handed over again"
     assert sink.flush() == 10
