@@ -1,7 +1,8 @@
 """``up``, ``down``, ``status`` and ``restart`` of the local services.
 
 ``up`` is idempotent: what runs is left alone (and checked), what does not is
-installed if needed, started, and waited on with a real health check. If any
+installed if needed, started, and waited on with a real health check. It also
+removes the homes of deleted checkouts (``_homes``). If any
 service fails, every service this call started is stopped again, so a failed
 ``up`` leaves nothing behind. A file lock serialises concurrent calls (two test
 sessions starting at once must not both start MariaDB).
@@ -30,6 +31,7 @@ from dbus_deploy.services._config import (
 from dbus_deploy.services._elasticsearch import Elasticsearch
 from dbus_deploy.services._endpoints import write_endpoints
 from dbus_deploy.services._errors import PortInUseError, ServiceStartError
+from dbus_deploy.services._homes import tidy_homes
 from dbus_deploy.services._install import apt_install
 from dbus_deploy.services._kafka import Kafka
 from dbus_deploy.services._mariadb import MariaDB
@@ -197,6 +199,7 @@ def up(
     say = progress or (lambda _message: None)
     services = _select(names, config, DEFAULT_SERVICES)
     with _locked(config), _terminate_raises():
+        tidy_homes(config.home, say)
         running = {s.name: running_pid(s.pid_file, s.root) for s in services}
         to_start = [s for s in services if running[s.name] is None]
         for service in to_start:
