@@ -1,4 +1,5 @@
-"""Build and install the capture's native row decoder (``framework/native``).
+"""Build and install dbus's native code (``framework/native``): the capture's row
+decoder and the row images' JSON writer.
 
 ``python -m dbus_deploy.native`` (run by ``deploy/dev env`` and by each tox env that
 captures) puts ``dbus_native`` into the interpreter running it: a wheel built once
@@ -64,8 +65,8 @@ def ensure_native(home: Path | None = None) -> str:
     if not any(wheels.glob("dbus_native-*.whl")):
         if shutil.which("cargo") is None:
             return (
-                "warning: no cargo on PATH, so the native row decoder is not built and "
-                "the capture decodes in Python (same values, slower); install Rust "
+                "warning: no cargo on PATH, so the native code is not built and the "
+                "capture decodes in Python (same values, slower); install Rust "
                 "(rustup or apt-get install cargo), then run deploy/dev env"
             )
         log.write_text("")
@@ -74,15 +75,15 @@ def ensure_native(home: Path | None = None) -> str:
         env = {**os.environ, "CARGO_TARGET_DIR": str(folder / "target")}
         if not _pip("wheel", "--no-deps", "-w", str(partial), str(CRATE), log=log, env=env):
             return (
-                f"warning: the native row decoder did not build (see {log}), so the "
+                f"warning: the native code did not build (see {log}), so the "
                 "capture decodes in Python (same values, slower)"
             )
         shutil.rmtree(wheels, ignore_errors=True)
         partial.rename(wheels)
     wheel = next(wheels.glob("dbus_native-*.whl"))
     if not _pip("install", "--force-reinstall", "--no-deps", "--quiet", str(wheel), log=log):
-        return f"warning: the native row decoder did not install (see {log}); decoding in Python"
-    return f"native row decoder installed ({wheel.name})"
+        return f"warning: the native code did not install (see {log}); decoding in Python"
+    return f"native code installed ({wheel.name})"
 
 
 def main() -> None:

@@ -48,7 +48,7 @@ from dbus_fn.cloudevent import (
     to_cloudevent,
     utc_time,
 )
-from dbus_fn.columns import row_encoder
+from dbus_fn.columns import row_json_encoder, to_json_value
 from dbus_fn.errors import ColumnValueError, EventFormatError, UnsupportedColumnTypeError
 from dbus_fn.events import CaptureItem, Operation, RowChange, SchemaChange, TransactionCommit
 
@@ -165,7 +165,7 @@ class _RowMessages:
                 _header(SCHEMA_VERSION, str(change.schema_version)),
                 _header("source", source_path(change.source, change.database, change.table)),
             ]
-            found = (row_encoder(types), tail, fixed)
+            found = (row_json_encoder(types), tail, fixed)
             self._shapes[key] = found
         return found
 
@@ -217,19 +217,19 @@ class _RowMessages:
     def encode(self, change: RowChange, prefix: str) -> KafkaMessage | None:
         encode, tail, fixed = self._shape(change, prefix)
         try:
-            before = None if change.before is None else encode(change.before)
-            after = None if change.after is None else encode(change.after)
+            before = "null" if change.before is None else encode(change.before)
+            after = "null" if change.after is None else encode(change.after)
         except (ColumnValueError, UnsupportedColumnTypeError):
             return None
-        image = after if after is not None else before
+        image = change.after if change.after is not None else change.before
         assert image is not None, "a row change has at least one image"
         after_id, after_pos, id_prefix = self._transaction(change)
         pos = str(change.position.pos)
         subject = None
         if change.primary_key:
             try:
-                values = [image[name] for name in change.primary_key]
-            except KeyError:
+                values = _key_values(image, change.primary_key, change.column_types)
+            except (KeyError, ColumnValueError, UnsupportedColumnTypeError):
                 return None
             subject = key_json(values).encode("utf-8")
         if change.op is Operation.SNAPSHOT:
@@ -255,18 +255,23 @@ class _RowMessages:
         else:
             key = f"{change.database}.{change.table}".encode()
         headers.append((_CE_PREFIX + PARTITION_KEY, key))
-        value = f'{{"before": {_image_json(before)}, "after": {_image_json(after)}{tail}'
+        value = f'{{"before": {before}, "after": {after}{tail}'
         return KafkaMessage(key=key, value=value.encode("utf-8"), headers=headers)
 
 
+def _key_values(
+    image: Mapping[str, Any], primary_key: Sequence[str], column_types: Mapping[str, str]
+) -> list[Any]:
+    """The JSON values of a row's key columns (an image that was just written whole,
+    so each fits its type)."""
+    if len(primary_key) == 1:
+        value = image[primary_key[0]]
+        if type(value) is int:
+            return [value]  # the usual key: an int is its own JSON value
+    return [to_json_value(image[name], column_types[name], column=name) for name in primary_key]
+
+
 _SPEC_VERSION = _header("specversion", "1.0")
-_JSON = json.JSONEncoder()  # what json.dumps uses with its defaults
-
-
-def _image_json(image: Mapping[str, Any] | None) -> str:
-    return "null" if image is None else _JSON.encode(image)
-
-
 _ROW_MESSAGES = _RowMessages()
 
 

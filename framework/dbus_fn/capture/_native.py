@@ -12,37 +12,31 @@ both ways).
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Sequence
 from datetime import UTC
 from decimal import Decimal
 from typing import Any
 
+from dbus_fn._native import native
 from dbus_fn._zero_dates import zero_date_text
 from dbus_fn.capture._column_readers import _ZERO_TIMESTAMP, NATIVE, Reader
 
 SWITCH = "DBUS_NATIVE_DECODE"
 """Set to 0 to decode in Python alone."""
 
-try:
-    _module: Any = importlib.import_module("dbus_native")
-except ImportError:
-    _module = None
-
 _MAKERS = (Decimal, zero_date_text, _ZERO_TIMESTAMP, UTC)
 
 
 def native_decoding() -> bool:
     """Whether rows are decoded natively: the module is built and not switched off."""
-    switched_off = os.environ.get(SWITCH, "").strip().lower() in ("0", "off", "false", "no")
-    return _module is not None and not switched_off
+    return native(SWITCH) is not None
 
 
 def native_plan(columns: Sequence[tuple[str, Reader]]) -> Any | None:
     """The native decoder of a table's ``(name, reader)`` columns; None when rows are
     decoded in Python (not built, switched off, or no column it reads itself)."""
-    if not native_decoding():
+    module = native(SWITCH)
+    if module is None:
         return None
     described = []
     for name, reader in columns:
@@ -50,7 +44,7 @@ def native_plan(columns: Sequence[tuple[str, Reader]]) -> Any | None:
         described.append((name, kind, a, b, list(labels), reader))
     if all(column[1] == "python" for column in described):
         return None
-    return _module.Plan(described, _MAKERS)
+    return module.Plan(described, _MAKERS)
 
 
 __all__ = ["SWITCH", "native_decoding", "native_plan"]

@@ -7,6 +7,10 @@
 //! decode itself (JSON, geometry, a text in a character set other than UTF-8, a
 //! UUID or INET shown as text, a malformed or truncated image) is read by it, so
 //! both paths give the same values and raise the same errors.
+//!
+//! `encode` writes row images back out as the JSON text of Kafka messages.
+
+mod encode;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -470,5 +474,6 @@ impl Plan {
 #[pymodule]
 fn dbus_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Plan>()?;
+    module.add_class::<encode::ImageEncoder>()?;
     Ok(())
 }
