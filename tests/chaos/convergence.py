@@ -709,6 +709,8 @@ class KafkaVerdict:
     stale_last: list[str]
     replayed: int
     messages: int
+    per_partition: dict[int, int] = field(default_factory=dict)
+    """Committed messages read, per partition."""
 
     @property
     def ok(self) -> bool:
@@ -763,7 +765,10 @@ def check_topic(messages: Sequence[Delivered], expected: set[Change], table: str
         last = sequence[-1]
         if key in latest and (last.ver, _RANK[last.op]) != latest[key]:
             stale_last.append(f"{table} {key}: ends at v{last.ver} {last.op}, newest {latest[key]}")
-    return KafkaVerdict(missing, unexpected, reordered, stale_last, replayed, len(messages))
+    per_partition = dict(Counter(m.partition for m in messages))
+    return KafkaVerdict(
+        missing, unexpected, reordered, stale_last, replayed, len(messages), per_partition
+    )
 
 
 def column_types(conn: Any, database: str, table: str) -> dict[str, str]:
@@ -852,9 +857,8 @@ class Convergence:
                 m = found.get((change.key, change.ver, change.op))
                 where = f"partition {m.partition} offset {m.offset}" if m else "not in the log"
                 places.append(f"{change.key} v{change.ver} {change.op}: {where}")
-            visible = Counter(m.partition for m in read_topic(self.bootstrap, topic))
             per_partition = {
-                p: f"{n} logged, {visible[p]} committed"
+                p: f"{n} logged, {verdict.per_partition.get(p, 0)} committed"
                 for p, n in sorted(Counter(m.partition for m in logged).items())
             }
             lines.append(f"kafka {table}: {'; '.join(places)}; per partition {per_partition}")

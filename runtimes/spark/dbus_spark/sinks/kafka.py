@@ -181,7 +181,7 @@ class KafkaSink:
                         self._waiting_for[deployment] -= 1
                     if why is not None:
                         self._refused.setdefault(deployment, f"{msg.topic()}: {why}")
-                self._on_delivery(err, msg)
+                self._count_delivery(err, msg, why)
 
             found = self._callbacks[deployment] = delivered
         return found
@@ -203,7 +203,10 @@ class KafkaSink:
         return None
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        why = self._not_delivered(err, msg)
+        self._count_delivery(err, msg, self._not_delivered(err, msg))
+
+    def _count_delivery(self, err: KafkaError | None, msg: Any, why: str | None) -> None:
+        """Count one delivery report; ``why``: ``_not_delivered``'s answer for it."""
         with self._lock:
             self._pending -= 1
             if err is not None and err.code() in _PURGED:
