@@ -3,6 +3,8 @@
 On the real services (``dbus services up``), in one run:
 
 * a bare read of the table (PyMySQL unbuffered cursor, rows discarded), rows/s;
+* the table read as a bootstrap's chunks read it (``read_chunk``), its rows parsed
+  natively and by PyMySQL, rows/s;
 * the bootstrap of an N-row, 20-column table into Kafka, then (a new runtime) into
   Elasticsearch: rows/s (first chunk planned to last chunk committed), and the
   ratio to the bare read;
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import statistics
 import sys
 import textwrap
@@ -40,6 +43,9 @@ from support import kafka_consumer
 
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec, replica_id_for
+from dbus_fn.capture._chunks import ChunkRead, chunked_table, next_boundary, read_chunk
+from dbus_fn.capture._native import SWITCH as NATIVE_SWITCH
+from dbus_fn.capture._reader import BinlogReader
 from dbus_spark.config import RuntimeConfig, SourceBinding
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.history.verify import verify
@@ -178,6 +184,32 @@ def bare_read(settings: dict[str, Any], database: str, table: str) -> float:
     return count / (time.perf_counter() - began)
 
 
+def chunk_reads(dsn: str, database: str, table: str, native: str) -> float:
+    """Rows/s of the table read as a bootstrap's chunks read it (``read_chunk``: its
+    SELECT, its rows as snapshot row changes), 10,000 rows a chunk, with the native
+    row parsing on (``native`` "1") or off ("0")."""
+    reader = BinlogReader(SourceSpec("bench", dsn, ("*.*",)),
+                          replica_id=replica_id_for(f"bench/chunks/{uuid.uuid4()}"))  # fmt: skip
+    chunked = chunked_table(reader, database, table)
+    before = os.environ.get(NATIVE_SWITCH)
+    os.environ[NATIVE_SWITCH] = native
+    began, count, lower = time.perf_counter(), 0, None
+    try:
+        while True:
+            upper = next_boundary(reader, chunked, lower, 10_000)
+            count += sum(type(item) is not ChunkRead for item in read_chunk(reader, chunked,
+                                                                              lower, upper))
+            if upper is None:
+                return count / (time.perf_counter() - began)
+            lower = upper
+    finally:
+        if before is None:
+            os.environ.pop(NATIVE_SWITCH, None)
+        else:
+            os.environ[NATIVE_SWITCH] = before
+        reader.close()
+
+
 def bootstrap(spark: Any, cfg: RuntimeConfig, deployment: str, table: str, pulse: Pulse | None,
               ) -> tuple[float, float]:  # fmt: skip
     """Rows/s of the bootstrap and the runtime's peak PSS (MiB) while it ran."""
@@ -232,6 +264,9 @@ def main() -> None:
               f"{time.monotonic() - began:.0f}s; chunks of {args.chunk_rows:,} rows")  # fmt: skip
         bare = max(bare_read(settings, database, "wide") for _ in "12")
         print(f"bare read (PyMySQL unbuffered)         {bare:>10,.0f} rows/s")
+        for how, switch in (("rows parsed natively", "1"), ("rows parsed by PyMySQL", "0")):
+            rate = max(chunk_reads(dsn, database, "wide", switch) for _ in "12")
+            print(f"chunk reads, {how:<26}{rate:>10,.0f} rows/s ({rate / bare:.2f} x bare)")
 
         def live(name: str) -> tuple[str, str]:
             topic = f"bench-live-{uuid.uuid4().hex[:8]}"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import enum
 import json
 import random
-import shutil
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -80,17 +79,6 @@ def _encoded(row: Mapping[str, Any], types: Mapping[str, str]) -> str | type[Exc
         return row_json_encoder(types)(row)
     except (DbusError, TypeError, ValueError) as exc:
         return type(exc)
-
-
-@pytest.fixture
-def native(monkeypatch: pytest.MonkeyPatch) -> Any:
-    from dbus_fn import _native
-
-    monkeypatch.delenv(NATIVE_SWITCH, raising=False)
-    if _native.module is None:
-        assert shutil.which("cargo") is None, "cargo is on PATH but dbus_native is not built"
-        pytest.skip("no Rust toolchain on this machine: row images are written in Python")
-    return _native.module
 
 
 def _natively(types: Mapping[str, str]) -> Any:

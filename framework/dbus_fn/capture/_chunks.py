@@ -40,6 +40,7 @@ from dbus_fn.capture._snapshot import (
     snapshot_rows,
     table_description,
 )
+from dbus_fn.capture._text_rows import read_natively
 from dbus_fn.errors import HistoryError
 from dbus_fn.events import BinlogPosition, Operation, RowChange
 
@@ -233,6 +234,7 @@ def read_chunk(
         yield ChunkRead(position, taken, iter(()))
         with connection.cursor() as cursor:
             cursor.execute(query, args)
+            read_natively(cursor)
             yield from snapshot_rows(
                 table, iter(cursor), source=reader.spec.name, position=position,
                 commit_time=taken, server_id=info.identity, first_index=0,

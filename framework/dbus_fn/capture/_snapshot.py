@@ -25,6 +25,7 @@ import pymysql
 import pymysql.cursors
 
 from dbus_fn._zero_dates import DateKind, zero_date_from_select
+from dbus_fn.capture._text_rows import read_natively
 from dbus_fn.errors import PositionError
 from dbus_fn.events import (
     BinlogPosition,
@@ -218,6 +219,7 @@ def read_snapshot(reader: BinlogReader) -> Iterator[CaptureItem]:
                                                                      table.table))  # fmt: skip
             with connection.cursor() as cursor:
                 cursor.execute(f"SELECT {columns} FROM {quoted}")
+                read_natively(cursor)
                 for change in snapshot_rows(
                     table, iter(cursor), source=reader.spec.name, position=position,
                     commit_time=taken, server_id=info.identity, first_index=count,

@@ -8,9 +8,11 @@
 //! UUID or INET shown as text, a malformed or truncated image) is read by it, so
 //! both paths give the same values and raise the same errors.
 //!
-//! `encode` writes row images back out as the JSON text of Kafka messages.
+//! `encode` writes row images back out as the JSON text of Kafka messages;
+//! `text_rows` reads the rows of a snapshot's SELECT.
 
 mod encode;
+mod text_rows;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -475,5 +477,6 @@ impl Plan {
 fn dbus_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Plan>()?;
     module.add_class::<encode::ImageEncoder>()?;
+    module.add_class::<text_rows::TextRows>()?;
     Ok(())
 }

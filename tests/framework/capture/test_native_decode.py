@@ -5,7 +5,6 @@ made here, byte by byte (the equality over a real binlog is in test_capture_type
 from __future__ import annotations
 
 import random
-import shutil
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -90,14 +89,6 @@ def _outcome(decoder: TableDecoder, data: bytes, present: bytes, after: bytes | 
         return ("raised", type(exc).__name__, str(exc))
     return [[sorted((k, type(v).__name__, repr(v)) for k, v in (image or {}).items())
              for image in pair] for pair in rows]  # fmt: skip
-
-
-@pytest.fixture
-def native(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(SWITCH, raising=False)
-    if not native_decoding():
-        assert shutil.which("cargo") is None, "cargo is on PATH but dbus_native is not built"
-        pytest.skip("no Rust toolchain on this machine: the Python decoder reads every row")
 
 
 @pytest.mark.parametrize("seed", range(8))
