@@ -57,7 +57,7 @@ def read_natively(cursor: Any) -> bool:
     """Parse the rows of ``cursor``'s result (just executed) natively from now on;
     whether it does (the native code is built, on, and the result has columns)."""
     module = native(SWITCH)
-    result = getattr(cursor, "_result", None)
+    result: Any = getattr(cursor, "_result", None)
     columns = getattr(result, "converters", None)
     if module is None or not columns:
         return False
@@ -69,7 +69,7 @@ def read_natively(cursor: Any) -> bool:
     parse = result._read_row_from_packet
 
     def row(packet: Any) -> tuple[Any, ...]:
-        values = None if packet._position else plan.row(packet._data)
+        values: tuple[Any, ...] | None = None if packet._position else plan.row(packet._data)
         return parse(packet) if values is None else values
 
     result._read_row_from_packet = row

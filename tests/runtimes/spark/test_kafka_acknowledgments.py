@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from test_kafka_fencing import TIMEOUT, Hold, read, wrap_produce, write
 
 from dbus_deploy.services import KafkaEndpoint
@@ -96,6 +97,28 @@ def test_an_unfenced_message_acknowledged_without_an_offset_fails_the_task(
         assert sink.flush() == 10
     finally:
         sink.close()
+
+
+def test_a_client_that_saw_a_topic_before_it_had_leaders_waits_for_it(
+    kafka_service: KafkaEndpoint,
+) -> None:
+    """Asked before its topic is made (as a busy broker that has not heard of a new
+    topic yet answers), an admin client keeps answering "No leaders found" until it
+    reads the topic's metadata again: the wait must, or the topic's first write fails
+    after the whole bound."""
+    bootstrap = kafka_service.bootstrap_servers
+    topic = f"dbus-test-{uuid.uuid4().hex}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.list_topics(timeout=10)  # as the sink's admin lists them before creating
+        future = admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()},
+                                    request_timeout=2)[TopicPartition(topic, 0)]  # fmt: skip
+        with pytest.raises(KafkaException):
+            future.result()  # it has seen the topic without leaders
+        admin.create_topics([NewTopic(topic, num_partitions=3)])[topic].result(timeout=30)
+        wait_writable(admin, [topic], partitions=3, timeout=15.0)
+    finally:
+        admin.delete_topics([topic], operation_timeout=30)
 
 
 def test_a_new_topic_is_written_once_every_partition_takes_writes(
