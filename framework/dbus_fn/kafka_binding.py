@@ -14,6 +14,7 @@ changes keep their order in one partition. Events without a partition key
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from dbus_fn.cloudevent import (
     to_cloudevent,
     utc_time,
 )
+from dbus_fn.column_types import parse_column_type
 from dbus_fn.columns import row_json_encoder, to_json_value
 from dbus_fn.errors import ColumnValueError, EventFormatError, UnsupportedColumnTypeError
 from dbus_fn.events import CaptureItem, Operation, RowChange, SchemaChange, TransactionCommit
@@ -266,9 +268,17 @@ def _key_values(
     so each fits its type)."""
     if len(primary_key) == 1:
         value = image[primary_key[0]]
-        if type(value) is int:
-            return [value]  # the usual key: an int is its own JSON value
+        if type(value) is int and _integer_column(column_types[primary_key[0]]):
+            return [value]  # the usual key: an int in an integer column is its JSON value
     return [to_json_value(image[name], column_types[name], column=name) for name in primary_key]
+
+
+@functools.lru_cache(maxsize=256)
+def _integer_column(column_type: str) -> bool:
+    try:
+        return parse_column_type(column_type).family == "integer"
+    except UnsupportedColumnTypeError:
+        return False
 
 
 _SPEC_VERSION = _header("specversion", "1.0")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Literal
 
@@ -280,6 +281,22 @@ def test_rows_the_fast_path_cannot_take_go_the_general_way(after: dict[str, obje
     change = row_change(Operation.INSERT, after=after)
     fast = _assert_fast_equals_reference(change)
     assert json.loads(fast.value)["columns"] != dict(change.column_types)
+
+
+@pytest.mark.parametrize(
+    ("key_type", "key"), [("decimal(10,0)", 5), ("bigint", 5), ("bigint", True)],
+    ids=["int-in-a-decimal-key", "int-key", "bool-in-an-int-key"],
+)  # fmt: skip
+def test_a_key_is_written_in_its_column_s_json_form(key_type: str, key: object) -> None:
+    """The key text comes from the key column's JSON form: an int in a DECIMAL key
+    column is the decimal's string, as in the row's image."""
+    change = replace(
+        row_change(Operation.INSERT, after={**ROW, "id": key}),
+        column_types={**row_change(Operation.INSERT).column_types, "id": key_type},
+    )
+    fast = _assert_fast_equals_reference(change)
+    written = json.loads(fast.value)["after"]["id"]
+    assert fast.key == json.dumps([written], separators=(",", ":")).encode()
 
 
 def test_a_row_without_its_key_column_is_an_error_on_the_fast_path_too() -> None:
