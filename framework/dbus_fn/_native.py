@@ -3,7 +3,7 @@
 ``deploy/dev env`` builds it with the machine's cargo; without one, everything it
 does is done in Python, with the same results: the capture's row decoding
 (``dbus_fn.capture._native``, off with ``DBUS_NATIVE_DECODE=0``) and the row
-images' JSON text (``dbus_fn.columns.row_json_encoder``, off with
+images' JSON text (``dbus_fn.row_json.row_json_encoder``, off with
 ``DBUS_NATIVE_ENCODE=0``). The Python code stays the reference for both.
 """
 

@@ -50,9 +50,10 @@ from dbus_fn.cloudevent import (
     utc_time,
 )
 from dbus_fn.column_types import parse_column_type
-from dbus_fn.columns import row_json_encoder, to_json_value
+from dbus_fn.columns import to_json_value
 from dbus_fn.errors import ColumnValueError, EventFormatError, UnsupportedColumnTypeError
 from dbus_fn.events import CaptureItem, Operation, RowChange, SchemaChange, TransactionCommit
+from dbus_fn.row_json import row_json_encoder
 
 __all__ = ["KafkaMessage", "from_kafka_message", "to_kafka_message"]
 

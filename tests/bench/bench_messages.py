@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pipeline import best_rate
 
 from dbus_fn.capture._snapshot import describe_table, snapshot_rows
-from dbus_fn.columns import NATIVE_SWITCH, _native_encoder
 from dbus_fn.events import BinlogPosition, Operation, RowChange
 from dbus_fn.kafka_binding import _ROW_MESSAGES, _RowMessages
+from dbus_fn.row_json import NATIVE_SWITCH, _native_encoder
 
 # The columns of bench_capture.WIDE, as information_schema types them.
 COLUMNS = (

@@ -9,7 +9,7 @@ import pytest
 
 from dbus_fn import _native
 from dbus_fn.capture._native import SWITCH as DECODE_SWITCH
-from dbus_fn.columns import NATIVE_SWITCH as ENCODE_SWITCH
+from dbus_fn.row_json import NATIVE_SWITCH as ENCODE_SWITCH
 
 
 @pytest.fixture

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from dbus_fn.columns import NATIVE_SWITCH, row_json_encoder, row_to_json
+from dbus_fn.columns import row_to_json
 from dbus_fn.errors import DbusError
 from dbus_fn.events import Row
+from dbus_fn.row_json import NATIVE_SWITCH, row_json_encoder
 
 
 class Level(enum.IntEnum):
@@ -82,7 +83,7 @@ def _encoded(row: Mapping[str, Any], types: Mapping[str, str]) -> str | type[Exc
 
 
 def _natively(types: Mapping[str, str]) -> Any:
-    from dbus_fn.columns import _native_encoder
+    from dbus_fn.row_json import _native_encoder
 
     encoder = _native_encoder(types)
     assert encoder is not None
@@ -144,7 +145,7 @@ def test_random_text_and_numbers_are_written_alike(native: Any, seed: int) -> No
 
 
 def test_the_switch_turns_the_native_side_off(native: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dbus_fn.columns import _native_encoder
+    from dbus_fn.row_json import _native_encoder
 
     monkeypatch.setenv(NATIVE_SWITCH, "0")
     assert _native_encoder({"id": "int"}) is None

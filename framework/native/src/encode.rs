@@ -1,7 +1,7 @@
 //! Row images as JSON text, the way the Kafka binding writes them.
 //!
 //! An `ImageEncoder` is one table shape's columns, each with the family of its
-//! declared type (`dbus_fn.columns`), as `dbus_fn.columns.row_json_encoder` derives
+//! declared type (`dbus_fn.columns`), as `dbus_fn.row_json.row_json_encoder` derives
 //! them. `encode` writes a row (a dict of column name to value) as
 //! `json.dumps(row_to_json(row, types))` would: the same separators, the same
 //! `ensure_ascii` escapes, the same text for every value. The Python codecs stay

@@ -43,6 +43,7 @@ from dbus_fn.errors import KafkaSinkError, ServiceError
 from dbus_spark.logs import kafka_config
 from dbus_spark.sinks.activity import SinkActivity
 from dbus_spark.sinks.kafka_admin import MAX_MESSAGE_BYTES, create_missing_topics
+from dbus_spark.sinks.kafka_reports import LOST_BROKER, PURGED, REFUSED, not_delivered
 from dbus_spark.sinks.records import KafkaRecord
 
 log = logging.getLogger(__name__)
@@ -74,12 +75,6 @@ PRODUCER_DEFAULTS: Mapping[str, Any] = {
 CHUNK_SECONDS = 0.5
 CHUNK_RECORDS = 20_000
 _RETRY_SECONDS = 1.0
-_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
-_REFUSED = (KafkaError.MSG_SIZE_TOO_LARGE,)
-"""What the client refuses to take of one record, whatever the broker's state."""
-_LOST_BROKER = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
-"""The client's errors that say it lost its connection to the cluster and connects
-again: the sink retrying, as the metrics count it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +162,7 @@ class KafkaSink:
     def _client_error(self, err: KafkaError) -> None:
         """The client's own errors (it retries them itself): a lost connection counts
         as a retry at once, so an outage shows before any flush has waited."""
-        if err.code() in _LOST_BROKER:
+        if err.code() in LOST_BROKER:
             self.activity.retried()
 
     def _callback(self, deployment: str) -> Callable[[KafkaError | None, Any], None]:
@@ -175,7 +170,7 @@ class KafkaSink:
         if found is None:
 
             def delivered(err: KafkaError | None, msg: Any) -> None:
-                why = self._not_delivered(err, msg)
+                why = not_delivered(err, msg)
                 with self._lock:
                     if self._waiting_for[deployment] > 0:  # not one ``settle`` gave up on
                         self._waiting_for[deployment] -= 1
@@ -186,30 +181,14 @@ class KafkaSink:
             found = self._callbacks[deployment] = delivered
         return found
 
-    def _not_delivered(self, err: KafkaError | None, msg: Any) -> str | None:
-        """Why a delivery report does not say the message was written: the broker's
-        error, or a success without an offset. librdkafka reports a request's messages
-        as delivered when a later request to the partition succeeds (an implicit
-        acknowledgment); on a partition new to the producer a broker can take the later
-        request without the earlier one (``dbus_spark.sinks.kafka_admin``), so such
-        messages are sent again rather than taken as written."""
-        if err is not None:
-            return str(err.str())
-        if msg.offset() < 0:  # acks=all (fixed) answers every written message's offset
-            return (
-                f"partition {msg.partition()} acknowledged a message without its offset "
-                "(implicitly, after a failed request), so it may not have been written"
-            )
-        return None
-
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        self._count_delivery(err, msg, self._not_delivered(err, msg))
+        self._count_delivery(err, msg, not_delivered(err, msg))
 
     def _count_delivery(self, err: KafkaError | None, msg: Any, why: str | None) -> None:
-        """Count one delivery report; ``why``: ``_not_delivered``'s answer for it."""
+        """Count one delivery report; ``why``: ``not_delivered``'s answer for it."""
         with self._lock:
             self._pending -= 1
-            if err is not None and err.code() in _PURGED:
+            if err is not None and err.code() in PURGED:
                 return  # given up on by ``settle``: its deployment sends it again
             if why is not None:
                 self._errors.append(f"{msg.topic()}: {why}")
@@ -374,7 +353,7 @@ class KafkaSink:
                 )
                 break
             except KafkaException as exc:
-                if exc.args[0].code() in _REFUSED:
+                if exc.args[0].code() in REFUSED:
                     raise KafkaSinkError(
                         f"Kafka cannot take a message of {len(record.value or b'')} bytes "
                         f"for topic {record.topic}: {exc.args[0].str()}; raise the "

@@ -94,12 +94,6 @@ def wait_writable(
     waiting = [TopicPartition(t, p) for t in topics for p in range(partitions)]
     deadline = time.monotonic() + timeout
     while waiting:
-        # ListOffsets asks the leaders the client last saw, and a client that saw the
-        # topic without leaders (before it was made, or just after) keeps failing with
-        # "No leaders found" until its view of the topic is read again.
-        for topic in sorted({tp.topic for tp in waiting}):
-            with contextlib.suppress(KafkaException):
-                admin.list_topics(topic=topic, timeout=max(0.5, deadline - time.monotonic()))
         futures = admin.list_offsets(
             {tp: OffsetSpec.latest() for tp in waiting}, request_timeout=max(1.0, timeout)
         )
@@ -119,6 +113,12 @@ def wait_writable(
                 topic=tp.topic,
             )
         waiting = [tp for tp, _ in still]
+        # ListOffsets asks the leaders the client last saw, and a client that saw the
+        # topic without leaders (before it was made, or just after) keeps failing with
+        # "No leaders found" until its view of the topic is read again.
+        for topic in sorted({tp.topic for tp in waiting}):
+            with contextlib.suppress(KafkaException):
+                admin.list_topics(topic=topic, timeout=max(0.5, deadline - time.monotonic()))
         time.sleep(0.05)
 
 
