@@ -38,6 +38,7 @@ import pymysql.cursors
 from dbus_fn.capture._declared_types import declared_type
 from dbus_fn.capture._decode import TableDecoder
 from dbus_fn.capture._dsn import SourceSpec
+from dbus_fn.capture._events import StreamLost
 from dbus_fn.capture._positions import (
     coordinates,
 )
@@ -52,7 +53,7 @@ from dbus_fn.capture._server import (
     error_code,
     error_text,
 )
-from dbus_fn.capture._session import Progress, ReadSession, StreamLost
+from dbus_fn.capture._session import Progress, ReadSession
 from dbus_fn.capture._shard import Shard
 from dbus_fn.capture._snapshot import read_snapshot
 from dbus_fn.capture._start import position_error, resolve_start

@@ -38,6 +38,18 @@ from dbus_fn.capture._ddl import (
 )
 from dbus_fn.capture._decode import TableDecoder, compile_table
 from dbus_fn.capture._dsn import database_matches
+from dbus_fn.capture._events import (
+    DELETE,
+    GTID,
+    HEARTBEAT,
+    ROTATE,
+    TABLE_MAP,
+    UPDATE,
+    WRITE,
+    XID,
+    StreamLost,
+    events,
+)
 from dbus_fn.capture._positions import (
     MariadbGtid,
     coordinates,
@@ -63,9 +75,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dbus_fn.capture")
 
-ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
+OPERATIONS = {WRITE: Operation.INSERT, UPDATE: Operation.UPDATE, DELETE: Operation.DELETE}
 ONLY_EVENTS = [
-    *ROWS_EVENTS,
+    WriteRowsEvent,
+    UpdateRowsEvent,
+    DeleteRowsEvent,
     TableMapEvent,
     QueryEvent,
     XidEvent,
@@ -100,10 +114,6 @@ def _deadline(until: float | Callable[[], float] | None) -> Callable[[], float] 
         return until
     moment = until
     return lambda: moment
-
-
-class StreamLost(Exception):
-    """The replication connection dropped; raised instead of the library's reconnect."""
 
 
 class GtidDumpStream(BinLogStreamReader):  # type: ignore[misc]
@@ -256,70 +266,54 @@ class ReadSession:
         last_item = max(last_item, progress.last_item)
         now = time.monotonic
         failed = False
+        incoming = events(stream, tables)
         try:
             while True:
                 try:
-                    event = stream.fetchone()
+                    kind, stamp, end, size, a, b, c, d = next(incoming)
                 except pymysql.err.OperationalError as exc:
                     if error_code(exc) in TRANSIENT_CODES:
                         raise StreamLost(str(exc)) from exc
                     raise
-                except pymysql.err.InterfaceError as exc:  # the socket is already gone
-                    raise StreamLost(str(exc)) from exc
-                if event is None:
-                    raise StreamLost("the server ended the binlog stream")
                 if not progress.events:
                     reader._connected_once = True
                     reader.connection_id = stream._stream_connection.thread_id()
                 progress.events += 1
-                event_class = type(event)
-                packet = event.packet
-                end = packet.log_pos
-                if event_class is HeartbeatLogEvent:
+                if kind == HEARTBEAT:
                     reader._caught_up = True
                     if idle_timeout is not None and now() - last_item >= idle_timeout:
                         return
                     # `stop` may be where no transaction ends (a fresh binlog file after
                     # a rotation): the server's heartbeat says it has nothing more.
-                    at = (file_sequence(event.ident or file)[1], end)
+                    at = (file_sequence(a or file)[1], end)
                     if (
                         stop_at is not None and txn_gtid is None and not explicit
                         and at >= stop_at and (until is None or now() >= until())
                     ):  # fmt: skip
                         return
                     continue
-                if event_class is RotateEvent:
-                    file = event.next_binlog
+                if kind == ROTATE:
+                    file = a
                     file_seq = file_sequence(file)[1]
-                    if event.timestamp:
+                    if stamp:
                         tables.clear()
-                    reader._read_file, reader._read_pos = file, event.position
+                    reader._read_file, reader._read_pos = file, b
                     continue
                 reader._caught_up = False
                 reader._read_file, reader._read_pos = file, end
-                reader._last_event_time = event.timestamp
-                if event_class is TableMapEvent:
-                    tables[event.table_id] = self.decoder_for(event, info)
+                reader._last_event_time = stamp
+                if kind == TABLE_MAP:
+                    tables[a] = self.decoder_for(b, info)
                     continue
-                if event_class in ROWS_EVENTS:
-                    decoder = tables.get(event.table_id)
+                if WRITE <= kind <= DELETE:
+                    decoder = tables.get(a)
                     if decoder is None:
                         continue
-                    data = packet.read(event.event_size - packet.read_bytes)
-                    position = BinlogPosition(file, end - packet.event_size, txn_gtid)
-                    after_bits = None
-                    if event_class is WriteRowsEvent:
-                        op = Operation.INSERT
-                    elif event_class is DeleteRowsEvent:
-                        op = Operation.DELETE
-                    else:
-                        op = Operation.UPDATE
-                        after_bits = event.columns_present_bitmap2
+                    position = BinlogPosition(file, end - size, txn_gtid)
+                    op = OPERATIONS[kind]
                     txn_id = txn_gtid or f"{file}:{txn_start}"
                     index = 0
-                    for image, after in decoder.images(
-                        data, event.columns_present_bitmap, after_bits, owns
-                    ):
+                    for image, after in decoder.images(d, b, c, owns):
                         produced += 1
                         txn_rows += 1
                         if produced <= skip or image is None:  # replayed, or another shard's
@@ -351,24 +345,24 @@ class ReadSession:
                         progress.in_transaction = produced
                         last_item = progress.last_item = now()
                     continue
-                if event_class is MariadbGtidEvent or event_class is GtidEvent:
-                    txn_gtid = event.gtid
-                    if event.timestamp != txn_stamp:  # thousands of commits share a second
-                        txn_stamp = event.timestamp
+                if kind == GTID:
+                    txn_gtid = a
+                    if stamp != txn_stamp:  # thousands of commits share a second
+                        txn_stamp = stamp
                         txn_time = datetime.fromtimestamp(txn_stamp, UTC)
-                    txn_start = end - packet.event_size
+                    txn_start = end - size
                     txn_rows = produced = 0
                     explicit = False
                     if (
                         stop_at is not None
                         and (file_seq, txn_start) >= stop_at
-                        and open_read_ends(event.timestamp)
+                        and open_read_ends(stamp)
                     ):
                         return  # a start by GTID alone can be at or past `stop`
                     continue
-                commit = event_class is XidEvent or event_class is XAPrepareEvent
-                if event_class is QueryEvent:
-                    statement = event.query
+                commit = kind == XID or type(a) is XAPrepareEvent
+                if type(a) is QueryEvent:
+                    statement = a.query
                     control = is_transaction_control(statement)
                     if control == "begin":
                         explicit = True
@@ -377,7 +371,7 @@ class ReadSession:
                         commit = True
                     else:
                         change = self.schema_change(
-                            event, statement, file, end, txn_gtid, txn_time, server
+                            a, statement, file, end, txn_gtid, txn_time, server
                         )
                         if change is not None:
                             produced += 1
@@ -414,7 +408,7 @@ class ReadSession:
                 if (
                     stop_at is not None
                     and (file_seq, end) >= stop_at
-                    and open_read_ends(event.timestamp)
+                    and open_read_ends(stamp)
                 ):
                     return
         except BaseException as exc:

@@ -9,9 +9,11 @@
 //! both paths give the same values and raise the same errors.
 //!
 //! `encode` writes row images back out as the JSON text of Kafka messages;
-//! `text_rows` reads the rows of a snapshot's SELECT.
+//! `text_rows` reads the rows of a snapshot's SELECT; `events` splits the
+//! replication connection's bytes into the binlog's events.
 
 mod encode;
+mod events;
 mod text_rows;
 
 use pyo3::exceptions::PyValueError;
@@ -478,5 +480,6 @@ fn dbus_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Plan>()?;
     module.add_class::<encode::ImageEncoder>()?;
     module.add_class::<text_rows::TextRows>()?;
+    module.add_function(wrap_pyfunction!(events::split_events, module)?)?;
     Ok(())
 }

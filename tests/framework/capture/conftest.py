@@ -24,10 +24,11 @@ def source(fresh_database: Any) -> SourceSpec:
 BOTH_DECODERS = frozenset(
     {"test_capture_types", "test_capture_zero_dates", "test_capture_declared_types",
      "test_capture_schema_changes", "test_capture_shards", "test_capture_snapshot",
-     "test_capture_chunks"}
+     "test_capture_chunks", "test_capture_resume"}
 )  # fmt: skip
-"""Modules whose readers run once with the native row decoder and once with Python's
-(a snapshot's and a chunk's SELECT rows too: ``dbus_fn.capture._text_rows``)."""
+"""Modules whose readers run once with the native code and once with Python's: the
+binlog's events split (``dbus_fn.capture._events``) and their rows decoded, and a
+snapshot's and a chunk's SELECT rows (``dbus_fn.capture._text_rows``)."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
