@@ -1,10 +1,12 @@
 """The native code, when it is built: ``dbus_native`` from ``framework/native``.
 
 ``deploy/dev env`` builds it with the machine's cargo; without one, everything it
-does is done in Python, with the same results: the capture's row decoding
-(``dbus_fn.capture._native``, off with ``DBUS_NATIVE_DECODE=0``) and the row
-images' JSON text (``dbus_fn.row_json.row_json_encoder``, off with
-``DBUS_NATIVE_ENCODE=0``). The Python code stays the reference for both.
+does is done in Python, with the same results: the capture's reading of binlog
+events (``dbus_fn.capture._events``), row images (``dbus_fn.capture._native``) and
+a snapshot's rows (``dbus_fn.capture._text_rows``), all off with
+``DBUS_NATIVE_DECODE=0``, and the row images' JSON text
+(``dbus_fn.row_json.row_json_encoder``, off with ``DBUS_NATIVE_ENCODE=0``). The
+Python code (and mysql-replication, for events) stays the reference for each.
 """
 
 from __future__ import annotations

@@ -1,16 +1,19 @@
 """Capture throughput: bare mysql-replication decoding vs dbus capture producing RowChanges.
 
-Writes a binlog of 20-column rows and of 3-column rows into a fresh database on
-the local MariaDB (``dbus services up mariadb``), then reads each range with
+Writes a binlog of 20-column rows and of 3-column rows (transactions of 10,000
+rows), and of one-row transactions of 3 columns (``--single``, where each
+transaction's own events cost more than its row), into a fresh database on the
+local MariaDB (``dbus services up mariadb``), then reads each range with
 (a) mysql-replication, decoding every row (``event.rows``), (b)
-``dbus_fn.capture.BinlogReader`` yielding ``RowChange``s with the native row
-decoder (``framework/native``) and (c) with Python's (``DBUS_NATIVE_DECODE=0``);
+``dbus_fn.capture.BinlogReader`` yielding ``RowChange``s with the native code
+(``framework/native``: the events split and the rows decoded) and (c) with
+mysql-replication's events and Python's row decoder (``DBUS_NATIVE_DECODE=0``);
 prints rows/s for each and the ratios to (a). Then decoding alone, the same row
 images from memory: mysql-replication's ``event.rows`` (timed apart from its
 reading), our Python decoder and the native one. Best of ``--repeat`` runs each,
 alternating, in one process.
 
-    .venv/bin/python tests/bench/bench_capture.py [--rows 200000] [--profile]
+    .venv/bin/python tests/bench/bench_capture.py [--rows 200000] [--single 20000] [--profile]
 """
 
 from __future__ import annotations
@@ -59,6 +62,15 @@ def write(cursor: Any, create: str, fill: str, rows: int) -> tuple[BinlogPositio
     cursor.execute(create)
     start = master(cursor)
     fill_rows(cursor, fill, rows)
+    return start, master(cursor)
+
+
+def write_single(cursor: Any, rows: int) -> tuple[BinlogPosition, BinlogPosition]:
+    """``rows`` one-row transactions of the 3-column table's shape."""
+    cursor.execute(NARROW.replace("narrow", "single"))
+    start = master(cursor)
+    for i in range(1, rows + 1):
+        cursor.execute("INSERT INTO single VALUES (%s, %s, %s)", (i, f"v{i}", i * 7))
     return start, master(cursor)
 
 
@@ -154,6 +166,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dsn", default="mysql://dbus:dbus@127.0.0.1:3306")
     parser.add_argument("--rows", type=int, default=200_000, help="rows per table")
+    parser.add_argument("--single", type=int, default=20_000, help="one-row transactions")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--profile", action="store_true", help="cProfile our capture once")
     args = parser.parse_args()
@@ -167,16 +180,18 @@ def main() -> None:
     try:
         cursor.execute(f"USE {database}")
         ranges = {
-            "20 columns": write(cursor, WIDE, WIDE_FILL, args.rows),
-            "3 columns": write(cursor, NARROW, NARROW_FILL, args.rows),
+            "20 columns": (*write(cursor, WIDE, WIDE_FILL, args.rows), args.rows),
+            "3 columns": (*write(cursor, NARROW, NARROW_FILL, args.rows), args.rows),
+            "1-row txns": (*write_single(cursor, args.single), args.single),
         }
         native = native_decoding()
-        print(f"{args.rows} rows per table; best of {args.repeat} runs each; rows/s; "
-              f"native row decoder {'built' if native else 'NOT built: (b) decodes in Python'}")
+        print(f"{args.rows} rows per table, {args.single} one-row transactions; best of "
+              f"{args.repeat} runs each; rows/s; native code "
+              f"{'built' if native else 'NOT built: (b) reads as (c) does'}")
         print(f"{'table':<12}{'(a) library':>14}{'(b) capture':>14}{'(c) Python':>14}"
               f"{'b/a':>8}{'c/a':>8}")  # fmt: skip
         decoding: dict[str, tuple[float, ...]] = {}
-        for name, (start, end) in ranges.items():
+        for name, (start, end, rows) in ranges.items():
             best = [0.0, 0.0, 0.0]
             decode = [0.0, 0.0, 0.0]
             bodies = row_images(spec, start, end)
@@ -188,12 +203,12 @@ def main() -> None:
                     timed(lambda s=start, e=end: python_decoded(spec, s, e)),
                 )
                 for i, (count, seconds) in enumerate(runs):
-                    assert count == args.rows, (i, count)
+                    assert count == rows, (i, count)
                     best[i] = max(best[i], count / seconds)
-                decode[0] = max(decode[0], args.rows / sum(spent))
+                decode[0] = max(decode[0], rows / sum(spent))
                 for i, on in ((1, False), (2, True)):
                     count, seconds = decode_only(bodies, native=on)
-                    assert count == args.rows, (on, count)
+                    assert count == rows, (on, count)
                     decode[i] = max(decode[i], count / seconds)
             a, b, c = best
             print(f"{name:<12}{a:>14,.0f}{b:>14,.0f}{c:>14,.0f}{b / a:>8.2f}{c / a:>8.2f}")
@@ -205,7 +220,7 @@ def main() -> None:
             print(f"{name:<12}{library:>12,.0f}{python:>12,.0f}{native_rate:>12,.0f}"
                   f"{native_rate / library:>16.1f}{native_rate / python:>15.1f}")  # fmt: skip
         if args.profile:
-            start, end = ranges["3 columns"]
+            start, end, _ = ranges["1-row txns"]
             profile = cProfile.Profile()
             profile.runcall(ours, spec, start, end)
             pstats.Stats(profile).sort_stats("tottime").print_stats(15)

@@ -6,8 +6,9 @@ Python reader says how the native decoder reads the same value
 (``_column_readers.NATIVE``), and stays the reference: a column the native side
 does not decode itself is read by it, row by row.
 
-``DBUS_NATIVE_DECODE=0`` switches the native decoder off (the capture tests run
-both ways).
+``DBUS_NATIVE_DECODE=0`` switches the native decoder off, with the native split of
+the binlog's events (``_events``) and of a snapshot's rows (``_text_rows``); the
+capture tests run both ways.
 """
 
 from __future__ import annotations
