@@ -47,9 +47,11 @@ from dbus_fn.capture._server import (
     ACCESS_CODES,
     MONITOR_GRANT,
     REPLICATION_GRANT,
+    SETTINGS_QUERY,
     TRANSIENT_CODES,
     CaptureLag,
     ServerInfo,
+    check_settings,
     error_code,
     error_text,
 )
@@ -225,14 +227,9 @@ class BinlogReader:
     def server_info(self) -> ServerInfo:
         """The source server's id and flavour; checks its binlog settings on first use."""
         if self._server is None:
-            rows = self._sql(
-                "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_id', 'version', "
-                "'log_bin', 'binlog_format', 'binlog_row_image', 'binlog_row_metadata', "
-                "'server_uuid')",
-                doing="reading the server's settings",
-            )
+            rows = self._sql(SETTINGS_QUERY, doing="reading the server's settings")
             variables = {str(k).lower(): str(v) for k, v in rows}
-            self._check_settings(variables)
+            check_settings(self.spec.name, variables)
             version = variables.get("version", "")
             self._server = ServerInfo(
                 server_id=int(variables.get("server_id", "0")),
@@ -241,28 +238,6 @@ class BinlogReader:
                 server_uuid=variables.get("server_uuid"),
             )
         return self._server
-
-    def _check_settings(self, variables: dict[str, str]) -> None:
-        name = self.spec.name
-        wanted = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
-                  "binlog_row_metadata": "FULL"}  # fmt: skip
-        problems = []
-        for variable, value in wanted.items():
-            actual = variables.get(variable)
-            if actual is None and variable == "binlog_row_metadata":
-                problems.append(
-                    "binlog_row_metadata is missing (needs MariaDB >= 10.5 or MySQL >= 8.0.14, "
-                    "which log column names)"
-                )
-            elif actual is not None and actual.upper() != value:
-                problems.append(f"{variable}={actual} (need {value})")
-        if problems:
-            raise SourceError(
-                f"source {name!r} cannot be captured: {'; '.join(problems)}; set "
-                + ", ".join(f"{k}={v}" for k, v in wanted.items() if k != "log_bin")
-                + " in the server's configuration (and enable log_bin)",
-                source=name,
-            )
 
     def master_position(self) -> BinlogPosition:
         """The end of the last committed transaction on the source."""

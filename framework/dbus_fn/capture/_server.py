@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dbus_fn.errors import SourceError
+
 REPLICATION_GRANT = "REPLICATION SLAVE"
 MONITOR_GRANT = "BINLOG MONITOR (MariaDB; REPLICATION CLIENT on MySQL)"
 
@@ -12,6 +14,12 @@ TRANSIENT_CODES = frozenset({1053, 1927, 2003, 2006, 2013, 2014, 2055, 1040, 115
 """Server and client error codes of a connection that may come back: retried."""
 ACCESS_CODES = frozenset({1044, 1045, 1142, 1227, 1370, 1698})
 """Error codes of a login or a privilege refused: reported, never retried."""
+SETTINGS_QUERY = (
+    "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_id', 'version', 'log_bin', "
+    "'binlog_format', 'binlog_row_image', 'binlog_row_metadata', 'log_bin_compress', "
+    "'server_uuid')"
+)
+"""The settings a reader reads of its source server once, and checks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +62,32 @@ def error_text(exc: BaseException) -> str:
     if len(args) >= 2:
         return str(args[1])
     return str(exc) or type(exc).__name__
+
+
+def check_settings(name: str, variables: dict[str, str]) -> None:
+    """Refuse a source server whose binlog settings (``SETTINGS_QUERY``) cannot be
+    captured whole, naming each setting and the value it needs."""
+    wanted = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
+              "binlog_row_metadata": "FULL"}  # fmt: skip
+    problems = []
+    for variable, value in wanted.items():
+        actual = variables.get(variable)
+        if actual is None and variable == "binlog_row_metadata":
+            problems.append(
+                "binlog_row_metadata is missing (needs MariaDB >= 10.5 or MySQL >= 8.0.14, "
+                "which log column names)"
+            )
+        elif actual is not None and actual.upper() != value:
+            problems.append(f"{variable}={actual} (need {value})")
+    # MariaDB's compressed events (rows and statements over log_bin_compress_min_len
+    # bytes) are not read: their changes would be missed without a word.
+    if variables.get("log_bin_compress", "OFF").upper() == "ON":
+        problems.append("log_bin_compress=ON (its compressed events cannot be read)")
+        wanted["log_bin_compress"] = "OFF"
+    if problems:
+        raise SourceError(
+            f"source {name!r} cannot be captured: {'; '.join(problems)}; set "
+            + ", ".join(f"{k}={v}" for k, v in wanted.items() if k != "log_bin")
+            + " in the server's configuration (and enable log_bin)",
+            source=name,
+        )

@@ -22,6 +22,7 @@ from dbus_fn.capture import (
 from dbus_fn.capture._ddl import ddl_target, is_account_statement, is_transaction_control
 from dbus_fn.capture._positions import format_gtid_state
 from dbus_fn.capture._replica_id import DBUS_RANGE, check_replica_id
+from dbus_fn.capture._server import check_settings
 from dbus_fn.errors import ConfigError, DsnError, SourceError
 
 
@@ -138,19 +139,31 @@ def test_server_ids_are_stable_in_the_dbus_range_and_clashes_are_refused() -> No
 
 
 def test_a_server_without_full_row_metadata_is_refused_clearly() -> None:
-    reader = BinlogReader(SourceSpec("s", "mysql://u@h"), replica_id=5)
     variables = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
                  "binlog_row_metadata": "MINIMAL"}  # fmt: skip
     with pytest.raises(SourceError, match="binlog_row_metadata=MINIMAL") as caught:
-        reader._check_settings(variables)
+        check_settings("s", variables)
     assert "binlog_row_metadata=FULL" in str(caught.value)
     del variables["binlog_row_metadata"]
     with pytest.raises(SourceError, match="missing"):
-        reader._check_settings(variables)
+        check_settings("s", variables)
     with pytest.raises(SourceError, match="binlog_format=MIXED"):
-        reader._check_settings(
+        check_settings(
+            "s",
             {**variables, "binlog_format": "MIXED", "binlog_row_metadata": "FULL"}
         )
+
+
+def test_a_server_writing_compressed_events_is_refused_clearly() -> None:
+    variables = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL",
+                 "binlog_row_metadata": "FULL", "log_bin_compress": "OFF"}  # fmt: skip
+    check_settings("s", variables)
+    with pytest.raises(SourceError, match="log_bin_compress=ON") as caught:
+        check_settings("s", {**variables, "log_bin_compress": "ON"})
+    assert "set binlog_format=ROW" in str(caught.value)
+    assert str(caught.value).count("log_bin_compress=OFF") == 1
+    del variables["log_bin_compress"]  # MySQL has no such setting
+    check_settings("s", variables)
 
 
 @pytest.mark.parametrize(

@@ -143,13 +143,24 @@ def test_a_function_folder_that_does_not_load_is_named(tmp_path: Path) -> None:
     _assert_one_line_error(result, "no_such_module_here")
 
 
-@pytest.fixture
-def statement_binlog_server(tmp_path: Path) -> Iterator[str]:
-    """A private MariaDB whose binlog is statement-based, as many servers still are."""
+MISCONFIGURED = {
+    # (the setting, its value, what the error names, the fix it names)
+    "statement": ("binlog_format", "'STATEMENT'", "binlog_format=STATEMENT", "binlog_format=ROW"),
+    "compressed": ("log_bin_compress", "ON", "log_bin_compress=ON", "log_bin_compress=OFF"),
+}
+
+
+@pytest.fixture(params=sorted(MISCONFIGURED))
+def misconfigured_server(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, str, str]]:
+    """A private MariaDB whose binlog cannot be captured whole: statement-based, as many
+    servers still are, or compressed; with what the error must name."""
     import pymysql
 
     from dbus_deploy.services import down, load_config, up
 
+    setting, value, named, fix = MISCONFIGURED[request.param]
     env = {**os.environ, "DBUS_HOME": str(tmp_path / "home")}
     env["DBUS_MARIADB_PORT"] = str(free_port())
     config = load_config(env)
@@ -158,22 +169,25 @@ def statement_binlog_server(tmp_path: Path) -> Iterator[str]:
         port = config.ports["mariadb"]
         conn = pymysql.connect(host="127.0.0.1", port=port, user="dbus", password="dbus")
         with conn.cursor() as cur:
-            cur.execute("SET GLOBAL binlog_format = 'STATEMENT'")
+            cur.execute(f"SET GLOBAL {setting} = {value}")
         conn.close()
-        yield f"mysql://dbus:dbus@127.0.0.1:{port}"
+        yield f"mysql://dbus:dbus@127.0.0.1:{port}", named, fix
     finally:
         down(config=config)
 
 
 @pytest.mark.integration
-def test_a_source_without_a_row_binlog_is_refused(statement_binlog_server: str) -> None:
+def test_a_source_whose_binlog_cannot_be_read_whole_is_refused(
+    misconfigured_server: tuple[str, str, str],
+) -> None:
+    dsn, named, fix = misconfigured_server
     result = _start(
-        "--source", f"legacy={statement_binlog_server}",
+        "--source", f"legacy={dsn}",
         "--functions", ORDERS,
         "--kafka", "127.0.0.1:9092",
         "--elasticsearch", "http://127.0.0.1:9200",
     )  # fmt: skip
-    _assert_one_line_error(result, "binlog_format=STATEMENT", "binlog_format=ROW")
+    _assert_one_line_error(result, named, fix)
 
 
 def test_a_malformed_local_service_port_is_named_not_ignored() -> None:
