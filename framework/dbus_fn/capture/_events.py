@@ -102,11 +102,11 @@ def _fetched(stream: Any) -> Event:
     return as_tuple(event)
 
 
-def library_events(stream: Any, tables: MutableMapping[int, Any]) -> Iterator[Event]:
+def library_events(stream: Any) -> Iterator[Event]:
     """Every event of ``stream`` (a ``BinLogStreamReader``) read by mysql-replication.
 
     It skips a table map whose id it has read already (``freeze_schema``) and
-    forgets them at each rotation, as the read loop forgets ``tables``."""
+    forgets them at each rotation, as the read loop forgets its tables."""
     while True:
         yield _fetched(stream)
 
@@ -170,9 +170,9 @@ def native_events(
             connection._force_close()
             raise StreamLost("the server closed the binlog connection")
         pending = pending + data if pending else data
-        if _private(stream, "post_header_lengths") is not lengths:
-            lengths = _private(stream, "post_header_lengths")
-            post_headers = bytes(lengths or ())
+        current = _private(stream, "post_header_lengths")
+        if current is not lengths:  # a format description event set them
+            lengths, post_headers = current, bytes(current or ())
         events, used, need = split(pending, checksum, post_headers)
         pending = pending[used:]
         for event in events:
@@ -204,7 +204,7 @@ def events(stream: Any, tables: MutableMapping[int, Any]) -> Iterator[Event]:
     module = native(SWITCH)
     split = getattr(module, "split_events", None)
     if split is None:
-        return library_events(stream, tables)
+        return library_events(stream)
     return native_events(stream, tables, split)
 
 

@@ -180,9 +180,9 @@ fn event<'py>(
         }),
         27 => text(py, &data[BODY..]).map(|ident| (HEARTBEAT, [ident, none(), none(), none()])),
         16 => Some((XID, [none(), none(), none(), none()])),
-        19 => le(data, BODY, 6).map(|table_id| {
-            let id = table_id.into_pyobject(py).map(|id| id.into_any());
-            (TABLE_MAP, [id.unwrap_or_else(|_| none()), PyBytes::new(py, payload).into_any(), none(), none()])
+        19 => le(data, BODY, 6).and_then(|table_id| {
+            let id = table_id.into_pyobject(py).ok()?.into_any();
+            Some((TABLE_MAP, [id, PyBytes::new(py, payload).into_any(), none(), none()]))
         }),
         23 | 30 => rows(py, payload, &head, post_headers).map(|fields| (WRITE, fields)),
         24 | 31 => rows(py, payload, &head, post_headers).map(|fields| (UPDATE, fields)),

@@ -161,7 +161,7 @@ def _read(spec: SourceSpec, start: BinlogPosition, stop: BinlogPosition, native:
     try:
         session = ReadSession(reader, reader.server_info(), Progress(start, 0), None, None, 0.0)
         stream = session.open_stream(start, 0.2)
-        source = (native_events(stream, {}, split) if native else library_events(stream, {}))
+        source = (native_events(stream, {}, split) if native else library_events(stream))
         found, file = [], start.file
         try:
             for item in source:
