@@ -154,7 +154,9 @@ class CoreRecipe:
             f"COPY --from={self.deps_tag} {VENV} {VENV}",
             f"COPY dist/{self.dbus_wheel} /opt/dbus/dist/{self.dbus_wheel}",
             f"RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-index "
-            f"/opt/dbus/dist/{self.dbus_wheel} && mkdir -p {IMAGE_HOME}",
+            f"/opt/dbus/dist/{self.dbus_wheel} && mkdir -p {IMAGE_HOME} "
+            # Byte code in the zip Spark's Python processes import pyspark from.
+            "&& python -m dbus_spark.bytecode",
             'CMD ["dbus", "--help"]',
         ]
         if self.native_wheel:
