@@ -49,10 +49,10 @@ def compiled(path: Path) -> bool:
     """Whether the zip at ``path`` holds byte code this interpreter imports."""
     with zipfile.ZipFile(path) as archive:
         try:
-            head = archive.read(_FIRST)[:4]
+            with archive.open(_FIRST) as first:
+                return first.read(4) == importlib.util.MAGIC_NUMBER
         except KeyError:
             return False
-    return head == importlib.util.MAGIC_NUMBER
 
 
 def _byte_code(source: bytes, filename: str) -> bytes | None:
@@ -106,10 +106,12 @@ def compile_zip(path: Path) -> int:
 
 def main() -> int:
     path = worker_zip()
-    if path is None or compiled(path):
+    if path is None:
         return 0
     began = time.monotonic()
     try:
+        if compiled(path):
+            return 0
         count = compile_zip(path)
     except Exception as exc:  # a faster start is a bonus: never fail an install for it
         print(f"dbus: warning: no byte code in Spark's {path} ({exc}); Spark's Python "

@@ -129,6 +129,18 @@ def test_a_zip_that_cannot_be_written_warns_in_one_line_and_stays(
     assert path.read_bytes() == before
 
 
+def test_a_zip_that_cannot_be_read_warns_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _spark_home(tmp_path)
+    path.write_bytes(b"not a zip")
+    monkeypatch.setenv("SPARK_HOME", str(path.parents[2]))
+    assert bytecode.main() == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dbus: warning: no byte code in Spark's"), lines
+    assert path.read_bytes() == b"not a zip"
+
+
 def test_no_zip_nothing_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))
     assert bytecode.worker_zip() is None
