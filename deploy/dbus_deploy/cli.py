@@ -20,22 +20,23 @@ def _progress(message: str) -> None:
 
 
 def _show(statuses: Sequence[ServiceStatus]) -> None:
-    click.echo(f"{'SERVICE':<14} {'STATE':<8} {'PID':<12} PORT")
+    click.echo(f"{'SERVICE':<16} {'STATE':<8} {'PID':<12} PORT")
     for entry in statuses:
         state = "running" if entry.running else "stopped"
         pid = str(entry.pid) if entry.pid is not None else "-"
         ports = ",".join(str(port) for port in entry.ports)
         took = f" in {entry.seconds:.1f}s" if entry.action == "started" else ""
         action = f"  ({entry.action}{took})" if entry.action else ""
-        click.echo(f"{entry.name:<14} {state:<8} {pid:<12} {ports:<12}{action}")
+        click.echo(f"{entry.name:<16} {state:<8} {pid:<12} {ports:<12}{action}")
 
 
 @click.group(epilog=ENV_HELP)
 def services() -> None:
     """Install, start, inspect and stop the local services (MariaDB, ZooKeeper, Kafka,
-    Elasticsearch, and Prometheus when named) on 127.0.0.1. NAME is one of: mariadb,
-    zookeeper, kafka, elasticsearch, prometheus (default: all but prometheus for `up`
-    and `restart`, all for `down` and `status`).
+    Elasticsearch; Prometheus and a MariaDB replica when named) on 127.0.0.1. NAME is
+    one of: mariadb, mariadb-replica, zookeeper, kafka, elasticsearch, prometheus
+    (default: all but prometheus and mariadb-replica for `up` and `restart`, all for
+    `down` and `status`).
     """
 
 

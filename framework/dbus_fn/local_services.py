@@ -29,6 +29,7 @@ MARIADB_PASSWORD: Final = "dbus"
 
 PORTS: tuple[tuple[str, str, int], ...] = (
     ("mariadb", "DBUS_MARIADB_PORT", 3306),
+    ("mariadb_replica", "DBUS_MARIADB_REPLICA_PORT", 3316),
     ("zookeeper", "DBUS_ZOOKEEPER_PORT", 2181),
     ("kafka", "DBUS_KAFKA_PORT", 9092),
     ("kafka_controller", "DBUS_KAFKA_CONTROLLER_PORT", 9093),
@@ -173,24 +174,37 @@ class Endpoints:
     kafka: KafkaEndpoint
     elasticsearch: ElasticsearchEndpoint
     prometheus: PrometheusEndpoint
+    mariadb_replica: MariaDBEndpoint
+    """A replica of ``mariadb`` (GTID replication), started only when named: a
+    primary and a server to fail over to."""
+
+    @property
+    def failover_dsn(self) -> str:
+        """The DSN of the primary and its replica, in that order (a source that
+        follows a failover)."""
+        return f"{self.mariadb.dsn},{self.mariadb_replica.host}:{self.mariadb_replica.port}"
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["mariadb"]["dsn"] = self.mariadb.dsn
+        data["mariadb_replica"]["dsn"] = self.mariadb_replica.dsn
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Endpoints:
         mariadb = {k: v for k, v in data["mariadb"].items() if k != "dsn"}
+        # Written before Prometheus or the replica were services: where they would be now.
+        configured = Endpoints.from_config(_configured())
+        replica = {k: v for k, v in data.get("mariadb_replica", {}).items() if k != "dsn"}
         return cls(
             mariadb=MariaDBEndpoint(**mariadb),
             zookeeper=ZooKeeperEndpoint(**data["zookeeper"]),
             kafka=KafkaEndpoint(**data["kafka"]),
             elasticsearch=ElasticsearchEndpoint(**data["elasticsearch"]),
-            # Written before Prometheus was a service: where it would listen now.
             prometheus=PrometheusEndpoint(**data["prometheus"])
             if "prometheus" in data
-            else Endpoints.from_config(_configured()).prometheus,
+            else configured.prometheus,
+            mariadb_replica=MariaDBEndpoint(**replica) if replica else configured.mariadb_replica,
         )
 
     @classmethod
@@ -199,6 +213,12 @@ class Endpoints:
         return cls(
             mariadb=MariaDBEndpoint(
                 host=host, port=ports["mariadb"], user=MARIADB_USER, password=MARIADB_PASSWORD
+            ),
+            mariadb_replica=MariaDBEndpoint(
+                host=host,
+                port=ports["mariadb_replica"],
+                user=MARIADB_USER,
+                password=MARIADB_PASSWORD,
             ),
             zookeeper=ZooKeeperEndpoint(hosts=f"{host}:{ports['zookeeper']}"),
             kafka=KafkaEndpoint(bootstrap_servers=f"{host}:{ports['kafka']}"),

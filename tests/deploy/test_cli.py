@@ -15,12 +15,13 @@ def test_status_lists_every_service_with_state_pid_and_ports(isolated) -> None:
     assert header.split() == ["SERVICE", "STATE", "PID", "PORT"]
     assert [row.split()[:3] for row in rows] == [
         ["mariadb", "stopped", "-"],
+        ["mariadb-replica", "stopped", "-"],
         ["zookeeper", "stopped", "-"],
         ["kafka", "stopped", "-"],
         ["elasticsearch", "stopped", "-"],
         ["prometheus", "stopped", "-"],
     ]
-    kafka = rows[2].split()[3]
+    kafka = rows[3].split()[3]
     assert kafka == f"{config.ports['kafka']},{config.ports['kafka_controller']}"
 
 

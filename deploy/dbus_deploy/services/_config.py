@@ -26,11 +26,19 @@ from dbus_fn.local_services import (
     service_ports,
 )
 
-SERVICE_NAMES: tuple[str, ...] = ("mariadb", "zookeeper", "kafka", "elasticsearch", "prometheus")
+SERVICE_NAMES: tuple[str, ...] = (
+    "mariadb",
+    "mariadb-replica",
+    "zookeeper",
+    "kafka",
+    "elasticsearch",
+    "prometheus",
+)
 """Every service, in start order (stop order is the reverse)."""
-DEFAULT_SERVICES: tuple[str, ...] = SERVICE_NAMES[:4]
+DEFAULT_SERVICES: tuple[str, ...] = ("mariadb", "zookeeper", "kafka", "elasticsearch")
 """What ``up`` starts when no service is named: what dbus itself reads and writes.
-Prometheus, which watches dbus, starts only when named."""
+Prometheus, which watches dbus, and the MariaDB replica a failover moves to start
+only when named."""
 
 # JVM heaps sized for a small shared machine (2 cores, a few GiB to spare).
 _HEAPS: tuple[tuple[str, str, str], ...] = (

@@ -19,7 +19,8 @@ def write_endpoints(config: ServicesConfig, names: Iterable[str]) -> Endpoints:
     """Record the endpoints of ``names``; other services keep what the file said."""
     current = Endpoints.from_config(config)
     previous = local_endpoints(config)
-    found = replace(previous, **{name: getattr(current, name) for name in names})
+    fields = [name.replace("-", "_") for name in names]  # mariadb-replica: mariadb_replica
+    found = replace(previous, **{name: getattr(current, name) for name in fields})
     config.home.mkdir(parents=True, exist_ok=True)
     partial = config.endpoints_file.with_suffix(".json.partial")
     partial.write_text(json.dumps(found.to_json(), indent=2) + "\n")

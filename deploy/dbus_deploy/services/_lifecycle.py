@@ -34,7 +34,7 @@ from dbus_deploy.services._errors import PortInUseError, ServiceStartError
 from dbus_deploy.services._homes import tidy_homes
 from dbus_deploy.services._install import apt_install
 from dbus_deploy.services._kafka import Kafka
-from dbus_deploy.services._mariadb import MariaDB
+from dbus_deploy.services._mariadb import MariaDB, MariaDBReplica
 from dbus_deploy.services._process import (
     last_log_line,
     log_sizes,
@@ -55,6 +55,7 @@ _UNHEALTHY_GRACE = 5.0
 
 _SERVICES: dict[str, type[Service]] = {
     "mariadb": MariaDB,
+    "mariadb-replica": MariaDBReplica,
     "zookeeper": ZooKeeper,
     "kafka": Kafka,
     "elasticsearch": Elasticsearch,

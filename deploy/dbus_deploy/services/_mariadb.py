@@ -1,9 +1,14 @@
-"""MariaDB with a ROW binlog, as every capture test and the demo need it.
+"""MariaDB with a ROW binlog, as every capture test and the demo need it, and
+a replica of it that a source can fail over to.
 
 Debian's ``mariadb-server`` provides the binaries; the server runs from its own
 datadir under the state directory with ``mariadbd`` directly (no systemd, no
 /etc/mysql). It runs as root with ``--user=root``, so the state directory
 may be anywhere root can write, even a private test temp dir.
+
+``mariadb-replica`` (started only when named) replicates ``mariadb`` by GTID and
+writes what it applies to its own binlog (``log_slave_updates``), as a replica
+that may be promoted must. It is read-only until promoted.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import hashlib
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pymysql
 
@@ -20,6 +26,7 @@ from dbus_deploy.services._process import Launch, last_log_line, run_logged
 from dbus_deploy.services._service import Service
 from dbus_fn.local_services import MARIADB_PASSWORD as PASSWORD
 from dbus_fn.local_services import MARIADB_USER as USER
+from dbus_fn.local_services import PORT_ENV
 
 MARIADBD = Path("/usr/sbin/mariadbd")
 INSTALL_DB = Path("/usr/bin/mariadb-install-db")
@@ -60,8 +67,10 @@ class MariaDB(Service):
             return {}
         return {"mariadb-server": self.name}
 
-    def _write_config(self) -> None:
-        settings = {
+    server_id = 1
+
+    def _settings(self) -> dict[str, object]:
+        return {
             "user": "root",
             "datadir": self.data,
             "socket": self.socket,
@@ -78,7 +87,7 @@ class MariaDB(Service):
             # Rows over 16 MB (LONGBLOB) are written, replicated and captured whole.
             "max_allowed_packet": "1G",
             # What binlog capture needs: full row images with column names.
-            "server_id": 1,
+            "server_id": self.server_id,
             "log_bin": self.data / "binlog",
             "log_bin_index": self.data / "binlog.index",
             "binlog_format": "ROW",
@@ -88,8 +97,10 @@ class MariaDB(Service):
             "gtid_strict_mode": "ON",
             "init_file": self.conf / "bootstrap.sql",
         }
+
+    def _write_config(self) -> None:
         lines = ["# Written by `dbus services up`; edits are overwritten.", "[mariadbd]"]
-        lines += [f"{key} = {value}" for key, value in settings.items()]
+        lines += [f"{key} = {value}" for key, value in self._settings().items()]
         self.cnf.write_text("\n".join(lines) + "\n")
         (self.conf / "bootstrap.sql").write_text(_BOOTSTRAP_SQL)
 
@@ -147,6 +158,54 @@ class MariaDB(Service):
             with connection.cursor() as cursor:
                 cursor.execute("SELECT 1")
                 cursor.fetchone()
+                return self._ready(cursor)
         finally:
             connection.close()
+
+    def _ready(self, cursor: Any) -> str | None:
+        """What else the server needs before it is healthy (None: nothing)."""
+        return None
+
+
+class MariaDBReplica(MariaDB):
+    """A replica of ``mariadb`` by GTID, read-only until a test or a user promotes it
+    (``STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = OFF``)."""
+
+    name = "mariadb-replica"
+    server_id = 2
+
+    @property
+    def port(self) -> int:
+        return self.config.ports["mariadb_replica"]
+
+    def ports(self) -> list[tuple[int, str]]:
+        return [(self.port, PORT_ENV["mariadb_replica"])]
+
+    @property
+    def follows(self) -> Path:
+        """Written once replication is set up: a replica promoted since is not pointed
+        at the primary again when it restarts."""
+        return self.conf / "follows-primary"
+
+    def _settings(self) -> dict[str, object]:
+        return {
+            **super()._settings(),
+            "log_slave_updates": "ON",
+            "read_only": "ON",
+            "relay_log": self.data / "relay",
+            "relay_log_index": self.data / "relay.index",
+        }
+
+    def _ready(self, cursor: Any) -> str | None:
+        if self.follows.exists():
+            return None
+        # The primary may not answer yet: the replica's I/O thread retries each second.
+        primary = self.config.ports["mariadb"]
+        cursor.execute(
+            "CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %s, MASTER_USER = %s, "
+            "MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1",
+            (self.config.host, primary, USER, PASSWORD),
+        )
+        cursor.execute("START SLAVE")
+        self.follows.write_text(f"{self.config.host}:{primary}\n")
         return None
