@@ -75,7 +75,13 @@ from dbus_fn.capture._chunks import (
     next_boundary,
     read_chunk,
 )
-from dbus_fn.capture._dsn import ConnectionSettings, SourceSpec, parse_dsn, redact_dsn
+from dbus_fn.capture._dsn import (
+    ConnectionSettings,
+    SourceSpec,
+    parse_dsn,
+    parse_servers,
+    redact_dsn,
+)
 from dbus_fn.capture._positions import (
     coordinates,
     parse_gtid,
@@ -112,6 +118,7 @@ __all__ = [
     "parse_gtid",
     "parse_gtid_state",
     "parse_position",
+    "parse_servers",
     "position_from_json",
     "position_to_json",
     "read_chunk",

@@ -1,5 +1,10 @@
 """Source DSNs (``mysql://user:password@host:port``) and source specs.
 
+A DSN may list several servers of one replication topology
+(``mysql://user:password@db1:3306,db2:3306``): a primary and the replicas that may
+take its place. The reader follows a failover from one to the next by GTID
+(``_failover``); every server shares the DSN's user and password.
+
 The password lives only inside ``ConnectionSettings.password`` and the DSN
 string; neither is ever part of a ``repr``, ``str``, log line or error message.
 """
@@ -38,10 +43,16 @@ class ConnectionSettings:
     scheme: str = "mysql"
 
     @property
+    def address(self) -> str:
+        """``host:port`` (``[v6]:port``): how messages name this server."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    @property
     def redacted(self) -> str:
         """The DSN with the password masked: safe to print and log."""
         secret = ":***" if self.password else ""
-        return f"{self.scheme}://{self.user}{secret}@{self.host}:{self.port}"
+        return f"{self.scheme}://{self.user}{secret}@{self.address}"
 
     def pymysql_kwargs(self, **extra: Any) -> dict[str, Any]:
         """Keyword arguments for ``pymysql.connect``.
@@ -79,8 +90,9 @@ def _fail(problem: str, hint: str) -> DsnError:
     return DsnError(f"invalid source DSN: {problem}; {hint} (e.g. {_EXAMPLE})", problem=problem)
 
 
-def parse_dsn(dsn: str) -> ConnectionSettings:
-    """Parse ``mysql://user:password@host:port`` (``mariadb://`` too).
+def parse_servers(dsn: str) -> tuple[ConnectionSettings, ...]:
+    """Every server of ``mysql://user:password@host:port[,host:port...]``, in the
+    order given (``mariadb://`` too).
 
     Raises ``DsnError`` with one line naming the problem and the fix. The
     message never contains the DSN itself, which may hold a password.
@@ -90,6 +102,35 @@ def parse_dsn(dsn: str) -> ConnectionSettings:
     text = dsn.strip()
     if "://" not in text:
         raise _fail("no scheme", "start it with mysql:// or mariadb://")
+    scheme, _, rest = text.partition("://")
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    login, at, hosts = rest[:end].rpartition("@")
+    if "," not in hosts:
+        return (_parse_one(text),)
+    servers: list[ConnectionSettings] = []
+    for host in hosts.split(","):
+        if not host.strip():
+            raise _fail("the server list has an empty entry", "separate servers by one comma")
+        server = _parse_one(f"{scheme}://{login}{at}{host.strip()}{rest[end:]}")
+        if any(s.address == server.address for s in servers):
+            raise _fail(
+                f"server {server.address} is listed twice", "name each server of the source once"
+            )
+        servers.append(server)
+    return tuple(servers)
+
+
+def parse_dsn(dsn: str) -> ConnectionSettings:
+    """The first server of a DSN (see ``parse_servers``): where a read starts."""
+    return parse_servers(dsn)[0]
+
+
+def redact_servers(servers: tuple[ConnectionSettings, ...]) -> str:
+    """A DSN of every server with the password masked: safe to print and log."""
+    return ",".join([servers[0].redacted, *(s.address for s in servers[1:])])
+
+
+def _parse_one(text: str) -> ConnectionSettings:
     try:
         parts = urlsplit(text)
         port = parts.port
@@ -126,7 +167,7 @@ def parse_dsn(dsn: str) -> ConnectionSettings:
 def redact_dsn(dsn: str) -> str:
     """The DSN with its password masked, or a placeholder when it does not parse."""
     try:
-        return parse_dsn(dsn).redacted
+        return redact_servers(parse_servers(dsn))
     except DsnError:
         return "<invalid DSN>"
 
@@ -174,15 +215,21 @@ class SourceSpec:
                 "write each as db.table, globs allowed (shop.*, *.orders)",
                 setting="tables",
             )
-        parse_dsn(self.dsn)
+        parse_servers(self.dsn)
+
+    @property
+    def servers(self) -> tuple[ConnectionSettings, ...]:
+        """Every server the DSN lists: the first, then those a failover may move to."""
+        return parse_servers(self.dsn)
 
     @property
     def connection(self) -> ConnectionSettings:
-        return parse_dsn(self.dsn)
+        """The first server."""
+        return self.servers[0]
 
     @property
     def redacted_dsn(self) -> str:
-        return self.connection.redacted
+        return redact_servers(self.servers)
 
     def matches(self, database: str, table: str) -> bool:
         """Whether ``database.table`` is captured (a pattern matches it, and it is no

@@ -37,15 +37,21 @@ import pymysql.cursors
 
 from dbus_fn.capture._declared_types import declared_type
 from dbus_fn.capture._decode import TableDecoder
-from dbus_fn.capture._dsn import SourceSpec
+from dbus_fn.capture._dsn import ConnectionSettings, SourceSpec
 from dbus_fn.capture._events import StreamLost
+from dbus_fn.capture._failover import (
+    NoServerReady,
+    by_gtid,
+    failover_error,
+    follow,
+    follow_start,
+)
 from dbus_fn.capture._positions import (
     coordinates,
 )
 from dbus_fn.capture._replica_id import REPORT_PREFIX, check_replica_id, validate_replica_id
 from dbus_fn.capture._server import (
     ACCESS_CODES,
-    MONITOR_GRANT,
     REPLICATION_GRANT,
     SETTINGS_QUERY,
     TRANSIENT_CODES,
@@ -54,6 +60,8 @@ from dbus_fn.capture._server import (
     check_settings,
     error_code,
     error_text,
+    translate_error,
+    unreachable_error,
 )
 from dbus_fn.capture._session import Progress, ReadSession
 from dbus_fn.capture._shard import Shard
@@ -117,6 +125,7 @@ class BinlogReader:
         self.reconnects = 0
         self.connection_id: int | None = None  # the replication connection's thread id
         self._stream_logged_in = False
+        self.server_index = 0  # which of the source's servers it reads (``_failover``)
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -138,8 +147,22 @@ class BinlogReader:
 
     # -- control connection -------------------------------------------------
 
+    @property
+    def connection(self) -> ConnectionSettings:
+        """The server this reader reads: the DSN's first, or where a failover moved it."""
+        return self.spec.servers[self.server_index]
+
+    def use_server(self, index: int) -> None:
+        """Read server ``index`` of the source from now on (``_failover.move``)."""
+        self._close_control()
+        self.server_index = index
+        self._server = None
+        self._checked = False
+        self._decoders.clear()  # table ids name table maps of one server's binlog
+        self._read_file, self._read_pos = None, 0
+
     def _connect(self, **extra: Any) -> Any:
-        settings = self.spec.connection.pymysql_kwargs(
+        settings = self.connection.pymysql_kwargs(
             connect_timeout=self.connect_timeout, autocommit=True, **extra
         )
         try:
@@ -148,45 +171,14 @@ class BinlogReader:
             raise self._translate(exc, doing="connecting") from None
         except OSError as exc:
             raise self._unreachable(exc) from None
-        self.spec.connection.remember_tls(connection)
+        self.connection.remember_tls(connection)
         return connection
 
     def _unreachable(self, exc: BaseException) -> SourceUnreachableError:
-        return SourceUnreachableError(
-            f"source {self.spec.name!r} at {self.spec.redacted_dsn} is unreachable "
-            f"({error_text(exc)}); check that the server runs and the DSN's host and port",
-            source=self.spec.name,
-        )
+        return unreachable_error(self.spec.name, self.connection, exc)
 
     def _translate(self, exc: BaseException, *, doing: str) -> SourceError:
-        code, text = error_code(exc), error_text(exc)
-        name, dsn = self.spec.name, self.spec.redacted_dsn
-        if code in (1045, 1698):
-            return SourceAccessError(
-                f"source {name!r} ({dsn}) refused the login: {text}; "
-                "check the DSN's user and password",
-                source=name,
-            )
-        if code in ACCESS_CODES:
-            grant = (
-                MONITOR_GRANT
-                if "MONITOR" in text.upper() or "CLIENT" in text.upper()
-                else (
-                    REPLICATION_GRANT
-                    if "REPLICA" in text.upper() or "SLAVE" in text.upper()
-                    else f"{REPLICATION_GRANT}, {MONITOR_GRANT}"
-                )
-            )
-            user = self.spec.connection.user
-            return SourceAccessError(
-                f"source {name!r}: user {user!r} lacks a privilege for {doing} ({text}); "
-                f"run on the source: GRANT {grant.split(' (')[0]} ON *.* TO '{user}'@'<host>'",
-                source=name,
-                grant=grant,
-            )
-        if code in TRANSIENT_CODES or code is None:
-            return self._unreachable(exc)
-        return SourceError(f"source {name!r}: {doing} failed: [{code}] {text}", source=name)
+        return translate_error(self.spec.name, self.connection, exc, doing=doing)
 
     def _query(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -299,6 +291,8 @@ class BinlogReader:
     ) -> BinlogPosition:
         """Turn ``"earliest"``, ``"latest"`` or a position into a checked start position
         (see ``_start``)."""
+        if len(self.spec.servers) > 1:  # first, the server to start on (``_failover``)
+            start = follow_start(self, start)
         return resolve_start(self, start, fill_gtid=fill_gtid)
 
     def _check_replica_id(self) -> None:
@@ -467,9 +461,12 @@ class BinlogReader:
             if stop is not None and stop.file and coordinates(stop) <= coordinates(snapshot_end):
                 return
             start = snapshot_end
+        several = len(self.spec.servers) > 1  # resumes by GTID (``_failover``)
         # Checked on every read; the GTID state is not looked up here (BINLOG_GTID_POS
         # scans the file), so positions without one resume by file and offset only.
-        begin = self.resolve_start(start, fill_gtid=False)
+        begin = self.resolve_start(start, fill_gtid=several)
+        if several and begin.gtid:
+            begin = by_gtid(self, begin)
         if (
             stop is not None
             and begin.file
@@ -512,15 +509,22 @@ class BinlogReader:
             last_item = max(last_item, progress.last_item)
             if progress.events:
                 last_success, backoff = time.monotonic(), 0.2
-            if not self._connected_once:
+            if not self._connected_once and not several:
                 raise self._unreachable(failure) from None
+            self._end_lost_dump()
+            if several:
+                try:
+                    committed = follow(self, committed, error_text(failure)) or committed
+                except NoServerReady as exc:
+                    if exc.behind and time.monotonic() - last_success > self.reconnect_for:
+                        raise failover_error(self, committed, str(exc)) from None
+                    failure = exc
             if time.monotonic() - last_success > self.reconnect_for:
                 raise SourceError(
                     f"source {self.spec.name!r}: no binlog for {self.reconnect_for:.0f}s "
                     f"({error_text(failure)}); resume from {committed} once the server is back",
                     source=self.spec.name,
                 ) from None
-            self._end_lost_dump()
             delay = backoff * (0.75 + random.random() / 2)
             if idle_timeout is not None and time.monotonic() + delay - last_item > idle_timeout:
                 return
@@ -556,7 +560,7 @@ class BinlogReader:
         yield from read_snapshot(self)
 
     def _replication_refused(self, exc: BaseException) -> SourceAccessError:
-        user = self.spec.connection.user
+        user = self.connection.user
         return SourceAccessError(
             f"source {self.spec.name!r}: user {user!r} may not read the binlog "
             f"({error_text(exc)}); run on the source: "

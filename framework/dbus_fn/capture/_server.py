@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dbus_fn.errors import SourceError
+from dbus_fn.capture._dsn import ConnectionSettings
+from dbus_fn.errors import SourceAccessError, SourceError, SourceUnreachableError
 
 REPLICATION_GRANT = "REPLICATION SLAVE"
 MONITOR_GRANT = "BINLOG MONITOR (MariaDB; REPLICATION CLIENT on MySQL)"
@@ -62,6 +63,49 @@ def error_text(exc: BaseException) -> str:
     if len(args) >= 2:
         return str(args[1])
     return str(exc) or type(exc).__name__
+
+
+def unreachable_error(
+    name: str, server: ConnectionSettings, exc: BaseException
+) -> SourceUnreachableError:
+    return SourceUnreachableError(
+        f"source {name!r} at {server.redacted} is unreachable "
+        f"({error_text(exc)}); check that the server runs and the DSN's host and port",
+        source=name,
+    )
+
+
+def translate_error(
+    name: str, server: ConnectionSettings, exc: BaseException, *, doing: str
+) -> SourceError:
+    """A server's error while ``doing`` something, as the one line a user can act on."""
+    code, text = error_code(exc), error_text(exc)
+    if code in (1045, 1698):
+        return SourceAccessError(
+            f"source {name!r} ({server.redacted}) refused the login: {text}; "
+            "check the DSN's user and password",
+            source=name,
+        )
+    if code in ACCESS_CODES:
+        grant = (
+            MONITOR_GRANT
+            if "MONITOR" in text.upper() or "CLIENT" in text.upper()
+            else (
+                REPLICATION_GRANT
+                if "REPLICA" in text.upper() or "SLAVE" in text.upper()
+                else f"{REPLICATION_GRANT}, {MONITOR_GRANT}"
+            )
+        )
+        user = server.user
+        return SourceAccessError(
+            f"source {name!r}: user {user!r} lacks a privilege for {doing} ({text}); "
+            f"run on the source: GRANT {grant.split(' (')[0]} ON *.* TO '{user}'@'<host>'",
+            source=name,
+            grant=grant,
+        )
+    if code in TRANSIENT_CODES or code is None:
+        return unreachable_error(name, server, exc)
+    return SourceError(f"source {name!r}: {doing} failed: [{code}] {text}", source=name)
 
 
 def check_settings(name: str, variables: dict[str, str]) -> None:

@@ -50,6 +50,7 @@ from dbus_fn.capture._events import (
     StreamLost,
     events,
 )
+from dbus_fn.capture._failover import PRIMARY_CHECK_SECONDS, better_server
 from dbus_fn.capture._positions import (
     MariadbGtid,
     coordinates,
@@ -192,7 +193,7 @@ class ReadSession:
                 return connection
             return pymysql.connect(**settings)
 
-        settings = self.reader.spec.connection.pymysql_kwargs(
+        settings = self.reader.connection.pymysql_kwargs(
             connect_timeout=self.reader.connect_timeout, read_timeout=self.reader.stall_timeout
         )
         common: dict[str, Any] = {
@@ -267,6 +268,16 @@ class ReadSession:
         now = time.monotonic
         failed = False
         incoming = events(stream, tables)
+        watch = len(reader.spec.servers) > 1  # a source that may fail over (``_failover``)
+        next_check = now() + PRIMARY_CHECK_SECONDS
+
+        def check_primary() -> float:
+            """End this session when another server should be read: the reader moves
+            there. Returns when to check next."""
+            why = better_server(reader, progress.committed)
+            if why is not None:
+                raise StreamLost(why)
+            return now() + PRIMARY_CHECK_SECONDS
         try:
             while True:
                 try:
@@ -281,6 +292,8 @@ class ReadSession:
                 progress.events += 1
                 if kind == HEARTBEAT:
                     reader._caught_up = True
+                    if watch and now() >= next_check:
+                        next_check = check_primary()
                     if idle_timeout is not None and now() - last_item >= idle_timeout:
                         return
                     # `stop` may be where no transaction ends (a fresh binlog file after
@@ -405,6 +418,8 @@ class ReadSession:
                 txn_start = end
                 if rows_in_commit:  # commits of other tables are not activity
                     last_item = progress.last_item = now()
+                if watch and now() >= next_check:
+                    next_check = check_primary()
                 if (
                     stop_at is not None
                     and (file_seq, end) >= stop_at

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from dbus_fn.capture import (
     SourceSpec,
-    parse_dsn,
+    parse_servers,
     position_from_json,
     position_to_json,
     replica_id_for,
@@ -276,12 +276,13 @@ class ConfigFile:
 def _public_dsn(dsn: str) -> str:
     """``dsn`` without its password (as it is when it has none)."""
     try:
-        settings = parse_dsn(dsn)
+        first, *others = parse_servers(dsn)
     except DsnError:
         return "<invalid DSN>"
-    if not settings.password:
+    if not first.password:
         return dsn
-    return f"{settings.scheme}://{quote(settings.user, safe='')}@{settings.host}:{settings.port}"
+    public = f"{first.scheme}://{quote(first.user, safe='')}@{first.address}"
+    return ",".join([public, *(server.address for server in others)])
 
 
 def _binding_to_json(binding: SourceBinding) -> dict[str, Any]:

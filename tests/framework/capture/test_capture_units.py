@@ -14,6 +14,7 @@ from dbus_fn.capture import (
     parse_gtid,
     parse_gtid_state,
     parse_position,
+    parse_servers,
     position_from_json,
     position_to_json,
     redact_dsn,
@@ -42,6 +43,35 @@ def test_bad_dsns_are_dsn_errors_without_the_password(dsn: str) -> None:
         parse_dsn(dsn)
     assert caught.value.exit_code == 2 and "\n" not in str(caught.value)
     assert redact_dsn(dsn) == "<invalid DSN>"
+
+
+def test_a_dsn_may_list_several_servers_sharing_its_login() -> None:
+    dsn = "mariadb://app:s3cret@db1:3307, db2 ,[::1]:3309"
+    servers = parse_servers(dsn)
+    assert [(s.host, s.port) for s in servers] == [("db1", 3307), ("db2", 3306), ("::1", 3309)]
+    assert {(s.user, s.password, s.scheme) for s in servers} == {("app", "s3cret", "mariadb")}
+    assert parse_dsn(dsn) == servers[0]
+    assert redact_dsn(dsn) == "mariadb://app:***@db1:3307,db2:3306,[::1]:3309"
+    spec = SourceSpec("shop", dsn)
+    assert spec.servers == servers and "s3cret" not in repr(spec)
+    assert spec.redacted_dsn == redact_dsn(dsn)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "problem"),
+    [
+        ("mysql://u:s3cret@db1:3306,,db2", "the server list has an empty entry"),
+        ("mysql://u:s3cret@db1:3306,db1", "server db1:3306 is listed twice"),
+        ("mysql://u:s3cret@db1,db2:x", "the port is not a number from 1 to 65535"),
+        ("mysql://u:s3cret@db1,db2/shop", "a database path is not supported"),
+    ],
+)
+def test_a_bad_server_list_is_one_line_naming_the_entry(dsn: str, problem: str) -> None:
+    with pytest.raises(DsnError) as caught:
+        SourceSpec("shop", dsn)
+    message = str(caught.value)
+    assert problem in message and "s3cret" not in message and "\n" not in message
+    assert caught.value.exit_code == 2
 
 
 def test_source_spec_hides_the_password_pickles_and_validates() -> None:
@@ -173,3 +203,19 @@ def test_a_server_writing_compressed_events_is_refused_clearly() -> None:
 )
 def test_a_gtid_state_is_written_domain_by_domain_in_order(text: str, written: str | None) -> None:
     assert format_gtid_state(parse_gtid_state(text)) == written
+
+
+def test_a_server_has_committed_gtids_only_from_their_own_server_ids() -> None:
+    from dbus_fn.capture._failover import binlog_state, missing
+
+    state = binlog_state("0-1-308,0-2-320,\n1-5-7")
+    assert state == {(0, 1): 308, (0, 2): 320, (1, 5): 7}
+    assert missing(parse_gtid_state("0-1-308,1-5-7"), state) == []
+    assert missing(parse_gtid_state("0-2-300"), state) == []
+    # A promoted replica that never received 0-1-309 logs 0-2-309 and later ones:
+    # a higher sequence number in the domain is not the transaction.
+    assert [str(g) for g in missing(parse_gtid_state("0-1-309,1-5-8"), state)] == [
+        "0-1-309",
+        "1-5-8",
+    ]
+    assert [str(g) for g in missing(parse_gtid_state("2-1-1"), state)] == ["2-1-1"]

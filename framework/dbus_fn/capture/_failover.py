@@ -1,0 +1,233 @@
+"""Which server of a source a reader reads, and the move to another one by GTID.
+
+A DSN may list the servers of one replication topology (``_dsn``). A reader reads
+one of them; when it goes away or stops being a primary (``@@read_only`` turned
+on), the reader moves to the next server that answers and resumes after the GTID
+state of its last committed transaction: binlog files and offsets name places in
+one server's binlog only, so a source of several servers always resumes by GTID.
+
+A server is chosen only when its binlog holds every transaction the reader has
+committed: a writable server before a read-only one, else in the DSN's order. A
+server behind the reader may still be applying its relay log, so the choice is
+asked again with the reader's backoff; past ``reconnect_for`` the reader raises
+``failover_error``, which names the missing transactions and the ways on. Nothing
+is ever skipped silently.
+
+MariaDB only: MySQL GTID sets are not read back here, and a source of several
+servers on MySQL is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pymysql
+
+from dbus_fn.capture._dsn import ConnectionSettings
+from dbus_fn.capture._positions import MariadbGtid, parse_gtid, parse_gtid_state
+from dbus_fn.capture._server import error_text
+from dbus_fn.errors import ConfigError, PositionError, SourceUnreachableError
+from dbus_fn.events import BinlogPosition
+
+if TYPE_CHECKING:
+    from dbus_fn.capture._reader import BinlogReader
+
+log = logging.getLogger("dbus_fn.capture")
+
+PRIMARY_CHECK_SECONDS = 5.0
+"""How often a reader of several servers asks whether its server is still writable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One server as a quick connection found it."""
+
+    index: int
+    settings: ConnectionSettings
+    writable: bool
+    binlog_state: dict[tuple[int, int], int]
+    """``@@gtid_binlog_state``: per (domain, server_id), the last sequence number logged."""
+    is_mariadb: bool
+
+
+class NoServerReady(Exception):
+    """No server of the source can take the read now (none answers, or each is behind)."""
+
+    def __init__(self, why: str, behind: list[tuple[Probe, list[MariadbGtid]]]) -> None:
+        super().__init__(why)
+        self.behind = behind
+
+
+def probe(reader: BinlogReader, index: int) -> Probe:
+    """Connect to server ``index`` of the reader's source and read what choosing needs;
+    ``OSError`` or ``pymysql`` errors when it does not answer."""
+    settings = reader.spec.servers[index]
+    connection = pymysql.connect(
+        **settings.pymysql_kwargs(connect_timeout=reader.connect_timeout, autocommit=True)
+    )
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT @@GLOBAL.read_only, @@version")
+            read_only, version = cursor.fetchone()
+            is_mariadb = "mariadb" in str(version).lower()
+            state = ""
+            if is_mariadb:
+                cursor.execute("SELECT @@GLOBAL.gtid_binlog_state")
+                state = str(cursor.fetchone()[0] or "")
+    finally:
+        with contextlib.suppress(Exception):
+            connection.close()
+    return Probe(index, settings, not int(read_only), binlog_state(state), is_mariadb)
+
+
+def binlog_state(text: str) -> dict[tuple[int, int], int]:
+    """``@@gtid_binlog_state`` (``0-1-14,0-2-20``) as (domain, server_id) -> sequence."""
+    found: dict[tuple[int, int], int] = {}
+    for part in text.replace("\n", "").split(","):
+        if part.strip():
+            gtid = parse_gtid(part)
+            if isinstance(gtid, MariadbGtid):
+                found[(gtid.domain, gtid.server)] = gtid.sequence
+    return found
+
+
+def missing(
+    committed: dict[int, MariadbGtid], state: dict[tuple[int, int], int]
+) -> list[MariadbGtid]:
+    """The newest committed GTID of each domain that the server's binlog lacks.
+
+    Sequence numbers alone do not tell: a replica that never received ``0-1-308``
+    logs ``0-2-308`` once promoted. So the GTID's own server must have reached it.
+    """
+    return [
+        gtid
+        for _, gtid in sorted(committed.items())
+        if state.get((gtid.domain, gtid.server), -1) < gtid.sequence
+    ]
+
+
+def choose(reader: BinlogReader, committed: BinlogPosition | None) -> Probe:
+    """The server to read from now: every server is asked, the current one first.
+
+    ``committed`` is where the read resumes (None: a read that has not started,
+    which any server may take). Raises ``NoServerReady`` when none can take it.
+    """
+    servers = reader.spec.servers
+    order = [(reader.server_index + step) % len(servers) for step in range(len(servers))]
+    answered: list[Probe] = []
+    failures: list[str] = []
+    for index in order:
+        try:
+            answered.append(probe(reader, index))
+        except (pymysql.err.MySQLError, OSError) as exc:
+            failures.append(f"{servers[index].address}: {error_text(exc)}")
+    if not answered:
+        raise NoServerReady("no server answers (" + "; ".join(failures) + ")", [])
+    if not all(p.is_mariadb for p in answered):
+        raise ConfigError(
+            f"source {reader.spec.name!r} lists several servers, and following a failover "
+            "by GTID is supported on MariaDB only; list one MySQL server",
+            setting="dsn",
+        )
+    state = parse_gtid_state(committed.gtid) if committed is not None else {}
+    behind: list[tuple[Probe, list[MariadbGtid]]] = []
+    for found in sorted(answered, key=lambda p: not p.writable):  # stable: order kept
+        lacking = missing(state, found.binlog_state)
+        if not lacking:
+            return found
+        behind.append((found, lacking))
+    return_why = ", ".join(f"{p.settings.address} lacks {g[0]}" for p, g in behind)
+    raise NoServerReady(f"every server that answers is behind ({return_why})", behind)
+
+
+def follow(
+    reader: BinlogReader, committed: BinlogPosition | None, why: str = ""
+) -> BinlogPosition | None:
+    """Point the reader at the server ``choose`` picks, after a fault (``why``) or at a
+    read's start (``committed``: its start position, if one). Returns where to resume:
+    ``committed`` as it is on the same server, by its GTID state alone on another.
+
+    At the start, no server ready is an error at once: unreachable, or behind.
+    """
+    try:
+        found = choose(reader, committed)
+    except NoServerReady as exc:
+        if why:
+            raise
+        if exc.behind and committed is not None:
+            raise failover_error(reader, committed, str(exc)) from None
+        raise SourceUnreachableError(
+            f"source {reader.spec.name!r} at {reader.spec.redacted_dsn}: {exc}; "
+            "check that a server runs and the DSN's hosts and ports",
+            source=reader.spec.name,
+        ) from None
+    if found.index == reader.server_index:
+        return committed
+    before = reader.connection.address
+    reader.use_server(found.index)
+    log.warning(
+        "source %s: reading %s instead of %s (%s)%s",
+        reader.spec.name,
+        found.settings.address,
+        before,
+        why or "it does not answer",
+        f"; resuming after GTID {committed.gtid}" if committed is not None else "",
+    )
+    return by_gtid(reader, committed) if committed is not None else None
+
+
+def follow_start(reader: BinlogReader, start: str | BinlogPosition) -> str | BinlogPosition:
+    """Choose the server a read of several servers starts on; its start, by GTID state
+    when it has one (a file and offset may name another server's binlog)."""
+    if not isinstance(start, BinlogPosition):
+        follow(reader, None)
+        return start
+    at = by_gtid(reader, start) if start.gtid else start
+    follow(reader, at)
+    return at
+
+
+def by_gtid(reader: BinlogReader, position: BinlogPosition) -> BinlogPosition:
+    """``position`` as a source of several servers resumes: by its GTID state alone."""
+    if not position.gtid:
+        raise PositionError(
+            f"source {reader.spec.name!r} lists several servers and resumes by GTID, but "
+            f"position {position} has none; start from a GTID state (0-1-14), "
+            "--from latest or --from snapshot",
+            source=reader.spec.name,
+            position=str(position),
+        )
+    return BinlogPosition("", 0, position.gtid)
+
+
+def failover_error(reader: BinlogReader, committed: BinlogPosition, why: str) -> PositionError:
+    """No server of the source could take the read for ``reconnect_for`` seconds."""
+    return PositionError(
+        f"source {reader.spec.name!r}: no server can resume after GTID {committed.gtid}: {why}; "
+        "wait for a replica to apply what it lacks and start the read again, or accept the "
+        "loss: start from the server's position (--from latest) and backfill the tables "
+        "(dbus fn backfill)",
+        source=reader.spec.name,
+        position=str(committed),
+    )
+
+
+def better_server(reader: BinlogReader, committed: BinlogPosition) -> str | None:
+    """Why the reader should move now, else None: its server turned read-only and
+    another one, writable, holds every transaction the reader committed."""
+    try:
+        rows = reader._query("SELECT @@GLOBAL.read_only")
+    except (pymysql.err.MySQLError, OSError):
+        return None  # a server that does not answer is the replication connection's fault
+    if not int(rows[0][0]):
+        return None
+    try:
+        found = choose(reader, committed)
+    except NoServerReady:
+        return None
+    if found.index == reader.server_index or not found.writable:
+        return None
+    return f"{reader.connection.address} is read-only and {found.settings.address} writable"

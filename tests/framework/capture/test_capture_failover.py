@@ -1,0 +1,237 @@
+"""A source of several servers follows a failover by GTID.
+
+Each test runs its own primary and replica (``dbus services up mariadb
+mariadb-replica`` in a private home on free ports), so killing the primary touches
+no other test. The replica replicates by GTID with ``log_slave_updates``.
+
+The load's writer holds between two commits while the primary is killed, once the
+replica has every commit: with asynchronous replication, a transaction committed
+on the primary the instant before it dies may reach the reader and never the
+replica. The reader then refuses to go on (the missing-transactions test below),
+which is right, but would make the kill's moment decide the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from support import free_ports, wait_for
+
+from dbus_deploy.services import (
+    PORT_VARIABLES,
+    Endpoints,
+    ServicesConfig,
+    down,
+    endpoints,
+    load_config,
+    up,
+)
+from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
+from dbus_fn.errors import PositionError, SourceUnreachableError
+from dbus_fn.events import BinlogPosition, RowChange
+
+pytestmark = pytest.mark.integration
+
+TABLE = "shop.orders"
+
+
+@dataclass
+class Pair:
+    """A private primary and its replica."""
+
+    config: ServicesConfig
+    endpoints: Endpoints
+
+    def primary(self) -> Any:
+        return self.endpoints.mariadb.connect()
+
+    def replica(self) -> Any:
+        return self.endpoints.mariadb_replica.connect()
+
+    def kill_primary(self) -> None:
+        pid = int((self.config.service_dir("mariadb") / "mariadb.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+
+    def promote_replica(self) -> None:
+        """What a failover tool does: let the replica apply what it received, then make
+        it a writable primary."""
+        with self.replica() as connection, connection.cursor(pymysql.cursors.DictCursor) as cur:
+
+            def applied() -> bool:
+                cur.execute("SHOW SLAVE STATUS")
+                status = cur.fetchone()
+                return "read all relay log" in status["Slave_SQL_Running_State"]
+
+            wait_for(applied, 30, "the replica to apply its relay log")
+            cur.execute("STOP SLAVE")
+            cur.execute("RESET SLAVE ALL")
+            cur.execute("SET GLOBAL read_only = OFF")
+
+    def caught_up(self) -> None:
+        wait_for(
+            lambda: self.gtid(self.replica()) == self.gtid(self.primary()),
+            30,
+            "the replica to apply every commit of the primary",
+        )
+
+    def gtid(self, connection: Any) -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT @@gtid_binlog_pos")
+            return str(cursor.fetchone()[0])
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    env = dict(os.environ)
+    env["DBUS_HOME"] = str(tmp_path / "home")
+    env.update(zip(PORT_VARIABLES, map(str, free_ports(len(PORT_VARIABLES))), strict=True))
+    config = load_config(env)
+    up(["mariadb", "mariadb-replica"], config=config)
+    try:
+        found = Pair(config, endpoints(config))
+        with found.primary() as connection, connection.cursor() as cursor:
+            cursor.execute("CREATE DATABASE shop")
+            cursor.execute(
+                "CREATE TABLE shop.orders (id INT PRIMARY KEY, note VARCHAR(40) NOT NULL)"
+            )
+        found.caught_up()
+        yield found
+    finally:
+        down(config=config)
+
+
+@dataclass
+class Load:
+    """Inserts rows one by one into the primary; after a failover, into the replica."""
+
+    pair: Pair
+    promoted: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
+    between_commits: threading.Lock = field(default_factory=threading.Lock)
+    written: int = 0
+
+    def run(self) -> None:
+        connection = self.pair.primary()
+        next_id = 1
+        while not self.stop.is_set():
+            try:
+                with self.between_commits, connection.cursor() as cursor:
+                    cursor.execute(
+                        "INSERT INTO shop.orders VALUES (%s, %s)", (next_id, f"order {next_id}")
+                    )
+            except (pymysql.err.OperationalError, pymysql.err.InterfaceError):
+                self.promoted.wait(60)
+                connection = self.pair.replica()
+                continue  # the same row again, on the new primary
+            next_id += 1
+            self.written = next_id - 1
+            time.sleep(0.002)
+
+
+def table_rows(connection: Any) -> dict[int, str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, note FROM shop.orders")
+        return dict(cursor.fetchall())
+
+
+def test_source_tail_follows_a_killed_primary_to_its_promoted_replica(pair: Pair) -> None:
+    dbus_command = Path(sys.executable).parent / "dbus"
+    start = pair.gtid(pair.primary())
+    tail = subprocess.Popen(
+        [str(dbus_command), "source", "tail", pair.endpoints.failover_dsn, "--tables", TABLE,
+         "--from", start, "--idle-timeout", "15", "--no-commits",
+         "--server-id", str(replica_id_for(f"test/{uuid.uuid4()}"))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    load = Load(pair)
+    writer = threading.Thread(target=load.run)
+    writer.start()
+    try:
+        wait_for(lambda: load.written >= 300, 60, "300 rows on the primary")
+        with load.between_commits:
+            pair.caught_up()
+            pair.kill_primary()
+        pair.promote_replica()
+        load.promoted.set()
+        written = load.written
+        wait_for(lambda: load.written >= written + 300, 60, "300 rows on the new primary")
+    finally:
+        load.stop.set()
+        writer.join(30)
+    out, err = tail.communicate(timeout=120)
+    assert tail.returncode == 0, err.decode()
+    seen: dict[int, list[str]] = {}
+    for line in out.splitlines():
+        event = json.loads(line)
+        seen.setdefault(event["data"]["after"]["id"], []).append(event["data"]["after"]["note"])
+    table = table_rows(pair.replica())
+    assert set(seen) == set(table), "every row of the promoted replica's table, no other"
+    assert all(notes == [table[key]] for key, notes in seen.items()), "each row once, as it is"
+    assert b"reading 127.0.0.1" in err, err.decode()  # the move was said, in one line
+
+
+def test_a_reader_moves_to_the_replica_when_the_primary_turns_read_only(pair: Pair) -> None:
+    spec = SourceSpec("shop", pair.endpoints.failover_dsn, (TABLE,))
+    reader = BinlogReader(spec, replica_id_for(f"test/{uuid.uuid4()}"), heartbeat=0.2)
+    start = reader.resolve_start("latest")
+    assert reader.server_index == 0
+    with pair.primary() as connection, connection.cursor() as cursor:
+        cursor.execute("INSERT INTO shop.orders VALUES (1, 'before')")
+    items = reader.read(start, idle_timeout=20)
+    first = next(item for item in items if isinstance(item, RowChange))
+    assert first.row["note"] == "before"
+    # The switch-over a failover tool makes with both servers up: the old primary
+    # becomes read-only, the replica writable, and writes go on there.
+    with pair.primary() as connection, connection.cursor() as cursor:
+        cursor.execute("SET GLOBAL read_only = ON")
+    pair.promote_replica()
+    with pair.replica() as connection, connection.cursor() as cursor:
+        cursor.execute("INSERT INTO shop.orders VALUES (2, 'after')")
+    second = next(item for item in items if isinstance(item, RowChange))
+    assert (second.row["note"], reader.server_index) == ("after", 1)
+    reader.close()
+
+
+def test_a_replica_missing_committed_transactions_is_one_clear_error(pair: Pair) -> None:
+    with pair.replica() as connection, connection.cursor() as cursor:
+        cursor.execute("STOP SLAVE")  # the replica falls behind for good
+    with pair.primary() as connection, connection.cursor() as cursor:
+        cursor.execute("INSERT INTO shop.orders VALUES (1, 'only on the primary')")
+    committed = pair.gtid(pair.primary())
+    pair.kill_primary()
+    spec = SourceSpec("shop", pair.endpoints.failover_dsn, (TABLE,))
+    reader = BinlogReader(spec, replica_id_for(f"test/{uuid.uuid4()}"), reconnect_for=2)
+    with pytest.raises(PositionError) as caught:
+        list(reader.read(BinlogPosition("", 0, committed), idle_timeout=5))
+    message = str(caught.value)
+    assert f"no server can resume after GTID {committed}" in message
+    assert f"{pair.endpoints.mariadb_replica.port} lacks {committed}" in message
+    assert "dbus fn backfill" in message and "\n" not in message
+    assert caught.value.exit_code != 0
+
+
+def test_a_source_whose_servers_all_fail_names_each(pair: Pair) -> None:
+    pair.kill_primary()
+    with pair.replica() as connection, connection.cursor() as cursor:
+        cursor.execute("SHUTDOWN")
+    spec = SourceSpec("shop", pair.endpoints.failover_dsn, (TABLE,))
+    reader = BinlogReader(spec, replica_id_for(f"test/{uuid.uuid4()}"))
+    with pytest.raises(SourceUnreachableError) as caught:
+        reader.resolve_start("latest")
+    message = str(caught.value)
+    assert "no server answers" in message and message.count("127.0.0.1:") == 4
+    assert "dbus:dbus" not in message and "\n" not in message
+
