@@ -29,7 +29,7 @@ MARIADB_PASSWORD: Final = "dbus"
 
 PORTS: tuple[tuple[str, str, int], ...] = (
     ("mariadb", "DBUS_MARIADB_PORT", 3306),
-    ("mariadb_replica", "DBUS_MARIADB_REPLICA_PORT", 3316),
+    ("mariadb_replica", "DBUS_MARIADB_REPLICA_PORT", 3406),
     ("zookeeper", "DBUS_ZOOKEEPER_PORT", 2181),
     ("kafka", "DBUS_KAFKA_PORT", 9092),
     ("kafka_controller", "DBUS_KAFKA_CONTROLLER_PORT", 9093),

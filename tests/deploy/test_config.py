@@ -19,7 +19,7 @@ def test_defaults_use_the_usual_ports_and_a_home_for_this_checkout() -> None:
     assert load_config({}).home == config.home
     assert dict(config.ports) == {
         "mariadb": 3306,
-        "mariadb_replica": 3316,
+        "mariadb_replica": 3406,
         "zookeeper": 2181,
         "kafka": 9092,
         "kafka_controller": 9093,

@@ -173,25 +173,46 @@ def add(
     replace: bool,
     no_check: bool,
 ) -> None:
-    """Add source NAME at DSN (mysql://user:password@host:port).
+    """Add source NAME at DSN (mysql://user:password@host:port; a primary and its
+    replicas as mysql://user:password@db1:3306,db2:3306, followed by GTID when the
+    primary fails over).
 
-    The server is checked first: it answers, the user logs in and may read the
-    binlog position, and its binlog settings can be captured. Nothing is stored
-    if it fails.
+    The servers are checked first: each answers, the user logs in and may read the
+    binlog position, and its binlog settings can be captured (of several servers,
+    one that does not answer is a warning). Nothing is stored if it fails.
     """
     capture = _capture()
     spec = capture.SourceSpec(name, dsn, tables or ("*.*",), bool(keep_helper_tables))
     store = capture.SourceStore()
     if not no_check:
-        reader = _reader(spec, None)
-        try:
-            reader.server_info()
-            reader.master_position()
-        finally:
-            reader.close()
+        _check_servers(spec)
     store.add(spec, replace=replace)
     click.echo(f"added source {name!r}: {spec.redacted_dsn} tables {', '.join(spec.tables)} "
                f"(in {store.path})")  # fmt: skip
+
+
+def _check_servers(spec: Any) -> None:
+    """Every server of ``spec`` that answers lets the user in, may read its binlog
+    position and has a binlog that can be captured; of several, one may be down (a
+    failover moves past it), not all."""
+    from dbus_fn.errors import SourceUnreachableError
+
+    reader = _reader(spec, None)
+    down: list[SourceUnreachableError] = []
+    try:
+        for index in range(len(spec.servers)):
+            reader.use_server(index)
+            try:
+                reader.server_info()
+                reader.master_position()
+            except SourceUnreachableError as exc:
+                down.append(exc)
+    finally:
+        reader.close()
+    if len(down) == len(spec.servers):
+        raise down[0]
+    for away in down:
+        click.echo(f"warning: {away}", err=True)
 
 
 @source.command("list")

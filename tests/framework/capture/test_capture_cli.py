@@ -86,6 +86,20 @@ def test_a_source_that_does_not_answer_is_not_added_unless_told_not_to_check(
     assert "nowhere" in runner.invoke(cli, ["source", "list"]).output
 
 
+def test_a_source_of_several_servers_is_added_while_one_answers(
+    runner: CliRunner, fresh_database: Any
+) -> None:
+    answering = fresh_database.endpoint
+    dsn = f"{answering.dsn},127.0.0.1:1"
+    added = runner.invoke(cli, ["source", "add", "pair", dsn])
+    assert added.exit_code == 0, added.output
+    assert "warning: source 'pair' at" in added.stderr and "127.0.0.1:1" in added.stderr
+    listed = runner.invoke(cli, ["source", "list"]).output
+    assert f"{answering.user}:***@{answering.host}:{answering.port},127.0.0.1:1" in listed
+    nowhere = runner.invoke(cli, ["source", "add", "none", "mysql://u:s3cret@127.0.0.1:1,[::1]:1"])
+    assert failure(nowhere).exit_code == 3 and "s3cret" not in nowhere.output
+
+
 @pytest.mark.parametrize(
     ("dsn", "problem"),
     [

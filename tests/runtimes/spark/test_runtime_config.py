@@ -90,6 +90,14 @@ def test_a_source_that_is_not_name_equals_dsn_is_refused_without_its_password(ba
     assert "secretpw" not in str(caught.value)
 
 
+def test_a_source_of_several_servers_is_refused_until_a_runtime_follows_a_failover() -> None:
+    with pytest.raises(ConfigError) as caught:
+        _config(sources=("shop=mysql://u:secretpw@db1:3306,db2:3306",))
+    message = str(caught.value)
+    assert "source 'shop' lists 2 servers" in message and "primary alone" in message
+    assert "secretpw" not in message and "\n" not in message and caught.value.exit_code == 2
+
+
 def test_an_unreadable_config_file_names_the_file(tmp_path: Path) -> None:
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
