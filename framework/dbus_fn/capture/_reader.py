@@ -295,6 +295,14 @@ class BinlogReader:
             start = follow_start(self, start)
         return resolve_start(self, start, fill_gtid=fill_gtid)
 
+    def _checked_server(self) -> ServerInfo:
+        """The server's settings, checked, and the replica id checked against it."""
+        info = self.server_info()
+        if not self._checked:
+            self._check_replica_id()
+            self._checked = True
+        return info
+
     def _check_replica_id(self) -> None:
         info = self.server_info()
         try:
@@ -474,10 +482,7 @@ class BinlogReader:
             and coordinates(stop) <= coordinates(begin)
         ):
             return
-        info = self.server_info()
-        if not self._checked:
-            self._check_replica_id()
-            self._checked = True
+        info = self._checked_server()
         committed = begin
         replay_skip = 0  # items of an interrupted transaction already handed out
         backoff = 0.2
@@ -486,6 +491,8 @@ class BinlogReader:
         while True:
             progress = Progress(committed, replay_skip)
             try:
+                if self._server is None:  # moved to another server (``_failover``)
+                    info = self._checked_server()
                 yield from ReadSession(
                     self, info, progress, stop, idle_timeout, last_item, shard, until, catch_up
                 ).items()
@@ -504,6 +511,10 @@ class BinlogReader:
                     raise self._translate(exc, doing="reading the binlog") from None
                 failure = exc
             except (OSError, EOFError, struct.error) as exc:
+                failure = exc
+            except SourceUnreachableError as exc:  # the server moved to, asked for settings
+                if not several:
+                    raise
                 failure = exc
             committed, replay_skip = progress.committed, progress.in_transaction
             last_item = max(last_item, progress.last_item)

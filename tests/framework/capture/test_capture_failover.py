@@ -192,7 +192,7 @@ def test_a_reader_moves_to_the_replica_when_the_primary_turns_read_only(pair: Pa
         cursor.execute("INSERT INTO shop.orders VALUES (1, 'before')")
     items = reader.read(start, idle_timeout=20)
     first = next(item for item in items if isinstance(item, RowChange))
-    assert first.row["note"] == "before"
+    assert (first.row["note"], first.server_id) == ("before", "1")
     # The switch-over a failover tool makes with both servers up: the old primary
     # becomes read-only, the replica writable, and writes go on there.
     with pair.primary() as connection, connection.cursor() as cursor:
@@ -201,7 +201,7 @@ def test_a_reader_moves_to_the_replica_when_the_primary_turns_read_only(pair: Pa
     with pair.replica() as connection, connection.cursor() as cursor:
         cursor.execute("INSERT INTO shop.orders VALUES (2, 'after')")
     second = next(item for item in items if isinstance(item, RowChange))
-    assert (second.row["note"], reader.server_index) == ("after", 1)
+    assert (second.row["note"], second.server_id, reader.server_index) == ("after", "2", 1)
     reader.close()
 
 
