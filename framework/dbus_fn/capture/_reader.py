@@ -459,6 +459,8 @@ class BinlogReader:
         errors are raised at once.
         """
         if isinstance(start, str) and start.strip().lower() == "snapshot":
+            if len(self.spec.servers) > 1:
+                follow(self, None)  # the tables as a server that answers has them
             snapshot_end: BinlogPosition | None = None
             for item in self.snapshot():
                 if shard is None or type(item) is not RowChange or shard.owns(item.key):

@@ -223,6 +223,21 @@ def test_a_replica_missing_committed_transactions_is_one_clear_error(pair: Pair)
     assert caught.value.exit_code != 0
 
 
+def test_a_snapshot_of_several_servers_is_read_where_one_answers(pair: Pair) -> None:
+    with pair.primary() as connection, connection.cursor() as cursor:
+        cursor.execute("INSERT INTO shop.orders VALUES (1, 'kept')")
+    pair.caught_up()
+    pair.kill_primary()
+    spec = SourceSpec("shop", pair.endpoints.failover_dsn, (TABLE,))
+    reader = BinlogReader(spec, replica_id_for(f"test/{uuid.uuid4()}"))
+    items = list(reader.read("snapshot", idle_timeout=1))
+    assert [(i.row["id"], i.row["note"]) for i in items if isinstance(i, RowChange)] == [
+        (1, "kept")
+    ]
+    assert reader.server_index == 1
+    reader.close()
+
+
 def test_a_source_whose_servers_all_fail_names_each(pair: Pair) -> None:
     pair.kill_primary()
     with pair.replica() as connection, connection.cursor() as cursor:
