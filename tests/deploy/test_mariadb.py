@@ -7,6 +7,7 @@ import uuid
 import pymysql
 import pytest
 from scratch import scratch_database
+from support import wait_for
 
 from dbus_deploy.services import MariaDBEndpoint
 
@@ -118,3 +119,40 @@ def test_dbus_user_can_create_a_restricted_user_for_a_test(fresh_database) -> No
             restricted.close()
         finally:
             cursor.execute(f"DROP USER '{name}'@'127.0.0.1'")
+
+
+def test_the_replica_follows_the_primary_by_gtid_until_promoted(isolated) -> None:
+    from dbus_deploy.services import endpoints, up
+    from dbus_deploy.services import restart as restart_services
+
+    config = isolated()
+    up(["mariadb", "mariadb-replica"], config=config)
+    found = endpoints(config)
+    replica = found.mariadb_replica
+    assert found.failover_dsn == f"{found.mariadb.dsn},127.0.0.1:{replica.port}"
+    with found.mariadb.connect() as primary, primary.cursor() as cursor:
+        cursor.execute("CREATE DATABASE shop")
+        cursor.execute("CREATE TABLE shop.t (id INT PRIMARY KEY)")
+        cursor.execute("INSERT INTO shop.t VALUES (1)")
+        cursor.execute("SELECT @@gtid_binlog_pos")
+        (written,) = cursor.fetchone()
+
+    def replica_has_it() -> bool:
+        with replica.connect() as connection, connection.cursor() as cursor:
+            cursor.execute("SELECT @@gtid_binlog_pos")
+            return cursor.fetchone()[0] == written
+
+    wait_for(replica_has_it, 30, "the replica to log the primary's transaction")
+    with replica.connect() as connection:
+        settings = _variables(connection, "server_id", "log_slave_updates", "read_only")
+        assert settings == {"server_id": "2", "log_slave_updates": "ON", "read_only": "ON"}
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM shop.t")
+            assert cursor.fetchall() == ((1,),)
+            cursor.execute("STOP SLAVE")
+            cursor.execute("RESET SLAVE ALL")
+    # Promoted stays promoted: a restart does not point it at the primary again.
+    restart_services(["mariadb-replica"], config=config)
+    with replica.connect() as connection, connection.cursor() as cursor:
+        cursor.execute("SHOW SLAVE STATUS")
+        assert cursor.fetchall() == ()

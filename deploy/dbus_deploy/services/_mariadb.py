@@ -201,11 +201,15 @@ class MariaDBReplica(MariaDB):
             return None
         # The primary may not answer yet: the replica's I/O thread retries each second.
         primary = self.config.ports["mariadb"]
-        cursor.execute(
-            "CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %s, MASTER_USER = %s, "
-            "MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1",
-            (self.config.host, primary, USER, PASSWORD),
-        )
-        cursor.execute("START SLAVE")
+        try:
+            cursor.execute("STOP SLAVE")  # a start cut short may have left it running
+            cursor.execute(
+                "CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %s, MASTER_USER = %s, "
+                "MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1",
+                (self.config.host, primary, USER, PASSWORD),
+            )
+            cursor.execute("START SLAVE")
+        except pymysql.MySQLError as exc:
+            return f"cannot follow the primary: {exc.args[-1] if exc.args else exc}"
         self.follows.write_text(f"{self.config.host}:{primary}\n")
         return None

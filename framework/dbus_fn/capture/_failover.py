@@ -139,8 +139,8 @@ def choose(reader: BinlogReader, committed: BinlogPosition | None) -> Probe:
         if not lacking:
             return found
         behind.append((found, lacking))
-    return_why = ", ".join(f"{p.settings.address} lacks {g[0]}" for p, g in behind)
-    raise NoServerReady(f"every server that answers is behind ({return_why})", behind)
+    lacks = ", ".join(f"{p.settings.address} lacks {gtids[0]}" for p, gtids in behind)
+    raise NoServerReady(f"every server that answers is behind ({lacks})", behind)
 
 
 def follow(
