@@ -14,8 +14,6 @@ which is right, but would make the kill's moment decide the test.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -28,89 +26,20 @@ from typing import Any
 
 import pymysql
 import pytest
-from support import free_ports, wait_for
+from failover_support import TABLE, Pair, private_pair
+from support import wait_for
 
-from dbus_deploy.services import (
-    PORT_VARIABLES,
-    Endpoints,
-    ServicesConfig,
-    down,
-    endpoints,
-    load_config,
-    up,
-)
 from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 from dbus_fn.errors import PositionError, SourceUnreachableError
 from dbus_fn.events import BinlogPosition, RowChange
 
 pytestmark = pytest.mark.integration
 
-TABLE = "shop.orders"
-
-
-@dataclass
-class Pair:
-    """A private primary and its replica."""
-
-    config: ServicesConfig
-    endpoints: Endpoints
-
-    def primary(self) -> Any:
-        return self.endpoints.mariadb.connect()
-
-    def replica(self) -> Any:
-        return self.endpoints.mariadb_replica.connect()
-
-    def kill_primary(self) -> None:
-        pid = int((self.config.service_dir("mariadb") / "mariadb.pid").read_text())
-        os.kill(pid, signal.SIGKILL)
-
-    def promote_replica(self) -> None:
-        """What a failover tool does: let the replica apply what it received, then make
-        it a writable primary."""
-        with self.replica() as connection, connection.cursor(pymysql.cursors.DictCursor) as cur:
-
-            def applied() -> bool:
-                cur.execute("SHOW SLAVE STATUS")
-                status = cur.fetchone()
-                return "read all relay log" in status["Slave_SQL_Running_State"]
-
-            wait_for(applied, 30, "the replica to apply its relay log")
-            cur.execute("STOP SLAVE")
-            cur.execute("RESET SLAVE ALL")
-            cur.execute("SET GLOBAL read_only = OFF")
-
-    def caught_up(self) -> None:
-        wait_for(
-            lambda: self.gtid(self.replica()) == self.gtid(self.primary()),
-            30,
-            "the replica to apply every commit of the primary",
-        )
-
-    def gtid(self, connection: Any) -> str:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT @@gtid_binlog_pos")
-            return str(cursor.fetchone()[0])
-
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[Pair]:
-    env = dict(os.environ)
-    env["DBUS_HOME"] = str(tmp_path / "home")
-    env.update(zip(PORT_VARIABLES, map(str, free_ports(len(PORT_VARIABLES))), strict=True))
-    config = load_config(env)
-    up(["mariadb", "mariadb-replica"], config=config)
-    try:
-        found = Pair(config, endpoints(config))
-        with found.primary() as connection, connection.cursor() as cursor:
-            cursor.execute("CREATE DATABASE shop")
-            cursor.execute(
-                "CREATE TABLE shop.orders (id INT PRIMARY KEY, note VARCHAR(40) NOT NULL)"
-            )
-        found.caught_up()
+    with private_pair(tmp_path) as found:
         yield found
-    finally:
-        down(config=config)
 
 
 @dataclass
