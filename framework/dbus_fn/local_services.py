@@ -193,18 +193,22 @@ class Endpoints:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Endpoints:
         mariadb = {k: v for k, v in data["mariadb"].items() if k != "dsn"}
-        # Written before Prometheus or the replica were services: where they would be now.
-        configured = Endpoints.from_config(_configured())
         replica = {k: v for k, v in data.get("mariadb_replica", {}).items() if k != "dsn"}
+        # Written before Prometheus or the replica were services: where they would be now.
+        configured = (
+            None if replica and "prometheus" in data else Endpoints.from_config(_configured())
+        )
         return cls(
             mariadb=MariaDBEndpoint(**mariadb),
             zookeeper=ZooKeeperEndpoint(**data["zookeeper"]),
             kafka=KafkaEndpoint(**data["kafka"]),
             elasticsearch=ElasticsearchEndpoint(**data["elasticsearch"]),
             prometheus=PrometheusEndpoint(**data["prometheus"])
-            if "prometheus" in data
+            if configured is None or "prometheus" in data
             else configured.prometheus,
-            mariadb_replica=MariaDBEndpoint(**replica) if replica else configured.mariadb_replica,
+            mariadb_replica=MariaDBEndpoint(**replica)
+            if configured is None or replica
+            else configured.mariadb_replica,
         )
 
     @classmethod

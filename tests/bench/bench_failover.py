@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -61,10 +62,10 @@ def read(pair: Pair, start: str, seen: dict[int, list[float]]) -> None:
     reader.close()
 
 
-def write(connection: object, first: int, seconds: float, rate: float, at: dict[int, float]) -> int:
+def write(connection: Any, first: int, seconds: float, rate: float, at: dict[int, float]) -> int:
     """Commit one row a transaction at ``rate`` for ``seconds``; the next id."""
     next_id, began = first, time.monotonic()
-    with connection.cursor() as cursor:  # type: ignore[attr-defined]
+    with connection.cursor() as cursor:
         while time.monotonic() - began < seconds:
             cursor.execute("INSERT INTO shop.orders VALUES (%s, 'bench')", (next_id,))
             at[next_id] = time.monotonic()

@@ -198,6 +198,9 @@ class SourceSpec:
     dsn: str = field(repr=False)
     tables: tuple[str, ...] = ("*.*",)
     keep_helper_tables: bool = False
+    servers: tuple[ConnectionSettings, ...] = field(init=False, repr=False, compare=False)
+    """Every server the DSN lists, parsed once: the first, then those a failover may
+    move to."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -215,12 +218,12 @@ class SourceSpec:
                 "write each as db.table, globs allowed (shop.*, *.orders)",
                 setting="tables",
             )
-        parse_servers(self.dsn)
+        object.__setattr__(self, "servers", parse_servers(self.dsn))
 
     @property
-    def servers(self) -> tuple[ConnectionSettings, ...]:
-        """Every server the DSN lists: the first, then those a failover may move to."""
-        return parse_servers(self.dsn)
+    def fails_over(self) -> bool:
+        """Whether the DSN lists several servers: read by GTID, across a failover."""
+        return len(self.servers) > 1
 
     @property
     def connection(self) -> ConnectionSettings:

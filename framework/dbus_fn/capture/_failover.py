@@ -68,6 +68,7 @@ def probe(reader: BinlogReader, index: int) -> Probe:
     connection = pymysql.connect(
         **settings.pymysql_kwargs(connect_timeout=reader.connect_timeout, autocommit=True)
     )
+    settings.remember_tls(connection)  # probes every 5 s need no new TLS context each
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT @@GLOBAL.read_only, @@version")

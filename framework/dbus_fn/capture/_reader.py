@@ -153,7 +153,7 @@ class BinlogReader:
         return self.spec.servers[self.server_index]
 
     def use_server(self, index: int) -> None:
-        """Read server ``index`` of the source from now on (``_failover.move``)."""
+        """Read server ``index`` of the source from now on (``_failover.follow``)."""
         self._close_control()
         self.server_index = index
         self._server = None
@@ -291,7 +291,7 @@ class BinlogReader:
     ) -> BinlogPosition:
         """Turn ``"earliest"``, ``"latest"`` or a position into a checked start position
         (see ``_start``)."""
-        if len(self.spec.servers) > 1:  # first, the server to start on (``_failover``)
+        if self.spec.fails_over:  # first, the server to start on (``_failover``)
             start = follow_start(self, start)
         return resolve_start(self, start, fill_gtid=fill_gtid)
 
@@ -459,7 +459,7 @@ class BinlogReader:
         errors are raised at once.
         """
         if isinstance(start, str) and start.strip().lower() == "snapshot":
-            if len(self.spec.servers) > 1:
+            if self.spec.fails_over:
                 follow(self, None)  # the tables as a server that answers has them
             snapshot_end: BinlogPosition | None = None
             for item in self.snapshot():
@@ -471,7 +471,7 @@ class BinlogReader:
             if stop is not None and stop.file and coordinates(stop) <= coordinates(snapshot_end):
                 return
             start = snapshot_end
-        several = len(self.spec.servers) > 1  # resumes by GTID (``_failover``)
+        several = self.spec.fails_over  # resumes by GTID (``_failover``)
         # Checked on every read; the GTID state is not looked up here (BINLOG_GTID_POS
         # scans the file), so positions without one resume by file and offset only.
         begin = self.resolve_start(start, fill_gtid=several)

@@ -268,7 +268,7 @@ class ReadSession:
         now = time.monotonic
         failed = False
         incoming = events(stream, tables)
-        watch = len(reader.spec.servers) > 1  # a source that may fail over (``_failover``)
+        watch = reader.spec.fails_over  # a source that may fail over (``_failover``)
         next_check = now() + PRIMARY_CHECK_SECONDS
 
         def check_primary() -> float:
