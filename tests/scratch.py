@@ -7,6 +7,7 @@ The fixtures of ``tests/conftest.py`` wrap these; ``tests/deploy`` checks them h
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -81,11 +82,22 @@ def scratch_topic(endpoint: KafkaEndpoint) -> Iterator[str]:
     topic = unique("dbus-test").replace("_", "-")
     for future in admin.create_topics([NewTopic(topic, num_partitions=3)]).values():
         future.result(timeout=30)
+    _until_listed(admin, topic)
     try:
         yield topic
     finally:
         for future in admin.delete_topics([topic], operation_timeout=30).values():
             future.result(timeout=60)
+
+
+def _until_listed(admin: Any, topic: str) -> None:
+    """Wait until the broker's metadata lists the topic: the controller answers the
+    create first, and the broker's cache takes a moment more under load."""
+    for _ in range(120):
+        if topic in admin.list_topics(timeout=10).topics:
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"topic {topic} was created but the broker does not list it")
 
 
 @contextmanager
