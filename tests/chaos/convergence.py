@@ -521,6 +521,10 @@ class RuntimeProcess:
         run.resumed_after = min(stamps) - run.started if stamps else None
         return run.resumed_after
 
+    def has_committed(self) -> bool:
+        """Whether the current run has committed a micro-batch."""
+        return self._note_resume() is not None
+
     def wait_first_commit(self, timeout: float) -> float:
         """Wait until the current run commits a micro-batch; seconds since its spawn."""
         deadline = time.monotonic() + timeout

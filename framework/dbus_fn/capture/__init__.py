@@ -83,7 +83,9 @@ from dbus_fn.capture._dsn import (
     redact_dsn,
 )
 from dbus_fn.capture._positions import (
+    TRANSACTION_END,
     coordinates,
+    is_neutral,
     parse_gtid,
     parse_gtid_state,
     parse_position,
@@ -98,6 +100,7 @@ from dbus_fn.capture._shard import Shard
 from dbus_fn.capture._sources import SourceStore, sources_file
 
 __all__ = [
+    "TRANSACTION_END",
     "BinlogReader",
     "CaptureLag",
     "ChunkRead",
@@ -111,6 +114,7 @@ __all__ = [
     "behind",
     "chunked_table",
     "coordinates",
+    "is_neutral",
     "key_from_json",
     "key_to_json",
     "next_boundary",

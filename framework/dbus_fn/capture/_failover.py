@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING
 import pymysql
 
 from dbus_fn.capture._dsn import ConnectionSettings
-from dbus_fn.capture._positions import MariadbGtid, parse_gtid, parse_gtid_state
+from dbus_fn.capture._positions import (
+    MariadbGtid,
+    neutral_boundary,
+    parse_gtid,
+    parse_gtid_state,
+)
 from dbus_fn.capture._server import error_text
 from dbus_fn.errors import ConfigError, PositionError, SourceUnreachableError
 from dbus_fn.events import BinlogPosition
@@ -202,6 +207,38 @@ def by_gtid(reader: BinlogReader, position: BinlogPosition) -> BinlogPosition:
             position=str(position),
         )
     return BinlogPosition("", 0, position.gtid)
+
+
+def neutral_end(reader: BinlogReader) -> BinlogPosition:
+    """Where the stream of a source of several servers ends now: the GTID state of the
+    server the reader asks, as a server-neutral boundary (``_positions``). A server
+    that does not answer, or that turned read-only while another writable one holds
+    everything, is left for the one ``choose`` picks."""
+    why = ""
+    for _ in range(len(reader.spec.servers) + 1):
+        try:
+            rows = reader._sql("SELECT @@GLOBAL.gtid_binlog_pos, @@GLOBAL.read_only",
+                               doing="reading the GTID state")  # fmt: skip
+        except SourceUnreachableError as exc:
+            why = str(exc)
+        else:
+            state = str(rows[0][0]) if rows and rows[0][0] else None
+            moved = better_server(reader, BinlogPosition("", 0, state)) if int(rows[0][1]) else None
+            if moved is None:
+                return neutral_boundary(state)
+            why = moved
+        try:
+            follow(reader, None, why)
+        except NoServerReady as exc:
+            raise SourceUnreachableError(
+                f"source {reader.spec.name!r} at {reader.spec.redacted_dsn}: {exc}",
+                source=reader.spec.name,
+            ) from None
+    raise SourceUnreachableError(
+        f"source {reader.spec.name!r} at {reader.spec.redacted_dsn}: no server kept answering "
+        f"({why}); check that a server runs and the DSN's hosts and ports",
+        source=reader.spec.name,
+    )
 
 
 def failover_error(reader: BinlogReader, committed: BinlogPosition, why: str) -> PositionError:

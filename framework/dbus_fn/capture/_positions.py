@@ -3,6 +3,14 @@
 MariaDB GTIDs are ``domain-server-seq``; a server's position is a *state*, one
 GTID per replication domain (``0-1-14,1-2-3``), as in ``@@gtid_binlog_pos``.
 MySQL GTIDs are ``uuid:n``; they are parsed and carried, not used to resume.
+
+A source of several servers (``_failover``) hands out *server-neutral* positions:
+file and offset name one server's binlog only, and its reads move between
+servers. Such a position's file is ``gtid.N``, N the transaction's place in the
+replication stream (the sum of its GTID state's sequence numbers, one more with
+each transaction on any server); its offset is the change's place inside the
+transaction (rows handed out before it), or ``TRANSACTION_END`` at a boundary.
+``coordinates`` orders them like any other; the GTID is carried as always.
 """
 
 from __future__ import annotations
@@ -85,6 +93,35 @@ def file_sequence(name: str) -> tuple[str, int]:
     if not match:
         return name, -1
     return match.group(1), int(match.group(2))
+
+
+NEUTRAL_FILE = "gtid."
+"""The file of a server-neutral position (module docstring)."""
+
+TRANSACTION_END = (1 << 25) - 1
+"""The offset of a server-neutral position at a transaction boundary: after every
+change of it (a transaction of more changes than this cannot be ordered inside)."""
+
+
+def gtid_total(state: dict[int, MariadbGtid]) -> int:
+    """A GTID state's place in the replication stream: its sequence numbers' sum."""
+    return sum(gtid.sequence for gtid in state.values())
+
+
+def neutral_position(total: int, pos: int, gtid: str | None) -> BinlogPosition:
+    """A server-neutral position of a change (module docstring): its transaction's
+    place ``total`` in the stream and its place ``pos`` inside the transaction."""
+    return BinlogPosition(f"{NEUTRAL_FILE}{total}", min(pos, TRANSACTION_END - 1), gtid)
+
+
+def neutral_boundary(gtid_state: str | None) -> BinlogPosition:
+    """The server-neutral position of a transaction boundary, from its GTID state."""
+    total = gtid_total(parse_gtid_state(gtid_state))
+    return BinlogPosition(f"{NEUTRAL_FILE}{total}", TRANSACTION_END, gtid_state)
+
+
+def is_neutral(position: BinlogPosition) -> bool:
+    return position.file.startswith(NEUTRAL_FILE)
 
 
 def coordinates(position: BinlogPosition) -> tuple[int, int]:

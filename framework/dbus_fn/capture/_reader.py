@@ -45,10 +45,9 @@ from dbus_fn.capture._failover import (
     failover_error,
     follow,
     follow_start,
+    neutral_end,
 )
-from dbus_fn.capture._positions import (
-    coordinates,
-)
+from dbus_fn.capture._positions import coordinates, neutral_boundary
 from dbus_fn.capture._replica_id import REPORT_PREFIX, check_replica_id, validate_replica_id
 from dbus_fn.capture._server import (
     ACCESS_CODES,
@@ -232,7 +231,10 @@ class BinlogReader:
         return self._server
 
     def master_position(self) -> BinlogPosition:
-        """The end of the last committed transaction on the source."""
+        """The end of the last committed transaction on the source (of several servers,
+        server-neutral: ``_positions``)."""
+        if self.spec.fails_over:
+            return neutral_end(self)
         is_mariadb = self.server_info().is_mariadb
         for _ in range(5):
             file, pos, gtid = self._master_status()
@@ -291,8 +293,8 @@ class BinlogReader:
     ) -> BinlogPosition:
         """Turn ``"earliest"``, ``"latest"`` or a position into a checked start position
         (see ``_start``)."""
-        if self.spec.fails_over:  # first, the server to start on (``_failover``)
-            start = follow_start(self, start)
+        if self.spec.fails_over:  # the server to start on, and a neutral start (``_failover``)
+            return neutral_boundary(resolve_start(self, follow_start(self, start)).gtid)
         return resolve_start(self, start, fill_gtid=fill_gtid)
 
     def _checked_server(self) -> ServerInfo:
@@ -407,7 +409,8 @@ class BinlogReader:
             seconds = max(0.0, time.time() - self._last_event_time)
         else:
             seconds = None
-        master = self.master_position()
+        file, pos, _ = self._master_status()  # this server's, as ``_read_file`` is
+        master = BinlogPosition(file, pos)
         return CaptureLag(seconds, self.bytes_between(self._read_file, self._read_pos, master))
 
     def bytes_between(self, file: str, pos: int, master: BinlogPosition) -> int:
@@ -475,8 +478,6 @@ class BinlogReader:
         # Checked on every read; the GTID state is not looked up here (BINLOG_GTID_POS
         # scans the file), so positions without one resume by file and offset only.
         begin = self.resolve_start(start, fill_gtid=several)
-        if several and begin.gtid:
-            begin = by_gtid(self, begin)
         if (
             stop is not None
             and begin.file
@@ -484,6 +485,8 @@ class BinlogReader:
             and coordinates(stop) <= coordinates(begin)
         ):
             return
+        if several:
+            begin = by_gtid(self, begin)
         info = self._checked_server()
         committed = begin
         replay_skip = 0  # items of an interrupted transaction already handed out

@@ -52,10 +52,15 @@ from dbus_fn.capture._events import (
 )
 from dbus_fn.capture._failover import PRIMARY_CHECK_SECONDS, better_server
 from dbus_fn.capture._positions import (
+    TRANSACTION_END,
     MariadbGtid,
     coordinates,
     file_sequence,
     format_gtid_state,
+    gtid_total,
+    is_neutral,
+    neutral_boundary,
+    neutral_position,
     parse_gtid,
     parse_gtid_state,
 )
@@ -107,6 +112,17 @@ def behind(stamp: float) -> bool:
     """Whether a boundary of binlog time ``stamp`` (whole seconds) is ``BEHIND_SECONDS``
     or more before the clock: its reader is behind the server."""
     return time.time() - (stamp + 1) >= BEHIND_SECONDS
+
+
+def _total_with(state: dict[int, MariadbGtid], gtid: str | None) -> int:
+    """The place in the stream of the transaction ``gtid``, after the GTID ``state``."""
+    total = gtid_total(state)
+    if gtid is None:
+        return total
+    found = parse_gtid(gtid)
+    assert isinstance(found, MariadbGtid)  # several servers are MariaDB's (``_failover``)
+    before = state.get(found.domain)
+    return total - (before.sequence if before is not None else 0) + found.sequence
 
 
 def _deadline(until: float | Callable[[], float] | None) -> Callable[[], float] | None:
@@ -212,7 +228,7 @@ class ReadSession:
             # forgets its ids at every rotation, as ``items`` does).
             "freeze_schema": True,
         }
-        if resume.file:
+        if resume.file and not is_neutral(resume):  # a neutral one resumes by GTID
             return BinLogStreamReader(
                 resume_stream=True,
                 log_file=resume.file,
@@ -253,8 +269,11 @@ class ReadSession:
         source, server = reader.spec.name, info.identity
         stop_at = coordinates(stop) if stop is not None and stop.file else None
         gtid_state = parse_gtid_state(resume.gtid) if info.is_mariadb else {}
+        # A source of several servers: positions name no server's binlog (``_positions``).
+        neutral = reader.spec.fails_over
+        txn_total = gtid_total(gtid_state)  # the transaction's place, when neutral
         tables: dict[int, TableDecoder | None] = {}
-        file = resume.file
+        file = "" if neutral else resume.file  # the server's own, from its first rotation
         file_seq = file_sequence(file)[1]
         txn_gtid: str | None = None
         txn_time = datetime.now(UTC)
@@ -298,7 +317,10 @@ class ReadSession:
                         return
                     # `stop` may be where no transaction ends (a fresh binlog file after
                     # a rotation): the server's heartbeat says it has nothing more.
-                    at = (file_sequence(a or file)[1], end)
+                    at = (
+                        (gtid_total(gtid_state), TRANSACTION_END) if neutral
+                        else (file_sequence(a or file)[1], end)
+                    )  # fmt: skip
                     if (
                         stop_at is not None and txn_gtid is None and not explicit
                         and at >= stop_at and (until is None or now() >= until())
@@ -322,7 +344,10 @@ class ReadSession:
                     decoder = tables.get(a)
                     if decoder is None:
                         continue
-                    position = BinlogPosition(file, end - size, txn_gtid)
+                    position = (
+                        neutral_position(txn_total, produced, txn_gtid) if neutral
+                        else BinlogPosition(file, end - size, txn_gtid)
+                    )  # fmt: skip
                     op = OPERATIONS[kind]
                     txn_id = txn_gtid or f"{file}:{txn_start}"
                     index = 0
@@ -366,9 +391,11 @@ class ReadSession:
                     txn_start = end - size
                     txn_rows = produced = 0
                     explicit = False
+                    if neutral:
+                        txn_total = _total_with(gtid_state, txn_gtid)
                     if (
                         stop_at is not None
-                        and (file_seq, txn_start) >= stop_at
+                        and ((txn_total, 0) if neutral else (file_seq, txn_start)) >= stop_at
                         and open_read_ends(stamp)
                     ):
                         return  # a start by GTID alone can be at or past `stop`
@@ -384,8 +411,11 @@ class ReadSession:
                         commit = True
                     else:
                         change = self.schema_change(
-                            a, statement, file, end, txn_gtid, txn_time, server
-                        )
+                            a, statement,
+                            neutral_position(txn_total, produced, txn_gtid) if neutral
+                            else BinlogPosition(file, end, txn_gtid),
+                            txn_time, server,
+                        )  # fmt: skip
                         if change is not None:
                             produced += 1
                             if produced > skip:
@@ -400,7 +430,7 @@ class ReadSession:
                     assert isinstance(gtid, MariadbGtid)  # a MariaDB server's event
                     gtid_state[gtid.domain] = gtid
                 state = format_gtid_state(gtid_state) if info.is_mariadb else txn_gtid
-                position = BinlogPosition(file, end, state)
+                position = neutral_boundary(state) if neutral else BinlogPosition(file, end, state)
                 yield TransactionCommit(
                     source,
                     position,
@@ -422,7 +452,7 @@ class ReadSession:
                     next_check = check_primary()
                 if (
                     stop_at is not None
-                    and (file_seq, end) >= stop_at
+                    and (coordinates(position) if neutral else (file_seq, end)) >= stop_at
                     and open_read_ends(stamp)
                 ):
                     return
@@ -474,9 +504,7 @@ class ReadSession:
         self,
         event: Any,
         statement: str,
-        file: str,
-        end: int,
-        gtid: str | None,
+        position: BinlogPosition,
         when: datetime,
         server: str,
     ) -> SchemaChange | None:
@@ -491,9 +519,9 @@ class ReadSession:
         if head not in DDL_WORDS:
             if head in DML_WORDS and database_matches(self.reader.spec.tables, default):
                 log.warning(
-                    "source %s: a statement-logged change at %s:%s is not captured "
+                    "source %s: a statement-logged change at %s is not captured "
                     "(every session must write binlog_format=ROW): %.80s",
-                    self.reader.spec.name, file, end, statement,
+                    self.reader.spec.name, position, statement,
                 )  # fmt: skip
             return None
         database, table = ddl_target(statement, default)
@@ -520,7 +548,7 @@ class ReadSession:
             database,
             table,
             statement,
-            BinlogPosition(file, end, gtid),
+            position,
             when,
             server,
         )

@@ -25,6 +25,7 @@ import pymysql
 import pymysql.cursors
 
 from dbus_fn._zero_dates import DateKind, zero_date_from_select
+from dbus_fn.capture._positions import neutral_boundary
 from dbus_fn.capture._text_rows import read_natively
 from dbus_fn.errors import PositionError
 from dbus_fn.events import (
@@ -185,6 +186,8 @@ def begin_consistent_snapshot(
         gtid = reader.gtid_at(file, pos)
         cursor.execute("SELECT UTC_TIMESTAMP(6)")
         (now,) = cursor.fetchall()[0]
+    if reader.spec.fails_over:  # a source of several servers (``_positions``)
+        return neutral_boundary(gtid), now.replace(tzinfo=UTC)
     return BinlogPosition(file, pos, gtid), now.replace(tzinfo=UTC)
 
 

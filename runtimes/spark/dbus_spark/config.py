@@ -75,17 +75,6 @@ class SourceBinding:
     taken: str = ""
     """Which gain of the source this is (unique per acquisition)."""
 
-    def __post_init__(self) -> None:
-        servers = len(self.spec.servers)
-        if servers > 1:
-            raise ConfigError(
-                f"source {self.spec.name!r} lists {servers} servers, and a runtime does not "
-                "follow a failover yet (its offsets and Elasticsearch versions order one "
-                "server's binlog); give the runtime the primary alone (`dbus source tail` "
-                "follows a failover)",
-                setting="source",
-            )
-
     def reader_replica_id(self, shard: int) -> int:
         """The replication server id of key shard ``shard``'s connection."""
         if not shard:

@@ -29,7 +29,7 @@ import pytest
 from failover_support import TABLE, Pair, private_pair
 from support import wait_for
 
-from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
+from dbus_fn.capture import BinlogReader, SourceSpec, coordinates, replica_id_for
 from dbus_fn.errors import PositionError, SourceUnreachableError
 from dbus_fn.events import BinlogPosition, RowChange
 
@@ -131,6 +131,10 @@ def test_a_reader_moves_to_the_replica_when_the_primary_turns_read_only(pair: Pa
         cursor.execute("INSERT INTO shop.orders VALUES (2, 'after')")
     second = next(item for item in items if isinstance(item, RowChange))
     assert (second.row["note"], second.server_id, reader.server_index) == ("after", "2", 1)
+    # Positions name no server's binlog: the stream's order holds across the move.
+    assert first.position.file.startswith("gtid.") and second.position.file.startswith("gtid.")
+    assert coordinates(start) < coordinates(first.position) < coordinates(second.position)
+    assert coordinates(second.position) < coordinates(reader.master_position())
     reader.close()
 
 

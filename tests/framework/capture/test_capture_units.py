@@ -10,6 +10,7 @@ from dbus_fn import BinlogPosition
 from dbus_fn.capture import (
     BinlogReader,
     SourceSpec,
+    coordinates,
     parse_dsn,
     parse_gtid,
     parse_gtid_state,
@@ -219,3 +220,27 @@ def test_a_server_has_committed_gtids_only_from_their_own_server_ids() -> None:
         "1-5-8",
     ]
     assert [str(g) for g in missing(parse_gtid_state("2-1-1"), state)] == ["2-1-1"]
+
+
+def test_server_neutral_positions_order_transactions_by_gtid_state_then_changes() -> None:
+    from dbus_fn.capture._positions import (
+        TRANSACTION_END,
+        is_neutral,
+        neutral_boundary,
+        neutral_position,
+    )
+    from dbus_fn.capture._session import _total_with
+
+    state = parse_gtid_state("0-1-40,1-2-7")
+    # The next transaction of either domain is one place further, on any server.
+    assert _total_with(state, "1-3-8") == _total_with(state, "0-2-41") == 48
+    assert _total_with({}, "0-1-5") == 5
+    end = neutral_boundary("0-1-40,1-2-7")
+    assert (end.file, end.pos, end.gtid) == ("gtid.47", TRANSACTION_END, "0-1-40,1-2-7")
+    inside = [neutral_position(48, n, "0-2-41") for n in (0, 3, TRANSACTION_END + 5)]
+    after = neutral_boundary("0-2-41,1-2-7")
+    order = [coordinates(p) for p in (end, *inside, after)]
+    assert order == sorted(order) and len(set(order)) == len(order)
+    assert all(map(is_neutral, (end, *inside, after)))
+    assert not is_neutral(BinlogPosition("mariadb-bin.000001", 4))
+    assert neutral_boundary(None) == BinlogPosition("gtid.0", TRANSACTION_END, None)

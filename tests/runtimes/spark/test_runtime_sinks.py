@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 
+from dbus_fn.capture import TRANSACTION_END
 from dbus_fn.events import BinlogPosition
 from dbus_spark.sinks.elasticsearch import field_mapping, index_mapping
 from dbus_spark.sinks.records import document_version
@@ -29,6 +30,26 @@ def test_versions_follow_binlog_order_across_files_offsets_and_rows() -> None:
     assert all(0 < v < 1 << 63 for v in versions)
     for a, b in itertools.pairwise(versions):
         assert a < b
+
+
+def test_versions_of_server_neutral_positions_follow_the_transactions_then_their_changes() -> None:
+    # A source of several servers: transaction 41's rows, its end, then 42's.
+    end = TRANSACTION_END
+    positions = [
+        (BinlogPosition("gtid.41", 0, "0-1-41"), 0),
+        (BinlogPosition("gtid.41", 0, "0-1-41"), 1),
+        (BinlogPosition("gtid.41", 2, "0-1-41"), 0),
+        (BinlogPosition("gtid.41", end - 1, "0-1-41"), 0),
+        (BinlogPosition("gtid.41", end, "0-1-41"), 0),
+        (BinlogPosition("gtid.42", 0, "0-2-42"), 0),
+        (BinlogPosition(f"gtid.{(1 << 38) - 1}", end, "0-2-1"), 0),
+    ]
+    versions = [document_version(p, r) for p, r in positions]
+    assert all(a < b for a, b in itertools.pairwise(versions)) and versions[-1] < 1 << 63
+    with pytest.raises(ValueError, match="version range"):
+        document_version(BinlogPosition("gtid.41", end - 1, "0-1-41"), 2)
+    with pytest.raises(ValueError, match="version range"):
+        document_version(BinlogPosition(f"gtid.{1 << 38}", 0, "0-1-1"), 0)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from dbus_fn.capture import TRANSACTION_END, coordinates, is_neutral
 from dbus_fn.events import BinlogPosition
 
 
@@ -60,13 +61,24 @@ _FILE_BITS, _POS_BITS, _ROW_BITS = 20, 30, 13
 _FILE_SUFFIX = re.compile(r"\.(\d+)$")
 
 
+_TOTAL_BITS = 38
+"""A server-neutral position's transaction place (2.7e11 transactions)."""
+
+
 def document_version(position: BinlogPosition, row_index: int) -> int:
     """A version that orders writes by binlog position: file number, offset, row.
 
     Fits Elasticsearch's signed 64-bit version: 20 bits of file number, 30 of
     offset (binlog files are at most 1 GiB) and 13 of row index inside one rows
-    event (at most 8 KiB by default).
+    event (at most 8 KiB by default). A server-neutral position (a source of several
+    servers, ``dbus_fn.capture``) is 38 bits of transaction place and 25 of change
+    inside the transaction: its offset, the rows before its event, plus the row index.
     """
+    if is_neutral(position):
+        total, inside = coordinates(position)[0], position.pos + row_index
+        if total >= 1 << _TOTAL_BITS or inside > TRANSACTION_END:
+            raise ValueError(f"position {position} row {row_index} is out of the version range")
+        return (total << TRANSACTION_END.bit_length()) | inside
     match = _FILE_SUFFIX.search(position.file)
     if match is None:
         raise ValueError(f"binlog file name {position.file!r} has no numeric suffix")
