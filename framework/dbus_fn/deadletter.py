@@ -14,6 +14,11 @@ function failed at which stage, and the error with a short traceback summary.
   "cause"}, "position": {...}, "original": <event JSON object> | null,
   "original_error": <why the change had no event form> | null, "version": <the
   deployment's version> | null}``.
+
+A Kafka message a Kafka source could not read as a change (``input_dead_letter``)
+has ``stage`` ``input``, ``function`` the source's URL form ``kafka://<source>/<topic>``,
+``position`` ``{"topic", "partition", "offset"}`` and ``original`` null: the
+message's key and value go as text in ``data.message`` (``{"key", "value"}``).
 """
 
 from __future__ import annotations
@@ -38,7 +43,13 @@ from dbus_fn.errors import DbusError, EventFormatError
 from dbus_fn.events import CaptureItem, RowChange, SchemaChange, TransactionCommit
 from dbus_fn.json_format import event_from_json, event_to_json
 
-__all__ = ["FUNCTION", "STAGE", "dead_letter_event", "original_from_dead_letter"]
+__all__ = [
+    "FUNCTION",
+    "STAGE",
+    "dead_letter_event",
+    "input_dead_letter",
+    "original_from_dead_letter",
+]
 
 FUNCTION: Final = "dbusfunction"
 STAGE: Final = "dbusstage"
@@ -148,6 +159,48 @@ def dead_letter_event(
         "version": version,
     }
     return new_event(attrs, data, where=f"dead letter of {base_id}")
+
+
+def input_dead_letter(
+    source: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    error: BaseException,
+    *,
+    type_prefix: str = DEFAULT_TYPE_PREFIX,
+) -> CloudEvent:
+    """The dead letter of a message of a Kafka source that is not a row-change
+    CloudEvent (module docstring): where it is, why, and its bytes as text."""
+    function = f"kafka://{source}/{topic}"
+    place = f"kafka:{source}:{topic}:{partition}:{offset}"
+    attrs: dict[str, Any] = {
+        "specversion": "1.0",
+        "type": f"{type_prefix}.{DEAD_LETTER}",
+        "id": f"{place}:deadletter:input",
+        "source": f"/kafka/{source}/{topic}",
+        "time": datetime.now(UTC),
+        "datacontenttype": "application/json",
+        FUNCTION: function,
+        STAGE: "input",
+    }
+
+    def text(raw: bytes | None) -> str | None:
+        return None if raw is None else _clip(raw.decode("utf-8", "replace"))
+
+    data = {
+        "function": function,
+        "stage": "input",
+        "error": _error_data(error, None, ""),
+        "position": {"topic": topic, "partition": partition, "offset": offset},
+        "original": None,
+        "original_error": _clip(str(error)),
+        "message": {"key": text(key), "value": text(value)},
+        "version": None,
+    }
+    return new_event(attrs, data, where=f"dead letter of {place}")
 
 
 def _position(original: BaseCloudEvent | None, item: CaptureItem | None) -> dict[str, Any]:

@@ -354,7 +354,8 @@ class SparkLog:
         for line in lines[2:]:
             with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
                 for source, offset in json.loads(line).items():
-                    positions[source] = position_from_json(offset)
+                    if "kafka" not in offset:  # a Kafka source's offsets name no position
+                        positions[source] = position_from_json(offset)
         return metadata, positions
 
     def started(self) -> bool:

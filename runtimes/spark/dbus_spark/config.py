@@ -31,6 +31,7 @@ from dbus_fn.errors import ConfigError, DsnError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.files import replace_file
 from dbus_spark import secrets
+from dbus_spark.kafka_source import KafkaSource
 
 StartPolicy = str | BinlogPosition  # "earliest" | "latest" | a position
 DEFAULT_CHUNK_ROWS = 10_000
@@ -155,11 +156,19 @@ class RuntimeConfig:
     it is detached and catches up alone (0: never; everyone waits); see
     ``dbus_spark.progress``."""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    kafka_sources: tuple[KafkaSource, ...] = ()
+    """Sources of CloudEvents in Kafka topics (``dbus_spark.kafka_source``)."""
 
     def source(self, name: str) -> SourceBinding:
         for binding in self.sources:
             if binding.spec.name == name:
                 return binding
+        raise ConfigError(f"source {name!r} is not configured in this runtime", setting="sources")
+
+    def kafka_source(self, name: str) -> KafkaSource:
+        for source in self.kafka_sources:
+            if source.name == name:
+                return source
         raise ConfigError(f"source {name!r} is not configured in this runtime", setting="sources")
 
     def reads(self, name: str, epoch: int, generation: int) -> bool:
@@ -185,6 +194,7 @@ class RuntimeConfig:
             "open_read_seconds": self.open_read_seconds,
             "detach_seconds": self.detach_seconds,
             "extra": dict(self.extra),
+            "kafka_sources": [source.to_json() for source in self.kafka_sources],
         }
 
     @classmethod
@@ -204,6 +214,7 @@ class RuntimeConfig:
             open_read_seconds=float(data.get("open_read_seconds", DEFAULT_OPEN_READ_SECONDS)),
             detach_seconds=float(data.get("detach_seconds", DEFAULT_DETACH_SECONDS)),
             extra=data.get("extra", {}),
+            kafka_sources=tuple(KafkaSource.from_json(k) for k in data.get("kafka_sources", ())),
         )
 
     def save(self, path: Path) -> Path:

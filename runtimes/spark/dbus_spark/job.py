@@ -36,6 +36,7 @@ from dbus_spark.cluster import ClusterMember, PositionCommitter
 from dbus_spark.config import EXECUTOR_PYTHON_ENV, RuntimeConfig, default_decode_shards
 from dbus_spark.datasources import BinlogDataSource, FunctionSinkDataSource
 from dbus_spark.history import HistoryStore, store_path
+from dbus_spark.kafka_source import KafkaPlanner, start_offsets
 from dbus_spark.metrics import BatchListener, RuntimeMetrics, reports_dir
 from dbus_spark.planners import PlannerSweeper
 from dbus_spark.preflight import check_addresses, check_reachable, deployment_sink_problems
@@ -171,7 +172,15 @@ def preflight(config: RuntimeConfig, spark: SparkSession | None = None) -> Runti
             )
         finally:
             reader.close()
-    return replace(config, sources=tuple(bindings))
+    kafka_sources = []
+    for source in config.kafka_sources:
+        planner = KafkaPlanner(source)
+        try:
+            planner.check_topics()
+            kafka_sources.append(replace(source, start=start_offsets(source, planner)))
+        finally:
+            planner.close()
+    return replace(config, sources=tuple(bindings), kafka_sources=tuple(kafka_sources))
 
 
 def _check_source_names(config: RuntimeConfig, spark: SparkSession | None) -> None:
@@ -354,7 +363,7 @@ def _start_query(
         spark.streams.addListener(metrics.listener)
     log.info(
         "runtime started: sources=%s deployments=%s checkpoint=%s in %s",
-        [b.spec.name for b in config.sources],
+        [b.spec.name for b in config.sources] + [k.name for k in config.kafka_sources],
         list(config.deployments),
         config.checkpoint_dir,
         phases,

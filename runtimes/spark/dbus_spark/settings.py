@@ -21,6 +21,7 @@ from dbus_spark.config import (
     RuntimeConfig,
     SourceBinding,
 )
+from dbus_spark.kafka_source import is_kafka_url, parse_kafka_source
 
 DEFAULT_SOURCE = "local"
 
@@ -46,7 +47,11 @@ def runtime_config(
     ``keep_helper_tables`` applies to every source (``SourceSpec``); None: skip them."""
     local = local_endpoints() if not (sources and kafka and elasticsearch) else None
     named = named_sources(sources)
-    if not named:
+    kafka_sources = tuple(
+        parse_kafka_source(name, dsn, start) for name, dsn in named if is_kafka_url(dsn)
+    )
+    named = [(name, dsn) for name, dsn in named if not is_kafka_url(dsn)]
+    if not named and not kafka_sources:
         if local is None:
             raise ConfigError(
                 "no source given and no local services found: pass --source NAME=DSN, "
@@ -83,6 +88,7 @@ def runtime_config(
         open_read_seconds=open_read,
         detach_seconds=detach_after,
         chunk_rows=chunk_rows,
+        kafka_sources=kafka_sources,
     )
 
 
@@ -96,6 +102,10 @@ def named_sources(sources: tuple[str, ...]) -> list[tuple[str, str]]:
                 f"--source {item.split('@')[-1]!r} is not NAME=DSN; "
                 "write it as name=mysql://user:password@host:port",
                 setting="source",
+            )
+        if any(name == known for known, _ in named):
+            raise ConfigError(
+                f"--source {name} is given twice; give each source one name", setting="source"
             )
         named.append((name, dsn))
     return named

@@ -86,6 +86,9 @@ from dbus_spark.history.partitions import (
 )
 from dbus_spark.history.plans import open_plans
 from dbus_spark.history.requests import Answer, PaceRequest, take_requests
+from dbus_spark.kafka_read import KafkaRange, read_kafka_range
+from dbus_spark.kafka_source import KAFKA, KafkaPlanner, KafkaSource, start_offsets
+from dbus_spark.kafka_source import ranges as kafka_ranges
 from dbus_spark.progress import (
     ProgressBook,
     rejoined,
@@ -151,6 +154,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         self._chunk_tasks = max(1, chunk_tasks)
         self._config = self._config_file.current()
         self._readers: dict[str, BinlogReader] = {}
+        self._planners: dict[str, KafkaPlanner] = {}
+        """Per Kafka source (``dbus_spark.kafka_source``), what asks its cluster."""
         self._history = HistoryStore(store_path(self._config.checkpoint_dir))
         self._manifests = _manifests(self._config)
         self._plan_log: PlanLog | None = None
@@ -165,7 +170,15 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             self._manifests = _manifests(config)
             for name in set(self._readers) - {b.spec.name for b in config.sources}:
                 self._readers.pop(name).close()
+            for name in set(self._planners) - {k.name for k in config.kafka_sources}:
+                self._planners.pop(name).close()
         return config
+
+    def _planner(self, source: KafkaSource) -> KafkaPlanner:
+        planner = self._planners.get(source.name)
+        if planner is None:
+            planner = self._planners[source.name] = KafkaPlanner(source)
+        return planner
 
     def _reader(self, binding: SourceBinding) -> BinlogReader:
         reader = self._readers.get(binding.spec.name)
@@ -176,10 +189,14 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         return reader
 
     def initialOffset(self) -> dict[str, Any]:
-        return {
+        config = self._current()
+        offsets = {
             b.spec.name: position_to_offset(self._reader(b).resolve_start(b.start), b)
-            for b in self._current().sources
+            for b in config.sources
         }
+        for source in config.kafka_sources:
+            offsets[source.name] = {KAFKA: start_offsets(source, self._planner(source))}
+        return offsets
 
     def latestOffset(
         self, start: dict[str, Any] | None = None, limit: Any = None
@@ -255,6 +272,9 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                     b.due(now) or (b.caught_up and not b.paused) for b in behind.values()
                 )
             latest[name] = offset
+        for source in config.kafka_sources:
+            previous = (start or {}).get(source.name, {}).get(KAFKA)
+            latest[source.name] = {KAFKA: self._planner(source).latest(previous)}
         if start is not None and not planned and _same_positions(start, latest):
             return start  # nothing to read: no micro-batch
         return latest
@@ -349,6 +369,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         shipment = self._shipper.ship(config)
         self._history.reload()
         reached = load_reached(config.checkpoint_dir)
+        kafka = {name: upto[KAFKA] for name, upto in end.items() if KAFKA in upto}
+        end = {name: upto for name, upto in end.items() if name not in kafka}
         moved = []
         for name, upto in end.items():
             begin = start.get(name)
@@ -427,10 +449,18 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                         tuple(task.deletes),
                     )
                 )
+        for name, upto in kafka.items():
+            begin = start.get(name, {}).get(KAFKA)
+            if begin is None:  # a source new to this checkpoint
+                begin = start_offsets(config.kafka_source(name), self._planners[name])
+            ranges += [
+                KafkaRange(shipment, name, topic, partition, first, last)
+                for topic, partition, first, last in kafka_ranges(begin, upto)
+            ]
         return ranges
 
     def read(
-        self, partition: SourceRange | ChunkRange | ReplayRange | CatchUpRange
+        self, partition: SourceRange | ChunkRange | ReplayRange | CatchUpRange | KafkaRange
     ) -> Iterator[pa.RecordBatch]:
         config, stage = worker_stage(partition.shipment)
         publish_functions(self._reports, stage)
@@ -449,6 +479,9 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         if isinstance(partition, CatchUpRange):
             yield from read_catch_up(partition)
             return
+        if isinstance(partition, KafkaRange):
+            yield from read_kafka_range(partition, config, stage)
+            return
         if isinstance(partition, ReplayRange):
             yield from read_replay_range(partition)
             return
@@ -460,6 +493,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
     def stop(self) -> None:
         for reader in self._readers.values():
             reader.close()
+        for planner in self._planners.values():
+            planner.close()
         if self._plan_log is not None:
             self._plan_log.close()
 
@@ -473,8 +508,10 @@ def _same_positions(start: dict[str, Any], end: dict[str, Any]) -> bool:
     if set(start) != set(end):
         return False
     return all(
-        not _moved(start[name], end[name]) and hold(start[name]) == hold(end[name]) for name in end
-    )
+        start[name] == end[name] if KAFKA in end[name]
+        else not _moved(start[name], end[name]) and hold(start[name]) == hold(end[name])
+        for name in end
+    )  # fmt: skip
 
 
 def _past_open_read(

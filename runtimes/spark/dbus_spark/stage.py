@@ -29,7 +29,7 @@ from dbus_fn.cloudevent import (
     row_json,
 )
 from dbus_fn.columns import row_encoder
-from dbus_fn.deadletter import dead_letter_event
+from dbus_fn.deadletter import dead_letter_event, input_dead_letter
 from dbus_fn.errors import (
     ColumnValueError,
     DbusError,
@@ -262,6 +262,23 @@ class FunctionStage:
         for deployment, pipeline in self._subscribers(change.source, change.qualified_table):
             if deployment.manifest.name == deployment_name:
                 yield from self._run(deployment, pipeline, change, counts)
+
+    def input_dead_letters(
+        self, source: str, message: Any, error: BaseException, counts: StageCounts
+    ) -> Iterator[StageRecord]:
+        """A Kafka source's message that is no change (``dbus_spark.kafka_source``), as a
+        dead letter of every deployment subscribed to ``source``."""
+        for deployment in self.deployments:
+            manifest = deployment.manifest
+            if manifest.sources and source not in manifest.sources:
+                continue
+            event = input_dead_letter(
+                source, message.topic(), message.partition(), message.offset(),
+                message.key(), message.value(), error, type_prefix=self._type_prefix,
+            )  # fmt: skip
+            counts.dead[manifest.name] += 1
+            counts.routed[(manifest.name, manifest.dead_letter_route)] += 1
+            yield StageRecord(manifest.name, _structured(manifest.dead_letter_route.name, event))
 
     def sink_keys(self, change: RowChange) -> tuple[str, str]:
         """How Elasticsearch (document id) and Kafka (message key) name the change's row."""

@@ -1,0 +1,121 @@
+"""A ``KafkaRange`` read on an executor (``dbus_spark.kafka_source``): one partition
+of one topic, in order, every change through the function stage to the sinks as it
+is read; Spark gets its counts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from dbus_fn.cloudevent import item_from_cloudevent
+from dbus_fn.errors import DbusError, SourceUnreachableError
+from dbus_fn.events import RowChange
+from dbus_fn.kafka_binding import from_kafka_message
+from dbus_spark.config import RuntimeConfig
+from dbus_spark.kafka_source import KafkaSource, consumer
+from dbus_spark.stage import FunctionStage, StageCounts
+from dbus_spark.worker import Batcher
+from dbus_spark.writer import Output
+
+
+@dataclass(frozen=True)
+class KafkaRange(InputPartition):  # type: ignore[misc]
+    """One partition of one topic of a Kafka source, from ``first`` up to ``end``."""
+
+    shipment: Any
+    source: str
+    topic: str
+    partition: int
+    first: int
+    end: int
+
+
+def read_messages(source: KafkaSource, part: KafkaRange) -> Iterator[Any]:
+    """The messages of ``part``, in order, up to its end (a producer's aborted
+    transactions and markers skipped by the committed read)."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    reader = consumer(source)
+    try:
+        reader.assign([TopicPartition(part.topic, part.partition, part.first)])
+        position, idle_since = part.first, time.monotonic()
+        while position < part.end:
+            messages = reader.consume(500, timeout=1.0)
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise SourceUnreachableError(
+                        f"source {source.name!r}: reading {part.topic}[{part.partition}] "
+                        f"on {source.bootstrap}: {error.str()}",
+                        source=source.name,
+                    )
+                if message.offset() >= part.end:
+                    return
+                yield message
+            [where] = reader.position([TopicPartition(part.topic, part.partition)])
+            if where.offset >= 0:
+                position = max(position, where.offset)
+            if messages:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > 60:
+                raise SourceUnreachableError(
+                    f"source {source.name!r}: {part.topic}[{part.partition}] gave nothing "
+                    f"for 60 s at offset {position} (planned up to {part.end}); check the "
+                    f"brokers at {source.bootstrap}",
+                    source=source.name,
+                )
+    except KafkaException as exc:
+        raise SourceUnreachableError(
+            f"source {source.name!r}: Kafka at {source.bootstrap}: {exc}", source=source.name
+        ) from None
+    finally:
+        reader.close()
+
+
+def change_of(source: str, message: Any) -> RowChange | None:
+    """The row change a message holds, named after the input; None for a schema change or
+    a commit (not a row). ``DbusError`` when it is not a dbus CloudEvent."""
+    item = item_from_cloudevent(from_kafka_message(message.key(), message.value(),
+                                                   message.headers()))  # fmt: skip
+    if not isinstance(item, RowChange):
+        return None
+    return replace(item, source=source)
+
+
+def read_kafka_range(
+    part: KafkaRange, config: RuntimeConfig, stage: FunctionStage
+) -> Iterator[pa.RecordBatch]:
+    """Read one partition's range through the function stage to the sinks; Spark gets
+    the read's counts (as a binlog range's, ``range_read``)."""
+    source = config.kafka_source(part.source)
+    counts = StageCounts(started=time.time())
+    counts.positions[part.source] = f"{part.topic}[{part.partition}]@{part.end}"
+    batcher = Batcher(part.source)
+    out = Output(config, batcher, stage.routes, paced=False)
+    began = time.monotonic()
+    for message in read_messages(source, part):
+        try:
+            change = change_of(part.source, message)
+        except DbusError as exc:
+            counts.rows += 1
+            for record in stage.input_dead_letters(part.source, message, exc, counts):
+                out.put(record)
+            continue
+        if change is None:
+            continue
+        counts.last_commit[part.source] = change.commit_time.timestamp()
+        for record in stage.process(change, counts):
+            out.put(record)
+    counts.read_seconds = time.monotonic() - began
+    out.settle(began)  # unpaced: every deployment's writes acknowledged
+    batcher.add_stats(counts)
+    last = batcher.flush()
+    if last is not None:
+        yield last
