@@ -178,7 +178,7 @@ class KafkaPlanner:
         from confluent_kafka import KafkaException
 
         try:
-            metadata = self._consumer.list_topics(timeout=10)
+            metadata = self._consumer.list_topics(timeout=5)
         except KafkaException as exc:
             raise self._unreachable(exc.args[0].str() if exc.args else exc) from None
         return {

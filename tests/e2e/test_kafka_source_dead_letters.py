@@ -1,0 +1,110 @@
+"""A Kafka source's message that is not a change goes to the dead letters of the
+deployments subscribed to the source, with its topic, partition and offset; the
+changes around it are delivered."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from support import kafka_consumer
+
+from dbus_fn.kafka_binding import to_kafka_message
+from dbus_fn.testing import insert
+
+pytestmark = pytest.mark.e2e
+
+
+def _folder(folder: Path, out: str) -> Path:
+    folder.mkdir()
+    (folder / "copy.py").write_text(textwrap.dedent('''
+        import dbus_fn as fn
+
+        @fn.filter(tables="shop.orders")
+        def paid(event: fn.RowChange) -> bool:
+            return event.row["status"] == "paid"
+    '''))  # fmt: skip
+    (folder / "dbus.toml").write_text(textwrap.dedent(f"""
+        name = "copy"
+        version = "1.0.0"
+        module = "copy.py"
+        sources = ["dc2"]
+        tables = ["shop.orders"]
+        default_route = "kafka://{out}"
+        dead_letter_route = "kafka://{out}.dead"
+    """))  # fmt: skip
+    return folder
+
+
+def _messages(bootstrap: str, topic: str, count: int, timeout: float) -> list[Any]:
+    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    found: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(found) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                found.append(message)
+    finally:
+        consumer.close()
+    return found
+
+
+def test_a_message_that_is_no_change_is_a_dead_letter_and_the_rest_goes_on(
+    kafka_service: Any, elasticsearch_service: Any, kafka_topic: str, tmp_path: Path
+) -> None:
+    bootstrap = kafka_service.bootstrap_servers
+    out = f"{kafka_topic}-out"
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, change in ((0, insert("shop.orders", id=1, status="paid")), (0, None),
+                              (1, insert("shop.orders", id=2, status="paid")),
+                              (1, insert("shop.orders", id=3, status="open"))):  # fmt: skip
+        if change is None:
+            producer.produce(kafka_topic, key=b"k", value=b"not a CloudEvent", partition=0)
+            continue
+        message = to_kafka_message(change)
+        producer.produce(kafka_topic, key=message.key, value=message.value,
+                         headers=list(message.headers), partition=partition)  # fmt: skip
+    producer.flush(30)
+    log = (tmp_path / "runtime.log").open("wb")
+    runtime = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dbus"), "runtime", "start",
+         "--source", f"dc2=kafka://{bootstrap}/{kafka_topic}",
+         "--functions", str(_folder(tmp_path / "copy", out)),
+         "--kafka", bootstrap, "--elasticsearch", elasticsearch_service.url,
+         "--checkpoint", str(tmp_path / "checkpoint"), "--from", "earliest",
+         "--master", "local[2]", "--api", "off"],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    try:
+        delivered = _messages(bootstrap, out, 2, 120)
+        dead = _messages(bootstrap, f"{out}.dead", 1, 30)
+    finally:
+        runtime.send_signal(signal.SIGTERM)
+        runtime.wait(60)
+        log.close()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        made = [t for t in (out, f"{out}.dead") if t in admin.list_topics(timeout=30).topics]
+        for future in admin.delete_topics(made, operation_timeout=30).values() if made else ():
+            future.result(timeout=60)
+    text = (tmp_path / "runtime.log").read_text(errors="replace")
+    assert sorted(json.loads(m.key()) for m in delivered) == [[1], [2]], text[-3000:]
+    [letter] = dead
+    data = json.loads(letter.value())["data"]
+    assert data["stage"] == "input" and data["function"] == f"kafka://dc2/{kafka_topic}"
+    assert data["position"] == {"topic": kafka_topic, "partition": 0, "offset": 1}
+    assert data["message"] == {"key": "k", "value": "not a CloudEvent"}
+    assert "is not a CloudEvent" in data["error"]["message"]
+

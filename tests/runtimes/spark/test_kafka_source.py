@@ -1,0 +1,130 @@
+"""A Kafka source's bad input: each one line with its exit code, nothing read wrong.
+
+The URL's mistakes need no service; the broker, the topic and retention are a real
+Kafka's (the local one, and a closed port for a broker that does not answer).
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from dbus_fn.cli import cli
+from dbus_fn.errors import ConfigError, PositionError
+from dbus_spark.kafka_source import KafkaPlanner, KafkaSource, parse_kafka_source, ranges
+
+MIRROR = str(Path(__file__).resolve().parents[3] / "functions" / "mirror")
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("kafka://", "no broker"),
+        ("kafka:///orders", "no broker"),
+        ("kafka://broker/orders", "is not host:port"),
+        ("kafka://broker:99999/orders", "is not host:port"),
+        ("kafka://broker:9092", "no topic"),
+        ("kafka://broker:9092/orders,", "no topic"),
+        ("kafka://broker:9092/orders?group.id=mine", "setting group.id is dbus's own"),
+        ("kafka://broker:9092/orders?isolation.level_env=X", "isolation.level is dbus's own"),
+    ],
+)
+def test_a_malformed_kafka_source_is_one_line_naming_the_fix(url: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_kafka_source("dc2", url)
+    message = str(caught.value)
+    assert problem in message and "kafka://host:9092/" in message and "\n" not in message
+    assert caught.value.exit_code == 2
+
+
+def test_a_kafka_source_url_names_brokers_topics_and_consumer_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    source = parse_kafka_source(
+        "dc2", "kafka://b1:9092,b2:9093/dbus.shop.*,audit?security.protocol=SSL&ssl.key.password_env=KEYPW"
+    )
+    assert (source.bootstrap, source.topics) == ("b1:9092,b2:9093", ("dbus.shop.*", "audit"))
+    assert source.matches("dbus.shop.orders") and source.matches("audit")
+    assert not source.matches("dbus.crm.contacts") and not source.matches("audits")
+    with pytest.raises(ConfigError, match="KEYPW, which is not set"):
+        source.consumer_settings()
+    monkeypatch.setenv("KEYPW", "s3cret")
+    settings = source.consumer_settings()
+    assert settings["ssl.key.password"] == "s3cret" and settings["security.protocol"] == "SSL"
+    assert settings["isolation.level"] == "read_committed" and not settings["enable.auto.commit"]
+    assert KafkaSource.from_json(source.to_json()) == source
+
+
+def test_ranges_are_the_partitions_with_messages_between_two_offsets() -> None:
+    begin = {"a": {"0": 5, "1": 9}}
+    end = {"a": {"0": 8, "1": 9, "2": 3}, "b": {"0": 1}}
+    assert ranges(begin, end) == [("a", 0, 5, 8), ("a", 2, 0, 3), ("b", 0, 0, 1)]
+    assert ranges(end, end) == []
+
+
+def start(tmp_path: Path, source: str) -> Result:
+    return CliRunner().invoke(cli, [
+        "runtime", "start", "--source", f"dc2={source}", "--functions", MIRROR,
+        "--checkpoint", str(tmp_path / "checkpoint"), "--kafka", "127.0.0.1:9092",
+        "--elasticsearch", "http://127.0.0.1:9200", "--for", "1",
+    ])  # fmt: skip
+
+
+def one_line(result: Result, code: int) -> str:
+    assert result.exit_code == code, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
+    return lines[0]
+
+
+@pytest.mark.integration
+def test_a_kafka_source_whose_brokers_do_not_answer_is_exit_3(
+    tmp_path: Path, kafka_service: object
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    line = one_line(start(tmp_path, f"kafka://127.0.0.1:{port}/orders"), 3)
+    assert f"Kafka at 127.0.0.1:{port} does not answer" in line and "check that the brokers" in line
+
+
+@pytest.mark.integration
+def test_a_kafka_source_topic_that_does_not_exist_is_exit_2(
+    tmp_path: Path, kafka_service: object
+) -> None:
+    line = one_line(start(tmp_path, "kafka://127.0.0.1:9092/dbus-no-such-topic-4f1c"), 2)
+    assert "topic 'dbus-no-such-topic-4f1c' does not exist" in line and "pattern" in line
+
+
+@pytest.mark.integration
+def test_a_setting_the_consumer_refuses_is_exit_2(tmp_path: Path, kafka_service: object) -> None:
+    line = one_line(start(tmp_path, "kafka://127.0.0.1:9092/orders?no.such.setting=1"), 2)
+    assert "refuses its settings" in line and "no.such.setting" in line
+
+
+@pytest.mark.integration
+def test_offsets_retention_deleted_before_they_were_read_are_refused(
+    kafka_service: object, kafka_topic: str
+) -> None:
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9092"})
+    for n in range(10):
+        producer.produce(kafka_topic, value=b"x", partition=0, key=str(n))
+    producer.flush(30)
+    admin = AdminClient({"bootstrap.servers": "127.0.0.1:9092"})
+    for future in admin.delete_records([TopicPartition(kafka_topic, 0, 6)]).values():
+        future.result(timeout=30)  # what retention does to messages past their time
+    planner = KafkaPlanner(parse_kafka_source("dc2", f"kafka://127.0.0.1:9092/{kafka_topic}"))
+    try:
+        assert planner.latest({kafka_topic: {"0": 6}})[kafka_topic]["0"] == 10
+        with pytest.raises(PositionError) as caught:
+            planner.latest({kafka_topic: {"0": 2}})
+    finally:
+        planner.close()
+    message = str(caught.value)
+    assert f"topic {kafka_topic} partition 0 no longer holds offset 2 (its first is 6)" in message
+    assert "--from earliest" in message and caught.value.exit_code == 4
