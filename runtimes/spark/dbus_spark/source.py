@@ -212,6 +212,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             config.checkpoint_dir, self._history,
             {b.spec.name: self._reader(b) for b in config.sources}, self._manifests,
             (lambda r, only: self._pace(r, start, only)) if detaches(config) else None,
+            [k.name for k in config.kafka_sources],
         )  # fmt: skip
         latest, planned = {}, False
         book = self._book.load() if detaches(config) else {}

@@ -266,20 +266,56 @@ def take_requests(
     readers: Mapping[str, BinlogReader],
     manifests: Sequence[Manifest],
     pace: Callable[[PaceRequest, str | None], Answer] | None = None,
+    kafka: Sequence[str] = (),
 ) -> None:
     """Answer every pending request (the runtime's driver, between micro-batches): a
     backfill starts on each source that has the tables, or is refused as a whole;
     ``pace`` answers a pause or a resume, on the one source a cluster's request is for
-    or on all (None: this runtime cannot)."""
+    or on all (None: this runtime cannot). ``kafka``: the runtime's Kafka sources,
+    which have no history to read and no pace to hold (``kafka_refusal``)."""
     for request, only in pending(checkpoint_dir):
         readers_of = {s: r for s, r in readers.items() if only in (None, s)}
         try:
-            reply = _reply(request, only, store, readers_of, manifests, pace)
+            refusal = kafka_refusal(request, manifests, list(readers), kafka)
+            reply = (
+                Answer.refused(refusal) if refusal is not None
+                else _reply(request, only, store, readers_of, manifests, pace)
+            )  # fmt: skip
         except Exception as exc:  # what anyone may post must never stop the planner
             log.exception("request %s of %s could not be acted on", request.id, request.deployment)
             reply = Answer(False, f"the runtime could not act on the request ({exc}); check "
                            "what it names and ask again")  # fmt: skip
         answer(checkpoint_dir, request, reply)
+
+
+def kafka_refusal(
+    request: Request, manifests: Sequence[Manifest], binlogs: Sequence[str], kafka: Sequence[str]
+) -> HistoryError | None:
+    """Why a request cannot act on a Kafka source (``dbus_spark.kafka_source``), if it
+    names one or its deployment reads only those: a topic's retention, not a table, is
+    its history, and its reads go with the stream."""
+    manifest = next((m for m in manifests if m.name == request.deployment), None)
+    if manifest is None or not kafka:
+        return None
+    reads = [s for s in kafka if not manifest.sources or s in manifest.sources]
+    named = getattr(request, "source", None)
+    if not reads or (named is not None and named not in kafka):
+        return None
+    if isinstance(request, PaceRequest):
+        return HistoryError(
+            f"{request.deployment} reads the Kafka source {reads[0]}, which is read with the "
+            "stream and cannot be held: pause and resume act on binlog sources; stop the "
+            "runtime, or undeploy the deployment, to hold it"
+        )
+    mine = [s for s in binlogs if not manifest.sources or s in manifest.sources]
+    if named is None and mine:
+        return None  # its binlog sources are read; its Kafka ones have no history here
+    return HistoryError(
+        f"{request.deployment} reads the Kafka source {named or reads[0]}, whose history is "
+        "its topics' retention, not a table: replay, backfill and repair read binlogs; "
+        "read what the topics keep with a runtime of a new checkpoint --from earliest "
+        "(docs/sources.md)"
+    )
 
 
 def _reply(
