@@ -14,6 +14,7 @@ changes keep their order in one partition. Events without a partition key
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +42,7 @@ from dbus_fn.cloudevent import (
     CloudEvent,
     event_id_prefix,
     event_parts,
+    item_from_cloudevent,
     key_json,
     new_event,
     snapshot_id_suffix,
@@ -55,11 +57,12 @@ from dbus_fn.errors import ColumnValueError, EventFormatError, UnsupportedColumn
 from dbus_fn.events import CaptureItem, Operation, RowChange, SchemaChange, TransactionCommit
 from dbus_fn.row_json import row_json_encoder
 
-__all__ = ["KafkaMessage", "from_kafka_message", "to_kafka_message"]
+__all__ = ["KafkaMessage", "change_from_kafka_message", "from_kafka_message", "to_kafka_message"]
 
 _FORMAT = JSONFormat()
 _CE_PREFIX = "ce_"
 _CONTENT_TYPE = "content-type"
+_JSON_CONTENT_TYPE = DATA_CONTENT_TYPE.encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +367,87 @@ def from_kafka_message(
             raise _error([f"value is not the JSON its content-type says: {exc}"], where) from None
     assert isinstance(event, CloudEvent)
     return event
+
+
+class _BinaryEvent:
+    """A binary-mode message read as the event ``item_from_cloudevent`` reads: its
+    ``ce_`` headers as attributes, its JSON value as data, nothing else built."""
+
+    __slots__ = ("_attributes", "_data")
+
+    def __init__(self, attributes: dict[str, str], data: Any) -> None:
+        self._attributes, self._data = attributes, data
+
+    def get_extension(self, name: str) -> str | None:
+        return self._attributes.get(name)
+
+    def get_data(self) -> Any:
+        return self._data
+
+    def get_source(self) -> str:
+        return self._attributes.get("source", "")
+
+    def get_id(self) -> str | None:
+        return self._attributes.get("id")
+
+    def get_type(self) -> str:
+        return self._attributes.get("type", "")
+
+    def get_specversion(self) -> str | None:
+        return self._attributes.get("specversion")
+
+    def get_time(self) -> datetime | None:
+        text = self._attributes.get("time")
+        try:
+            return None if text is None else datetime.fromisoformat(text)
+        except ValueError:
+            return None
+
+
+def change_from_kafka_message(
+    key: bytes | str | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | str | None]] | None,
+    *,
+    source: str | None = None,
+) -> CaptureItem:
+    """The capture item of a message dbus wrote (binary mode, JSON data), read without
+    building a CloudEvent: what ``item_from_cloudevent(from_kafka_message(...))``
+    gives, several times faster. ``source`` renames the item's source (a runtime
+    reading another's topics names them after its input). A message of any other
+    shape, or with any problem, goes the full way, whose error names every problem."""
+    attributes: dict[str, str] = {}
+    content_type = None
+    try:
+        for name, raw in headers or ():
+            if name.startswith(_CE_PREFIX):
+                attribute = name[3:]
+                if type(raw) is not bytes or attribute in attributes:
+                    raise ValueError(name)
+                attributes[attribute] = raw.decode("utf-8")
+            elif name == _CONTENT_TYPE:
+                content_type = raw
+            elif name[:3].lower() == _CE_PREFIX or name.lower() == _CONTENT_TYPE:
+                raise ValueError(name)  # the full way reads any case
+        data = json.loads(value) if value is not None else None
+        fast = (
+            content_type == _JSON_CONTENT_TYPE and isinstance(data, dict)
+            and attributes.get("specversion") == "1.0"
+            and all(name in attributes for name in ("id", "source", "type", "time"))
+        )  # fmt: skip
+    except (UnicodeDecodeError, ValueError):
+        fast = False
+    if not fast:
+        item = item_from_cloudevent(from_kafka_message(key, value, headers))
+        if source is None or item.source == source:
+            return item
+        return dataclasses.replace(item, source=source)
+    if source is not None and DBUS_SOURCE in attributes:
+        parts = attributes["source"].split("/")
+        if parts[:2] == ["", "mysql"] and len(parts) > 2:
+            attributes["source"] = "/".join([source_path(source), *parts[3:]])
+            attributes[DBUS_SOURCE] = source
+    return item_from_cloudevent(_BinaryEvent(attributes, data))  # type: ignore[arg-type]
 
 
 def _error(problems: list[str], where: str) -> EventFormatError:

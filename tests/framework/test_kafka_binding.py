@@ -22,6 +22,7 @@ from dbus_fn import (
     to_cloudevent,
     to_kafka_message,
 )
+from dbus_fn.kafka_binding import change_from_kafka_message
 
 Mode = Literal["binary", "structured"]
 MODES: list[Mode] = ["binary", "structured"]
@@ -303,3 +304,66 @@ def test_a_row_without_its_key_column_is_an_error_on_the_fast_path_too() -> None
     change = row_change(Operation.INSERT, after={k: v for k, v in ROW.items() if k != "id"})
     with pytest.raises(EventFormatError, match="primary key"):
         to_kafka_message(change)
+
+
+SUMMER = datetime(2024, 3, 31, 2, 30, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
+READ_BACK = [
+    *(row_change(op) for op in Operation),
+    row_change(Operation.INSERT, primary_key=()),
+    row_change(Operation.UPDATE, transaction_id="0-1-77"),
+    row_change(commit_time=SUMMER),
+    row_change(after={**ROW, "lb": bytes(range(256)) * 64, "long_txt": "ä" * 5000}),
+    schema_change(),
+    schema_change(None),
+    transaction_commit(),
+]
+
+
+@pytest.mark.parametrize("item", READ_BACK, ids=lambda i: type(i).__name__ + getattr(i, "op", ""))
+@pytest.mark.parametrize("mode", MODES)
+def test_the_fast_read_gives_what_the_cloudevents_binding_gives(item: object, mode: Mode) -> None:
+    message = to_kafka_message(item, mode=mode)  # type: ignore[arg-type]
+    full = item_from_cloudevent(from_kafka_message(message.key, message.value, message.headers))
+    fast = change_from_kafka_message(message.key, message.value, message.headers)
+    if isinstance(full, RowChange):
+        assert isinstance(fast, RowChange)
+        assert_same_change(fast, full)
+        assert fast.commit_time == full.commit_time
+        assert fast.commit_time.utcoffset() == full.commit_time.utcoffset()
+    else:
+        assert fast == full
+    renamed = change_from_kafka_message(message.key, message.value, message.headers,
+                                        source="dc2")  # fmt: skip
+    assert renamed == replace(full, source="dc2")
+
+
+def test_the_fast_read_takes_headers_in_any_case_and_order_the_full_way() -> None:
+    message = to_kafka_message(row_change())
+    shouted = [(name.upper(), value) for name, value in reversed(message.headers)]
+    full = item_from_cloudevent(from_kafka_message(message.key, message.value, shouted))
+    assert change_from_kafka_message(message.key, message.value, shouted) == full
+
+
+@pytest.mark.parametrize(
+    ("value", "headers"),
+    [
+        (b"{}", [("content-type", b"text/plain")]),
+        (None, [("content-type", b"application/cloudevents+json")]),
+        (b"{not json", [("ce_id", b"1"), ("ce_source", b"/s"), ("ce_type", b"t"),
+                        ("ce_specversion", b"1.0"), ("ce_time", b"2024-01-01T00:00:00Z"),
+                        ("content-type", b"application/json")]),
+        (b"{}", [("ce_id", b"1"), ("ce_id", b"2")]),
+        (b'{"before": null}', [("ce_id", b"1"), ("ce_source", b"/mysql/s/d/t"),
+                               ("ce_type", b"io.dbus.row.inserted"), ("ce_specversion", b"1.0"),
+                               ("ce_time", b"2024-01-01T00:00:00Z"),
+                               ("content-type", b"application/json")]),
+    ],
+)  # fmt: skip
+def test_the_fast_read_refuses_what_the_full_way_refuses(
+    value: bytes | None, headers: list[tuple[str, bytes]]
+) -> None:
+    with pytest.raises(EventFormatError) as full:
+        item_from_cloudevent(from_kafka_message(None, value, headers))
+    with pytest.raises(EventFormatError) as fast:
+        change_from_kafka_message(None, value, headers)
+    assert str(fast.value) == str(full.value)

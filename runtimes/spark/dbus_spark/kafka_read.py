@@ -4,18 +4,18 @@ is read; Spark gets its counts."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from dbus_fn.cloudevent import item_from_cloudevent
 from dbus_fn.errors import DbusError, SourceUnreachableError
 from dbus_fn.events import RowChange
-from dbus_fn.kafka_binding import from_kafka_message
+from dbus_fn.kafka_binding import change_from_kafka_message
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.kafka_source import KafkaSource, consumer
 from dbus_spark.stage import FunctionStage, StageCounts
@@ -35,12 +35,33 @@ class KafkaRange(InputPartition):  # type: ignore[misc]
     end: int
 
 
+_consumers: dict[str, Any] = {}
+"""Per Kafka source (and its settings), this worker's consumer: kept across tasks, as
+a binlog reader is (``worker.worker_reader``); each task assigns it its partition."""
+
+
+def _consumer(source: KafkaSource) -> Any:
+    key = json.dumps(source.to_json(), sort_keys=True, default=str)
+    found = _consumers.get(key)
+    if found is None:
+        found = _consumers[key] = consumer(source)
+    return found
+
+
+def _drop(source: KafkaSource) -> None:
+    key = json.dumps(source.to_json(), sort_keys=True, default=str)
+    found = _consumers.pop(key, None)
+    if found is not None:
+        found.close()
+
+
 def read_messages(source: KafkaSource, part: KafkaRange) -> Iterator[Any]:
     """The messages of ``part``, in order, up to its end (a producer's aborted
     transactions and markers skipped by the committed read)."""
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-    reader = consumer(source)
+    reader = _consumer(source)
+    ended = False
     try:
         reader.assign([TopicPartition(part.topic, part.partition, part.first)])
         position, idle_since = part.first, time.monotonic()
@@ -57,6 +78,7 @@ def read_messages(source: KafkaSource, part: KafkaRange) -> Iterator[Any]:
                         source=source.name,
                     )
                 if message.offset() >= part.end:
+                    ended = True
                     return
                 yield message
             [where] = reader.position([TopicPartition(part.topic, part.partition)])
@@ -71,22 +93,24 @@ def read_messages(source: KafkaSource, part: KafkaRange) -> Iterator[Any]:
                     f"brokers at {source.bootstrap}",
                     source=source.name,
                 )
+        ended = True
     except KafkaException as exc:
         raise SourceUnreachableError(
             f"source {source.name!r}: Kafka at {source.bootstrap}: {exc}", source=source.name
         ) from None
     finally:
-        reader.close()
+        if ended:
+            reader.unassign()
+        else:  # a fault, or a read given up: the next task starts from a fresh consumer
+            _drop(source)
 
 
 def change_of(source: str, message: Any) -> RowChange | None:
     """The row change a message holds, named after the input; None for a schema change or
     a commit (not a row). ``DbusError`` when it is not a dbus CloudEvent."""
-    item = item_from_cloudevent(from_kafka_message(message.key(), message.value(),
-                                                   message.headers()))  # fmt: skip
-    if not isinstance(item, RowChange):
-        return None
-    return replace(item, source=source)
+    item = change_from_kafka_message(message.key(), message.value(), message.headers(),
+                                     source=source)  # fmt: skip
+    return item if isinstance(item, RowChange) else None
 
 
 def read_kafka_range(
