@@ -39,7 +39,12 @@ from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.kafka_source import KafkaPlanner, start_offsets
 from dbus_spark.metrics import BatchListener, RuntimeMetrics, reports_dir
 from dbus_spark.planners import PlannerSweeper
-from dbus_spark.preflight import check_addresses, check_reachable, deployment_sink_problems
+from dbus_spark.preflight import (
+    check_addresses,
+    check_kafka_source,
+    check_reachable,
+    deployment_sink_problems,
+)
 from dbus_spark.sinks.clusters import routes_of
 
 log = logging.getLogger("dbus.runtime")
@@ -174,6 +179,7 @@ def preflight(config: RuntimeConfig, spark: SparkSession | None = None) -> Runti
             reader.close()
     kafka_sources = []
     for source in config.kafka_sources:
+        check_kafka_source(source.name, source.bootstrap)
         planner = KafkaPlanner(source)
         try:
             planner.check_topics()

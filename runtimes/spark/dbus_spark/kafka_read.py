@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,12 @@ class KafkaRange(InputPartition):  # type: ignore[misc]
     partition: int
     first: int
     end: int
+    shard: int = 0
+    shards: int = 1
+    """This task keeps the messages whose key hashes to ``shard`` of ``shards``."""
+
+    def keeps(self, key: bytes | None) -> bool:
+        return self.shards == 1 or zlib.crc32(key or b"") % self.shards == self.shard
 
 
 _consumers: dict[str, Any] = {}
@@ -125,6 +132,8 @@ def read_kafka_range(
     out = Output(config, batcher, stage.routes, paced=False)
     began = time.monotonic()
     for message in read_messages(source, part):
+        if not part.keeps(message.key()):
+            continue
         try:
             change = change_of(part.source, message)
         except DbusError as exc:

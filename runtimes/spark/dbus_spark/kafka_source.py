@@ -15,8 +15,10 @@ event keeps its id, position and row; its source becomes the input's name.
 Positions are the topics' offsets, one per partition, kept in the batch's offset
 (``{"dc2": {"kafka": {"topic": {"0": 120}}}}``) and committed with it, so a batch
 replayed after a crash reads the same messages again (at least once, as the
-binlog). One task reads one partition in order: a key's changes, in one
-partition, stay in order. Messages are read ``read_committed``: a producer's
+binlog). One task reads one partition in order (a busy partition, while
+the partitions are few, is read by several tasks, each keeping the messages of its
+share of the keys, told apart by the key's bytes before any decoding): a key's
+changes, in one partition, stay in order. Messages are read ``read_committed``: a producer's
 aborted transaction is never a change. A topic a pattern matches later is read
 from its start. A message that is not a row-change CloudEvent goes to the dead
 letters of every deployment subscribed to the source, with its topic, partition
@@ -36,6 +38,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from dbus_fn.errors import ConfigError, PositionError, SourceUnreachableError
+from dbus_spark.logs import kafka_config
 
 log = logging.getLogger("dbus_spark.kafka_source")
 
@@ -147,7 +150,7 @@ def consumer(source: KafkaSource, *, planning: bool = False) -> Any:
     if planning:
         settings.pop("enable.partition.eof")
     try:
-        return Consumer(settings)
+        return Consumer(kafka_config(settings))  # its log lines through Python logging
     except KafkaException as exc:
         raise ConfigError(
             f"source {source.name!r}: the Kafka consumer refuses its settings "
@@ -249,6 +252,20 @@ def start_offsets(source: KafkaSource, planner: KafkaPlanner) -> Offsets:
     if isinstance(source.start, dict):
         return source.start
     return planner.offsets(source.start)
+
+
+SHARD_MIN_MESSAGES = 2000
+"""A partition's range this long or longer may be read by several tasks, each
+keeping the messages of its keys (``kafka_shards``)."""
+
+
+def kafka_shards(messages: int, partitions: int, cores: int) -> int:
+    """How many tasks read one partition's range of ``messages``, each keeping its share
+    of the keys (a key's messages all in one task, in order): one per core while the
+    partitions with messages are too few to keep every core busy alone."""
+    if messages < SHARD_MIN_MESSAGES or partitions >= 4 * cores:
+        return 1
+    return cores
 
 
 def ranges(begin: Offsets, end: Offsets) -> list[tuple[str, int, int, int]]:

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from urllib.parse import SplitResult, urlsplit
 
-from dbus_fn.errors import ConfigError, DbusError, ServiceUnreachableError
+from dbus_fn.errors import ConfigError, DbusError, ServiceUnreachableError, SourceUnreachableError
 from dbus_spark.sinks.clusters import (
     ElasticsearchCluster,
     Routes,
@@ -75,6 +75,17 @@ def check_kafka(bootstrap: str, *, timeout: float = TIMEOUT) -> None:
             f"cannot reach Kafka at {bootstrap} ({reason.lower()}); start it "
             "(`dbus services up` for the local one) or fix --kafka / DBUS_KAFKA",
             service="kafka",
+        )
+
+
+def check_kafka_source(name: str, bootstrap: str, *, timeout: float = TIMEOUT) -> None:
+    """A Kafka source's brokers answer (``dbus_spark.kafka_source``), else one line."""
+    reason = _answers(kafka_addresses(bootstrap), timeout)
+    if reason is not None:
+        raise SourceUnreachableError(
+            f"source {name!r}: Kafka at {bootstrap} does not answer ({reason.lower()}); "
+            "check that the brokers run and the URL's hosts and ports",
+            source=name,
         )
 
 

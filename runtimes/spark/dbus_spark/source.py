@@ -87,7 +87,7 @@ from dbus_spark.history.partitions import (
 from dbus_spark.history.plans import open_plans
 from dbus_spark.history.requests import Answer, PaceRequest, take_requests
 from dbus_spark.kafka_read import KafkaRange, read_kafka_range
-from dbus_spark.kafka_source import KAFKA, KafkaPlanner, KafkaSource, start_offsets
+from dbus_spark.kafka_source import KAFKA, KafkaPlanner, KafkaSource, kafka_shards, start_offsets
 from dbus_spark.kafka_source import ranges as kafka_ranges
 from dbus_spark.progress import (
     ProgressBook,
@@ -450,15 +450,31 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                         tuple(task.deletes),
                     )
                 )
+        ranges += self._kafka_ranges(config, shipment, start, kafka)
+        return ranges
+
+    def _kafka_ranges(
+        self,
+        config: RuntimeConfig,
+        shipment: Shipment,
+        start: dict[str, Any],
+        kafka: dict[str, Any],
+    ) -> list[KafkaRange]:
+        """Each Kafka source's partitions with messages, a big one split by key among
+        ``kafka_shards`` tasks so the cores share the work (``dbus_spark.kafka_read``)."""
+        found = []
         for name, upto in kafka.items():
             begin = start.get(name, {}).get(KAFKA)
             if begin is None:  # a source new to this checkpoint
-                begin = start_offsets(config.kafka_source(name), self._planners[name])
-            ranges += [
-                KafkaRange(shipment, name, topic, partition, first, last)
-                for topic, partition, first, last in kafka_ranges(begin, upto)
-            ]
-        return ranges
+                begin = start_offsets(config.kafka_source(name), self._planner(
+                    config.kafka_source(name)))  # fmt: skip
+            found += [(name, *r) for r in kafka_ranges(begin, upto)]
+        return [
+            KafkaRange(shipment, name, topic, partition, first, last, shard, count)
+            for name, topic, partition, first, last in found
+            for count in [kafka_shards(last - first, len(found), self._chunk_tasks)]
+            for shard in range(count)
+        ]
 
     def read(
         self, partition: SourceRange | ChunkRange | ReplayRange | CatchUpRange | KafkaRange

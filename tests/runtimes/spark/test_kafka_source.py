@@ -160,3 +160,19 @@ def test_history_and_pace_of_a_kafka_source_are_refused_with_the_reason() -> Non
     for request in (ReplayRequest("orders", "2026-01-01T00:00:00Z"), PaceRequest("orders", True)):
         assert kafka_refusal(request, manifests, ["shop"], ["dc2"]) is None
     assert kafka_refusal(BackfillRequest("mirror"), manifests, ["shop"], []) is None
+
+
+def test_a_busy_partition_is_shared_by_key_among_the_cores_while_partitions_are_few() -> None:
+    from dbus_spark.kafka_read import KafkaRange
+    from dbus_spark.kafka_source import SHARD_MIN_MESSAGES, kafka_shards
+
+    assert kafka_shards(SHARD_MIN_MESSAGES - 1, 1, 2) == 1  # too short to share
+    assert kafka_shards(SHARD_MIN_MESSAGES, 3, 2) == 2
+    assert kafka_shards(100_000, 8, 2) == 1  # enough partitions to keep the cores busy
+    shards = [KafkaRange(None, "dc2", "t", 0, 0, 10, shard, 2) for shard in (0, 1)]
+    keys = [f'["{n}"]'.encode() for n in range(200)] + [None]
+    for key in keys:  # each key in exactly one task
+        assert [part.keeps(key) for part in shards].count(True) == 1
+    kept = sum(shards[0].keeps(key) for key in keys)
+    assert 60 < kept < 140  # shared, not all in one task
+    assert KafkaRange(None, "dc2", "t", 0, 0, 10).keeps(b"anything")
