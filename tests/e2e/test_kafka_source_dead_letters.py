@@ -1,6 +1,7 @@
 """A Kafka source's message that is not a change goes to the dead letters of the
 deployments subscribed to the source, with its topic, partition and offset; the
-changes around it are delivered."""
+changes around it are delivered. ``dbus fn replay`` reads the topic again from a
+time, or from one partition's offset, into a shadow topic."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.e2e
 
 def _folder(folder: Path, out: str) -> Path:
     folder.mkdir()
-    (folder / "copy.py").write_text(textwrap.dedent('''
+    (folder / "paid_copy.py").write_text(textwrap.dedent('''
         import dbus_fn as fn
 
         @fn.filter(tables="shop.orders")
@@ -37,7 +38,7 @@ def _folder(folder: Path, out: str) -> Path:
     (folder / "dbus.toml").write_text(textwrap.dedent(f"""
         name = "copy"
         version = "1.0.0"
-        module = "copy.py"
+        module = "paid_copy.py"
         sources = ["dc2"]
         tables = ["shop.orders"]
         default_route = "kafka://{out}"
@@ -84,19 +85,34 @@ def test_a_message_that_is_no_change_is_a_dead_letter_and_the_rest_goes_on(
          "--functions", str(_folder(tmp_path / "copy", out)),
          "--kafka", bootstrap, "--elasticsearch", elasticsearch_service.url,
          "--checkpoint", str(tmp_path / "checkpoint"), "--from", "earliest",
-         "--master", "local[2]", "--api", "off"],
+         "--master", "local[2]", "--api", "127.0.0.1:0"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )  # fmt: skip
+    checkpoint = ["--checkpoint", str(tmp_path / "checkpoint")]
     try:
         delivered = _messages(bootstrap, out, 2, 120)
         dead = _messages(bootstrap, f"{out}.dead", 1, 30)
+        # Everything the topic keeps, from a time before it, through the function again.
+        replayed = _replay("copy", "--from", "2020-01-01T00:00:00Z",
+                           "--route", f"kafka://{out}.shadow", *checkpoint)  # fmt: skip
+        shadow = _messages(bootstrap, f"{out}.shadow", 2, 120)
+        # One partition from an offset: partition 1 from its second message (id 3, open).
+        _replay("copy", "--from", f"{kafka_topic}:1:1", "--route", f"kafka://{out}.shadow2",
+                *checkpoint)  # fmt: skip
+        time.sleep(15)  # the part runs in the next micro-batch; nothing may come
+        shadow2 = _messages(bootstrap, f"{out}.shadow2", 1, 5)
+        _replay("copy", "--from", f"{kafka_topic}:0:0", "--route", f"kafka://{out}.shadow2",
+                *checkpoint)  # fmt: skip
+        shadow2 += _messages(bootstrap, f"{out}.shadow2", 1, 120)
+        refused = _replay("copy", "--from", f"{kafka_topic}:7:0", *checkpoint, code=2)
     finally:
         runtime.send_signal(signal.SIGTERM)
         runtime.wait(60)
         log.close()
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        made = [t for t in (out, f"{out}.dead") if t in admin.list_topics(timeout=30).topics]
+        made = [t for t in (out, f"{out}.dead", f"{out}.shadow", f"{out}.shadow2")
+                if t in admin.list_topics(timeout=30).topics]  # fmt: skip
         for future in admin.delete_topics(made, operation_timeout=30).values() if made else ():
             future.result(timeout=60)
     text = (tmp_path / "runtime.log").read_text(errors="replace")
@@ -107,4 +123,16 @@ def test_a_message_that_is_no_change_is_a_dead_letter_and_the_rest_goes_on(
     assert data["position"] == {"topic": kafka_topic, "partition": 0, "offset": 1}
     assert data["message"] == {"key": "k", "value": "not a CloudEvent"}
     assert "is not a CloudEvent" in data["error"]["message"]
+    assert "started replaying 1 source(s)" in replayed, replayed
+    assert sorted(json.loads(m.key()) for m in shadow) == [[1], [2]], text[-3000:]
+    assert [json.loads(m.key()) for m in shadow2] == [[1]], text[-3000:]
+    assert f"reads no partition 7 of a topic {kafka_topic!r}" in refused
+    assert len(refused.strip().splitlines()) == 1, refused
+
+
+def _replay(*args: str, code: int = 0) -> str:
+    done = subprocess.run([str(Path(sys.executable).parent / "dbus"), "fn", "replay", *args],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == code, done.stdout + done.stderr
+    return done.stdout + done.stderr
 

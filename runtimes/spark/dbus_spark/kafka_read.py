@@ -17,8 +17,10 @@ from pyspark.sql.datasource import InputPartition
 from dbus_fn.errors import DbusError, SourceUnreachableError
 from dbus_fn.events import RowChange
 from dbus_fn.kafka_binding import change_from_kafka_message
+from dbus_fn.manifest import Destination
 from dbus_spark.config import RuntimeConfig
-from dbus_spark.kafka_source import KafkaSource, consumer
+from dbus_spark.history.partitions import REPLAY_ROWS, ReplayRange
+from dbus_spark.kafka_source import KAFKA, KafkaSource, consumer, ranges
 from dbus_spark.stage import FunctionStage, StageCounts
 from dbus_spark.worker import Batcher
 from dbus_spark.writer import Output
@@ -152,3 +154,54 @@ def read_kafka_range(
     last = batcher.flush()
     if last is not None:
         yield last
+
+
+def read_kafka_replay(
+    part: ReplayRange, config: RuntimeConfig, stage: FunctionStage
+) -> Iterator[pa.RecordBatch]:
+    """A part of a replay of a Kafka source (``dbus fn replay``): what its topics keep
+    from the replay's cursor, partition after partition, each in order, through one
+    deployment (to ``--route`` when given), up to ``REPLAY_ROWS`` rows; the cursor it
+    reached goes back with the counts (``HistoryStore.record_replays``)."""
+    source = config.kafka_source(part.source)
+    batcher = Batcher(part.source)
+    counts = StageCounts(started=time.time())
+    if stage.has_deployment(part.deployment):
+        out = Output(config, batcher, stage.routes, paced=False)
+        route = None if part.route is None else Destination.parse(part.route)
+        cursor = {topic: dict(offsets) for topic, offsets in part.start[KAFKA].items()}
+        end = part.stop[KAFKA]
+        rows, began = 0, time.monotonic()
+        for topic, partition, first, last in ranges(cursor, end):
+            if rows >= REPLAY_ROWS:
+                break
+            for message in read_messages(source, KafkaRange(None, part.source, topic,
+                                                            partition, first, last)):  # fmt: skip
+                cursor.setdefault(topic, {})[str(partition)] = message.offset() + 1
+                try:
+                    change = change_of(part.source, message)
+                except DbusError:
+                    continue  # a dead letter when the stream read it
+                moment = 0.0 if change is None else change.commit_time.timestamp()
+                if change is None or (part.until is not None and moment > part.until):
+                    continue
+                if part.since is not None and moment < part.since:
+                    continue
+                rows += 1
+                for record in stage.process_only(part.deployment, change, counts, route):
+                    out.put(record)
+                if rows >= REPLAY_ROWS:
+                    break
+            else:
+                cursor.setdefault(topic, {})[str(partition)] = last
+        counts.read_seconds = time.monotonic() - began
+        out.settle(began)
+        ended = not ranges(cursor, end)
+        counts.replays.append({
+            "source": part.source, "deployment": part.deployment, "run": part.run,
+            "start": part.start, "stop": {KAFKA: cursor}, "rows": rows, "ended": ended,
+        })  # fmt: skip
+    batcher.add_stats(counts)
+    last_batch = batcher.flush()
+    if last_batch is not None:
+        yield last_batch

@@ -224,6 +224,52 @@ class KafkaPlanner:
             for topic, partitions in self.partitions().items()
         }
 
+    def at_time(self, moment: float) -> Offsets:
+        """Per partition, the first offset of a message at or after ``moment`` (epoch
+        seconds; its end when none is)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        wanted = [
+            TopicPartition(topic, p, int(moment * 1000))
+            for topic, partitions in self.partitions().items()
+            for p in partitions
+        ]
+        try:
+            found = self._consumer.offsets_for_times(wanted, timeout=10) if wanted else []
+        except KafkaException as exc:
+            raise self._unreachable(exc.args[0].str() if exc.args else exc) from None
+        offsets: Offsets = {}
+        for part in found:
+            offset = part.offset if part.offset >= 0 else self._watermarks(
+                part.topic, part.partition)[1]  # fmt: skip
+            offsets.setdefault(part.topic, {})[str(part.partition)] = offset
+        return offsets
+
+    def replay_bounds(
+        self, since: float | None, position: str | None, until: float | None
+    ) -> tuple[Offsets, Offsets]:
+        """Where a replay of this source starts and ends: from the messages of time
+        ``since``, or from ``TOPIC:PARTITION:OFFSET`` (that partition alone), up to the
+        messages of time ``until`` or the end now."""
+        end = self.at_time(until) if until is not None else self.latest(None)
+        if position is None:
+            return self.at_time(since or 0.0), end
+        topic, _, rest = position.rpartition(":")
+        topic, _, partition = topic.rpartition(":")
+        if not topic or not partition.isdigit() or not rest.isdigit():
+            raise ConfigError(
+                f"--from {position!r} is not a time nor TOPIC:PARTITION:OFFSET of Kafka "
+                f"source {self.source.name!r}; write dbus.shop.orders:0:1200 or an ISO time",
+                setting="from",
+            )
+        if partition not in end.get(topic, {}):
+            raise ConfigError(
+                f"--from {position!r}: source {self.source.name!r} reads no partition "
+                f"{partition} of a topic {topic!r}; name one it reads",
+                setting="from",
+            )
+        return {topic: {partition: int(rest)}}, {topic: {partition: end[topic][partition]}}
+
     def latest(self, previous: Offsets | None) -> Offsets:
         """Where each partition ends now (its last stable offset: what a committed read
         sees). A partition the last offsets lacked starts at its first message; one

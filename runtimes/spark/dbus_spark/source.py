@@ -86,7 +86,7 @@ from dbus_spark.history.partitions import (
 )
 from dbus_spark.history.plans import open_plans
 from dbus_spark.history.requests import Answer, PaceRequest, take_requests
-from dbus_spark.kafka_read import KafkaRange, read_kafka_range
+from dbus_spark.kafka_read import KafkaRange, read_kafka_range, read_kafka_replay
 from dbus_spark.kafka_source import KAFKA, KafkaPlanner, KafkaSource, kafka_shards, start_offsets
 from dbus_spark.kafka_source import ranges as kafka_ranges
 from dbus_spark.progress import (
@@ -212,7 +212,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             config.checkpoint_dir, self._history,
             {b.spec.name: self._reader(b) for b in config.sources}, self._manifests,
             (lambda r, only: self._pace(r, start, only)) if detaches(config) else None,
-            [k.name for k in config.kafka_sources],
+            {k.name: self._planner(k) for k in config.kafka_sources},
         )  # fmt: skip
         latest, planned = {}, False
         book = self._book.load() if detaches(config) else {}
@@ -275,7 +275,12 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             latest[name] = offset
         for source in config.kafka_sources:
             previous = (start or {}).get(source.name, {}).get(KAFKA)
-            latest[source.name] = {KAFKA: self._planner(source).latest(previous)}
+            offset = {KAFKA: self._planner(source).latest(previous)}
+            replays = self._history.due_replays(source.name, now)
+            if replays:  # what the topics keep, through one deployment (``kafka_read``)
+                offset["replays"] = [[r.deployment, r.run, r.cursor] for r in replays]
+                planned = True
+            latest[source.name] = offset
         if start is not None and not planned and _same_positions(start, latest):
             return start  # nothing to read: no micro-batch
         return latest
@@ -370,7 +375,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         shipment = self._shipper.ship(config)
         self._history.reload()
         reached = load_reached(config.checkpoint_dir)
-        kafka = {name: upto[KAFKA] for name, upto in end.items() if KAFKA in upto}
+        kafka = {name: upto for name, upto in end.items() if KAFKA in upto}
         end = {name: upto for name, upto in end.items() if name not in kafka}
         moved = []
         for name, upto in end.items():
@@ -459,22 +464,29 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         shipment: Shipment,
         start: dict[str, Any],
         kafka: dict[str, Any],
-    ) -> list[KafkaRange]:
+    ) -> list[KafkaRange | ReplayRange]:
         """Each Kafka source's partitions with messages, a big one split by key among
-        ``kafka_shards`` tasks so the cores share the work (``dbus_spark.kafka_read``)."""
-        found = []
+        ``kafka_shards`` tasks so the cores share the work, and the parts of its replays
+        (``dbus_spark.kafka_read``)."""
+        found, replays = [], []
         for name, upto in kafka.items():
             begin = start.get(name, {}).get(KAFKA)
             if begin is None:  # a source new to this checkpoint
                 begin = start_offsets(config.kafka_source(name), self._planner(
                     config.kafka_source(name)))  # fmt: skip
-            found += [(name, *r) for r in kafka_ranges(begin, upto)]
+            found += [(name, *r) for r in kafka_ranges(begin, upto[KAFKA])]
+            for deployment, run, cursor in upto.get("replays", ()):
+                replay = self._history.replays(name).get(deployment)
+                if replay is not None and replay.run == run:
+                    replays.append(ReplayRange(shipment, name, upto, deployment, run, cursor,
+                                               replay.end, replay.route, replay.since,
+                                               replay.until))  # fmt: skip
         return [
             KafkaRange(shipment, name, topic, partition, first, last, shard, count)
             for name, topic, partition, first, last in found
             for count in [kafka_shards(last - first, len(found), self._chunk_tasks)]
             for shard in range(count)
-        ]
+        ] + replays
 
     def read(
         self, partition: SourceRange | ChunkRange | ReplayRange | CatchUpRange | KafkaRange
@@ -500,7 +512,10 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             yield from read_kafka_range(partition, config, stage)
             return
         if isinstance(partition, ReplayRange):
-            yield from read_replay_range(partition)
+            if KAFKA in partition.start:
+                yield from read_kafka_replay(partition, config, stage)
+            else:
+                yield from read_replay_range(partition)
             return
         yield from read_source_range(partition, config, stage, self._reports)
 

@@ -41,6 +41,7 @@ from dbus_spark.checkpoint import beside
 from dbus_spark.history.gate import position_order
 from dbus_spark.history.records import ReplayTask
 from dbus_spark.history.tasks import HistoryStore
+from dbus_spark.kafka_source import KAFKA, KafkaPlanner
 
 log = logging.getLogger("dbus.runtime")
 
@@ -266,20 +267,21 @@ def take_requests(
     readers: Mapping[str, BinlogReader],
     manifests: Sequence[Manifest],
     pace: Callable[[PaceRequest, str | None], Answer] | None = None,
-    kafka: Sequence[str] = (),
+    kafka: Mapping[str, KafkaPlanner] | None = None,
 ) -> None:
     """Answer every pending request (the runtime's driver, between micro-batches): a
     backfill starts on each source that has the tables, or is refused as a whole;
     ``pace`` answers a pause or a resume, on the one source a cluster's request is for
-    or on all (None: this runtime cannot). ``kafka``: the runtime's Kafka sources,
-    which have no history to read and no pace to hold (``kafka_refusal``)."""
+    or on all (None: this runtime cannot). ``kafka``: the runtime's Kafka sources, whose
+    history is a replay of what their topics keep (``kafka_refusal``)."""
+    kafka = kafka or {}
     for request, only in pending(checkpoint_dir):
         readers_of = {s: r for s, r in readers.items() if only in (None, s)}
         try:
-            refusal = kafka_refusal(request, manifests, list(readers), kafka)
+            refusal = kafka_refusal(request, manifests, list(readers), list(kafka))
             reply = (
                 Answer.refused(refusal) if refusal is not None
-                else _reply(request, only, store, readers_of, manifests, pace)
+                else _reply(request, only, store, readers_of, manifests, pace, kafka)
             )  # fmt: skip
         except Exception as exc:  # what anyone may post must never stop the planner
             log.exception("request %s of %s could not be acted on", request.id, request.deployment)
@@ -293,13 +295,15 @@ def kafka_refusal(
 ) -> HistoryError | None:
     """Why a request cannot act on a Kafka source (``dbus_spark.kafka_source``), if it
     names one or its deployment reads only those: a topic's retention, not a table, is
-    its history, and its reads go with the stream."""
+    its history (a replay reads what they keep), and its reads go with the stream."""
     manifest = next((m for m in manifests if m.name == request.deployment), None)
     if manifest is None or not kafka:
         return None
     reads = [s for s in kafka if not manifest.sources or s in manifest.sources]
     named = getattr(request, "source", None)
-    if not reads or (named is not None and named not in kafka):
+    if isinstance(request, ReplayRequest) or not reads:
+        return None
+    if named is not None and named not in kafka:
         return None
     if isinstance(request, PaceRequest):
         return HistoryError(
@@ -312,9 +316,8 @@ def kafka_refusal(
         return None  # its binlog sources are read; its Kafka ones have no history here
     return HistoryError(
         f"{request.deployment} reads the Kafka source {named or reads[0]}, whose history is "
-        "its topics' retention, not a table: replay, backfill and repair read binlogs; "
-        "read what the topics keep with a runtime of a new checkpoint --from earliest "
-        "(docs/sources.md)"
+        "its topics' retention, not a table: backfill and repair read tables; replay what "
+        f"the topics keep (dbus fn replay {request.deployment} --from TIME)"
     )
 
 
@@ -325,6 +328,7 @@ def _reply(
     readers: Mapping[str, BinlogReader],
     manifests: Sequence[Manifest],
     pace: Callable[[PaceRequest, str | None], Answer] | None,
+    kafka: Mapping[str, KafkaPlanner],
 ) -> Answer:
     if isinstance(request, PaceRequest):
         refusal = HistoryError(
@@ -335,7 +339,7 @@ def _reply(
         return pace(request, only) if pace else Answer.refused(refusal)
     if isinstance(request, ReplayRequest):
         try:
-            started = start_replay(store, readers, manifests, request)
+            started = start_replay(store, readers, manifests, request, kafka)
         except DbusError as exc:
             return Answer.refused(exc)
         return Answer(True, f"started replaying {len(started)} source(s)", tuple(started))
@@ -367,19 +371,21 @@ def start_replay(
     readers: Mapping[str, BinlogReader],
     manifests: Sequence[Manifest],
     request: ReplayRequest,
+    kafka: Mapping[str, KafkaPlanner] | None = None,
 ) -> list[tuple[str, str]]:
     """Check a replay against the sources and start it on each; nothing starts if any
-    part is refused."""
+    part is refused. A Kafka source (``kafka``) replays what its topics keep."""
+    kafka = kafka or {}
     manifest = next((m for m in manifests if m.name == request.deployment), None)
     if manifest is None:
         names = ", ".join(sorted(m.name for m in manifests)) or "none"
         raise HistoryError(
             f"no deployment {request.deployment!r} runs here (it runs: {names}); name one of them"
         )
-    check_replay(request, manifest, list(readers))
+    check_replay(request, manifest, [*readers, *kafka])
     route = None if request.route is None else str(Destination.parse(request.route))
     sources = [
-        name for name in readers
+        name for name in [*readers, *kafka]
         if (request.source in (None, name))
         and (not manifest.sources or name in manifest.sources)
     ]  # fmt: skip
@@ -394,6 +400,11 @@ def start_replay(
         )
     replays = []
     for name in sources:
+        if name in kafka:
+            first, last = kafka[name].replay_bounds(since, start_text, until)
+            replays.append((name, ReplayTask(request.deployment, {KAFKA: first}, {KAFKA: last},
+                                             route=route, since=since, until=until)))  # fmt: skip
+            continue
         reader = readers[name]
         try:
             start = reader.resolve_start(
