@@ -176,14 +176,19 @@ def _golden_events(table: str) -> list[RowChange]:
 @_PATH
 def validate(path: Path) -> None:
     """Check a deployment as `dbus fn deploy` does (manifest, module, functions,
-    selectors, what its bundle may hold) without a cluster; list its functions."""
+    selectors, what its bundle may hold, the packages its requirements.txt names)
+    without a cluster; list its functions."""
     from dbus_fn.bundle import build_bundle
     from dbus_fn.checks import deployment_warnings
+    from dbus_fn.dependencies import read_requirements, resolve
 
     bundle = build_bundle(path)
     deployment = load_deployment(path)
+    requirements = read_requirements(path if path.is_dir() else path.parent)
     _describe(deployment)
     click.echo(f"  bundle {', '.join(bundle.files)}: {len(bundle.data)} bytes")
+    if requirements is not None:
+        click.echo(f"  dependencies: {resolve(requirements).describe()}")
     for warning in deployment_warnings(deployment):
         click.echo(f"warning: {warning}", err=True)
     click.echo("OK")

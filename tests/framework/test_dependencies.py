@@ -1,0 +1,102 @@
+"""A deployment's requirements.txt: read and checked here, resolved to wheels from the
+package index (PyPI) and imported apart; each problem one line naming the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dbus_fn.cli import cli
+from dbus_fn.dependencies import read_requirements, resolve
+from dbus_fn.errors import ConfigError
+
+ORDERS = Path(__file__).resolve().parents[2] / "functions" / "orders"
+
+
+def folder_with(tmp_path: Path, requirements: str) -> Path:
+    folder = tmp_path / "orders"
+    folder.mkdir()
+    for name in ("dbus.toml", "orders.py"):
+        (folder / name).write_text((ORDERS / name).read_text())
+    (folder / "requirements.txt").write_text(requirements)
+    return folder
+
+
+def test_a_folder_without_requirements_has_none(tmp_path: Path) -> None:
+    assert read_requirements(tmp_path) is None
+
+
+def test_requirements_are_read_one_a_line_without_comments(tmp_path: Path) -> None:
+    folder = folder_with(tmp_path, "# phone numbers\nphonenumbers==8.13.0  # pinned\n\n"
+                                   "python-slugify>=8,<9\n")  # fmt: skip
+    found = read_requirements(folder)
+    assert found is not None
+    assert found.lines == ("phonenumbers==8.13.0", "python-slugify>=8,<9")
+    again = read_requirements(folder)
+    assert again is not None and again.key == found.key and len(found.key) == 16
+    (folder / "requirements.txt").write_text("phonenumbers==8.12.0\n")
+    changed = read_requirements(folder)
+    assert changed is not None and changed.key != found.key
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("-r other.txt\n", "the pip option '-r' is not taken"),
+        ("--index-url https://example.org\n", "the pip option '--index-url' is not taken"),
+        ("phonenumbers===\n", "is not a requirement"),
+        ("slugify @ https://example.org/slugify.whl\n", "names a URL"),
+        ("six==1.16.0\npyarrow>=1\n", "line 2: pyarrow is the runtime's own package (pyarrow"),
+        ("dbus-fn\n", "dbus-fn is the runtime's own package"),
+        ("PySpark==3.5.0\n", "PySpark is the runtime's own package"),
+    ],
+)
+def test_a_requirement_that_cannot_be_a_deployment_s_is_one_line(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    folder = folder_with(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        read_requirements(folder)
+    assert problem in str(caught.value) and "\n" not in str(caught.value)
+    result = CliRunner().invoke(cli, ["fn", "validate", str(folder)])
+    assert result.exit_code == 2 and problem in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.integration
+def test_requirements_resolve_to_wheels_installed_apart_and_imported(tmp_path: Path) -> None:
+    folder = folder_with(tmp_path, "python-slugify==8.0.4\n")  # and text-unidecode with it
+    found = read_requirements(folder)
+    assert found is not None
+    resolved = resolve(found, tmp_path / "cache")
+    names = [wheel.name.split("-")[0] for wheel in resolved.wheels]
+    assert names == ["python_slugify", "text_unidecode"]
+    assert set(resolved.modules) == {"slugify", "text_unidecode"}
+    assert (resolved.site / "slugify" / "__init__.py").is_file()
+    # Resolved once: the same key finds the packages in place.
+    assert resolve(found, tmp_path / "cache").site == resolved.site
+    result = CliRunner().invoke(cli, ["fn", "validate", str(folder)],
+                                env={"DBUS_HOME": str(tmp_path / "home")})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "dependencies: python_slugify 8.0.4, text_unidecode 1.3" in result.output
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("dbus-no-such-package-4f1c==1.0\n",
+         "No matching distribution found for dbus-no-such-package-4f1c==1.0"),
+        ("six==0.0.1\n", "No matching distribution found for six==0.0.1"),
+        # deprecation needs packaging, which the runtime shares with its functions.
+        ("deprecation==2.1.0\n", "packaging is the runtime's own package"),
+    ],
+)  # fmt: skip
+def test_a_set_that_does_not_resolve_is_one_line(tmp_path: Path, text: str, problem: str) -> None:
+    folder = folder_with(tmp_path, text)
+    result = CliRunner().invoke(cli, ["fn", "validate", str(folder)],
+                                env={"DBUS_HOME": str(tmp_path / "home")})  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert problem in result.stderr and len(result.stderr.strip().splitlines()) == 1
