@@ -20,12 +20,16 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dbus_fn.dependencies import REQUIREMENTS
 from dbus_fn.errors import BundleError, SecretLeakError
 from dbus_fn.home import home_from_environment
 from dbus_fn.manifest import MANIFEST_FILE, Manifest, load_manifest, manifest_path
 from dbus_fn.registry import load_deployment
+
+if TYPE_CHECKING:
+    from dbus_fn.dependencies import Resolved
 
 MAX_BUNDLE_BYTES = 900_000
 """ZooKeeper refuses a znode over 1 MB (``jute.maxbuffer``); keep clear of it."""
@@ -202,16 +206,21 @@ def _check_sinks_hold_no_secret(path: str | Path) -> None:
         check_no_secrets(sinks, "dbus.toml sinks")
 
 
-def build_bundle(path: str | Path, *, name: str | None = None) -> Bundle:
-    """Validate the deployment at ``path`` (as ``dbus fn validate`` does) and package it.
+def build_bundle(
+    path: str | Path, *, name: str | None = None, packages: Resolved | None = None
+) -> Bundle:
+    """Validate the deployment at ``path`` (as ``dbus fn validate`` does) and package it,
+    with its ``requirements.txt`` when it has one.
 
     ``name`` is the name to register it under; the manifest's name by default.
+    ``packages``: its own packages, resolved (``dbus_fn.dependencies``), which its
+    module may import.
     """
     _check_sinks_hold_no_secret(path)
     # A dotted name would import whatever sys.path has under that name: refuse it
     # before loading anything.
     _check_module_is_a_path(load_manifest(path))
-    deployment = load_deployment(path)
+    deployment = load_deployment(path, packages=packages)
     manifest = deployment.manifest
     assert manifest.root is not None
     root = manifest.root.resolve()
@@ -219,6 +228,8 @@ def build_bundle(path: str | Path, *, name: str | None = None) -> Bundle:
     check_no_secrets(data["sinks"], "dbus.toml sinks")
     sources: dict[str, Path] = {MANIFEST_FILE: manifest_path(path)}
     sources.update(_module_files(manifest, deployment.module, root))
+    if (root / REQUIREMENTS).is_file():
+        sources[REQUIREMENTS] = root / REQUIREMENTS
     contents = {entry: file.read_bytes() for entry, file in sources.items()}
     digest = content_hash(contents)
     packed = zip_files(contents, compresslevel=9)

@@ -33,11 +33,15 @@ import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from dbus_fn.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dbus_fn.registry import LoadedDeployment
 
 REQUIREMENTS = "requirements.txt"
 RUNTIME_PACKAGES = frozenset(
@@ -224,6 +228,67 @@ def _check_import(requirements: Requirements, site: Path, module: str) -> None:
         )
 
 
+def with_packages(path: Path) -> LoadedDeployment:
+    """The deployment of ``path`` with its own packages resolved (``resolve``), or as
+    it is when it has no ``requirements.txt``."""
+    from dbus_fn.registry import load_deployment
+
+    requirements = read_requirements(path if path.is_dir() else path.parent)
+    packages = None if requirements is None else resolve(requirements)
+    return load_deployment(path, packages=packages)
+
+
 def _wheel_name(wheel: Path) -> str:
     name, version = wheel.name.split("-")[:2]
     return f"{name} {version}"
+
+
+class PackageImports:
+    """A deployment's own packages, seen by its code alone: while it runs (its module's
+    import, each of its calls), its ``site`` is first on ``sys.path`` and its modules
+    are the ones in ``sys.modules`` under their names, whatever another deployment or
+    the runtime loaded under the same names; put aside again after. So two deployments
+    in one process may pin two versions of one package. A pipeline enters it once a
+    change (``dbus_fn.pipeline``); deployments without packages never do."""
+
+    def __init__(self, site: Path, modules: tuple[str, ...]) -> None:
+        self._site = str(site)
+        self._prefixes = tuple(p for name in modules for p in (name, f"{name}."))
+        self._names = tuple(modules)
+        self._own: dict[str, object] = {}
+        self._aside: dict[str, object] = {}
+        self._count = 0
+        self._depth = 0
+
+    def _ours(self, key: str) -> bool:
+        return key.startswith(self._prefixes) and key.partition(".")[0] in self._names
+
+    def __enter__(self) -> PackageImports:
+        if not self._depth:
+            sys.path.insert(0, self._site)
+            # Another's modules under the names: only where a top-level one is loaded
+            # (a submodule's import loads its package first), so mostly none to scan.
+            if any(name in sys.modules for name in self._names):
+                keys = [k for k in sys.modules if self._ours(k)]
+                self._aside = {key: sys.modules.pop(key) for key in keys}
+            sys.modules.update(self._own)  # type: ignore[arg-type]
+            self._count = len(sys.modules)
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth:
+            return
+        keys = list(sys.modules)
+        # What its code imported meanwhile was added last (a dict keeps the order);
+        # with a module removed meanwhile, every key is looked at.
+        added = keys[self._count:] if len(keys) >= self._count else keys
+        for key in [*self._own, *(k for k in added if self._ours(k))]:
+            module = sys.modules.pop(key, None)
+            if module is not None:
+                self._own[key] = module
+        sys.modules.update(self._aside)  # type: ignore[arg-type]
+        self._aside = {}
+        if self._site in sys.path:
+            sys.path.remove(self._site)

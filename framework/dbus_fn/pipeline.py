@@ -124,6 +124,13 @@ class Pipeline:
 
     def process(self, change: RowChange) -> Outcome:
         """Run the deployment's functions over one row change."""
+        imports = self.deployment.imports
+        if imports is None:
+            return self._process(change)
+        with imports:  # its own packages (``dbus_fn.dependencies``)
+            return self._process(change)
+
+    def _process(self, change: RowChange) -> Outcome:
         key = (change.database, change.table)
         chains = self._tables.get(key)
         if chains is None:

@@ -19,10 +19,10 @@ import re
 import sys
 import traceback
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -31,6 +31,9 @@ from dbus_fn.errors import FunctionValidationError, ModuleLoadError, RegistryErr
 from dbus_fn.events import Operation
 from dbus_fn.hooks import HOOK_NAMES, plugin_manager
 from dbus_fn.manifest import DEFAULT_TIMEOUT, Destination, Manifest, load_manifest, manifest_path
+
+if TYPE_CHECKING:
+    from dbus_fn.dependencies import PackageImports, Resolved
 
 _KIND_ORDER: dict[FunctionKind, int] = {"filter": 0, "projection": 1, "route": 2}
 
@@ -283,6 +286,9 @@ class LoadedDeployment:
     manifest: Manifest
     functions: tuple[FunctionInfo, ...]
     module: ModuleType | None = field(default=None, repr=False)
+    imports: PackageImports | None = field(default=None, repr=False)
+    """Its own packages (``requirements.txt``), entered while its code runs; None: it
+    runs with the runtime's."""
 
     @property
     def name(self) -> str:
@@ -322,12 +328,19 @@ def build_deployment(
     )
 
 
-def load_deployment(path: str | Path) -> LoadedDeployment:
+def load_deployment(path: str | Path, *, packages: Resolved | None = None) -> LoadedDeployment:
     """Load the deployment of a folder (or of a ``dbus.toml``): manifest, module,
-    functions; every check done."""
+    functions; every check done. ``packages``: its own, resolved (``dbus_fn.dependencies``),
+    seen by its code alone."""
     manifest = load_manifest(path)
-    module = load_module(manifest.module, root=manifest.root)
-    return build_deployment(manifest, module)
+    if packages is None:
+        return build_deployment(manifest, load_module(manifest.module, root=manifest.root))
+    from dbus_fn.dependencies import PackageImports
+
+    imports = PackageImports(packages.site, packages.modules)
+    with imports:
+        loaded = build_deployment(manifest, load_module(manifest.module, root=manifest.root))
+    return replace(loaded, imports=imports)
 
 
 def deployment_from_module(

@@ -100,3 +100,57 @@ def test_a_set_that_does_not_resolve_is_one_line(tmp_path: Path, text: str, prob
                                 env={"DBUS_HOME": str(tmp_path / "home")})  # fmt: skip
     assert result.exit_code == 2, result.output
     assert problem in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def pinned(tmp_path: Path, name: str, version: str) -> Path:
+    """A deployment whose projection says which ``six`` its code sees."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "dbus.toml").write_text(
+        f'name = "{name}"\nversion = "1.0.0"\nmodule = "{name}.py"\ntables = ["shop.orders"]\n'
+        f'default_route = "kafka://{name}"\n'
+    )
+    (folder / f"{name}.py").write_text(
+        "import six\nimport dbus_fn as fn\n\n\n"
+        '@fn.projection(tables="shop.orders")\n'
+        "def stamp(event: fn.RowChange) -> dict:\n"
+        "    import six.moves  # imported when called, as libraries do\n"
+        '    return {**event.row, "six": six.__version__, "lazy": six.moves.__name__}\n'
+    )
+    (folder / "requirements.txt").write_text(f"six=={version}\n")
+    return folder
+
+
+@pytest.mark.integration
+def test_two_deployments_in_one_process_each_run_with_their_own_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from dbus_fn.dependencies import with_packages
+    from dbus_fn.pipeline import Pipeline
+    from dbus_fn.testing import insert
+
+    monkeypatch.setenv("DBUS_HOME", str(tmp_path / "home"))
+    # The process's own module of that name (as a runtime's may be), loaded first.
+    mine = tmp_path / "process"
+    (mine / "six").mkdir(parents=True)
+    (mine / "six" / "__init__.py").write_text('__version__ = "the process\'s own"\n')
+    monkeypatch.syspath_prepend(str(mine))
+    monkeypatch.delitem(sys.modules, "six", raising=False)
+    import six as before  # type: ignore[import-not-found]
+
+    monkeypatch.setitem(sys.modules, "six", before)  # gone again after the test
+
+    old, new = (with_packages(pinned(tmp_path, n, v)) for n, v in (("old", "1.15.0"),
+                                                                 ("new", "1.16.0")))  # fmt: skip
+    pipelines = [Pipeline(old), Pipeline(new)]
+    for _ in range(3):  # taking turns, as one worker runs every deployment of a table
+        seen = [p.process(insert("shop.orders", id=1)).deliveries[0].payload for p in pipelines]
+        assert [(row["six"], row["lazy"]) for row in seen] == [
+            ("1.15.0", "six.moves"), ("1.16.0", "six.moves")]  # fmt: skip
+    assert sys.modules["six"] is before  # the process's own, as it was
+    assert before.__version__ == "the process's own" and "six.moves" not in sys.modules
+    assert not any("function-deps" in entry for entry in sys.path)
+    result = CliRunner().invoke(cli, ["fn", "validate", str(tmp_path / "old")])
+    assert result.exit_code == 0 and "dependencies: six 1.15.0" in result.output, result.output

@@ -30,6 +30,7 @@ from dbus_fn.cli._output import check_output, output_file
 from dbus_fn.cli._plugins import PluginGroup
 from dbus_fn.cli.cluster import ZooKeeperOptions, zookeeper_options
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
+from dbus_fn.dependencies import with_packages
 from dbus_fn.emulator import EmulatedRecord, Emulator, read_event_file
 from dbus_fn.errors import EventFormatError
 from dbus_fn.events import RowChange
@@ -182,13 +183,14 @@ def validate(path: Path) -> None:
     from dbus_fn.checks import deployment_warnings
     from dbus_fn.dependencies import read_requirements, resolve
 
-    bundle = build_bundle(path)
-    deployment = load_deployment(path)
     requirements = read_requirements(path if path.is_dir() else path.parent)
+    packages = None if requirements is None else resolve(requirements)
+    bundle = build_bundle(path, packages=packages)
+    deployment = load_deployment(path, packages=packages)
     _describe(deployment)
     click.echo(f"  bundle {', '.join(bundle.files)}: {len(bundle.data)} bytes")
-    if requirements is not None:
-        click.echo(f"  dependencies: {resolve(requirements).describe()}")
+    if packages is not None:
+        click.echo(f"  dependencies: {packages.describe()}")
     for warning in deployment_warnings(deployment):
         click.echo(f"warning: {warning}", err=True)
     click.echo("OK")
@@ -231,7 +233,7 @@ def invoke(path: Path, event_file: Path, type_prefix: str, fail_on_dead_letter: 
     function's print() goes to stderr)."""
     stdout = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):
-        emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
+        emulator = Emulator(with_packages(path), type_prefix=type_prefix)
         records = list(emulator.run_events([read_event_file(event_file)]))
         report = emulator.close()
     for record in records:
@@ -302,7 +304,7 @@ def run_local(
         check_output(output, force=force)
     stdout = sys.stdout  # the records' stream; a function's print() goes to stderr
     with contextlib.redirect_stdout(sys.stderr):  # its module's too, as it is imported
-        emulator = Emulator(load_deployment(path), type_prefix=type_prefix)
+        emulator = Emulator(with_packages(path), type_prefix=type_prefix)
     if events is not None:
         records = emulator.run_file(events)
     else:

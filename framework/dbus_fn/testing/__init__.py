@@ -22,11 +22,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from dbus_fn.dependencies import with_packages
 from dbus_fn.errors import EventFormatError
 from dbus_fn.events import BinlogPosition, Operation, RowChange
 from dbus_fn.manifest import manifest_path
 from dbus_fn.pipeline import Outcome, Pipeline
-from dbus_fn.registry import LoadedDeployment, deployment_from_module, load_deployment
+from dbus_fn.registry import LoadedDeployment, deployment_from_module
 
 __all__ = [
     "delete",
@@ -129,7 +130,7 @@ def deployment(target: LoadedDeployment | ModuleType | str | Path) -> LoadedDepl
         return deployment_from_module(target, default_route="kafka://default")
     path = Path(target)
     if path.suffix == ".toml" or (path.is_dir() and manifest_path(path).is_file()):
-        return load_deployment(path)
+        return with_packages(path)  # with its requirements.txt's packages
     return deployment_from_module(target, default_route="kafka://default")
 
 

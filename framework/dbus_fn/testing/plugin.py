@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from dbus_fn.dependencies import with_packages
 from dbus_fn.events import RowChange
 from dbus_fn.manifest import MANIFEST_FILE
 from dbus_fn.pipeline import Outcome, Pipeline
-from dbus_fn.registry import LoadedDeployment, load_deployment
+from dbus_fn.registry import LoadedDeployment
 
 
 def nearest_manifest(start: Path) -> Path | None:
@@ -45,7 +46,7 @@ def dbus_deployment(request: pytest.FixtureRequest) -> LoadedDeployment:
             "deployment (see `dbus fn init`), or a dbus_deployment fixture of your own",
             pytrace=False,
         )
-    return load_deployment(folder)
+    return with_packages(folder)  # with its requirements.txt's packages, as the runtime
 
 
 @pytest.fixture
