@@ -238,6 +238,35 @@ def with_packages(path: Path) -> LoadedDeployment:
     return load_deployment(path, packages=packages)
 
 
+def archive_name(requirements: Requirements) -> str:
+    """The file name a resolved set travels under to a runtime's executors."""
+    return f"dbus-deps-{requirements.key}.zip"
+
+
+def site_archive(resolved: Resolved) -> Path:
+    """The installed packages of ``resolved`` as one zip beside them (made once)."""
+    archive = resolved.site.parent / archive_name(resolved.requirements)
+    if not archive.is_file():
+        partial = archive.with_suffix(".partial")
+        shutil.make_archive(str(partial), "zip", resolved.site)
+        Path(f"{partial}.zip").rename(archive)
+    return archive
+
+
+def unpacked_site(requirements: Requirements, archive: Path, cache: Path) -> Resolved:
+    """An executor's copy of a set's packages, unpacked from ``archive`` once."""
+    folder = cache / requirements.key
+    if not (folder / "site").is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=".site-", dir=folder))
+        shutil.unpack_archive(str(archive), str(partial), "zip")
+        try:
+            partial.rename(folder / "site")
+        except OSError:  # another worker of this host unpacked it meanwhile
+            shutil.rmtree(partial, ignore_errors=True)
+    return Resolved(requirements, (), folder / "site", _top_level(folder / "site"))
+
+
 def _wheel_name(wheel: Path) -> str:
     name, version = wheel.name.split("-")[:2]
     return f"{name} {version}"

@@ -22,8 +22,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from dbus_fn.capture import BinlogReader
+from dbus_fn.dependencies import with_packages
 from dbus_fn.errors import ConfigError
-from dbus_fn.registry import load_deployment
 from dbus_spark import logs, open_read_control
 from dbus_spark.checkpoint import (
     ProgressFolder,
@@ -45,6 +45,7 @@ from dbus_spark.preflight import (
     check_reachable,
     deployment_sink_problems,
 )
+from dbus_spark.shipment import ship_packages
 from dbus_spark.sinks.clusters import routes_of
 
 log = logging.getLogger("dbus.runtime")
@@ -159,7 +160,9 @@ def preflight(config: RuntimeConfig, spark: SparkSession | None = None) -> Runti
     given as a URI.
     """
     _check_source_names(config, spark)
-    manifests = [load_deployment(deployment).manifest for deployment in config.deployments]
+    # Each with its own packages, resolved here (a set that does not resolve or import
+    # is one line now, not a task failure later).
+    manifests = [with_packages(Path(d)).manifest for d in config.deployments]
     for problem in deployment_sink_problems(routes_of(manifests)):
         log.warning("%s", problem)
     history = HistoryStore(store_path(config.checkpoint_dir))
@@ -343,6 +346,7 @@ def _start_query(
             stale.unlink(missing_ok=True)
         metrics.attach(path, committed_positions(config.checkpoint_dir, spark), reports)
         options["reports"] = str(reports)  # the workers report there
+    ship_packages(spark.sparkContext, config.deployments)  # the executors' own copy
     # The query's start uses Spark's planner processes; they are stopped after it.
     with PlannerSweeper.ensure(spark.sparkContext).starting() as started:
         reader = (

@@ -20,10 +20,20 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from dbus_fn.bundle import Bundle, content_hash, materialize, zip_files
+from dbus_fn.dependencies import (
+    Resolved,
+    archive_name,
+    read_requirements,
+    resolve,
+    site_archive,
+    unpacked_site,
+)
 from dbus_fn.errors import BundleError
 from dbus_spark.config import RuntimeConfig
 
@@ -121,6 +131,40 @@ def executor_cache() -> Path:
     """Where an executor unpacks deployment folders: its own temporary folder, never
     a path of the driver's."""
     return Path(tempfile.gettempdir()) / f"dbus-bundles-{os.getuid()}"
+
+
+def shipped_packages(folder: str) -> Resolved | None:
+    """Executor side: a deployment folder's own packages (``dbus_fn.dependencies``), as
+    the driver shipped them through Spark (``SparkContext.addFile``, ``ship_packages``),
+    unpacked here once; None when it names none."""
+    requirements = read_requirements(Path(folder))
+    if requirements is None:
+        return None
+    from pyspark import SparkFiles
+
+    try:
+        archive = Path(SparkFiles.get(archive_name(requirements)))
+    except Exception:  # no SparkContext files here (not a Spark worker)
+        archive = Path(archive_name(requirements))
+    if not archive.is_file():
+        raise BundleError(
+            f"the packages of {folder}/requirements.txt (set {requirements.key}) did not "
+            "reach this executor; the runtime ships them at its start: restart it",
+            path=folder,
+        )
+    return unpacked_site(requirements, archive, executor_cache() / "deps")
+
+
+def ship_packages(spark_context: Any, deployments: Sequence[str]) -> None:
+    """Driver side: each deployment's own packages resolved here and handed to Spark,
+    which serves them to every executor (a set shared by deployments goes once)."""
+    sent: set[str] = set()
+    for folder in deployments:
+        requirements = read_requirements(Path(folder))
+        if requirements is None or requirements.key in sent:
+            continue
+        spark_context.addFile(str(site_archive(resolve(requirements))))
+        sent.add(requirements.key)
 
 
 def unpacked(shipment: Shipment) -> RuntimeConfig:

@@ -43,6 +43,7 @@ from dbus_fn.pipeline import DeadLetter, Pipeline
 from dbus_fn.registry import LoadedDeployment, load_deployment
 from dbus_spark.history import Gate
 from dbus_spark.progress import Admission
+from dbus_spark.shipment import shipped_packages
 from dbus_spark.sinks.clusters import Routes, routes_of
 from dbus_spark.sinks.records import IndexAction, KafkaRecord, document_version
 
@@ -194,7 +195,9 @@ class StageCounts:
 
 class FunctionStage:
     def __init__(self, deployment_paths: tuple[str, ...], *, type_prefix: str) -> None:
-        self.deployments: list[LoadedDeployment] = [load_deployment(p) for p in deployment_paths]
+        self.deployments: list[LoadedDeployment] = [
+            load_deployment(p, packages=shipped_packages(p)) for p in deployment_paths
+        ]
         self._pipelines = [(d, Pipeline(d)) for d in self.deployments]
         self._versions = {d.manifest.name: d.manifest.version for d in self.deployments}
         self.routes: Routes = routes_of([d.manifest for d in self.deployments])

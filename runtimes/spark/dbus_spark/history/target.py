@@ -8,9 +8,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dbus_fn.dependencies import with_packages
 from dbus_fn.errors import ConfigError, HistoryError, ServiceUnreachableError
 from dbus_fn.manifest import Manifest, load_manifest
-from dbus_fn.registry import LoadedDeployment, load_deployment
+from dbus_fn.registry import LoadedDeployment
 from dbus_spark.checkpoint import beside
 from dbus_spark.config import RuntimeConfig, load_config
 from dbus_spark.history.tasks import HistoryStore
@@ -72,7 +73,7 @@ def deployment_named(folder: str, config: RuntimeConfig, name: str) -> LoadedDep
     deployment_name_check(folder, config, name)
     return next(
         loaded
-        for loaded in (load_deployment(path) for path in config.deployments)
+        for loaded in (with_packages(Path(path)) for path in config.deployments)
         if loaded.manifest.name == name
     )
 

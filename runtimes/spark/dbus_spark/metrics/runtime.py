@@ -27,7 +27,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from dbus_fn.capture import BinlogReader, SourceSpec, position_from_json, replica_id_for
 from dbus_fn.errors import DbusError
 from dbus_fn.events import BinlogPosition
-from dbus_fn.registry import load_deployment
+from dbus_fn.manifest import load_manifest
 from dbus_spark.config import ConfigFile, RuntimeConfig
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.metrics.families import DEPLOYMENT_COUNTERS, families
@@ -487,7 +487,7 @@ def _manifest(path: str) -> tuple[str, str]:
         key = (path, Path(path, "dbus.toml").stat().st_mtime)
         found = _manifests.get(key)
         if found is None:
-            manifest = load_deployment(path).manifest
+            manifest = load_manifest(path)
             found = _manifests[key] = (manifest.name, manifest.version)
         return found
     except (DbusError, OSError):
