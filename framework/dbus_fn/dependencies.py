@@ -86,7 +86,8 @@ class Resolved:
 
 
 def read_requirements(folder: Path) -> Requirements | None:
-    """The folder's ``requirements.txt`` checked line by line (None: it has none)."""
+    """The folder's ``requirements.txt`` checked line by line (None: it has none, or
+    names no package)."""
     path = folder / REQUIREMENTS
     if not path.is_file():
         return None
@@ -118,7 +119,7 @@ def read_requirements(folder: Path) -> Requirements | None:
             )
         _check_not_runtime(requirement.name, where)
         lines.append(text)
-    return Requirements(path, tuple(lines))
+    return Requirements(path, tuple(lines)) if lines else None  # comments only: none
 
 
 def _check_not_runtime(name: str, where: str) -> None:

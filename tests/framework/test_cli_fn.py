@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from dbus_fn.cli import cli
+from dbus_fn.dependencies import read_requirements
 from dbus_fn.json_format import event_to_json, write_jsonl
 from dbus_fn.testing import insert
 
@@ -36,9 +37,11 @@ def test_init_scaffolds_a_working_folder(scaffold: Path, runner: CliRunner) -> N
         "cli_demo.py",
         "dbus.toml",
         "events.jsonl",
+        "requirements.txt",
         "test_cli_demo.py",
         "tox.ini",
     ]
+    assert read_requirements(scaffold) is None  # comments only, until packages are named
     assert "[testenv:emulate]" in (scaffold / "tox.ini").read_text()
     result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
     assert result.exit_code == 0, result.output

@@ -154,3 +154,7 @@ def test_two_deployments_in_one_process_each_run_with_their_own_version(
     assert not any("function-deps" in entry for entry in sys.path)
     result = CliRunner().invoke(cli, ["fn", "validate", str(tmp_path / "old")])
     assert result.exit_code == 0 and "dependencies: six 1.15.0" in result.output, result.output
+
+
+def test_a_requirements_file_of_comments_names_no_package(tmp_path: Path) -> None:
+    assert read_requirements(folder_with(tmp_path, "# none yet\n\n")) is None

@@ -100,7 +100,8 @@ def fn() -> None:
 )
 def init(name: str, table: str, directory: Path) -> None:
     """Create the folder NAME: a function module, its test, golden events, a
-    dbus.toml and a tox.ini (`tox` tests, `tox -e emulate` emulates)."""
+    dbus.toml, a requirements.txt for its own packages and a tox.ini (`tox` tests,
+    `tox -e emulate` emulates)."""
     if len(name) > NAME_MAX:
         raise click.BadParameter(
             f"expected a name of at most {NAME_MAX} characters, got one of {len(name)}",
@@ -129,6 +130,7 @@ def init(name: str, table: str, directory: Path) -> None:
         f"test_{module}.py": "test_module.py.tmpl",
         "dbus.toml": "dbus.toml.tmpl",
         "tox.ini": "tox.ini.tmpl",
+        "requirements.txt": "requirements.txt.tmpl",
     }
     folder.mkdir(parents=True)
     templates = resources.files("dbus_fn.cli") / "templates"
