@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,6 +76,17 @@ def wait_until(
     began = time.monotonic()
     wait_for(check, within, what, every=every, ignoring=ignoring)
     return time.monotonic() - began
+
+
+def delete_topics(bootstrap: str, topics: Iterable[str]) -> None:
+    """Delete those of ``topics`` that exist (a test's outputs, after it)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = admin.list_topics(timeout=30).topics
+    present = [topic for topic in topics if topic in existing]
+    for future in admin.delete_topics(present, operation_timeout=30).values() if present else ():
+        future.result(timeout=60)
 
 
 def kafka_consumer(

@@ -19,7 +19,7 @@ already reads it. ``dbus fn validate`` resolves it here:
 
 Wheels and installed packages are kept in ``<dbus home>/cache/function-deps/<key>``,
 ``key`` the digest of the requirements and the interpreter: an unchanged set is not
-fetched again.
+fetched, nor its modules imported, again.
 """
 
 from __future__ import annotations
@@ -153,8 +153,11 @@ def resolve(requirements: Requirements, cache: Path | None = None) -> Resolved:
         _check_not_runtime(_wheel_name(wheel).split(" ")[0],
                            f"{requirements.path} (needed by what it names)")  # fmt: skip
     modules = _top_level(folder / "site")
-    for module in modules:
-        _check_import(requirements, folder / "site", module)
+    checked = folder / "imported"  # each module imported once per set, not per use
+    if not checked.is_file():
+        for module in modules:
+            _check_import(requirements, folder / "site", module)
+        checked.touch()
     return Resolved(requirements, wheels, folder / "site", modules)
 
 

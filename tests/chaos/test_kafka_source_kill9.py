@@ -33,7 +33,7 @@ from convergence import (
 )
 from elasticsearch import Elasticsearch
 from scratch import FreshDatabase
-from support import wait_for
+from support import delete_topics, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
@@ -62,12 +62,7 @@ def publish_folder(folder: Path, prefix: str) -> Path:
 
 
 def _clean(bootstrap: str, es: Elasticsearch, topics: list[str], indices: list[str]) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    present = [t for t in topics if t in admin.list_topics(timeout=30).topics]
-    for future in admin.delete_topics(present, operation_timeout=30).values() if present else ():
-        future.result(timeout=60)
+    delete_topics(bootstrap, topics)
     for index in indices:
         es.options(ignore_status=404).indices.delete(index=index)
 

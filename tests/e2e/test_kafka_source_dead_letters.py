@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
-from support import kafka_consumer
+from support import delete_topics, kafka_consumer
 
 from dbus_fn.kafka_binding import to_kafka_message
 from dbus_fn.testing import insert
@@ -110,11 +109,7 @@ def test_a_message_that_is_no_change_is_a_dead_letter_and_the_rest_goes_on(
         runtime.send_signal(signal.SIGTERM)
         runtime.wait(60)
         log.close()
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        made = [t for t in (out, f"{out}.dead", f"{out}.shadow", f"{out}.shadow2")
-                if t in admin.list_topics(timeout=30).topics]  # fmt: skip
-        for future in admin.delete_topics(made, operation_timeout=30).values() if made else ():
-            future.result(timeout=60)
+        delete_topics(bootstrap, [out, f"{out}.dead", f"{out}.shadow", f"{out}.shadow2"])
     text = (tmp_path / "runtime.log").read_text(errors="replace")
     assert sorted(json.loads(m.key()) for m in delivered) == [[1], [2]], text[-3000:]
     [letter] = dead

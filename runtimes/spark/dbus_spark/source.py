@@ -472,8 +472,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         for name, upto in kafka.items():
             begin = start.get(name, {}).get(KAFKA)
             if begin is None:  # a source new to this checkpoint
-                begin = start_offsets(config.kafka_source(name), self._planner(
-                    config.kafka_source(name)))  # fmt: skip
+                source = config.kafka_source(name)
+                begin = start_offsets(source, self._planner(source))
             found += [(name, *r) for r in kafka_ranges(begin, upto[KAFKA])]
             for deployment, run, cursor in upto.get("replays", ()):
                 replay = self._history.replays(name).get(deployment)
