@@ -105,6 +105,14 @@ def kafka_consumer(
     )
 
 
+def topic_exists(bootstrap: str, topic: str) -> bool:
+    """Whether the broker at ``bootstrap`` has ``topic``."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return topic in admin.list_topics(timeout=30).topics
+
+
 def kafka_count(
     bootstrap: str, topic: str, *, expected: int | None = None, within: float = 120.0
 ) -> int:

@@ -36,7 +36,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from elasticsearch import Elasticsearch
 from elasticsearch.helpers import scan
-from support import kafka_consumer
+from support import kafka_consumer, topic_exists
 
 from dbus_fn.columns import row_to_json
 from dbus_fn.kafka_binding import from_kafka_message
@@ -644,11 +644,6 @@ class Delivered:
     key: Key
     ver: int
     op: str
-
-
-def topic_exists(bootstrap: str, topic: str) -> bool:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    return topic in admin.list_topics(timeout=30).topics
 
 
 def read_topic(

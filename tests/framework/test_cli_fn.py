@@ -233,9 +233,10 @@ def test_scaffold_passes_tox_emulate_and_test(scaffold: Path) -> None:
     tox = shutil.which("tox", path=os.path.dirname(sys.executable))
     assert tox is not None
     tox_ini = (scaffold / "tox.ini").read_text()
-    (relative,) = re.findall(r"deps = \{env:DBUS_FN_REQUIREMENT:\{toxinidir\}/([^}]+)\}", tox_ini)
+    (relative,) = re.findall(r"deps =\s+\{env:DBUS_FN_REQUIREMENT:\{toxinidir\}/([^}]+)\}", tox_ini)
     assert not Path(relative).is_absolute()  # no absolute path of this machine
     assert (scaffold / relative).resolve() == REPO
+    assert "-r requirements.txt" in tox_ini  # the packages the runtime is given, installed
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("DBUS_FN_REQUIREMENT", None)
     env.pop("PYTEST_ADDOPTS", None)

@@ -20,6 +20,7 @@ from dbus_spark.config import (
     DEFAULT_CHUNK_ROWS,
     DEFAULT_DETACH_SECONDS,
     DEFAULT_OPEN_READ_SECONDS,
+    DEFAULT_PREVIEW_WINDOW,
     EXECUTOR_PYTHON_ENV,
 )
 from dbus_spark.logs import LOG_FORMAT_ENV, log_formatter
@@ -136,6 +137,15 @@ def runtime() -> None:
     "detach; every deployment waits for the slowest).",
 )
 @env_option(
+    "--preview-window",
+    type=click.IntRange(min=0),
+    default=DEFAULT_PREVIEW_WINDOW,
+    show_default=True,
+    env="DBUS_PREVIEW_WINDOW",
+    help="Of each table it reads, how many of the newest changes the runtime keeps for "
+    "`dbus fn preview` and the dashboard's preview (0: none, and previews say so).",
+)
+@env_option(
     "--chunk-rows",
     type=click.IntRange(min=1),
     default=DEFAULT_CHUNK_ROWS,
@@ -234,6 +244,7 @@ def start(
     decode_shards: int,
     open_read: float,
     detach_after: float,
+    preview_window: int,
     chunk_rows: int,
     master: str,
     executor_python: str | None,
@@ -406,6 +417,7 @@ def _launch(
         member = _member(options)
         if served is not None:
             member.coordinator.api = served.server.url  # shown by `dbus cluster status`
+            served.previewer.previous = member.previous_version
         query = start_member(
             member, master=options["master"], verbose=options["verbose"], metrics=metrics,
             python=python,
@@ -420,6 +432,7 @@ def _launch(
     settings = (
         "sources", "deployments", "kafka", "elasticsearch", "checkpoint", "start", "trigger",
         "decode_shards", "open_read", "detach_after", "chunk_rows", "keep_helper_tables",
+        "preview_window",
     )  # fmt: skip
     config = runtime_config(**{key: options[key] for key in settings})
     query = start_query(
@@ -475,7 +488,7 @@ def _member(options: Mapping[str, Any]) -> ClusterMember:
     name = options["runtime_id"] or f"{socket.gethostname()}-{os.getpid()}"
     settings_of_base = (
         "kafka", "elasticsearch", "checkpoint", "trigger", "decode_shards", "chunk_rows",
-        "detach_after",
+        "detach_after", "preview_window",
     )  # fmt: skip
     base = member_config(**{key: options[key] for key in settings_of_base})
     check_runtime(

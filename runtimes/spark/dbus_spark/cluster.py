@@ -28,9 +28,11 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from dbus_fn.bundle import materialize
 from dbus_fn.capture import BinlogReader
 from dbus_fn.coordination import (
     Coordinator,
+    FunctionStore,
     FunctionWatcher,
     RequestBox,
     ZooKeeperSettings,
@@ -169,6 +171,19 @@ class ClusterMember:
                     [f"{f.name}@{f.version}" for f in functions],
                 )
             return config
+
+    def previous_version(self, name: str, version: str) -> tuple[str, Path] | str:
+        """The version of ``name`` deployed before ``version`` and its folder, or why
+        there is none (the dashboard's preview compares the two)."""
+        store = FunctionStore(self.coordinator.client, self.coordinator.settings)
+        versions = store.versions(name)
+        if version not in versions or versions.index(version) == 0:
+            return f"{name} {version} is its first version here: there is none before it"
+        earlier = versions[versions.index(version) - 1]
+        folder = materialize(
+            store.bundle(name, earlier), local_folder(self._base.checkpoint_dir) / "bundles"
+        )
+        return earlier, folder
 
     def take_requests(self) -> None:
         """Carry the cluster's history requests (`dbus fn backfill`, `replay`) for the

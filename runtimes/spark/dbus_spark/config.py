@@ -42,6 +42,8 @@ DEFAULT_OPEN_READ_SECONDS = 2.0
 # detached and catches up alone (``dbus_spark.progress``), so the others never wait
 # on it for longer.
 DEFAULT_DETACH_SECONDS = 5.0
+DEFAULT_PREVIEW_WINDOW = 100
+"""How many of each table's newest changes a runtime keeps for `dbus fn preview`."""
 DEFAULT_API_ADDRESS = "127.0.0.1:9464"
 """Where a runtime serves its metrics unless told otherwise (see ``dbus_spark.api``)."""
 EXECUTOR_PYTHON_ENV = "DBUS_EXECUTOR_PYTHON"
@@ -158,6 +160,9 @@ class RuntimeConfig:
     extra: Mapping[str, Any] = field(default_factory=dict)
     kafka_sources: tuple[KafkaSource, ...] = ()
     """Sources of CloudEvents in Kafka topics (``dbus_spark.kafka_source``)."""
+    preview_window: int = DEFAULT_PREVIEW_WINDOW
+    """How many of each table's newest changes the runtime keeps for previews (0:
+    none); see ``dbus_spark.preview``."""
 
     def source(self, name: str) -> SourceBinding:
         for binding in self.sources:
@@ -195,6 +200,7 @@ class RuntimeConfig:
             "detach_seconds": self.detach_seconds,
             "extra": dict(self.extra),
             "kafka_sources": [source.to_json() for source in self.kafka_sources],
+            "preview_window": self.preview_window,
         }
 
     @classmethod
@@ -215,6 +221,7 @@ class RuntimeConfig:
             detach_seconds=float(data.get("detach_seconds", DEFAULT_DETACH_SECONDS)),
             extra=data.get("extra", {}),
             kafka_sources=tuple(KafkaSource.from_json(k) for k in data.get("kafka_sources", ())),
+            preview_window=int(data.get("preview_window", DEFAULT_PREVIEW_WINDOW)),
         )
 
     def save(self, path: Path) -> Path:

@@ -18,6 +18,7 @@ from dbus_spark.config import (
     DEFAULT_CHUNK_ROWS,
     DEFAULT_DETACH_SECONDS,
     DEFAULT_OPEN_READ_SECONDS,
+    DEFAULT_PREVIEW_WINDOW,
     RuntimeConfig,
     SourceBinding,
 )
@@ -40,6 +41,7 @@ def runtime_config(
     detach_after: float = DEFAULT_DETACH_SECONDS,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     keep_helper_tables: bool | None = None,
+    preview_window: int = DEFAULT_PREVIEW_WINDOW,
     home: Path | None = None,
 ) -> RuntimeConfig:
     """Resolve every setting of a runtime; raise ``ConfigError`` naming the fix.
@@ -89,6 +91,7 @@ def runtime_config(
         detach_seconds=detach_after,
         chunk_rows=chunk_rows,
         kafka_sources=kafka_sources,
+        preview_window=preview_window,
     )
 
 
@@ -120,6 +123,7 @@ def member_config(
     decode_shards: int = 0,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     detach_after: float = DEFAULT_DETACH_SECONDS,
+    preview_window: int = DEFAULT_PREVIEW_WINDOW,
     home: Path | None = None,
 ) -> RuntimeConfig:
     """The settings of a cluster member; ZooKeeper gives its sources and functions."""
@@ -135,6 +139,7 @@ def member_config(
         decode_shards=decode_shards,
         chunk_rows=chunk_rows,
         detach_seconds=detach_after,
+        preview_window=preview_window,
     )
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import pickle
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -36,6 +36,7 @@ from dbus_fn.errors import (
     UnsupportedColumnTypeError,
 )
 from dbus_fn.events import Operation, RowChange
+from dbus_fn.json_format import event_to_json
 from dbus_fn.kafka_binding import to_kafka_message
 from dbus_fn.manifest import Destination
 from dbus_fn.outcomes import Delivery
@@ -109,6 +110,17 @@ class StageCounts:
     refused: list[dict[str, Any]] = field(default_factory=list)
     """History reads (a chunk, a replay part) their deployment's sinks did not take:
     per read, the source, the deployment and why; read again after a backoff."""
+    recent: dict[tuple[str, str], deque[RowChange] | list[str]] = field(default_factory=dict)
+    """Per (source, table), the newest changes read (``keep``), for the runtime's preview
+    window (``dbus_spark.preview``): changes here, their structured JSON once sent."""
+
+    def keep(self, change: RowChange, size: int) -> None:
+        """Remember ``change`` among the ``size`` newest of its table."""
+        key = (change.source, change.qualified_table)
+        found = self.recent.get(key)
+        if found is None:
+            found = self.recent[key] = deque(maxlen=size)
+        found.append(change)  # type: ignore[arg-type]
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_dict()).encode()
@@ -136,7 +148,9 @@ class StageCounts:
             "busy": self.busy,
             "progress": self.progress,
             "refused": self.refused,
-        }
+            "recent": [[source, table, _event_texts(changes)]
+                       for (source, table), changes in self.recent.items()],
+        }  # fmt: skip
 
     def add_json(self, data: bytes) -> None:
         self.add(StageCounts.from_json(data))
@@ -165,6 +179,7 @@ class StageCounts:
             busy=Counter(counts.get("busy", {})),
             progress=counts.get("progress", []),
             refused=counts.get("refused", []),
+            recent={(s, t): list(events) for s, t, events in counts.get("recent", [])},
         )
 
     def add(self, other: StageCounts) -> None:
@@ -191,10 +206,32 @@ class StageCounts:
         self.busy.update(other.busy)
         self.progress += other.progress
         self.refused += other.refused
+        for key, changes in other.recent.items():
+            self.recent[key] = [*_event_texts(self.recent.get(key, [])), *_event_texts(changes)]
+
+
+def _event_texts(changes: Iterable[RowChange | str]) -> list[str]:
+    """Kept changes as structured JSON CloudEvents (those already so, as they are); a
+    change with no CloudEvent form is left out of the window."""
+    texts = []
+    for change in changes:
+        if isinstance(change, str):
+            texts.append(change)
+            continue
+        try:
+            texts.append(event_to_json(change).decode())
+        except DbusError:
+            continue
+    return texts
 
 
 class FunctionStage:
-    def __init__(self, deployment_paths: tuple[str, ...], *, type_prefix: str) -> None:
+    def __init__(
+        self, deployment_paths: tuple[str, ...], *, type_prefix: str, window: int = 0
+    ) -> None:
+        """``window``: how many of each table's newest changes a task keeps for the
+        runtime's preview window (0: none)."""
+        self._window = window
         self.deployments: list[LoadedDeployment] = [
             load_deployment(p, packages=shipped_packages(p)) for p in deployment_paths
         ]
@@ -232,6 +269,8 @@ class FunctionStage:
         leaves out the deployments not with the stream (``dbus_spark.progress``)."""
         counts.rows += 1
         counts.tables[(change.source, change.qualified_table)] += 1
+        if self._window:
+            counts.keep(change, self._window)
         for deployment, pipeline in self._subscribers(change.source, change.qualified_table):
             if admission is not None and not admission.admits(deployment.manifest.name, change):
                 continue

@@ -59,7 +59,10 @@ def worker_stage(shipment: Shipment) -> tuple[RuntimeConfig, FunctionStage]:
             logs.stacks_on_signal()  # this worker's first task
         _stages.clear()
         config = unpacked(shipment)
-        found = (config, FunctionStage(config.deployments, type_prefix=config.type_prefix))
+        stage = FunctionStage(
+            config.deployments, type_prefix=config.type_prefix, window=config.preview_window
+        )
+        found = (config, stage)
         _stages[shipment.key] = found
         known = {b.spec for b in config.sources}
         for spec, replica_id in list(_readers):

@@ -9,15 +9,19 @@ from pathlib import Path
 from dbus_spark.api.desk import RequestDesk
 from dbus_spark.api.server import ApiServer, ApiSettings, address_path, build_app
 from dbus_spark.metrics import RuntimeMetrics
+from dbus_spark.preview.service import Previewer
 
 
 class RuntimeApi:
     """The API server of a runtime, its metrics and its request desk."""
 
-    def __init__(self, server: ApiServer, metrics: RuntimeMetrics, desk: RequestDesk) -> None:
+    def __init__(
+        self, server: ApiServer, metrics: RuntimeMetrics, desk: RequestDesk, previewer: Previewer
+    ) -> None:
         self.server = server
         self.metrics = metrics
         self.desk = desk
+        self.previewer = previewer
         self.address_file: Path | None = None
 
     @classmethod
@@ -29,7 +33,9 @@ class RuntimeApi:
             return None
         metrics = RuntimeMetrics(runtime_id=runtime_id)
         desk = RequestDesk()
-        return cls(ApiServer(build_app(metrics, settings.token, desk), settings), metrics, desk)
+        previewer = Previewer(metrics.window, metrics.config)
+        app = build_app(metrics, settings.token, desk, previewer)
+        return cls(ApiServer(app, settings), metrics, desk, previewer)
 
     def start(self, checkpoint_dir: str) -> str:
         """Serve the runtime running at ``checkpoint_dir``, and say where; the URL."""

@@ -33,7 +33,8 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from dbus_fn.errors import ConfigError, DbusError
+from dbus_fn.errors import ConfigError, DbusError, FunctionNotFoundError
+from dbus_fn.preview import DEFAULT_EVENTS
 from dbus_spark.api.desk import LONGEST_WAIT, AnswerBody, RequestBody, RequestDesk, RequestId
 from dbus_spark.checkpoint import beside
 from dbus_spark.config import DEFAULT_API_ADDRESS
@@ -46,6 +47,7 @@ from dbus_spark.metrics.state import (
     SourceState,
     TopologyState,
 )
+from dbus_spark.preview.service import Previewer
 
 DASHBOARD = Path(__file__).with_name("dashboard")
 """The dashboard's page, script and style: served as they are, no build step."""
@@ -133,8 +135,14 @@ class View(Protocol):
         ...
 
 
-def build_app(view: View, token: str | None = None, desk: RequestDesk | None = None) -> FastAPI:
-    """The app showing ``view``; with ``desk``, one runtime's, it also takes requests."""
+def build_app(
+    view: View,
+    token: str | None = None,
+    desk: RequestDesk | None = None,
+    previewer: Previewer | None = None,
+) -> FastAPI:
+    """The app showing ``view``; with ``desk``, one runtime's, it also takes requests,
+    and with ``previewer`` it previews deployments on its recent events."""
     responses: dict[int | str, dict[str, Any]] = {
         503: {"description": "Nothing to show yet (the runtime has not started its query), "
               "or ZooKeeper cannot be read (a cluster)"}
@@ -273,6 +281,35 @@ def build_app(view: View, token: str | None = None, desk: RequestDesk | None = N
         if reply is None:
             return Response(status_code=204)
         return AnswerBody.of(reply)
+
+    @app.get(
+        "/api/v1/preview/{name}",
+        summary="A deployment over the runtime's recent events: what it does with each "
+        "(nothing is written), beside its previous version with against=previous",
+        responses={404: {"description": "No such deployment runs here, or this API shows "
+                         "a cluster"}},
+    )  # fmt: skip
+    def preview(
+        name: str,
+        table: Annotated[list[str] | None, Query(description="db.table or table; default: "
+                                                 "the tables it subscribes to")] = None,
+        since: Annotated[float | None, Query(description="Epoch seconds: only changes "
+                                             "committed since")] = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = DEFAULT_EVENTS,
+        against: Annotated[str | None, Query(pattern="^previous$")] = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        if previewer is None:
+            raise HTTPException(
+                404, "this API shows a cluster; preview with `dbus fn preview PATH --cluster "
+                "NAME`, or on one runtime's dashboard",
+            )  # fmt: skip
+        try:
+            return previewer.preview(name, tables=table, since=since, limit=limit,
+                                     against_previous=against == "previous")  # fmt: skip
+        except FunctionNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from None
+        except DbusError as exc:
+            raise HTTPException(422, str(exc)) from None
 
     @app.get("/", include_in_schema=False)
     def dashboard() -> FileResponse:

@@ -46,6 +46,7 @@ from dbus_spark.metrics.state import (
     SourceState,
     TopologyState,
 )
+from dbus_spark.preview.window import RecentWindow
 from dbus_spark.progress import STATES, ProgressBook
 from dbus_spark.stage import counter_of_pairs
 
@@ -73,6 +74,8 @@ class RuntimeMetrics:
 
     def __init__(self, *, runtime_id: str = "") -> None:
         self._config_file: ConfigFile | None = None
+        self.window = RecentWindow()
+        """The newest changes of each table read, for previews (``dbus_spark.preview``)."""
         self.reports: Path | None = None
         self.runtime_id = runtime_id
         self.started = time.time()
@@ -149,6 +152,10 @@ class RuntimeMetrics:
                 ends[name] = position_from_json(value)
         if report is not None:
             self._record_report(report)
+            config = self.config()
+            if config is not None:
+                self.window.resize(config.preview_window)
+            self.window.add(report.get("stage", {}).get("recent", []))
         moved = self._advance(ends)
         with self._lock:
             self._source_bytes.update(moved)
@@ -175,7 +182,7 @@ class RuntimeMetrics:
             before = {source: self._committed.get(source) for source in ends}
             self._committed.update(ends)
         moved = {}
-        config = self._config()
+        config = self.config()
         for source, end in ends.items():
             start = before[source]
             if start is None or config is None or (start.file, start.pos) == (end.file, end.pos):
@@ -186,7 +193,8 @@ class RuntimeMetrics:
                 log.debug("metrics: bytes read of %s unknown: %s", source, exc)
         return moved
 
-    def _config(self) -> RuntimeConfig | None:
+    def config(self) -> RuntimeConfig | None:
+        """The runtime's configuration now (None before it has one, or unreadable)."""
         if self._config_file is None:
             return None
         try:
@@ -202,7 +210,7 @@ class RuntimeMetrics:
     def state(self) -> RuntimeState | None:
         """What the runtime shows now (None before it follows one): the servers are
         asked for their positions, the workers' and history files are read."""
-        config = self._config()
+        config = self.config()
         if config is None:
             return None
         now = time.time()

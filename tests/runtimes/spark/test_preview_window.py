@@ -1,0 +1,134 @@
+"""The runtime's recent-events window and what it answers a preview with: each task keeps
+a bounded few changes per table, the driver keeps the newest per table, and an empty
+preview says why (window off, table not read, no traffic, nothing in the time asked)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dbus_fn.errors import FunctionNotFoundError
+from dbus_fn.testing import insert
+from dbus_spark.config import RuntimeConfig
+from dbus_spark.preview.service import NO_REGISTRY, Previewer
+from dbus_spark.preview.window import RecentWindow, table_matches
+from dbus_spark.stage import StageCounts
+
+TABLE = "shop.orders"
+START = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _timed(n: int, table: str = TABLE) -> Any:
+    change = insert(table, id=n, total=n * 10)
+    return replace(change, commit_time=START + timedelta(seconds=n))
+
+
+def _batch(*changes: Any, size: int = 100) -> list[list[Any]]:
+    counts = StageCounts()
+    for change in changes:
+        counts.keep(change, size)
+    return StageCounts.from_json(counts.to_json()).to_dict()["recent"]
+
+
+def test_a_task_keeps_the_newest_changes_of_each_table_and_tasks_add_up() -> None:
+    one, two = StageCounts(), StageCounts()
+    for n in range(1, 8):
+        one.keep(_timed(n), 3)
+    two.keep(_timed(20, "shop.stock"), 3)
+    two.keep(_timed(21), 3)
+    one.add(StageCounts.from_json(two.to_json()))
+    recent = {
+        (s, t): [json.loads(e)["data"]["after"]["id"] for e in events]
+        for s, t, events in one.to_dict()["recent"]
+    }
+    # Each task kept its 3 newest; the driver's window bounds what tasks add up to.
+    assert recent == {("test", TABLE): [5, 6, 7, 21], ("test", "shop.stock"): [20]}
+
+
+def test_the_driver_keeps_the_newest_per_table_oldest_first() -> None:
+    window = RecentWindow(5)
+    window.add(_batch(*(_timed(n) for n in range(1, 9))))
+    window.add(_batch(_timed(9), _timed(30, "shop.stock")))
+    kept = window.newest([TABLE])
+    assert [k.event["data"]["after"]["id"] for k in kept] == [5, 6, 7, 8, 9]
+    assert [k.event["data"]["after"]["id"] for k in window.newest(["orders"], limit=2)] == [8, 9]
+    since = (START + timedelta(seconds=7)).timestamp()
+    newer = window.newest([TABLE], since=since)
+    assert [k.event["data"]["after"]["id"] for k in newer] == [7, 8, 9]
+    assert window.tables() == {TABLE: 5, "shop.stock": 1}
+    assert window.seen == {TABLE: 9, "shop.stock": 1}
+    window.resize(2)
+    assert [k.event["data"]["after"]["id"] for k in window.newest([TABLE])] == [8, 9]
+    window.resize(0)
+    window.add(_batch(_timed(10)))
+    assert window.newest([TABLE]) == [] and window.tables() == {}
+
+
+def test_tables_match_by_qualified_or_bare_name() -> None:
+    assert table_matches("shop.orders", ["shop.orders"])
+    assert table_matches("shop.orders", ["orders"])
+    assert not table_matches("shop.orders", ["other.orders"])
+    assert not table_matches("shop.orders", ["stock"])
+
+
+@pytest.fixture
+def runtime(function_folder: Any, tmp_path: Path) -> tuple[RecentWindow, Previewer]:
+    folder = function_folder(
+        "shown",
+        f"""
+        import dbus_fn as fn
+
+        @fn.route(tables="{TABLE}")
+        def where(event):
+            if event.row["id"] == 3:
+                raise ValueError("three is refused")
+            return "kafka://orders"
+        """,
+        [TABLE],
+    )
+    config = RuntimeConfig(
+        sources=(), deployments=(str(folder),), kafka_bootstrap="127.0.0.1:9092",
+        elasticsearch_url="http://127.0.0.1:9200", checkpoint_dir=str(tmp_path / "checkpoint"),
+    )  # fmt: skip
+    window = RecentWindow(100)
+    return window, Previewer(window, lambda: config)
+
+
+def test_a_preview_runs_the_deployed_version_over_the_window(
+    runtime: tuple[RecentWindow, Previewer],
+) -> None:
+    window, previewer = runtime
+    window.add(_batch(*(_timed(n) for n in range(1, 6)), _timed(9, "shop.stock")))
+    answer = previewer.preview("shown", limit=4)
+    assert answer["version"] == "1.0.0" and answer["empty"] is None
+    assert [e["data"]["after"]["id"] for e in answer["events"]] == [2, 3, 4, 5]
+    assert answer["outcomes"][0]["sent"] == [
+        {"destination": "kafka://orders", "dead_letter": False, "row": {"id": 2, "total": 20}}
+    ]
+    assert "three is refused" in answer["outcomes"][1]["sent"][0]["error"]
+    previous = previewer.preview("shown", against_previous=True)["previous"]
+    assert previous == {"version": None, "why_none": NO_REGISTRY, "comparison": None}
+    with pytest.raises(FunctionNotFoundError, match="no deployment 'other' runs on this runtime"):
+        previewer.preview("other")
+
+
+def test_an_empty_preview_says_why(runtime: tuple[RecentWindow, Previewer]) -> None:
+    window, previewer = runtime
+    assert "no change of shop.orders has been read since the runtime started" in str(
+        previewer.preview("shown")["empty"]
+    )
+    assert "the runtime reads none of shop.elsewhere" in str(
+        previewer.preview("shown", tables=["shop.elsewhere"])["empty"]
+    )
+    window.add(_batch(_timed(1)))
+    later = (START + timedelta(hours=1)).timestamp()
+    assert "was committed in the time asked" in str(
+        previewer.preview("shown", since=later)["empty"]
+    )
+    window.resize(0)
+    assert "--preview-window 0" in str(previewer.preview("shown")["empty"])
