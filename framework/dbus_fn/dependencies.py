@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from dataclasses import dataclass
 from importlib import metadata
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from dbus_fn.errors import ConfigError
+from dbus_fn.errors import BundleError, ConfigError
 
 if TYPE_CHECKING:
     from dbus_fn.registry import LoadedDeployment
@@ -232,14 +233,19 @@ def _check_import(requirements: Requirements, site: Path, module: str) -> None:
         )
 
 
+def packages_of(path: Path) -> Resolved | None:
+    """The packages of the deployment at ``path`` (a folder or its manifest), resolved
+    (``resolve``); None when it has no ``requirements.txt``."""
+    requirements = read_requirements(path if path.is_dir() else path.parent)
+    return None if requirements is None else resolve(requirements)
+
+
 def with_packages(path: Path) -> LoadedDeployment:
     """The deployment of ``path`` with its own packages resolved (``resolve``), or as
     it is when it has no ``requirements.txt``."""
     from dbus_fn.registry import load_deployment
 
-    requirements = read_requirements(path if path.is_dir() else path.parent)
-    packages = None if requirements is None else resolve(requirements)
-    return load_deployment(path, packages=packages)
+    return load_deployment(path, packages=packages_of(path))
 
 
 def archive_name(requirements: Requirements) -> str:
@@ -247,10 +253,18 @@ def archive_name(requirements: Requirements) -> str:
     return f"dbus-deps-{requirements.key}.zip"
 
 
+WHEELS_FILE = "dbus-wheels.txt"
+"""In a shipped set's folder: the file names of the wheels it was installed from, so
+an executor can tell whether their code runs on its platform (``unpacked_site``)."""
+
+
 def site_archive(resolved: Resolved) -> Path:
-    """The installed packages of ``resolved`` as one zip beside them (made once)."""
+    """The installed packages of ``resolved`` as one zip beside them (made once), with
+    the names of the wheels they came from."""
     archive = resolved.site.parent / archive_name(resolved.requirements)
     if not archive.is_file():
+        listed = "".join(f"{wheel.name}\n" for wheel in resolved.wheels)
+        (resolved.site / WHEELS_FILE).write_text(listed)
         partial = archive.with_suffix(".partial")
         shutil.make_archive(str(partial), "zip", resolved.site)
         Path(f"{partial}.zip").rename(archive)
@@ -258,17 +272,50 @@ def site_archive(resolved: Resolved) -> Path:
 
 
 def unpacked_site(requirements: Requirements, archive: Path, cache: Path) -> Resolved:
-    """An executor's copy of a set's packages, unpacked from ``archive`` once."""
+    """An executor's copy of a set's packages, unpacked from ``archive`` once.
+    ``BundleError`` when a wheel of the set holds code for another platform or Python
+    than this executor's (the driver resolves for its own)."""
     folder = cache / requirements.key
     if not (folder / "site").is_dir():
         folder.mkdir(parents=True, exist_ok=True)
         partial = Path(tempfile.mkdtemp(prefix=".site-", dir=folder))
         shutil.unpack_archive(str(archive), str(partial), "zip")
         try:
+            check_platform(requirements, partial)
+        except BundleError:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        try:
             partial.rename(folder / "site")
         except OSError:  # another worker of this host unpacked it meanwhile
             shutil.rmtree(partial, ignore_errors=True)
     return Resolved(requirements, (), folder / "site", _top_level(folder / "site"))
+
+
+def check_platform(requirements: Requirements, site: Path) -> None:
+    """Refuse a set whose wheels (listed in ``site``) include one no tag of which this
+    interpreter supports: native code built for another platform or Python."""
+    from packaging.tags import sys_tags
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    listed = site / WHEELS_FILE
+    names = listed.read_text().split() if listed.is_file() else []
+    supported = set(sys_tags())
+    for name in names:
+        try:
+            tags = parse_wheel_filename(name)[3]
+        except InvalidWheelFilename:
+            continue
+        if tags.isdisjoint(supported):
+            python = f"{sys.version_info.major}.{sys.version_info.minor}"
+            here = f"Python {python} on {sysconfig.get_platform()}"
+            raise BundleError(
+                f"{requirements.path}: the wheel {name} was resolved on the driver for "
+                f"{', '.join(sorted(str(t) for t in tags))}, which this executor ({here}) "
+                "cannot run: run the executors on the driver's Python and platform (the "
+                "image of `dbus image build` has them), or pin a pure-Python version",
+                path=str(requirements.path),
+            )
 
 
 def _wheel_name(wheel: Path) -> str:

@@ -3,7 +3,8 @@ only worker in a container of the runtime image (host network, no volume, no bin
 mount). `dbus runtime start --master spark://...` delivers a churning table into
 Kafka and Elasticsearch; a changed function folder reaches the containerised
 executor while the query runs; the worker container is killed mid-load and a new
-one joins; at the end both sinks equal what the functions make of the table."""
+one joins; at the end both sinks equal what the functions make of the table. Two
+deployments that bring their own packages run there, each with its own."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from history_support import (
     wait_sinks_equal_table,
 )
 from image_support import base_image
+from packages_support import TwoDeployments
 from support import free_port, kafka_count, wait_for
 
 from dbus_deploy.image import build_image, start_worker, stop_worker
@@ -138,3 +140,39 @@ def test_a_containerised_worker_runs_the_query_and_its_loss_loses_nothing(
             with contextlib.suppress(ConfigError):  # gone already: killed above
                 stop_worker(docker_client, worker.id, kill=True)
     print(json.dumps({"writes": churn.writes, "workers": [w.name for w in workers]}))
+
+
+def test_each_deployment_brings_its_packages_to_a_containerised_worker(
+    fresh_database: Any,
+    kafka_service: Any,
+    elasticsearch_service: Any,
+    kafka_topic: str,
+    docker_client: Any,
+    runtime_image: str,
+    master: SparkClusterConfig,
+    tmp_path: Path,
+) -> None:
+    """The image has neither ``phonenumbers`` nor either ``six`` the deployments pin:
+    the executor in the container gets each set from the driver and runs each
+    deployment with its own."""
+    two = TwoDeployments(fresh_database, kafka_service.bootstrap_servers, kafka_topic, tmp_path)
+    worker = start_worker(docker_client, runtime_image, master.master_url, cores=2, memory="2g")
+    runtime = RuntimeProcess.for_runtime(
+        source_dsn=fresh_database.endpoint.dsn, functions=two.old,
+        kafka=kafka_service.bootstrap_servers, elasticsearch=elasticsearch_service.url,
+        checkpoint=tmp_path / "checkpoint", logs=tmp_path / "logs",
+        master=master.master_url, start="latest",
+        options=["--functions", str(two.new), "--executor-python", "python3"],
+    )  # fmt: skip
+    try:
+        runtime.start()
+        runtime.wait_first_commit(300)
+        two.write()
+        two.assert_each_saw_its_own()
+        logs = docker_client.containers.get(worker.id).logs().decode(errors="replace")
+        assert "Asked to launch executor" in logs, logs[-2000:]  # in the container
+        assert runtime.stop() == 0, runtime.tail()
+    finally:
+        runtime.stop()
+        with contextlib.suppress(ConfigError):
+            stop_worker(docker_client, worker.id, kill=True)

@@ -59,6 +59,40 @@ def spawn_cli_runtime(
         )  # fmt: skip
 
 
+def member_env(scratch: Scratch, zk_root: str, cluster: str, dsn_variable: str) -> dict[str, str]:
+    """What `dbus` commands and a member of ``cluster`` (under the test's ZooKeeper root
+    ``zk_root``) need in their environment: ZooKeeper, the cluster, a bundle cache of
+    the test's own and the source's DSN in ``dsn_variable``."""
+    services = scratch.services
+    return {
+        "DBUS_ZOOKEEPER": f"{services.zookeeper.hosts}{zk_root}",
+        "DBUS_CLUSTER": cluster,
+        "DBUS_BUNDLE_CACHE": str(scratch.tmp_path / "bundles"),
+        dsn_variable: services.mariadb.dsn,
+    }
+
+
+def spawn_cli_member(
+    scratch: Scratch, cluster: str, runtime_id: str, checkpoint: Path, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """``dbus runtime start --cluster CLUSTER`` over the scratch's sinks (ZooKeeper and
+    the sources' DSN variables in ``env``), serving its API on a free port, its output
+    in ``runtime.log`` of the scratch's folder."""
+    services = scratch.services
+    with (scratch.tmp_path / "runtime.log").open("wb") as out:
+        return subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "dbus"), "runtime", "start",
+                "--cluster", cluster, "--runtime-id", runtime_id,
+                "--kafka", services.kafka.bootstrap_servers,
+                "--elasticsearch", services.elasticsearch.url,
+                "--checkpoint", str(checkpoint), "--master", "local[2]", "--api", "127.0.0.1:0",
+            ],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **env, "PYSPARK_PYTHON": sys.executable},
+        )  # fmt: skip
+
+
 @contextlib.contextmanager
 def cli_runtime(scratch: Scratch, folder: Path, *options: str) -> Iterator[str]:
     """``spawn_cli_runtime`` with a checkpoint of its own: yields the API's URL; stops

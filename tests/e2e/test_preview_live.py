@@ -9,9 +9,6 @@ The bad inputs each give one line and their exit code; nothing reaches a sink.""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from e2e_support import Scratch, stop_cli_runtime
+from e2e_support import Scratch, member_env, spawn_cli_member, stop_cli_runtime
 from support import page_texts, runtime_api, topic_exists, wait_for
 
 from dbus_fn.cli import cli
@@ -48,13 +45,7 @@ def _version(folder: Path, table: str, version: str, body: str) -> Path:
 
 @pytest.fixture
 def cluster_env(scratch: Scratch, zk_root: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    services = scratch.services
-    env = {
-        "DBUS_ZOOKEEPER": f"{services.zookeeper.hosts}{zk_root}",
-        "DBUS_CLUSTER": CLUSTER,
-        "DBUS_BUNDLE_CACHE": str(scratch.tmp_path / "bundles"),
-        "PREVIEW_SHOP_DSN": services.mariadb.dsn,
-    }
+    env = member_env(scratch, zk_root, CLUSTER, "PREVIEW_SHOP_DSN")
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env
@@ -84,20 +75,8 @@ def member(scratch: Scratch, cluster_env: dict[str, str]) -> Iterator[tuple[str,
         folder = _version(scratch.tmp_path / f"v{version}", table, version, body)
         deployed = _dbus("fn", "deploy", str(folder))
         assert deployed.exit_code == 0, deployed.output
-    services = scratch.services
     checkpoint = scratch.tmp_path / "checkpoint"
-    with (scratch.tmp_path / "runtime.log").open("wb") as out:
-        runtime = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "dbus"), "runtime", "start",
-                "--cluster", CLUSTER, "--runtime-id", "rt-preview",
-                "--kafka", services.kafka.bootstrap_servers,
-                "--elasticsearch", services.elasticsearch.url,
-                "--checkpoint", str(checkpoint), "--master", "local[2]", "--api", "127.0.0.1:0",
-            ],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **cluster_env, "PYSPARK_PYTHON": sys.executable},
-        )  # fmt: skip
+    runtime = spawn_cli_member(scratch, CLUSTER, "rt-preview", checkpoint, cluster_env)
     try:
         yield runtime_api(checkpoint), checkpoint
     finally:

@@ -7,10 +7,18 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from packaging.tags import sys_tags
 
 from dbus_fn.cli import cli
-from dbus_fn.dependencies import read_requirements, resolve
-from dbus_fn.errors import ConfigError
+from dbus_fn.dependencies import (
+    Requirements,
+    Resolved,
+    read_requirements,
+    resolve,
+    site_archive,
+    unpacked_site,
+)
+from dbus_fn.errors import BundleError, ConfigError
 
 ORDERS = Path(__file__).resolve().parents[2] / "functions" / "orders"
 
@@ -158,3 +166,37 @@ def test_two_deployments_in_one_process_each_run_with_their_own_version(
 
 def test_a_requirements_file_of_comments_names_no_package(tmp_path: Path) -> None:
     assert read_requirements(folder_with(tmp_path, "# none yet\n\n")) is None
+
+
+def _shipped(tmp_path: Path, wheels: list[str]) -> tuple[Requirements, Path]:
+    """A set as the driver ships it: an archive of its site, with the wheels' names."""
+    requirements = Requirements(tmp_path / "requirements.txt", ("some==1.0",))
+    site = tmp_path / "driver" / "site"
+    (site / "some").mkdir(parents=True)
+    (site / "some" / "__init__.py").write_text("")
+    resolved = Resolved(requirements, tuple(tmp_path / name for name in wheels), site, ("some",))
+    return requirements, site_archive(resolved)
+
+
+def test_an_executor_unpacks_a_set_whose_wheels_run_on_its_platform(tmp_path: Path) -> None:
+    here = next(iter(sys_tags()))
+    native = f"some-1.0-{here.interpreter}-{here.abi}-{here.platform}.whl"
+    requirements, archive = _shipped(tmp_path, ["six-1.16.0-py2.py3-none-any.whl", native])
+    unpacked = unpacked_site(requirements, archive, tmp_path / "executor")
+    assert (unpacked.site / "some" / "__init__.py").is_file()
+
+
+@pytest.mark.parametrize(
+    "wheel",
+    ["some-1.0-cp311-cp311-macosx_11_0_arm64.whl", "some-1.0-cp27-cp27mu-manylinux1_x86_64.whl"],
+)
+def test_an_executor_refuses_native_code_for_another_platform_in_one_line(
+    tmp_path: Path, wheel: str
+) -> None:
+    requirements, archive = _shipped(tmp_path, [wheel])
+    with pytest.raises(BundleError) as raised:
+        unpacked_site(requirements, archive, tmp_path / "executor")
+    message = str(raised.value)
+    assert "\n" not in message and f"the wheel {wheel} was resolved on the driver" in message
+    assert "run the executors on the driver's Python and platform" in message
+    assert not (tmp_path / "executor" / requirements.key / "site").exists()  # nothing kept

@@ -183,10 +183,9 @@ def validate(path: Path) -> None:
     without a cluster; list its functions."""
     from dbus_fn.bundle import build_bundle
     from dbus_fn.checks import deployment_warnings
-    from dbus_fn.dependencies import read_requirements, resolve
+    from dbus_fn.dependencies import packages_of
 
-    requirements = read_requirements(path if path.is_dir() else path.parent)
-    packages = None if requirements is None else resolve(requirements)
+    packages = packages_of(path)
     bundle = build_bundle(path, packages=packages)
     deployment = load_deployment(path, packages=packages)
     _describe(deployment)
@@ -395,8 +394,9 @@ def deploy(path: Path, name: str | None, zk: ZooKeeperOptions) -> None:
     version and make that version active; running runtimes pick it up at their next
     batch. The same content again is a no-op; changed content needs a new version."""
     from dbus_fn.coordination import build_bundle
+    from dbus_fn.dependencies import packages_of
 
-    bundle = build_bundle(path, name=name)
+    bundle = build_bundle(path, name=name, packages=packages_of(path))
     with zk.open() as (client, settings):
         from dbus_fn.coordination import FunctionStore
 

@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from dbus_fn.bundle import materialize
 from dbus_fn.capture import BinlogReader
 from dbus_fn.coordination import (
+    ActiveFunction,
     Coordinator,
     FunctionStore,
     FunctionWatcher,
@@ -98,6 +99,43 @@ class ClusterMember:
         self._lock = threading.Lock()
         self._history = HistoryStore(store_path(base.checkpoint_dir))
         self._book = ProgressBook(base.checkpoint_dir)
+        self._ship: Callable[[Sequence[str]], None] | None = None
+        self._shipped: set[str] = set()
+        """Digests of the function versions whose packages reached Spark."""
+        self._refused: set[str] = set()
+        """Digests of the function versions whose packages do not resolve (said once)."""
+
+    def ship_with(self, ship: Callable[[Sequence[str]], None]) -> None:
+        """Hand each function version's packages to the executors with ``ship`` before
+        the configuration names it (those written so far at once)."""
+        with self._lock:
+            self._ship = ship
+            assert self._watcher is not None
+            for function in self._watcher.current:
+                self._shippable(function)
+
+    def _shippable(self, function: ActiveFunction) -> bool:
+        """Whether ``function``'s packages reached the executors (shipped now if not): a
+        version whose set does not resolve or import is left out, said once; the other
+        deployments go on."""
+        if self._ship is None or function.content_hash in self._shipped:
+            return True
+        if function.content_hash in self._refused:
+            return False
+        try:
+            self._ship([str(function.path)])
+        except DbusError as exc:
+            self._refused.add(function.content_hash)
+            log.error(
+                "cluster: %s %s is not run here: its packages cannot be given to the "
+                "executors: %s",
+                function.name,
+                function.version,
+                exc,
+            )
+            return False
+        self._shipped.add(function.content_hash)
+        return True
 
     def start(self) -> RuntimeConfig:
         """Join (one-line errors if ZooKeeper or the cluster is missing); write the
@@ -139,7 +177,10 @@ class ClusterMember:
         with self._lock:
             assert self._watcher is not None
             self._watcher.poll()
-            functions = sorted(self._watcher.current, key=lambda f: f.name)
+            functions = [
+                f for f in sorted(self._watcher.current, key=lambda f: f.name)
+                if self._shippable(f)
+            ]  # fmt: skip
             # While ZooKeeper is away, and once the same session is back until the
             # coordinator has read the assignments again, keep the current work
             # (commits are held) and start nothing new.

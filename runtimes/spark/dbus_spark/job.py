@@ -45,7 +45,7 @@ from dbus_spark.preflight import (
     check_reachable,
     deployment_sink_problems,
 )
-from dbus_spark.shipment import ship_packages
+from dbus_spark.shipment import PackageShipper
 from dbus_spark.sinks.clusters import routes_of
 
 log = logging.getLogger("dbus.runtime")
@@ -265,7 +265,10 @@ def start_member(
     spark = spark or spark_session(master, verbose=verbose, python=python)
     phases.done("Spark")
     spark.streams.addListener(PositionCommitter(member))
-    return _start_query(spark, config, member.config_path, metrics, phases)
+    shipper = PackageShipper(spark.sparkContext)
+    # Deployments ZooKeeper sends while it runs bring their packages as they come.
+    member.ship_with(shipper.ship)
+    return _start_query(spark, config, member.config_path, metrics, phases, shipper)
 
 
 _read_by: dict[str, tuple[str, list[str]]] = {}
@@ -329,6 +332,7 @@ def _start_query(
     path: Path,
     metrics: RuntimeMetrics | None,
     phases: StartPhases,
+    shipper: PackageShipper | None = None,
 ) -> StreamingQuery:
     if not SparkLog(config.checkpoint_dir, spark).started():
         # A new checkpoint starts where it is told, every deployment with the stream.
@@ -346,7 +350,8 @@ def _start_query(
             stale.unlink(missing_ok=True)
         metrics.attach(path, committed_positions(config.checkpoint_dir, spark), reports)
         options["reports"] = str(reports)  # the workers report there
-    ship_packages(spark.sparkContext, config.deployments)  # the executors' own copy
+    # The executors' own copy of each deployment's packages.
+    (shipper or PackageShipper(spark.sparkContext)).ship(config.deployments)
     # The query's start uses Spark's planner processes; they are stopped after it.
     with PlannerSweeper.ensure(spark.sparkContext).starting() as started:
         reader = (

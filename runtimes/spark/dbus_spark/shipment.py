@@ -135,7 +135,7 @@ def executor_cache() -> Path:
 
 def shipped_packages(folder: str) -> Resolved | None:
     """Executor side: a deployment folder's own packages (``dbus_fn.dependencies``), as
-    the driver shipped them through Spark (``SparkContext.addFile``, ``ship_packages``),
+    the driver shipped them through Spark (``SparkContext.addFile``, ``PackageShipper``),
     unpacked here once; None when it names none."""
     requirements = read_requirements(Path(folder))
     if requirements is None:
@@ -155,16 +155,25 @@ def shipped_packages(folder: str) -> Resolved | None:
     return unpacked_site(requirements, archive, executor_cache() / "deps")
 
 
-def ship_packages(spark_context: Any, deployments: Sequence[str]) -> None:
-    """Driver side: each deployment's own packages resolved here and handed to Spark,
-    which serves them to every executor (a set shared by deployments goes once)."""
-    sent: set[str] = set()
-    for folder in deployments:
-        requirements = read_requirements(Path(folder))
-        if requirements is None or requirements.key in sent:
-            continue
-        spark_context.addFile(str(site_archive(resolve(requirements))))
-        sent.add(requirements.key)
+class PackageShipper:
+    """Driver side: each deployment's own packages resolved here and handed to Spark
+    (``SparkContext.addFile``), which serves them to every executor. A set goes once:
+    shared by deployments, or asked again when a cluster member's deployments change
+    while it runs (``dbus_spark.cluster``)."""
+
+    def __init__(self, spark_context: Any) -> None:
+        self._context = spark_context
+        self._sent: set[str] = set()
+
+    def ship(self, deployments: Sequence[str]) -> None:
+        """Ship the sets of ``deployments`` not shipped yet; a set that does not resolve
+        or import raises its one-line ``DbusError`` (``dbus_fn.dependencies``)."""
+        for folder in deployments:
+            requirements = read_requirements(Path(folder))
+            if requirements is None or requirements.key in self._sent:
+                continue
+            self._context.addFile(str(site_archive(resolve(requirements))))
+            self._sent.add(requirements.key)
 
 
 def unpacked(shipment: Shipment) -> RuntimeConfig:
