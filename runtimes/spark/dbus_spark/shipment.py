@@ -85,16 +85,26 @@ class Shipper:
     def _folder(self, path: str) -> Folder:
         root = Path(path)
         files = _files(root)
-        signature = tuple(
-            (name, stat.st_size, stat.st_mtime_ns) for name, stat in
-            ((name, file.stat()) for name, file in files.items())
-        )  # fmt: skip
+        signature = _signature(files)
         known = self._folders.get(path)
         if known is not None and known[0] == signature:
             return known[1]
         folder = pack(root, files)
         self._folders[path] = (signature, folder)
         return folder
+
+
+def folder_signature(root: Path) -> tuple[tuple[str, int, int], ...]:
+    """What tells that a deployment folder changed: its files' names, sizes and
+    modification times (a folder the runtime runs may be edited while it runs)."""
+    return _signature(_files(root))
+
+
+def _signature(files: dict[str, Path]) -> tuple[tuple[str, int, int], ...]:
+    return tuple(
+        (name, stat.st_size, stat.st_mtime_ns) for name, stat in
+        ((name, file.stat()) for name, file in files.items())
+    )  # fmt: skip
 
 
 def _files(root: Path) -> dict[str, Path]:

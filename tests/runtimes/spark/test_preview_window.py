@@ -132,3 +132,16 @@ def test_an_empty_preview_says_why(runtime: tuple[RecentWindow, Previewer]) -> N
     )
     window.resize(0)
     assert "--preview-window 0" in str(previewer.preview("shown")["empty"])
+
+
+def test_a_folder_changed_while_the_runtime_runs_is_previewed_as_it_now_is(
+    runtime: tuple[RecentWindow, Previewer], tmp_path: Path
+) -> None:
+    window, previewer = runtime
+    window.add(_batch(_timed(1)))
+    assert previewer.preview("shown")["outcomes"][0]["sent"][0]["destination"] == "kafka://orders"
+    module = tmp_path / "fn-shown" / "shown.py"  # the folder the runtime runs
+    module.write_text(module.read_text().replace("kafka://orders", "kafka://orders-v2"))
+    assert previewer.preview("shown")["outcomes"][0]["sent"][0]["destination"] == (
+        "kafka://orders-v2"
+    )

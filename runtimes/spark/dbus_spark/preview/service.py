@@ -29,6 +29,7 @@ from dbus_fn.preview import (
 from dbus_fn.registry import LoadedDeployment
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.preview.window import RecentWindow, table_matches
+from dbus_spark.shipment import folder_signature
 
 PreviousVersion = Callable[[str, str], "tuple[str, Path] | str"]
 """Given a deployment's name and running version: the version before it and its
@@ -53,15 +54,19 @@ class Previewer:
         self.window = window
         self._config = config
         self.previous = previous
-        self._loaded: dict[str, LoadedDeployment] = {}
+        self._loaded: dict[str, tuple[Any, LoadedDeployment]] = {}
+        """Per folder, what it held when loaded and its deployment."""
         self._lock = threading.Lock()
 
     def _load(self, folder: str) -> LoadedDeployment:
+        """The deployment in ``folder``, loaded again when its files changed (as the
+        executors run it: ``dbus_spark.shipment`` ships a changed folder anew)."""
+        signature = folder_signature(Path(folder))
         with self._lock:
             found = self._loaded.get(folder)
-            if found is None:
-                found = self._loaded[folder] = with_packages(Path(folder))
-            return found
+            if found is None or found[0] != signature:
+                found = self._loaded[folder] = (signature, with_packages(Path(folder)))
+            return found[1]
 
     def running(self) -> dict[str, LoadedDeployment]:
         """The deployments the runtime runs now, by name."""
