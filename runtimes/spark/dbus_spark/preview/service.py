@@ -101,22 +101,23 @@ class Previewer:
         wanted = tables or list(deployment.manifest.tables)
         kept = self.window.newest(wanted, since=since, limit=limit)
         changes = row_changes(k.event for k in kept)
+        deployed = outcomes(deployment, changes)
         answer: dict[str, Any] = {
             "deployment": name,
             "version": deployment.manifest.version,
             "window": self.window.size,
             "tables": wanted,
             "events": [k.event for k in kept],
-            "outcomes": [o.to_json() for o in outcomes(deployment, changes)],
+            "outcomes": [o.to_json() for o in deployed],
             "empty": None if kept else self._why_empty(wanted, since, running),
             "previous": None,
         }
         if against_previous:
-            answer["previous"] = self._against_previous(deployment, changes, answer)
+            answer["previous"] = self._against_previous(deployment, changes, deployed)
         return answer
 
     def _against_previous(
-        self, deployment: LoadedDeployment, changes: list[Any], answer: dict[str, Any]
+        self, deployment: LoadedDeployment, changes: list[Any], deployed: list[Outcome]
     ) -> dict[str, Any]:
         version = deployment.manifest.version
         found = (
@@ -132,7 +133,7 @@ class Previewer:
         comparison = compare(
             deployment.name,
             (f"previous {previous_version}", earlier),
-            (f"deployed {version}", [Outcome.from_json(o) for o in answer["outcomes"]]),
+            (f"deployed {version}", deployed),
             [event_summary(c) for c in changes],
         )
         return {"version": previous_version, "why_none": None, "comparison": comparison.to_json()}

@@ -51,7 +51,9 @@ class RecentWindow:
     def __init__(self, size: int = 0) -> None:
         self._lock = threading.Lock()
         self._size = size
-        self._kept: dict[tuple[str, str], deque[Kept]] = {}
+        self._kept: dict[tuple[str, str], deque[str]] = {}
+        """Per (source, table), the events as the tasks sent them: read (parsed) only
+        when a preview asks, not at every batch."""
         self.seen: dict[str, int] = {}
         """Per table, the changes the window was offered since the runtime started."""
 
@@ -74,14 +76,12 @@ class RecentWindow:
         if not self._size:
             return
         for source, table, texts in recent:
-            events = [json.loads(text) for text in texts[-self._size :]]
             with self._lock:
                 kept = self._kept.get((source, table))
                 if kept is None:
                     kept = self._kept[(source, table)] = deque(maxlen=self._size)
                 self.seen[table] = self.seen.get(table, 0) + len(texts)
-                for event in events:
-                    kept.append(Kept(source, table, _epoch(event.get("time")), event))
+                kept.extend(texts[-self._size :])
 
     def newest(
         self, tables: Iterable[str], *, since: float | None = None, limit: int | None = None
@@ -90,13 +90,18 @@ class RecentWindow:
         (epoch seconds), oldest first."""
         wanted = list(tables)
         with self._lock:
-            found = [
-                k
-                for (_, table), kept in self._kept.items()
+            texts = [
+                (source, table, text)
+                for (source, table), kept in self._kept.items()
                 if table_matches(table, wanted)
-                for k in kept
-                if since is None or k.time >= since
+                for text in kept
             ]
+        found = []
+        for source, table, text in texts:
+            event = json.loads(text)
+            moment = _epoch(event.get("time"))
+            if since is None or moment >= since:
+                found.append(Kept(source, table, moment, event))
         found.sort(key=lambda k: k.time)
         return found[-limit:] if limit else found
 
