@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import timing
 
 from dbus_fn.errors import DbusError
 
@@ -52,6 +53,28 @@ SERVICE_FIXTURES = frozenset(
 )
 """Fixtures that start or reach a real service: a test using one, directly or through
 another fixture, is an integration test."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--pass-name",
+        default=None,
+        help="the name this run's times are recorded under (tests/timing.py)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Recorded on the controller only: xdist workers forward their reports to it.
+    if os.environ.get(timing.TIMES_VARIABLE) and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(timing.TimeRecorder(config), "dbus-test-times")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` hands out the files longest first (tests/timing.py)."""
+    if config.getoption("dist") == "loadfile":
+        return timing.make_cost_scheduler(config, log)
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)
