@@ -49,8 +49,7 @@ from support import wait_until as _wait_until
 from dbus_deploy.services import ServicesConfig, down, up
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings, close, cluster_status, connect
-from dbus_spark.cluster import handoff_seconds
-from dbus_spark.config import WriteFencing, load_config
+from dbus_spark.config import load_config
 
 # Exclusive (run apart from the parallel integration pass): 4 s ZooKeeper sessions and bounded
 # handoffs under three runtimes.
@@ -61,11 +60,12 @@ RUNTIMES = ("rt-a", "rt-b", "rt-c")
 DSN_VARIABLE = "DBUS_CHAOS_DSN"
 # ZooKeeper's least session timeout: two of its 2 s ticks.
 SESSION = 4.0
-# ZooKeeper expires a session on its tick (up to 2 s late); the leader releases
-# the runtime's sources and gives them to new owners a handoff later (the runtime
-# advertises it: hold + Kafka transaction timeout + the test broker's 1 s abort
-# scan); the rest is slack for a 2-core machine under load.
-HANDOFF = handoff_seconds(WriteFencing(ZooKeeperSettings(), "any"), abort_scan=1.0)
+# A source moves a session timeout after its owner went silent, then a handoff: the
+# leader releases it and gives it to a new owner only that long after (what the owner
+# advertised, recorded in the assignment: hold + Kafka transaction timeout + the
+# broker's abort scan as the runtime read it; see ``ChaosCluster.handoff_of``).
+# ZooKeeper expires a session on its tick (up to 2 s late); the rest is slack for a
+# 2-core machine under load.
 MARGIN = 6.0
 LOAD_BEFORE = 4.0  # seconds of load before the fault
 LOAD_AFTER = 6.0  # and after the runtimes have recovered from it
@@ -183,6 +183,20 @@ class ChaosCluster:
             if owner == runtime_id and epoch is not None
         }
 
+    def handoff_of(self, sources: Iterable[str]) -> float:
+        """The longest handoff the assignments of ``sources`` record: once the leader
+        releases them, it gives them to a new owner only that long after. Their owner
+        advertised it from the broker's abort scan as it read it (10 s assumed, and
+        said, when it could not), so it is read here, not assumed."""
+        layout = self.settings.layout
+        return max(
+            (
+                float(json.loads(self.client.get(layout.assignment(s))[0]).get("handoff", 0.0))
+                for s in sources
+            ),
+            default=0.0,
+        )
+
     def leader(self) -> tuple[str, int]:
         data = json.loads(self.client.get(self.settings.layout.leader)[0])
         return str(data["runtime"]), int(data["term"])
@@ -227,18 +241,42 @@ class ChaosCluster:
 
     def wait_moved(self, victim: str, lost: dict[str, int], since: float) -> tuple[float, float]:
         """Wait until the ``lost`` sources are owned by running runtimes other than
-        ``victim`` (within the session timeout, the handoff and the margin), then until their new
-        owners have committed them; seconds from ``since`` to each."""
+        ``victim`` (within the session timeout, the handoff their assignments record and
+        the margin), then until their new owners have committed them; seconds from
+        ``since`` to each. A move that is late says which step was: the victim's
+        session ending, the release, or the assignment after the handoff."""
+        handoff = self.handoff_of(lost)
+        bound = SESSION + handoff + MARGIN
+        layout = self.settings.layout
+        seen: dict[str, float] = {}  # step -> seconds from ``since`` it was first seen
 
         def moved() -> bool:
-            assigned = self.assignments()
-            return all(assigned[s][0] != victim and assigned[s][2] for s in lost)
+            # Only the nodes that say it (not a whole cluster_status per look): the
+            # test's own reads add no lag to what it measures.
+            running = set(self.client.get_children(layout.runtimes))
+            owners = [
+                json.loads(self.client.get(layout.assignment(s))[0]).get("runtime") or ""
+                for s in lost
+            ]
+            now = time.monotonic() - since
+            if victim not in running:
+                seen.setdefault("its session ended (member node gone)", now)
+            if all(owner != victim for owner in owners):
+                seen.setdefault("its sources released", now)
+            return all(owner and owner != victim and owner in running for owner in owners)
 
-        wait_until(
-            moved,
-            SESSION + HANDOFF + MARGIN - (time.monotonic() - since),
-            f"the sources of {victim} ({', '.join(sorted(lost))}) owned by a running runtime",
-        )
+        try:
+            wait_until(
+                moved,
+                bound - (time.monotonic() - since),
+                f"the sources of {victim} ({', '.join(sorted(lost))}) owned by a running runtime",
+            )
+        except AssertionError as exc:
+            steps = ", ".join(f"{step} {at:.2f} s" for step, at in seen.items()) or "none"
+            raise AssertionError(
+                f"{exc} (session {SESSION:g} s + handoff {handoff:g} s + margin {MARGIN:g} s); "
+                f"seen after the fault: {steps}\n{self.tails()}"
+            ) from None
         moved_after = time.monotonic() - since
         wait_until(
             lambda: self.committed_by_owners(lost), 60, "the new owners commit what they took"
@@ -463,7 +501,7 @@ def test_a_runtime_paused_past_its_session_never_commits_what_it_lost(
     )
     rejoined = wait_until(
         lambda: victim in {r for r, _, running in cluster.assignments().values() if running},
-        SESSION + HANDOFF + MARGIN,
+        SESSION + cluster.handoff_of(cluster.sources) + MARGIN,
         "the resumed runtime joins again and is given sources",
     )
     cluster.run_load(LOAD_AFTER)
