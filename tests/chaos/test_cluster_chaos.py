@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from convergence import (
     TABLES,
     RuntimeProcess,
@@ -336,8 +336,43 @@ def _dbus(settings: ZooKeeperSettings, *args: str) -> None:
     assert result.exit_code == 0, result.output
 
 
+# A topic a runtime's sink has just made is in the broker's metadata before each of its
+# partitions has a leader hosting its log; until then its end offsets are refused
+# (NOT_LEADER_FOR_PARTITION...). The sink itself waits up to 30 s for that before it
+# writes to a topic it made (``kafka_admin.wait_writable``): so long may a reader wait.
+PARTITIONS_LED = 30.0
+_NOT_LED_YET = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+}
+
+
+def _end_offset(consumer: Any, partition: TopicPartition) -> int:
+    """The partition's end offset, once its leader answers (within ``PARTITIONS_LED``)."""
+    deadline = time.monotonic() + PARTITIONS_LED
+    while True:
+        try:
+            _, high = consumer.get_watermark_offsets(partition, timeout=30)
+            return int(high)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() not in _NOT_LED_YET:
+                raise
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{partition.topic} partition {partition.partition} has no leader that "
+                    f"answers its end offset after {PARTITIONS_LED:g} s: {error.str()}"
+                ) from None
+        time.sleep(0.1)  # the client reads the topic's leaders again meanwhile
+
+
 def _delivered(bootstrap: str, topics: Iterable[str]) -> int:
-    """How many messages the topics hold (their partitions' end offsets)."""
+    """How many messages the topics hold (their partitions' end offsets); a partition
+    of a topic made a moment ago is asked until its leader answers."""
     consumer = kafka_consumer(bootstrap)
     try:
         total = 0
@@ -345,10 +380,7 @@ def _delivered(bootstrap: str, topics: Iterable[str]) -> int:
             if not topic_exists(bootstrap, topic):
                 continue
             for partition in consumer.list_topics(topic, timeout=30).topics[topic].partitions:
-                _, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=30
-                )
-                total += high
+                total += _end_offset(consumer, TopicPartition(topic, partition))
         return total
     finally:
         consumer.close()
