@@ -73,17 +73,28 @@ def _admin(endpoint: MariaDBEndpoint, statement: str) -> None:
         connection.close()
 
 
+PARTITIONS = 3
+"""A scratch topic's partitions."""
+
+
 @contextmanager
 def scratch_topic(endpoint: KafkaEndpoint) -> Iterator[str]:
     """A new uuid-named Kafka topic (3 partitions), deleted after."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from dbus_spark.sinks.kafka_admin import wait_writable
+
     admin = AdminClient({"bootstrap.servers": endpoint.bootstrap_servers})
     topic = unique("dbus-test").replace("_", "-")
-    for future in admin.create_topics([NewTopic(topic, num_partitions=3)]).values():
+    for future in admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)]).values():
         future.result(timeout=30)
-    _until_listed(admin, topic)
     try:
+        _until_listed(admin, topic)
+        # Listed is not yet writable: a broker lists a new partition before it hosts its
+        # log, and a write in between is lost or refused (``dbus_spark.sinks.kafka_admin``),
+        # which the sink waits out only for topics it makes itself. 30 s, the bound the
+        # create above is given: both are the broker's own work on the new topic.
+        wait_writable(admin, [topic], partitions=PARTITIONS, timeout=30.0)
         yield topic
     finally:
         for future in admin.delete_topics([topic], operation_timeout=30).values():
