@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from convergence import RuntimeProcess
+from convergence import FIRST_COMMIT, RuntimeProcess
 from history_support import (
     Churn,
     TopicState,
@@ -93,7 +93,7 @@ def test_a_bootstrap_moves_with_its_source_and_ends_equal(
         churn.start()
         first.start()
         # Deployed to a running member, which reads the table for it.
-        first.wait_first_commit(120)
+        first.wait_first_commit(FIRST_COMMIT)
         _dbus(settings, "fn", "deploy", str(folder))
         wait_for(lambda: progress()[0] >= 4, 180, "rt-1 to commit 4 chunks", every=0.3,
                  alive=first.alive)  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from convergence import RuntimeProcess
+from convergence import FIRST_COMMIT, RuntimeProcess
 from history_support import (
     Churn,
     TopicState,
@@ -69,7 +69,7 @@ def test_a_bootstrap_killed_mid_way_resumes_from_its_last_chunk_and_ends_equal(
         churn.start()
         for _ in range(KILLS):
             runtime.start()
-            runtime.wait_first_commit(120)
+            runtime.wait_first_commit(FIRST_COMMIT)
             time.sleep(rng.uniform(0.5, 3.0))
             runtime.kill9()
             found = task()

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from convergence import (
+    FIRST_COMMIT,
     RuntimeProcess,
     Workload,
     check_convergence,
@@ -30,21 +31,9 @@ from convergence import (
 )
 from elasticsearch import Elasticsearch
 
-# Exclusive (run apart from the parallel integration pass): each restart's first commit
-# is bounded (FIRST_COMMIT), and that bound holds on a machine the test has to itself.
-pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.exclusive]
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
 KILLS = 10
-# A restart commits its first batch after the runtime's start, Spark's JVM and then the
-# chain of Python processes Spark starts one after another to plan and run a batch
-# (about 20 s on a quiet 2-core machine, most of it CPU: docs/performance.md, "A fast
-# start"), and after that batch: what the killed run had not committed and what was
-# written while it was down, read on past the batch's end while behind
-# (open_read.CATCH_UP times the 2 s open read). Alone on the machine a restart took
-# 24-44 s to its first commit; beside the other pass worker's Spark runtimes, 68-123 s
-# (the chain is CPU, so it stretches with the load): hence exclusive. 120 s is 2.7
-# times the slowest alone.
-FIRST_COMMIT = 120.0
 # Where a kill lands: in Spark's start-up (before the run commits anything), or
 # in steady micro-batches, a random moment after the run's first commit.
 STARTUP_SHARE = 0.3
