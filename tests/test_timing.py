@@ -46,11 +46,23 @@ def test_measured_costs_add_up_per_file_and_merge_into_the_table(tmp_path: Path)
 
 
 def test_files_are_handed_out_longest_first_and_unknown_ones_in_the_middle() -> None:
-    units = {"tests/short.py": ["s"], "tests/new.py": ["n"], "tests/long.py": ["l"]}
+    units = {
+        "tests/short.py": ["tests/short.py::s"],
+        "tests/new.py": ["tests/new.py::n"],
+        "tests/long.py": ["tests/long.py::l", "tests/long.py::m[1]"],
+    }
     costs = {"tests/short.py": 2.0, "tests/long.py": 300.0}
     assert list(timing.longest_first(units, costs)) == [
         "tests/long.py", "tests/new.py", "tests/short.py"
     ]  # fmt: skip
+
+
+def test_the_chaos_files_are_one_unit_costing_all_of_them() -> None:
+    tests = ["tests/chaos/test_a.py::one", "tests/chaos/test_b.py::two", "tests/e2e/test_c.py::x"]
+    units = [timing.work_unit(t) for t in tests]
+    assert units == ["tests/chaos/", "tests/chaos/", "tests/e2e/test_c.py"]
+    costs = {"tests/chaos/test_a.py": 100.0, "tests/chaos/test_b.py": 50.0}
+    assert timing.unit_cost(tests[:2], costs) == 150.0
 
 
 def test_the_committed_cost_table_names_only_files_that_exist() -> None:

@@ -8,8 +8,10 @@ A pytest plugin (registered by ``tests/conftest.py``) and a command:
   names, when it names one. Under xdist only the controller writes.
 - Under ``--dist loadfile`` the files go to the workers longest first, by the
   measured seconds in ``tests/file_costs.json``, and a worker is given its next file
-  only when it is about to run its last test: heavy files start early and run side
-  by side instead of queueing behind each other at the end of the pass.
+  only when it is about to run its last test: heavy files start early instead of
+  queueing behind each other at the end of the pass. The files of a folder in
+  ``ONE_LANE`` (the chaos tests) go as one unit: one worker runs them one after
+  another, never two of them side by side.
 - ``python tests/timing.py TIMES [--slowest 25] [--costs tests/file_costs.json]``
   prints the passes and the slowest tests, and with ``--costs`` writes the measured
   seconds of each file back to the table.
@@ -72,19 +74,40 @@ class TimeRecorder:
             out.write(json.dumps(summary) + "\n")
 
 
+ONE_LANE = ("tests/chaos/",)
+"""Folders whose files run one after another on one worker, beside the other files on
+the others. A chaos test runs Spark runtimes under load and restarts them again and
+again, and each start is CPU: two side by side more than double each other (measured on
+2 cores: the kill -9 convergence test took 1,001 s beside another chaos test, 313 s beside
+lighter files)."""
+
+
+def work_unit(nodeid: str) -> str:
+    """What a test is handed out with: its lane's folder, or else its file."""
+    path = _file_of(nodeid)
+    return next((lane for lane in ONE_LANE if path.startswith(lane)), path)
+
+
+def unit_cost(tests: Iterable[str], costs: dict[str, float]) -> float:
+    """Measured seconds of the files these tests are in."""
+    return sum(costs.get(path, UNKNOWN_FILE_SECONDS) for path in {_file_of(t) for t in tests})
+
+
 def longest_first(units: dict[str, Any], costs: dict[str, float]) -> OrderedDict[str, Any]:
-    """``units`` (file -> its tests) ordered by measured cost, longest first."""
-    ranked = sorted(units.items(), key=lambda unit: -costs.get(unit[0], UNKNOWN_FILE_SECONDS))
-    return OrderedDict(ranked)
+    """``units`` (unit -> its tests) ordered by measured cost, longest first."""
+    return OrderedDict(sorted(units.items(), key=lambda unit: -unit_cost(unit[1], costs)))
 
 
 def make_cost_scheduler(config: Any, log: Any) -> Any:
-    """A ``--dist loadfile`` scheduler that hands out files longest first."""
+    """A ``--dist loadfile`` scheduler that hands out files (or lanes) longest first."""
     from xdist.scheduler import LoadFileScheduling
 
     class LongestFirst(LoadFileScheduling):  # type: ignore[misc]
         costs = load_costs()
         ranked = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
             # The base class fills the queue (ordered by test count) and then hands out
