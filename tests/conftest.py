@@ -10,8 +10,6 @@ chroot, removed afterwards, so tests never see each other's data.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -25,6 +23,9 @@ from dbus_fn.errors import DbusError
 if TYPE_CHECKING:
     # Service clients are imported inside the fixtures that use them, so a unit run
     # (no service, no client library needed) never loads them.
+
+    from scratch import FreshDatabase
+    from support import PrivateServices
 
     from dbus_deploy.services import (
         Endpoints,
@@ -45,6 +46,9 @@ SERVICE_FIXTURES = frozenset(
         "services",
         "private_zookeeper",
         "private_services",
+        "module_services",
+        "module_mariadb",
+        "private_database",
         "fresh_database",
         "kafka_topic",
         "es_index",
@@ -194,32 +198,43 @@ def private_services() -> Iterator[Callable[..., Any]]:
     """Start the named services privately, each in a temp home of its own on free ports,
     stopped and removed when the test ends: ``private_services("mariadb", "kafka")``.
     Installed artefacts (Kafka jars, the Elasticsearch distribution) are shared."""
-    from support import PrivateServices, free_ports
+    from support import PrivateHomes
 
-    from dbus_deploy.services import PORT_VARIABLES, down, endpoints, load_config, up
+    homes = PrivateHomes()
+    yield homes.start
+    homes.close()
 
-    made: list[ServicesConfig] = []
 
-    def start(*names: str) -> Any:
-        # Elasticsearch runs as its own user, who must traverse the home: not tmp_path.
-        home = Path(tempfile.mkdtemp(prefix="dbus-private-"))
-        home.chmod(0o755)
-        (home / "lib").symlink_to(load_config().lib_dir, target_is_directory=True)
-        env = {**os.environ, "DBUS_HOME": str(home)}
-        ports = free_ports(len(PORT_VARIABLES))
-        env.update({var: str(port) for var, port in zip(PORT_VARIABLES, ports, strict=True)})
-        config = load_config(env)
-        made.append(config)
-        try:
-            up(list(names), config=config)
-        except DbusError as exc:
-            pytest.fail(f"private services unavailable: {exc}", pytrace=False)
-        return PrivateServices(config, endpoints(config))
+@pytest.fixture(scope="module")
+def module_services() -> Iterator[Callable[..., Any]]:
+    """``private_services`` for a whole test module: what it starts serves every test of
+    the module (in this process) and is stopped and removed after the last one."""
+    from support import PrivateHomes
 
-    yield start
-    for config in made:
-        down(config=config)
-        shutil.rmtree(config.home, ignore_errors=True)
+    homes = PrivateHomes()
+    yield homes.start
+    homes.close()
+
+
+@pytest.fixture(scope="module")
+def module_mariadb(module_services: Callable[..., PrivateServices]) -> PrivateServices:
+    """A MariaDB of the test module's own (``module_services``), one start per module.
+
+    A module's tests in one process run one after another, so a test on it has the
+    server to itself: its binlog holds that test's changes alone (a read up to the
+    server's last position, a lag that drops to zero), and the test may restart or
+    reconfigure it without touching anyone else's."""
+    return module_services("mariadb")
+
+
+@pytest.fixture
+def private_database(module_mariadb: PrivateServices) -> Iterator[FreshDatabase]:
+    """``fresh_database`` on the module's own MariaDB (``module_mariadb``): a new
+    uuid-named database, dropped after the test."""
+    import scratch
+
+    with scratch.scratch_database(module_mariadb.endpoints.mariadb) as database:
+        yield database
 
 
 FunctionFolder = Callable[..., Path]

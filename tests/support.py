@@ -349,3 +349,47 @@ class PrivateServices:
 
     config: ServicesConfig
     endpoints: Endpoints
+
+
+class PrivateHomes:
+    """Services started privately: each ``start`` in a temp home of its own on free
+    ports; ``close`` stops them all and removes their homes. Installed artefacts
+    (Kafka jars, the Elasticsearch distribution) are shared. The ``private_services``
+    fixture (one test's) and ``module_services`` (one test module's) hand out ``start``.
+    """
+
+    def __init__(self) -> None:
+        self._made: list[ServicesConfig] = []
+
+    def start(self, *names: str) -> PrivateServices:
+        """The named services, running in a new home: ``start("mariadb", "kafka")``."""
+        import tempfile
+
+        import pytest
+
+        from dbus_deploy.services import PORT_VARIABLES, endpoints, load_config, up
+        from dbus_fn.errors import DbusError
+
+        # Elasticsearch runs as its own user, who must traverse the home: not tmp_path.
+        home = Path(tempfile.mkdtemp(prefix="dbus-private-"))
+        home.chmod(0o755)
+        (home / "lib").symlink_to(load_config().lib_dir, target_is_directory=True)
+        env = {**os.environ, "DBUS_HOME": str(home)}
+        ports = free_ports(len(PORT_VARIABLES))
+        env.update({var: str(port) for var, port in zip(PORT_VARIABLES, ports, strict=True)})
+        config = load_config(env)
+        self._made.append(config)
+        try:
+            up(list(names), config=config)
+        except DbusError as exc:
+            pytest.fail(f"private services unavailable: {exc}", pytrace=False)
+        return PrivateServices(config, endpoints(config))
+
+    def close(self) -> None:
+        import shutil
+
+        from dbus_deploy.services import down
+
+        for config in self._made:
+            down(config=config)
+            shutil.rmtree(config.home, ignore_errors=True)
