@@ -19,12 +19,19 @@ def execute(connection: Any, *statements: str) -> None:
             cursor.execute(statement)
 
 
+IDLE_GUARD = 10.0
+"""Seconds without a change to the test's tables that end a read short of its ``stop``:
+the server says so with heartbeats only once the read is at its end, so a slow read is
+never cut short; a read that got everything returns at ``stop``, not after this."""
+
+
 def read_all(
     reader: BinlogReader, start: str | BinlogPosition, stop: BinlogPosition | None = None
 ) -> list[Any]:
-    """Every item from ``start`` up to the source's current end (or ``stop``)."""
+    """Every item from ``start`` up to the source's current end (or ``stop``); one
+    that stalls short of it ends after ``IDLE_GUARD`` instead of hanging."""
     end = stop or reader.master_position()
-    return list(reader.read(start, stop=end, idle_timeout=10))
+    return list(reader.read(start, stop=end, idle_timeout=IDLE_GUARD))
 
 
 def rows(items: list[Any]) -> list[RowChange]:

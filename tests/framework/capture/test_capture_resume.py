@@ -5,14 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from capture_support import TablesAt, commits, execute, read_all, rows
+from capture_support import IDLE_GUARD, TablesAt, commits, execute, read_all, rows
+from scratch import FreshDatabase
 
 from dbus_fn import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_fn.capture import BinlogReader
 
-# Exclusive (run apart from the parallel integration pass): needs a quiet binlog: reads up to the
-# server's last position.
-pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def fresh_database(private_database: FreshDatabase) -> FreshDatabase:
+    """This module's databases are on a MariaDB of its own (``module_mariadb``): its
+    binlog holds only the test's changes, so a read up to the server's last position
+    ends at the test's last commit, and an idle server is idle."""
+    return private_database
 
 
 def signature(item: Any) -> tuple[Any, ...]:
@@ -96,7 +103,7 @@ def test_restart_that_interrupted_a_multi_statement_transaction_replays_it_whole
         "COMMIT",
     )
     end = reader.master_position()
-    stream = reader.read(start, stop=end, idle_timeout=10)
+    stream = reader.read(start, stop=end, idle_timeout=IDLE_GUARD)
     taken = [next(stream) for _ in range(3)]  # stops inside the transaction (its 3rd row)
     assert all(isinstance(item, RowChange) for item in taken)
     stream.close()
@@ -119,12 +126,16 @@ def test_read_stops_at_the_commit_that_reaches_stop_and_positions_are_boundaries
     execute(connection, "INSERT INTO a VALUES (1)")
     middle = reader.master_position()
     execute(connection, "INSERT INTO a VALUES (2)")
-    items = list(reader.read(start, stop=middle, idle_timeout=10))
+    items = list(reader.read(start, stop=middle, idle_timeout=IDLE_GUARD))
     assert [r.row["id"] for r in rows(items)] == [1]
     assert items[-1] == commits(items)[-1] and items[-1].position == middle
-    assert list(reader.read(middle, stop=middle, idle_timeout=10)) == []
+    assert list(reader.read(middle, stop=middle, idle_timeout=IDLE_GUARD)) == []
 
 
+# Exclusive (run apart from the parallel integration pass): bounds latencies, a change
+# committed 0.5 s into the read is read before its 1.5 s are up, and the read ends
+# within 1.5 s of its time; a loaded machine can delay either.
+@pytest.mark.exclusive
 def test_an_open_read_goes_on_past_stop_until_its_time_and_ends_at_a_commit(
     tables_at: TablesAt, reader: BinlogReader
 ) -> None:
@@ -209,7 +220,7 @@ def test_stop_where_no_transaction_ends_returns_once_the_server_is_idle(
     found: list[Any] = []
     worker = threading.Thread(target=lambda: found.extend(reader.read(start, stop=stop)))
     worker.start()
-    worker.join(timeout=20)
+    worker.join(timeout=20)  # a hang guard: at an idle server's first heartbeat (0.2 s)
     assert not worker.is_alive(), "read() did not return at a stop between transactions"
     assert [r.row["id"] for r in rows(found)] == [1]
 
@@ -236,6 +247,9 @@ def test_non_transactional_tables_commit_at_their_commit_query(
         ]
 
 
+# Exclusive (run apart from the parallel integration pass): bounds a latency, the read
+# ends within 6 s of starting for 1 s of idleness; a loaded machine can delay it.
+@pytest.mark.exclusive
 def test_idle_timeout_returns_promptly_on_an_idle_source(reader: BinlogReader) -> None:
     """Heartbeats keep the reader responsive: no items for the timeout ends the read."""
     import time
