@@ -3,10 +3,12 @@ and leaves nothing running that the failed call started."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from dbus_deploy.services import (
     status,
     up,
 )
-from dbus_deploy.services._install import apt_install, maven_copy_dependencies
+from dbus_deploy.services._install import APT_TURN, apt_install, maven_copy_dependencies
 from dbus_fn.errors import ServiceError
 
 pytestmark = pytest.mark.integration
@@ -174,21 +176,40 @@ def test_a_home_elasticsearch_cannot_enter_is_refused_before_any_download(
     assert not (config.lib_dir / "elasticsearch-8.19.7").exists()
 
 
-@pytest.mark.exclusive  # holds apt's own lock: a test installing meanwhile would fail
+@contextlib.contextmanager
+def no_install_under_way() -> Iterator[None]:
+    """Holds the turn every dbus install takes (``APT_TURN``): while it is held, no
+    dbus process is installing, so ``policy-rc.d`` is as the machine keeps it."""
+    with open(APT_TURN, "a") as turn:
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="apt-get needs root")
-def test_an_apt_failure_names_the_step_and_its_log(isolated) -> None:
-    config = isolated()
+def test_an_apt_failure_names_the_step_and_its_log(isolated, tmp_path: Path) -> None:
+    # apt's lists live in a folder of the test's own (APT_CONFIG), whose lock the test
+    # holds as a concurrent apt run would hold it: apt-get update must fail. The
+    # machine's own lock stays free, so an install meanwhile (the browser tests'
+    # chromium) neither fails on it nor makes this test fail; it only takes its turn.
+    apt_state = tmp_path / "apt"
+    (apt_state / "lists" / "partial").mkdir(parents=True)
+    apt_config = apt_state / "apt.conf"
+    apt_config.write_text(
+        f'Dir::State::Lists "{apt_state / "lists"}";\nDir::Cache "{apt_state / "cache"}";\n'
+    )
+    config = isolated(APT_CONFIG=str(apt_config))
     policy = Path("/usr/sbin/policy-rc.d")
-    had_policy = policy.exists()
-    # Hold apt's list lock, as a concurrent apt run would: apt-get update must fail.
-    with open("/var/lib/apt/lists/lock", "w") as lock:
+    with no_install_under_way():
+        had_policy = policy.exists()
+    with open(apt_state / "lists" / "lock", "w") as lock:
         fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         with pytest.raises(InstallError) as caught:
             apt_install(config, {"mariadb-server": "mariadb"})
     error = caught.value
     assert error.step == "apt-get update"
     assert "lock" in (error.last_log_line or "")
-    assert policy.exists() == had_policy, "the temporary policy-rc.d is removed again"
+    with no_install_under_way():
+        assert policy.exists() == had_policy, "the temporary policy-rc.d is removed again"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="apt-get needs root")
