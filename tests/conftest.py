@@ -10,6 +10,7 @@ chroot, removed afterwards, so tests never see each other's data.
 from __future__ import annotations
 
 import os
+import signal
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -68,6 +69,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A run started in the background by a script (`cmd &`, nohup) inherits SIGINT
+    # ignored, and so would every process a test starts: the tests that play a
+    # terminal's Ctrl-C then waited forever. Tests run as a terminal's foreground does.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Recorded on the controller only: xdist workers forward their reports to it.
     if os.environ.get(timing.TIMES_VARIABLE) and not hasattr(config, "workerinput"):
         config.pluginmanager.register(timing.TimeRecorder(config), "dbus-test-times")
