@@ -268,10 +268,6 @@ class Workload:
             self._error = exc
 
     def start(self) -> None:
-        """Start writing; after ``stop``, again, going on from the changes it recorded
-        (tests that share one cluster run the load in turns)."""
-        assert self._thread is None or not self._thread.is_alive(), "the workload already runs"
-        self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="workload", daemon=True)
         self._thread.start()
 
@@ -460,12 +456,10 @@ class RuntimeProcess:
         master: str = "local[1]",
         start: str = "earliest",
         options: Sequence[str] = (),
-        logs: Path | None = None,
     ) -> RuntimeProcess:
         """A cluster member: ZooKeeper gives its sources and functions; ``env`` holds
         what the sources' ``dsn_env`` variables name. Its checkpoint and logs go in
-        ``folder`` (its logs in ``logs`` if given: a member started again on the same
-        folder with other options keeps the logs of the one before)."""
+        ``folder``."""
         dbus = Path(sys.executable).parent / "dbus"
         return cls(
             [
@@ -481,7 +475,7 @@ class RuntimeProcess:
                 "--master", master,
                 *options,
             ],
-            logs or folder / "logs",
+            folder / "logs",
             folder / "checkpoint",
             env,
         )  # fmt: skip
