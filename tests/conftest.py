@@ -328,3 +328,45 @@ def docker_client() -> Iterator[Any]:
     finally:
         prune_images(client, keep=1)
         client.close()
+
+
+@pytest.fixture(scope="session")
+def base_image_tag(docker_client: Any) -> str:
+    """The tag of the Debian-made base image (``image_support.base_image``): made, or
+    found in the engine, once a run for every test that builds on it."""
+    from image_support import base_image
+
+    return base_image(docker_client)
+
+
+@pytest.fixture(scope="session")
+def image_snapshot(tmp_path_factory: pytest.TempPathFactory) -> ServicesConfig:
+    """The services' configuration over a frozen copy of dbus's sources
+    (``image_support.source_snapshot``): every image a run builds has one version of
+    dbus, so the deps and core images are built once and each test adds its top layer."""
+    from image_support import source_snapshot
+
+    return source_snapshot(tmp_path_factory.mktemp("dbus-source"))
+
+
+@pytest.fixture(scope="session")
+def image_orders(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of functions/orders, baked into ``runtime_image``; a test that changes it
+    puts it back."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("functions") / "orders"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "functions" / "orders", folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def runtime_image(
+    docker_client: Any, base_image_tag: str, image_snapshot: ServicesConfig, image_orders: Path
+) -> Any:
+    """The runtime image (a ``BuiltImage``) of the frozen sources with functions/orders,
+    built once a run for the tests that run it as it is: as a driver, a checked image
+    or a Spark worker."""
+    from dbus_deploy.image import build_image
+
+    return build_image(docker_client, image_snapshot, base=base_image_tag, functions=[image_orders])

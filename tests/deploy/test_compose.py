@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from image_support import base_image
 from support import free_port, kafka_consumer, route_code, wait_for
 
 from dbus_deploy.image import build_image
-from dbus_deploy.services import apt_install, load_config
+from dbus_deploy.services import ServicesConfig, apt_install, load_config
 from dbus_fn.errors import DbusError
 
 # Exclusive (run apart from the parallel integration pass): builds images on the one Docker engine.
@@ -41,8 +40,8 @@ def _compose_command() -> str:
 
 
 def test_the_compose_cluster_runs_the_baked_function(
-    docker_client: Any, services: Any, fresh_database: Any, kafka_topic: str,
-    function_folder: Any,
+    docker_client: Any, base_image_tag: str, image_snapshot: ServicesConfig, services: Any,
+    fresh_database: Any, kafka_topic: str, function_folder: Any,
 ) -> None:  # fmt: skip
     compose = _compose_command()
     table = f"{fresh_database.name}.orders"
@@ -50,7 +49,8 @@ def test_the_compose_cluster_runs_the_baked_function(
     folder = function_folder("composed", code, [table])
     with fresh_database.connect().cursor() as cur:
         cur.execute("CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
-    image = build_image(docker_client, load_config(), base=base_image(docker_client),
+    # On the run's base and core images: only the function's layer is built here.
+    image = build_image(docker_client, image_snapshot, base=base_image_tag,
                         functions=[folder]).tag  # fmt: skip
     api = free_port()
     project = f"dbus-test-{uuid.uuid4().hex[:8]}"

@@ -3,7 +3,9 @@
 The engine is Debian's dockerd (started here when it is not running) and the
 base is made from Debian packages, since no registry can be reached; a test
 fails with the reason when either cannot be had. Builds use a frozen copy of
-dbus's sources (``image_support.source_snapshot``).
+dbus's sources (``image_snapshot``); the base and the runtime image with
+functions/orders are the run's own (``tests/conftest.py``), made once for every test
+that uses them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from image_support import base_image, shell_only_image, source_snapshot
+from image_support import shell_only_image
 from support import free_port, wait_for
 
 from dbus_deploy.image import BuiltImage, build_image, check_image, start_worker, stop_worker
@@ -32,31 +34,6 @@ from dbus_fn.cli import cli
 pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def base(docker_client: Any) -> str:
-    return base_image(docker_client)
-
-
-@pytest.fixture(scope="module")
-def snapshot(tmp_path_factory: pytest.TempPathFactory) -> ServicesConfig:
-    return source_snapshot(tmp_path_factory.mktemp("dbus-source"))
-
-
-@pytest.fixture(scope="module")
-def orders(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of functions/orders this module may change."""
-    folder = tmp_path_factory.mktemp("functions") / "orders"
-    shutil.copytree(REPO / "functions" / "orders", folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def runtime_image(
-    docker_client: Any, base: str, snapshot: ServicesConfig, orders: Path
-) -> BuiltImage:
-    return build_image(docker_client, snapshot, base=base, functions=[orders])
 
 
 def _run(docker_client: Any, image: str, *command: str) -> str:
@@ -92,9 +69,14 @@ def test_the_image_runs_dbus_pyspark_and_java(
 
 
 def test_nothing_changed_builds_nothing(
-    docker_client: Any, base: str, snapshot: ServicesConfig, orders: Path, runtime_image: BuiltImage
+    docker_client: Any,
+    base_image_tag: str,
+    image_snapshot: ServicesConfig,
+    image_orders: Path,
+    runtime_image: BuiltImage,
 ) -> None:
-    again = build_image(docker_client, snapshot, base=base, functions=[orders])
+    again = build_image(docker_client, image_snapshot, base=base_image_tag,
+                        functions=[image_orders])  # fmt: skip
     assert (again.tag, again.image_id, again.built) == (
         runtime_image.tag, runtime_image.image_id, False,
     )  # fmt: skip
@@ -102,13 +84,18 @@ def test_nothing_changed_builds_nothing(
 
 
 def test_a_function_change_rebuilds_only_the_last_layer(
-    docker_client: Any, base: str, snapshot: ServicesConfig, orders: Path, runtime_image: BuiltImage
+    docker_client: Any,
+    base_image_tag: str,
+    image_snapshot: ServicesConfig,
+    image_orders: Path,
+    runtime_image: BuiltImage,
 ) -> None:
-    module = orders / "orders.py"
+    module = image_orders / "orders.py"
     original = module.read_text()
     module.write_text(original + f"\n# a change of the function's code: {uuid.uuid4()}\n")
     try:
-        changed = build_image(docker_client, snapshot, base=base, functions=[orders])
+        changed = build_image(docker_client, image_snapshot, base=base_image_tag,
+                              functions=[image_orders])  # fmt: skip
     finally:
         module.write_text(original)
     assert changed.built and changed.tag != runtime_image.tag
@@ -144,12 +131,12 @@ def test_a_failing_step_is_named_with_its_output_and_exit_1(docker_client: Any) 
 
 
 def test_function_requirements_that_cannot_install_are_exit_1(
-    docker_client: Any, base: str, tmp_path: Path
+    docker_client: Any, base_image_tag: str, tmp_path: Path
 ) -> None:
     folder = tmp_path / "broken"
     shutil.copytree(REPO / "functions" / "orders", folder)
     (folder / "requirements.txt").write_text("dbus-no-such-distribution==0.0.1\n")
-    result = _dbus("build", "-q", "--base", base, "--functions", str(folder))
+    result = _dbus("build", "-q", "--base", base_image_tag, "--functions", str(folder))
     assert result.exit_code == 1, result.output
     last = result.output.strip().splitlines()[-1]
     assert "pip wheel of broken/requirements.txt (on the host)" in last
@@ -157,17 +144,17 @@ def test_function_requirements_that_cannot_install_are_exit_1(
 
 
 def test_an_image_without_dbus_is_refused_by_check_and_worker(
-    docker_client: Any, base: str
+    docker_client: Any, base_image_tag: str
 ) -> None:
-    result = _dbus("check", base)
+    result = _dbus("check", base_image_tag)
     assert result.exit_code == 2, result.output
-    assert f"Error: image {base} cannot run dbus: dbus is not importable" in result.output
+    assert f"Error: image {base_image_tag} cannot run dbus: dbus is not importable" in result.output
     master = f"spark://127.0.0.1:{free_port()}"
-    result = _dbus("worker", "--image", base, "--master", master)
+    result = _dbus("worker", "--image", base_image_tag, "--master", master)
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1 and "dbus is not importable" in result.output
     started = docker_client.containers.list(all=True, filters={"label": "org.dbus.image=worker"})
-    assert not [c for c in started if c.attrs["Config"]["Image"] == base]
+    assert not [c for c in started if c.attrs["Config"]["Image"] == base_image_tag]
 
 
 def _alive_workers(webui: str) -> list[dict[str, Any]]:
