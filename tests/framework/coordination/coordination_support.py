@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from dbus_fn.coordination import SourceReference, SourceRegistry, ZooKeeperSettings
 
@@ -64,10 +65,16 @@ def register_sources(client: KazooClient, settings: ZooKeeperSettings, count: in
 
 
 def assignments(client: KazooClient, settings: ZooKeeperSettings) -> dict[str, str]:
+    """Each assigned source and the runtime that holds it, as of one listing. An
+    assignment removed between the listing and its read (a rebalance under way) is
+    not there, as it would be a moment later."""
     layout = settings.layout
     found = {}
     for source in client.get_children(layout.assignments):
-        data, _ = client.get(layout.assignment(source))
+        try:
+            data, _ = client.get(layout.assignment(source))
+        except NoNodeError:
+            continue
         found[source] = json.loads(data)["runtime"]
     return found
 
