@@ -1,9 +1,8 @@
-"""Deployments' own packages beyond one local runtime, all real: on a Spark standalone
-cluster (a master and a worker from pyspark; the executors are processes of the worker
-with working folders of their own), and in a cluster member that ZooKeeper sends a
-deployment while it runs. In each, ``old`` sees ``phonenumbers`` and ``six`` 1.15.0 and
-``new`` sees ``six`` 1.16.0 (``packages_support``); the container worker is
-``tests/chaos/test_worker_container.py``'s."""
+"""Deployments' own packages beyond one local runtime, all real: in a cluster member that
+ZooKeeper sends a deployment while it runs, ``old`` sees ``phonenumbers`` and ``six``
+1.15.0 and ``new`` sees ``six`` 1.16.0 (``packages_support``). On a Spark standalone
+cluster they are ``tests/e2e/test_standalone_cluster.py``'s (on the master and worker its
+other test runs on), in a container worker ``tests/chaos/test_worker_container.py``'s."""
 
 from __future__ import annotations
 
@@ -11,40 +10,14 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from e2e_support import (
-    Scratch,
-    member_env,
-    spawn_cli_member,
-    spawn_cli_runtime,
-    stop_cli_runtime,
-)
+from e2e_support import Scratch, member_env, spawn_cli_member, stop_cli_runtime
 from packages_support import TwoDeployments
 from support import runtime_api, wait_for
-from test_standalone_cluster import cluster  # noqa: F401 (the master and worker, a fixture)
 
-from dbus_deploy.spark import SparkClusterConfig
 from dbus_fn.cli import cli
 from dbus_spark.api.client import call
 
 pytestmark = pytest.mark.e2e
-
-
-def test_each_deployment_brings_its_packages_to_a_standalone_cluster(
-    scratch: Scratch,
-    cluster: SparkClusterConfig,  # noqa: F811
-) -> None:
-    two = TwoDeployments.of(scratch)
-    checkpoint = scratch.tmp_path / "checkpoint"
-    runtime = spawn_cli_runtime(scratch, two.old, str(checkpoint), "--functions", str(two.new),
-                                "--master", cluster.master_url)  # fmt: skip
-    try:
-        runtime_api(checkpoint)
-        two.write()
-        two.assert_each_saw_its_own()
-        # The executors ran on the worker, which unpacked each set in its own folder.
-        assert list((cluster.role_dir("worker") / "work").glob("app-*/*/stderr"))
-    finally:
-        stop_cli_runtime(scratch, runtime)
 
 
 def test_a_deployment_sent_to_a_running_member_brings_its_packages(

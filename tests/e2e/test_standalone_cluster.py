@@ -1,8 +1,12 @@
 """The runtime on a Spark standalone cluster: a master and a worker on loopback, from pyspark.
 
-The test starts its own master and worker (free ports, a temp state directory),
-runs `dbus runtime start --master spark://...` as a process, writes rows, reads
-them back from Kafka and Elasticsearch, and stops everything it started.
+The module starts one master and worker (free ports, a temp state directory) and
+stops them at its end; each test runs its own `dbus runtime start --master
+spark://...` process on it, one Spark application each, and checks that its own
+application's executors ran on the worker. One delivers rows to Kafka and
+Elasticsearch; in the other, two deployments bring their own packages
+(``packages_support``): ``old`` sees ``phonenumbers`` and ``six`` 1.15.0, ``new``
+sees ``six`` 1.16.0.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from typing import Any
 
 import psutil
 import pytest
-from e2e_support import Scratch
+from e2e_support import Scratch, spawn_cli_runtime, stop_cli_runtime
 from elasticsearch import Elasticsearch
-from support import free_port, kafka_consumer, wait_for
+from packages_support import TwoDeployments
+from support import free_port, kafka_consumer, runtime_api, wait_for
 
 from dbus_deploy.spark import SparkClusterConfig, down, load_spark_config, status, up
 from dbus_fn.kafka_binding import from_kafka_message
@@ -30,11 +35,13 @@ from dbus_fn.kafka_binding import from_kafka_message
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[SparkClusterConfig]:
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClusterConfig]:
+    """A master and a worker for the module's tests, stopped (and checked gone) at its
+    end: the tests run one runtime each on it, so it is started once for them all."""
     env = {
         **os.environ,
-        "DBUS_HOME": str(tmp_path / "home"),
+        "DBUS_HOME": str(tmp_path_factory.mktemp("spark") / "home"),
         "DBUS_SPARK_MASTER_PORT": str(free_port()),
         "DBUS_SPARK_MASTER_WEBUI_PORT": str(free_port()),
         "DBUS_SPARK_WORKER_PORT": str(free_port()),
@@ -56,6 +63,20 @@ def cluster(tmp_path: Path) -> Iterator[SparkClusterConfig]:
     for pid in pids.values():
         assert pid is not None
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def _applications(cluster: SparkClusterConfig) -> dict[str, str]:
+    """Every application the master knows, running or completed: its id and state."""
+    with urllib.request.urlopen(f"{cluster.master_webui}/json/", timeout=5) as response:
+        found = json.load(response)
+    apps = [*found.get("activeapps", []), *found.get("completedapps", [])]
+    return {app["id"]: app["state"] for app in apps}
+
+
+def _executor_logs(cluster: SparkClusterConfig, app: str) -> list[Path]:
+    """The stderr files of application ``app``'s executors, under the worker's folder
+    (each executor gets a directory of its own there)."""
+    return list((cluster.role_dir("worker") / "work" / app).glob("*/stderr"))
 
 
 class _Reader:
@@ -115,6 +136,8 @@ def test_runtime_on_a_standalone_cluster_delivers_to_kafka_and_elasticsearch(
     )
     dbus = Path(sys.executable).parent / "dbus"
     log = tmp_path / "runtime.log"
+    # The module's cluster may have run others' applications: this runtime's is new.
+    earlier = set(_applications(cluster))
     argv = [
         str(dbus), "runtime", "start",
         "--source", f"src={services.mariadb.dsn}",
@@ -145,16 +168,15 @@ def test_runtime_on_a_standalone_cluster_delivers_to_kafka_and_elasticsearch(
         _wait_for(probe_seen, 240, "a probe row in Kafka", alive)
         started = time.monotonic() - began
 
-        def executors_on_the_worker() -> bool:
-            url = f"{cluster.master_webui}/json/"
-            with urllib.request.urlopen(url, timeout=5) as response:
-                apps = json.load(response).get("activeapps", [])
-            return any(app.get("state") == "RUNNING" for app in apps)
+        def executors_on_the_worker() -> str | None:
+            running = [app for app, state in _applications(cluster).items()
+                       if app not in earlier and state == "RUNNING"]  # fmt: skip
+            return running[0] if running else None
 
-        _wait_for(executors_on_the_worker, 30, "the runtime as a RUNNING application", alive)
+        app = _wait_for(executors_on_the_worker, 30, "the runtime as a RUNNING application",
+                        alive)  # fmt: skip
         # The worker launched executors for it (each gets a directory with its logs).
-        work = cluster.role_dir("worker") / "work"
-        assert list(work.glob("app-*/*/stderr")), f"no executor ran under {work}"
+        assert _executor_logs(cluster, app), f"no executor of {app} ran on the worker"
 
         with conn.cursor() as cur:
             cur.executemany(
@@ -208,3 +230,23 @@ def test_runtime_on_a_standalone_cluster_delivers_to_kafka_and_elasticsearch(
         f"standalone cluster: first probe through {started:.1f}s after start; "
         f"total {time.monotonic() - began:.1f}s"
     )
+
+
+def test_each_deployment_brings_its_packages_to_a_standalone_cluster(
+    scratch: Scratch, cluster: SparkClusterConfig
+) -> None:
+    two = TwoDeployments.of(scratch)
+    checkpoint = scratch.tmp_path / "checkpoint"
+    earlier = set(_applications(cluster))
+    runtime = spawn_cli_runtime(scratch, two.old, str(checkpoint), "--functions", str(two.new),
+                                "--master", cluster.master_url)  # fmt: skip
+    try:
+        runtime_api(checkpoint)
+        two.write()
+        two.assert_each_saw_its_own()
+        # The executors ran on the worker, which unpacked each set in its own folder.
+        started = set(_applications(cluster)) - earlier
+        assert len(started) == 1, f"one application for one runtime, found {started}"
+        assert _executor_logs(cluster, started.pop())
+    finally:
+        stop_cli_runtime(scratch, runtime)
