@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import time
+import traceback
 from collections.abc import MutableMapping
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +27,7 @@ from pyspark.sql.streaming import StreamingQuery
 from dbus_fn.capture import BinlogReader
 from dbus_fn.dependencies import with_packages
 from dbus_fn.errors import ConfigError
-from dbus_spark import logs, open_read_control
+from dbus_spark import jvm, logs, open_read_control
 from dbus_spark.checkpoint import (
     ProgressFolder,
     SparkLog,
@@ -100,17 +103,39 @@ def spark_session(
     os.environ[open_read_control.LOCAL_ENV] = "1" if carry else "0"
     conf = SparkConf().setMaster(master).setAppName(app_name).setAll(_SPARK_SETTINGS)
     conf.set("spark.driver.extraJavaOptions", logs.spark_java_options())
+    if added := jvm.added_options():
+        conf.set("spark.executor.extraJavaOptions", shlex.join(added))
     conf.set(f"spark.executorEnv.{logs.VERBOSE_ENV}", "1" if logs.verbose() else "0")
     conf.set(f"spark.executorEnv.{logs.LOG_FORMAT_ENV}", "json" if logs.json_logs() else "text")
-    if SparkContext._gateway is None:
-        gateway = logs.launch_gateway(conf)
-        if gateway is not None:
-            SparkContext(conf=conf, gateway=gateway)
-    session = SparkSession.builder.config(conf=conf).getOrCreate()
+    try:
+        if SparkContext._gateway is None:
+            gateway = logs.launch_gateway(conf)
+            if gateway is not None:
+                SparkContext(conf=conf, gateway=gateway)
+        session = SparkSession.builder.config(conf=conf).getOrCreate()
+    except Exception as failed:
+        _close_jvm_pipes(failed)
+        refused = jvm.refused_options()
+        if refused is None:
+            raise
+        raise ConfigError(
+            f"Spark's JVM did not start with {jvm.OPTIONS_ENV}={os.environ[jvm.OPTIONS_ENV]!r} "
+            f"(java: {refused}): fix the options or unset it",
+            setting=jvm.OPTIONS_ENV,
+        ) from None
     session.sparkContext.setLogLevel(logs.spark_log_level())
     session.dataSource.register(BinlogDataSource)
     session.dataSource.register(FunctionSinkDataSource)
     return session
+
+
+def _close_jvm_pipes(failed: BaseException) -> None:
+    """Close the pipes of a JVM pyspark started and gave up on: its launch leaves the
+    process's stdin open, held by the frames of ``failed``'s traceback."""
+    for frame, _ in traceback.walk_tb(failed.__traceback__):
+        for value in frame.f_locals.values():
+            if isinstance(value, subprocess.Popen) and value.stdin is not None:
+                value.stdin.close()
 
 
 def workers_python(environ: MutableMapping[str, str]) -> str:

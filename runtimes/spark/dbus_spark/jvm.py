@@ -1,4 +1,4 @@
-"""Spark's JVM starts faster from an archive of the classes its start loads.
+"""The options dbus starts Spark's JVMs with: its class archive, and the user's own.
 
 Most of a runtime's start is Spark's session: its JVM loads and links some
 thousands of classes from the pyspark package's jars. Java's class-data sharing
@@ -13,12 +13,23 @@ dbus_spark.jvm`` makes it when it is missing (``deploy/dev`` runs it); the runti
 uses it when it is there (``java_options``). A JVM that cannot use it (another Java,
 a damaged file) starts as without it, and says nothing: ``-Xlog`` silences it.
 ``DBUS_SPARK_CLASS_ARCHIVE`` names another file, or ``off``.
+
+``DBUS_SPARK_JAVA_OPTIONS`` adds JVM options of the user's to the driver's and the
+executors' (``added_options``): a heap setting, a GC, a flag for a profiler. Spark
+starts its JVMs with ``-XX:+IgnoreUnrecognizedVMOptions``, so a ``-XX`` option the
+JVM does not know is passed over; one it cannot start with is a ``ConfigError``
+quoting the JVM (``refused_options``). The test
+suite's runtimes run seconds each, so it sets ``-XX:TieredStopAtLevel=1
+-XX:+UseSerialGC`` there: no optimising compiler and one GC thread, which measured
+40% less CPU for a short session on 2 cores (tests/README.md). A long-running
+runtime wants Java's defaults.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -26,7 +37,10 @@ from pathlib import Path
 
 import psutil
 
+from dbus_fn.errors import ConfigError
+
 ARCHIVE_ENV = "DBUS_SPARK_CLASS_ARCHIVE"
+OPTIONS_ENV = "DBUS_SPARK_JAVA_OPTIONS"
 _DUMP_ENV = "DBUS_SPARK_CLASS_ARCHIVE_DUMP"
 """Set by ``build`` for its session's process: where that JVM writes the archive."""
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
@@ -55,6 +69,48 @@ def java_options() -> str:
     if path is None or not path.is_file():
         return ""
     return f"-XX:SharedArchiveFile={path} {QUIET}"
+
+
+def added_options() -> list[str]:
+    """The JVM options ``DBUS_SPARK_JAVA_OPTIONS`` adds, split as a shell splits them.
+    Raises ``ConfigError`` (one line, with the fix) when they are not options."""
+    raw = os.environ.get(OPTIONS_ENV, "")
+    try:
+        options = shlex.split(raw)
+    except ValueError as exc:
+        raise ConfigError(
+            f"{OPTIONS_ENV}={raw!r} does not split into options ({exc}): "
+            "quote each option whole, or unset it",
+            setting=OPTIONS_ENV,
+        ) from None
+    for option in options:
+        if not option.startswith("-"):
+            raise ConfigError(
+                f"{OPTIONS_ENV}: {option!r} is not a JVM option (they begin with '-', "
+                "as in -Xmx2g): fix it or unset it",
+                setting=OPTIONS_ENV,
+            )
+    return options
+
+
+def refused_options() -> str | None:
+    """What the JVM says of ``DBUS_SPARK_JAVA_OPTIONS`` when it will not start with
+    them (its first line), or None: asked once Spark's JVM has failed to start, of
+    the java Spark runs (``JAVA_HOME``'s, else the one on ``PATH``)."""
+    options = added_options()
+    if not options:
+        return None
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else "java"
+    try:
+        done = subprocess.run([java, *options, "-version"],
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    except OSError:
+        return None
+    if done.returncode == 0:
+        return None
+    said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    return said[0] if said else f"exit {done.returncode}"
 
 
 def build(path: Path, timeout: float = BUILD_SECONDS) -> float:

@@ -13,6 +13,7 @@ import faulthandler
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -216,10 +217,12 @@ def spark_log_level() -> str:
 
 def spark_java_options() -> str:
     """JVM options that make Spark log through ``LOG4J2_CONFIG`` at ``spark_log_level()``
-    (and start it from its class archive, when there is one: ``dbus_spark.jvm``)."""
+    (and start it from its class archive, when there is one, with the user's own
+    options after: ``dbus_spark.jvm``)."""
     return (
         f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()} "
-        f"-Ddbus.spark.level={spark_log_level().lower()} {jvm.java_options()}"
+        f"-Ddbus.spark.level={spark_log_level().lower()} {jvm.java_options()} "
+        f"{shlex.join(jvm.added_options())}"
     ).strip()
 
 
