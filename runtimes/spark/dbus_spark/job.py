@@ -12,10 +12,8 @@ import logging
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
-import traceback
 from collections.abc import MutableMapping
 from dataclasses import replace
 from pathlib import Path
@@ -117,8 +115,7 @@ def spark_session(
             if gateway is not None:
                 SparkContext(conf=conf, gateway=gateway)
         session = SparkSession.builder.config(conf=conf).getOrCreate()
-    except Exception as failed:
-        _close_jvm_pipes(failed)
+    except Exception:
         refused = jvm.refused_options()
         if refused is None:
             raise
@@ -131,15 +128,6 @@ def spark_session(
     session.dataSource.register(BinlogDataSource)
     session.dataSource.register(FunctionSinkDataSource)
     return session
-
-
-def _close_jvm_pipes(failed: BaseException) -> None:
-    """Close the pipes of a JVM pyspark started and gave up on: its launch leaves the
-    process's stdin open, held by the frames of ``failed``'s traceback."""
-    for frame, _ in traceback.walk_tb(failed.__traceback__):
-        for value in frame.f_locals.values():
-            if isinstance(value, subprocess.Popen) and value.stdin is not None:
-                value.stdin.close()
 
 
 def workers_python(environ: MutableMapping[str, str]) -> str:

@@ -15,9 +15,11 @@ import logging
 import os
 import shlex
 import signal
+import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -243,8 +245,20 @@ def launch_gateway(conf: SparkConf) -> JavaGateway | None:
     ).start()
     try:
         return launch(conf, popen_kwargs={"stderr": write_end})
+    except Exception as failed:
+        _close_jvm_stdin(failed)
+        raise
     finally:
         os.close(write_end)
+
+
+def _close_jvm_stdin(failed: BaseException) -> None:
+    """Close the stdin pipe of a JVM pyspark started and gave up on (it exited before
+    sending its port): pyspark's launch leaves it open, held by ``failed``'s frames."""
+    for frame, _ in traceback.walk_tb(failed.__traceback__):
+        for value in frame.f_locals.values():
+            if isinstance(value, subprocess.Popen) and value.stdin is not None:
+                value.stdin.close()
 
 
 def _forward_stderr(read_end: int, out: int = 2) -> None:
