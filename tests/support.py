@@ -28,13 +28,49 @@ def free_port() -> int:
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` different TCP ports on 127.0.0.1 that nothing listens on right now
-    (held together while chosen: one at a time, the system may hand out one twice)."""
-    with contextlib.ExitStack() as held:
-        probes = [held.enter_context(socket.socket()) for _ in range(count)]
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [int(probe.getsockname()[1]) for probe in probes]
+    """``count`` different TCP ports on 127.0.0.1 that nothing listens on right now.
+
+    They come from below the system's ephemeral range, never from it: a port the
+    system handed out for ``bind(0)`` is one it hands out again as the source port
+    of any outgoing connection, so a server told to listen there seconds later can
+    find it taken, and a client sent there as "nobody listens" can connect to
+    itself. Each pytest-xdist worker takes its own slice of that range and walks
+    it, so two workers never choose the same port.
+    """
+    chosen: list[int] = []
+    while len(chosen) < count:
+        port = next(_PORTS)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        chosen.append(port)
+    return chosen
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the system hands out on its own (Linux's default is 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _port_slice() -> Iterator[int]:
+    """This process's ports to hand out: its xdist worker's share of the ports from
+    20000 up to the ephemeral range, walked round from a point its pid picks."""
+    low, high = 20000, max(_ephemeral_low(), 21000)
+    workers = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1), 1)
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
+    size = (high - low) // workers
+    first, start = low + worker * size, os.getpid() % size
+    while True:
+        for step in range(size):
+            yield first + (start + step) % size
+
+
+_PORTS = _port_slice()
 
 
 def wait_for(

@@ -6,13 +6,13 @@ Kafka's (the local one, and a closed port for a broker that does not answer).
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from support import free_port
 
 from dbus_fn.cli import cli
 from dbus_fn.errors import ConfigError, PositionError
@@ -86,9 +86,7 @@ def one_line(result: Result, code: int) -> str:
 def test_a_kafka_source_whose_brokers_do_not_answer_is_exit_3(
     tmp_path: Path, kafka_service: object
 ) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     line = one_line(start(tmp_path, f"kafka://127.0.0.1:{port}/orders"), 3)
     assert f"Kafka at 127.0.0.1:{port} does not answer" in line and "check that the brokers" in line
 

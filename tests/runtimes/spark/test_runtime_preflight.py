@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from support import free_port
 
 from dbus_fn.cli import cli
 from dbus_spark.checkpoint import pending_batch
@@ -24,10 +25,7 @@ FUNCTIONS = str(Path(__file__).resolve().parents[3] / "functions" / "orders")
 @pytest.fixture
 def closed_port() -> Iterator[int]:
     """A loopback port nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    yield port
+    yield free_port()
 
 
 @pytest.fixture
