@@ -43,6 +43,7 @@ from dbus_spark.planners import PlannerSweeper
 from dbus_spark.preflight import (
     check_addresses,
     check_kafka_source,
+    check_master,
     check_reachable,
     deployment_sink_problems,
 )
@@ -125,6 +126,7 @@ def spark_session(
             setting=jvm.OPTIONS_ENV,
         ) from None
     session.sparkContext.setLogLevel(logs.spark_log_level())
+    logs.quiet_accumulator_server(session.sparkContext)
     session.dataSource.register(BinlogDataSource)
     session.dataSource.register(FunctionSinkDataSource)
     return session
@@ -179,7 +181,7 @@ def preflight(config: RuntimeConfig, spark: SparkSession | None = None) -> Runti
     _check_source_names(config, spark)
     # Each with its own packages, resolved here (a set that does not resolve or import
     # is one line now, not a task failure later).
-    manifests = [with_packages(Path(d)).manifest for d in config.deployments]
+    manifests = [with_packages(Path(d.path), name=d.name).manifest for d in config.deployments]
     for problem in deployment_sink_problems(routes_of(manifests)):
         log.warning("%s", problem)
     history = HistoryStore(store_path(config.checkpoint_dir))
@@ -254,8 +256,11 @@ def start(
     master = master if spark is None else "local[*]"  # a given session has its master
     check_addresses(kafka=config.kafka_bootstrap, elasticsearch=config.elasticsearch_url,
                     master=master)  # fmt: skip
-    if is_uri(config.checkpoint_dir):  # its Spark log is read through the JVM
-        spark = spark or spark_session(master, verbose=verbose)
+    if is_uri(config.checkpoint_dir) and spark is None:
+        # Its Spark log is read through the JVM, so the session starts before the
+        # other checks: a master that does not answer is said first, not waited on.
+        check_master(master)
+        spark = spark_session(master, verbose=verbose, python=python)
     config = preflight(config, spark)
     check_reachable(kafka=config.kafka_bootstrap, elasticsearch=config.elasticsearch_url,
                     master=master)  # fmt: skip
@@ -368,7 +373,7 @@ def _start_query(
         metrics.attach(path, committed_positions(config.checkpoint_dir, spark), reports)
         options["reports"] = str(reports)  # the workers report there
     # The executors' own copy of each deployment's packages.
-    (shipper or PackageShipper(spark.sparkContext)).ship(config.deployments)
+    (shipper or PackageShipper(spark.sparkContext)).ship([d.path for d in config.deployments])
     # The query's start uses Spark's planner processes; they are stopped after it.
     with PlannerSweeper.ensure(spark.sparkContext).starting() as started:
         reader = (
@@ -396,7 +401,7 @@ def _start_query(
     log.info(
         "runtime started: sources=%s deployments=%s checkpoint=%s in %s",
         [b.spec.name for b in config.sources] + [k.name for k in config.kafka_sources],
-        list(config.deployments),
+        [d.name for d in config.deployments],
         config.checkpoint_dir,
         phases,
     )

@@ -9,6 +9,7 @@ separate processes that inherit the environment of the JVM the driver starts.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import logging
@@ -72,6 +73,41 @@ what a run that hangs is doing (Spark's JVM prints its own threads on SIGQUIT)."
 def stacks_on_signal() -> None:
     """Let ``STACKS_SIGNAL`` print this process's threads (once per process)."""
     faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+
+
+def ignore_ctrl_c() -> None:
+    """Let this Spark worker process go on through a Ctrl-C (SIGINT) at the terminal.
+
+    Ctrl-C reaches every process of the terminal's group, Spark's Python workers
+    too, and pyspark's daemon gives each worker Python's ``KeyboardInterrupt`` back: a
+    worker interrupted mid-task printed its traceback and failed its task, which the
+    JVM logged in turn, before the runtime's one line. Stopping is the driver's part
+    (it stops the query between micro-batches); a worker finishes what it was given.
+    """
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to set
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def quiet_accumulator_server(context: Any) -> None:
+    """Keep pyspark's accumulator server from printing a traceback as its context stops.
+
+    Spark's JVM closes its connection to the server when the context stops; the
+    server's handler notices its own shutdown flag only between reads, so it often
+    reads the closed connection first and prints an ``EOFError`` traceback (seen
+    before a stopped runtime's one line). That close is the stop itself; every other
+    error is printed as before.
+    """
+    server = getattr(context, "_accumulatorServer", None)
+    if server is None:
+        return
+    loud = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], EOFError | ConnectionError):
+            return
+        loud(request, client_address)
+
+    server.handle_error = handle_error
 
 
 def verbose() -> bool:

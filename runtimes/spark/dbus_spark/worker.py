@@ -57,6 +57,7 @@ def worker_stage(shipment: Shipment) -> tuple[RuntimeConfig, FunctionStage]:
     if found is None:
         if not _stages:
             logs.stacks_on_signal()  # this worker's first task
+            logs.ignore_ctrl_c()
         _stages.clear()
         config = unpacked(shipment)
         stage = FunctionStage(

@@ -148,3 +148,42 @@ def test_the_stacks_signal_prints_every_thread_of_a_runtime_process() -> None:
     text = "".join(lines)
     assert text.count("hread 0x") == 2, text  # the main thread and the sleeping one
     assert 'File "<string>", line' in text, text  # the main thread, in the script
+
+
+def _drop_after_the_token(server: object, token: str) -> None:
+    """Do what Spark's JVM does as its context stops: connect, send the token, close."""
+    import socket
+
+    host, port = server.server_address  # type: ignore[attr-defined]
+    with socket.create_connection((host, port)) as conn:
+        conn.sendall(token.encode())
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_accumulator_server_says_nothing_of_a_connection_closed_as_spark_stops(
+    capfd: pytest.CaptureFixture[str], quiet: bool
+) -> None:
+    from types import SimpleNamespace
+
+    from pyspark.accumulators import _start_update_server
+
+    server = _start_update_server("t0ken", False)
+    handled = threading.Event()
+    close = server.shutdown_request
+
+    def closed(request: object) -> None:  # after the handler and its error, if any
+        close(request)
+        handled.set()
+
+    server.shutdown_request = closed  # type: ignore[method-assign]
+    try:
+        if quiet:
+            logs.quiet_accumulator_server(SimpleNamespace(_accumulatorServer=server))
+        _drop_after_the_token(server, "t0ken")
+        assert handled.wait(30), "the server never finished with the connection"
+    finally:
+        server.shutdown()
+        server.server_close()
+    printed = capfd.readouterr().err
+    # Without it, pyspark prints the EOFError the runtime's Ctrl-C line came after.
+    assert ("EOFError" in printed) is not quiet, printed
