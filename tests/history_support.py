@@ -208,6 +208,8 @@ def catalog_and_other(scratch: Any, table: str, **changes: Any) -> Any:
     ``<topic>.other``)."""
     from dataclasses import replace
 
+    from dbus_spark.config import deployment_folders
+
     _services, _db, topic, index, _tmp, function_folder = scratch
     catalog = function_folder(
         "catalog", CATALOG.format(table=table, topic=topic, index=index), [table],
@@ -217,7 +219,8 @@ def catalog_and_other(scratch: Any, table: str, **changes: Any) -> Any:
         "other", OTHER.format(table=table, topic=f"{topic}.other"), [table], initial="none"
     )
     config = scratch.runtime_config(catalog)
-    return replace(config, deployments=(*config.deployments, str(other.resolve())), **changes)
+    others = deployment_folders((str(other),))
+    return replace(config, deployments=(*config.deployments, *others), **changes)
 
 
 def chunk_thresholds(store_file: Any, source: str, task: str) -> Callable[[int], tuple[int, int]]:

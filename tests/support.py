@@ -149,6 +149,17 @@ def topic_exists(bootstrap: str, topic: str) -> bool:
     return topic in admin.list_topics(timeout=30).topics
 
 
+def es_count(url: str, index: str) -> int:
+    """How many documents ``index`` holds now (refreshed first; 0 when it does not exist)."""
+    from elasticsearch import Elasticsearch
+
+    with Elasticsearch(url) as client:
+        if not client.indices.exists(index=index):
+            return 0
+        client.indices.refresh(index=index)
+        return int(client.count(index=index)["count"])
+
+
 def kafka_count(
     bootstrap: str, topic: str, *, expected: int | None = None, within: float = 120.0
 ) -> int:

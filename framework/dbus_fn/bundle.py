@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import tempfile
-import tomllib
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,9 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dbus_fn.dependencies import REQUIREMENTS
-from dbus_fn.errors import BundleError, SecretLeakError
+from dbus_fn.errors import BundleError, ManifestError, SecretLeakError
 from dbus_fn.home import home_from_environment
-from dbus_fn.manifest import MANIFEST_FILE, Manifest, load_manifest, manifest_path
+from dbus_fn.manifest import (
+    ES_OPTIONS,
+    MANIFEST_FILE,
+    Manifest,
+    load_manifest,
+    manifest_path,
+    manifest_table,
+)
 from dbus_fn.registry import load_deployment
 
 if TYPE_CHECKING:
@@ -35,18 +41,23 @@ MAX_BUNDLE_BYTES = 900_000
 """ZooKeeper refuses a znode over 1 MB (``jute.maxbuffer``); keep clear of it."""
 
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-# Keys that name a secret: a password, token, key or credential, and HTTP
-# authentication (Authorization, basic_auth, http_auth, bearer_auth).
+# Keys that name a secret: a password (passphrase), token, key or credential, HTTP
+# authentication (Authorization, basic_auth, http_auth, bearer_auth), and key
+# material: a private key itself (ssl.key.pem, ssl.keystore.key, private_key). A
+# key's location (ssl.key.location, a keystore's) and certificates (ssl.ca.pem,
+# ssl.certificate.pem, ssl.keystore.certificate.chain) are no secret.
 _SECRET_KEY = re.compile(
     r"pass(word|wd)?|secret|token|api[_.-]?key|credential|authori[sz]ation|"
-    r"(^|[_.-])auth($|[_.-])",
+    r"(^|[_.-])auth($|[_.-])|(^|[_.-])key([_.-]pem)?$",
     re.I,
 )
 # Values that hold a secret whatever their key: an address with a password
-# (scheme://user:password@, basic auth in an http URL too); an HTTP Authorization
-# value ("Bearer ...", "Basic ..."); key=value settings that set one, as a JAAS
-# config does (sasl.jaas.config = '... password="..."').
-_ADDRESS_WITH_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]+@")
+# (scheme://user:password@, basic auth in an http URL too; the password may hold a
+# '/'); an HTTP Authorization value ("Bearer ...", "Basic ..."); key=value settings
+# that set one, as a JAAS config does (sasl.jaas.config = '... password="..."'); a
+# PEM private key (a certificate beside it or not).
+_ADDRESS_WITH_PASSWORD = re.compile(r"://[^/@\s:]*:[^@\s]+@")
+_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY", re.I)
 _SECRET_SETTING = re.compile(
     r"^\s*(bearer|basic|token|apikey)\s+\S"
     r"|(^|[\s;,])(pass(word|wd)?|secret|token|api[_.-]?key|credentials?)\s*[=:]\s*\S",
@@ -97,11 +108,18 @@ def _plain(value: Any) -> Any:
 
 
 def check_no_secrets(value: Any, where: str) -> None:
-    """Refuse a secret-looking key, or a value holding a password or token (an
-    address with one, an Authorization value, a JAAS config), anywhere in ``value``.
+    """Refuse a secret-looking key, or a value holding a password, token or private key
+    (an address with a password, an Authorization value, a JAAS config, a PEM key),
+    anywhere in ``value``.
 
-    The message names the place, never the value.
+    The message names the place and the fix, never the value. In a table of sinks
+    (``{"kafka": {...}, "es": {...}}``) the fix is the option that names the
+    runtime's environment variable instead (``"ssl.key.pem_env" = "VARIABLE"``).
     """
+    _check_no_secrets(value, where, ())
+
+
+def _check_no_secrets(value: Any, where: str, keys: tuple[str, ...]) -> None:
     if isinstance(value, Mapping):
         for key, item in value.items():
             place = f"{where}.{key}"
@@ -110,16 +128,18 @@ def check_no_secrets(value: Any, where: str) -> None:
             if _SECRET_KEY.search(str(key)) and item not in (None, "") and not names_variable:
                 raise SecretLeakError(
                     f"{place} looks like a secret; secrets must not go into ZooKeeper: "
-                    "give the runtime an environment variable or secret file instead",
+                    f"{_remedy((*keys, str(key)))}",
                     where=place,
                 )
-            check_no_secrets(item, place)
+            _check_no_secrets(item, place, (*keys, str(key)))
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            check_no_secrets(item, f"{where}[{index}]")
+            _check_no_secrets(item, f"{where}[{index}]", keys)
     elif isinstance(value, str):
         what = (
-            "an address with a password"
+            "a private key"
+            if _PRIVATE_KEY.search(value)
+            else "an address with a password"
             if _ADDRESS_WITH_PASSWORD.search(value)
             else "a password or token"
             if _SECRET_SETTING.search(value)
@@ -127,10 +147,26 @@ def check_no_secrets(value: Any, where: str) -> None:
         )
         if what is not None:
             raise SecretLeakError(
-                f"{where} holds {what}; secrets must not go into ZooKeeper: "
-                "give the runtime an environment variable or secret file instead",
+                f"{where} holds {what}; secrets must not go into ZooKeeper: {_remedy(keys)}",
                 where=where,
             )
+
+
+def _remedy(keys: tuple[str, ...]) -> str:
+    """How to give the secret found under ``keys`` (a sinks table's scheme, then its
+    option) by the name of the runtime's environment variable instead."""
+    if len(keys) < 2:
+        return "give the runtime an environment variable or secret file instead"
+    option = keys[-1]
+    if keys[0] == "es" and f"{option}_env" not in ES_OPTIONS:
+        return (
+            "name the runtime's environment variables that hold the login instead: "
+            "username with password_env, or api_key_env (_file for a secret file)"
+        )
+    return (
+        f'name the runtime\'s environment variable that holds it instead, "{option}_env" = '
+        f'"VARIABLE" (or its secret file, "{option}_file" = "/path")'
+    )
 
 
 def content_hash(files: Mapping[str, bytes]) -> str:
@@ -198,9 +234,8 @@ def _check_sinks_hold_no_secret(path: str | Path) -> None:
     """A secret in the sink tables is named first, before any other problem of the
     manifest (an unknown option, say) could hide it."""
     try:
-        with manifest_path(path).open("rb") as handle:
-            sinks = tomllib.load(handle).get("sinks", {})
-    except (OSError, tomllib.TOMLDecodeError):
+        sinks = manifest_table(path).get("sinks", {})
+    except ManifestError:
         return  # load_manifest says what is wrong with the file
     if isinstance(sinks, Mapping):
         check_no_secrets(sinks, "dbus.toml sinks")
@@ -220,7 +255,9 @@ def build_bundle(
     # A dotted name would import whatever sys.path has under that name: refuse it
     # before loading anything.
     _check_module_is_a_path(load_manifest(path))
-    deployment = load_deployment(path, packages=packages)
+    # Registered under ``name``, it is that deployment everywhere, in the manifest its
+    # version node shows too; its files stay as they are (one folder, several names).
+    deployment = load_deployment(path, packages=packages, name=name)
     manifest = deployment.manifest
     assert manifest.root is not None
     root = manifest.root.resolve()
@@ -240,7 +277,7 @@ def build_bundle(
             path=str(root),
         )
     return Bundle(
-        name=name or manifest.name,
+        name=manifest.name,
         version=manifest.version,
         manifest=data,
         content_hash=digest,

@@ -5,6 +5,8 @@ packages its module imports that the runtime does not have, one requirement a li
 (``phonenumbers==8.13.0``, ``python-slugify>=8,<9``), as ``dbus image build``
 already reads it. ``dbus fn validate`` resolves it here:
 
+- it must be a file of UTF-8 text: a folder of that name, or a file saved as
+  UTF-16, is refused naming it;
 - each line must be a requirement: pip options (``-r``, ``--index-url``...) and
   direct URLs are refused, a package from the index is named instead;
 - a package the runtime brings itself (``RUNTIME_PACKAGES``: dbus, Spark, Arrow,
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from dbus_fn._text import not_utf8, read_utf8
 from dbus_fn.errors import BundleError, ConfigError
 
 if TYPE_CHECKING:
@@ -90,10 +93,10 @@ def read_requirements(folder: Path) -> Requirements | None:
     """The folder's ``requirements.txt`` checked line by line (None: it has none, or
     names no package)."""
     path = folder / REQUIREMENTS
-    if not path.is_file():
+    if not path.exists():
         return None
     lines = []
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
+    for number, raw in enumerate(_requirements_text(path).splitlines(), 1):
         text = raw.split(" #", 1)[0].strip()
         if not text or text.startswith("#"):
             continue
@@ -121,6 +124,31 @@ def read_requirements(folder: Path) -> Requirements | None:
         _check_not_runtime(requirement.name, where)
         lines.append(text)
     return Requirements(path, tuple(lines)) if lines else None  # comments only: none
+
+
+def _requirements_text(path: Path) -> str:
+    """The text of a ``requirements.txt``; ``ConfigError`` naming the file when it is a
+    folder (once passed over without a word, as if there were none), not a file, or not
+    UTF-8 text."""
+    if not path.is_file():
+        what = "a folder" if path.is_dir() else "not a regular file"
+        raise ConfigError(
+            f"{path} is {what}; a deployment's packages are listed in a {REQUIREMENTS} file, "
+            "one a line (name==version): make it one, or remove it",
+            setting="requirements",
+        )
+    try:
+        return read_utf8(path)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path} {not_utf8(exc)}; save it as UTF-8, one requirement a line (name==version)",
+            setting="requirements",
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{path} cannot be read ({exc.strerror}); make it readable by this user",
+            setting="requirements",
+        ) from None
 
 
 def _check_not_runtime(name: str, where: str) -> None:
@@ -240,12 +268,13 @@ def packages_of(path: Path) -> Resolved | None:
     return None if requirements is None else resolve(requirements)
 
 
-def with_packages(path: Path) -> LoadedDeployment:
+def with_packages(path: Path, *, name: str | None = None) -> LoadedDeployment:
     """The deployment of ``path`` with its own packages resolved (``resolve``), or as
-    it is when it has no ``requirements.txt``."""
+    it is when it has no ``requirements.txt``; ``name``: the name it is deployed
+    under, when not its manifest's."""
     from dbus_fn.registry import load_deployment
 
-    return load_deployment(path, packages=packages_of(path))
+    return load_deployment(path, packages=packages_of(path), name=name)
 
 
 def archive_name(requirements: Requirements) -> str:

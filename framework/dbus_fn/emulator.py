@@ -22,7 +22,7 @@ from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX, CloudEvent, item_from_cloude
 from dbus_fn.deadletter import dead_letter_event
 from dbus_fn.errors import DbusError, EventFormatError
 from dbus_fn.events import BinlogPosition, RowChange
-from dbus_fn.json_format import event_from_json, event_to_json, read_jsonl
+from dbus_fn.json_format import MAX_EVENT_BYTES, event_from_json, event_to_json, read_jsonl
 from dbus_fn.manifest import Destination
 from dbus_fn.pipeline import DeadLetter, Delivery, Outcome, Pipeline, PipelineStats
 from dbus_fn.registry import LoadedDeployment
@@ -128,10 +128,14 @@ def dead_letter_cloudevent(
 
 
 def read_event_file(path: str | Path) -> CloudEvent:
-    """One CloudEvent from a file holding one JSON event (pretty-printed or not)."""
+    """One CloudEvent from a file holding one JSON event (pretty-printed or not).
+
+    At most one byte past ``MAX_EVENT_BYTES`` is read: a larger file is refused, and
+    a device such as /dev/zero is not read on without end."""
     file = Path(path)
     try:
-        data = file.read_bytes()
+        with file.open("rb") as handle:
+            data = handle.read(MAX_EVENT_BYTES + 1)
     except OSError as exc:
         raise EventFormatError(
             f"{file}: cannot read the event file ({exc.strerror}); expected a JSON CloudEvent",

@@ -186,9 +186,22 @@ class SourceError(DbusError, RuntimeError):
 
 
 class SourceUnreachableError(SourceError):
-    """The source server cannot be reached (refused, timed out, no route)."""
+    """The source server cannot be reached (refused, timed out, no route); ``server``
+    (without its password) and ``reason``, when known, say which and why."""
 
     exit_code = 3
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        server: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(message, source=source)
+        self.server = server
+        self.reason = reason
 
 
 class SourceAccessError(SourceError):

@@ -3,12 +3,15 @@
 State that another process reads while it may be rewritten (the sources file, a
 runtime's configuration and positions, history requests, batch reports) goes
 through ``replace_file``: the text is written to a sibling file, then renamed
-over the old one, which is atomic on every local file system.
+over the old one, which is atomic on every local file system. Where such a file
+(or an output, or a checkpoint) is to be made, ``cannot_create_in`` says first,
+before any work, whether the folder takes a new entry.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from pathlib import Path
 
@@ -31,3 +34,18 @@ def replace_file(path: Path, text: str, *, mode: int = 0o666, parents: bool = Fa
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
+
+
+def cannot_create_in(folder: Path) -> OSError | None:
+    """Why no new entry can be made in the existing ``folder``, or None when one can.
+
+    It is found out by making one and removing it at once: permission bits do not
+    tell (root passes them), and a read-only mount, an immutable folder or ``/proc``
+    and ``/sys`` refuse root too.
+    """
+    try:
+        probe = tempfile.mkdtemp(dir=folder, prefix=".dbus-probe-")
+    except OSError as exc:
+        return exc
+    os.rmdir(probe)
+    return None

@@ -3,7 +3,9 @@
 JSONL files hold what ``dbus source record`` captured and what the local
 emulator replays: one structured-mode JSON event per line, UTF-8 (a leading
 byte order mark is read past), blank lines ignored. Writing accepts capture
-items too and converts them on the way.
+items too and converts them on the way. An event is read only up to
+``MAX_EVENT_BYTES`` and ``MAX_EVENT_DEPTH``: beyond them it is refused in one line
+instead of being read without bound or overflowing the stack (issue #46).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from cloudevents.core.base import BaseCloudEvent
 from cloudevents.core.formats.json import JSONFormat
 
+from dbus_fn._text import not_utf8
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX, CloudEvent, new_event, to_cloudevent
 from dbus_fn.errors import EventFormatError
 from dbus_fn.events import CaptureItem, RowChange, SchemaChange, TransactionCommit
@@ -24,6 +27,20 @@ from dbus_fn.events import CaptureItem, RowChange, SchemaChange, TransactionComm
 __all__ = ["event_from_json", "event_to_json", "read_jsonl", "write_jsonl"]
 
 _FORMAT = JSONFormat()
+
+MAX_EVENT_BYTES = 64 * 1024 * 1024
+"""The most one event (a file given to ``dbus fn invoke --event``, a line of a JSONL
+file) may hold; at most one byte more is read. 64 MiB is MySQL's default
+``max_allowed_packet``, so a default server writes no larger row to its binlog, and
+the largest message the runtime's Kafka sink sends: a larger event is none that dbus
+captures or delivers, and a file such as /dev/zero is not read on without end."""
+
+MAX_EVENT_DEPTH = 128
+"""How deeply one event may nest arrays and objects. MySQL refuses JSON documents
+deeper than 100 levels and an event holds a column's value three levels down (the
+event, its data, the row image): 128 takes every event a source gives, and stays far
+below Python's recursion limit, which the JSON reader and every later step that walks
+the event would otherwise hit, each with a traceback of its own."""
 
 # RFC 3339 date-time: seconds required, an offset of hours and minutes (or Z).
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
@@ -69,17 +86,26 @@ def event_from_json(data: str | bytes, *, where: str | None = None) -> CloudEven
     a valid CloudEvents 1.0 event.
     """
     data = _without_bom(data)
+    if len(data) > MAX_EVENT_BYTES:
+        raise EventFormatError(
+            f"{where or 'event'} holds more than {MAX_EVENT_BYTES} bytes "
+            f"({MAX_EVENT_BYTES >> 20} MiB), the most one event may: expected one CloudEvent "
+            "as a JSON object; record events with `dbus source record`",
+            problems=(f"over {MAX_EVENT_BYTES} bytes",),
+            where=where,
+        )
     try:
         # UTF-8, as RFC 8259 requires: json.loads would guess UTF-16 for binary data.
         parsed: Any = json.loads(data.decode() if isinstance(data, bytes) else data)
     except UnicodeDecodeError as exc:
         raise EventFormatError(
-            f"{where or 'event'} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-            f"{exc.start}): expected a CloudEvent as JSON; record events with "
-            "`dbus source record` or write them as UTF-8 JSON",
+            f"{where or 'event'} {not_utf8(exc)}: expected a CloudEvent as JSON; record events "
+            "with `dbus source record` or write them as UTF-8 JSON",
             problems=(f"not UTF-8: {exc}",),
             where=where,
         ) from None
+    except RecursionError:
+        raise _too_deep(where) from None
     except ValueError as exc:
         if not data.strip():
             raise EventFormatError(
@@ -113,6 +139,8 @@ def event_from_json(data: str | bytes, *, where: str | None = None) -> CloudEven
             problems=("not a JSON object",),
             where=where,
         )
+    if _deeper_than(parsed, MAX_EVENT_DEPTH):
+        raise _too_deep(where)
 
     problems = _attribute_problems(parsed)
     if problems:
@@ -146,6 +174,32 @@ def event_from_json(data: str | bytes, *, where: str | None = None) -> CloudEven
         ) from None
     assert isinstance(event, CloudEvent)
     return event
+
+
+def _too_deep(where: str | None) -> EventFormatError:
+    return EventFormatError(
+        f"{where or 'event'} nests arrays and objects more than {MAX_EVENT_DEPTH} levels "
+        "deep, deeper than any event a source gives (MySQL keeps JSON within 100): expected "
+        "one CloudEvent as a JSON object; record events with `dbus source record`",
+        problems=(f"nested over {MAX_EVENT_DEPTH} levels",),
+        where=where,
+    )
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests arrays and objects more than ``limit`` levels deep; level
+    by level, so it never recurses itself."""
+    level = [value]
+    for _ in range(limit):
+        level = [
+            child
+            for item in level
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, dict | list)
+        ]
+        if not level:
+            return False
+    return True
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -189,12 +243,15 @@ def read_jsonl(path: str | os.PathLike[str]) -> Iterator[CloudEvent]:
     A bad line raises ``EventFormatError`` naming the file and line number.
     """
     with open(path, "rb") as lines:
-        for number, line in enumerate(lines, start=1):
+        # A line is read only up to an event's limit (and the line break): one over it
+        # is refused by event_from_json, not read on.
+        limit = MAX_EVENT_BYTES + 2
+        for number, line in enumerate(iter(lambda: lines.readline(limit), b""), start=1):
             if not line.strip():
                 continue
             where = f"{os.fspath(path)}:{number}"
             try:
-                yield event_from_json(line, where=where)
+                yield event_from_json(line.rstrip(b"\r\n"), where=where)
             except EventFormatError as exc:
                 if _spread_over_lines(line, exc):
                     raise EventFormatError(

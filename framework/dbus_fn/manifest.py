@@ -28,16 +28,18 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
+from dbus_fn._text import not_utf8, read_utf8
 from dbus_fn.errors import DestinationError, ManifestError
 
 MANIFEST_FILE = "dbus.toml"
@@ -104,9 +106,39 @@ ES_OPTIONS = (
 _KAFKA_FIXED = ("acks", "enable.idempotence", "transactional.id")
 
 
+def _not_a_producer_setting(key: str) -> str | None:
+    """The Kafka producer setting a ``[sinks.kafka]`` key names (``linger_ms`` and
+    ``sasl.password_env`` name ``linger.ms`` and ``sasl.password``), when the Kafka
+    client does not know it; None when it does, or when the client is not installed
+    here (the runtime, which has it, asks again when it loads the manifest)."""
+    setting = key.removesuffix("_env").removesuffix("_file").replace("_", ".")
+    try:
+        from confluent_kafka import KafkaException, Producer
+    except ImportError:
+        return None
+    try:
+        # The client checks names as it is made; it connects to nothing without
+        # bootstrap.servers, and a value it refuses is not what is asked here.
+        Producer({setting: "1", "logger": _QUIET})
+    except KafkaException as exc:
+        if "No such configuration property" in str(exc):
+            return setting
+    return None
+
+
+_QUIET = logging.getLogger("dbus_fn.manifest.kafka_check")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
 def _sink_option_problem(scheme: str, key: str, value: object) -> str | None:
     """What is wrong with one ``[sinks.*]`` option (None: nothing)."""
     where = f"sinks.{scheme}.{key}"
+    if scheme == "kafka" and (unknown := _not_a_producer_setting(key)) is not None:
+        return (
+            f"{where}: {unknown!r} is no Kafka producer setting (the client's settings are "
+            "librdkafka's, see its CONFIGURATION.md); fix the name or remove the option"
+        )
     if key.endswith("_env"):
         if not isinstance(value, str) or not ENV_NAME.match(value):
             return (
@@ -232,6 +264,18 @@ class Manifest:
     def subscribes(self, qualified_table: str) -> bool:
         """Whether the deployment wants changes of ``db.table``."""
         return any(fnmatchcase(qualified_table, pattern) for pattern in self.tables)
+
+    def deployed_as(self, name: str) -> Manifest:
+        """This manifest as the deployment named ``name`` runs it: a folder deployed
+        under a name of its own (``dbus fn deploy --name``) is that name everywhere,
+        its dead letters' default topic included, so two deployments of one folder
+        never merge."""
+        if name == self.name:
+            return self
+        dead_letters = self.dead_letter_route
+        if dead_letters == Destination("kafka", f"dbus.dead-letter.{self.name}"):
+            dead_letters = Destination("kafka", f"dbus.dead-letter.{name}")
+        return replace(self, name=name, dead_letter_route=dead_letters)
 
     @classmethod
     def from_mapping(
@@ -405,6 +449,13 @@ def manifest_path(path: str | Path) -> Path:
 def load_manifest(path: str | Path) -> Manifest:
     """Read and validate a ``dbus.toml`` (or the one in the folder ``path``)."""
     file = manifest_path(path)
+    return Manifest.from_mapping(manifest_table(file), root=file.parent.resolve(), origin=str(file))
+
+
+def manifest_table(path: str | Path) -> dict[str, Any]:
+    """The TOML table of a ``dbus.toml`` (or of the one in the folder ``path``), not yet
+    validated; ``ManifestError`` naming the file when it cannot be read as TOML."""
+    file = manifest_path(path)
     if file.suffix == ".py":
         raise ManifestError(
             f"{file}: is a Python module, expected a deployment folder or its {MANIFEST_FILE}; "
@@ -412,8 +463,7 @@ def load_manifest(path: str | Path) -> Manifest:
             path=str(file),
         )
     try:
-        with file.open("rb") as handle:
-            data = tomllib.load(handle)
+        return tomllib.loads(read_utf8(file))
     except FileNotFoundError:
         raise ManifestError(
             f"{file}: no such file; expected a deployment manifest ({MANIFEST_FILE}); "
@@ -424,8 +474,17 @@ def load_manifest(path: str | Path) -> Manifest:
         raise ManifestError(
             f"{file}: is a folder, expected a {MANIFEST_FILE} file", path=str(file)
         ) from None
+    except OSError as exc:
+        raise ManifestError(
+            f"{file}: cannot be read ({exc.strerror}); expected a deployment manifest "
+            f"({MANIFEST_FILE}) that this user can read",
+            path=str(file),
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ManifestError(
+            f"{file}: {not_utf8(exc)}; TOML is UTF-8: save the file as UTF-8", path=str(file)
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         hint = f"; expected a deployment folder or its {MANIFEST_FILE}"
         expected = "" if file.suffix == ".toml" else hint
         raise ManifestError(f"{file}: not valid TOML: {exc}{expected}", path=str(file)) from None
-    return Manifest.from_mapping(data, root=file.parent.resolve(), origin=str(file))

@@ -328,11 +328,16 @@ def build_deployment(
     )
 
 
-def load_deployment(path: str | Path, *, packages: Resolved | None = None) -> LoadedDeployment:
+def load_deployment(
+    path: str | Path, *, packages: Resolved | None = None, name: str | None = None
+) -> LoadedDeployment:
     """Load the deployment of a folder (or of a ``dbus.toml``): manifest, module,
     functions; every check done. ``packages``: its own, resolved (``dbus_fn.dependencies``),
-    seen by its code alone."""
+    seen by its code alone. ``name``: the name it is deployed under, when not its
+    manifest's (``Manifest.deployed_as``)."""
     manifest = load_manifest(path)
+    if name is not None:
+        manifest = manifest.deployed_as(name)
     if packages is None:
         return build_deployment(manifest, load_module(manifest.module, root=manifest.root))
     from dbus_fn.dependencies import PackageImports

@@ -46,7 +46,7 @@ from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.capture._chunks import ChunkRead, chunked_table, next_boundary, read_chunk
 from dbus_fn.capture._native import SWITCH as NATIVE_SWITCH
 from dbus_fn.capture._reader import BinlogReader
-from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.config import RuntimeConfig, SourceBinding, deployment_folders
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.history.verify import verify
 from dbus_spark.job import spark_session, start, stop
@@ -75,7 +75,7 @@ def runtime(work: Path, dsn: str, deployments: list[str], chunk_rows: int) -> Ru
     return RuntimeConfig(
         sources=(SourceBinding(SourceSpec("bench", dsn, ("*.*",)),
                                replica_id=replica_id_for(f"bench/history/{run}")),),
-        deployments=tuple(deployments),
+        deployments=deployment_folders(deployments),
         kafka_bootstrap=local.kafka.bootstrap_servers,
         elasticsearch_url=local.elasticsearch.url,
         checkpoint_dir=str(work / run / "checkpoint"),

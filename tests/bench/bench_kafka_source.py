@@ -36,7 +36,7 @@ from support import kafka_consumer
 
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec
-from dbus_spark.config import RuntimeConfig
+from dbus_spark.config import RuntimeConfig, deployment_folders
 from dbus_spark.job import spark_session, start
 from dbus_spark.kafka_read import change_of
 from dbus_spark.kafka_source import KafkaSource
@@ -148,8 +148,8 @@ def main() -> None:
             kafka_cfg = RuntimeConfig(
                 sources=(),
                 kafka_sources=(KafkaSource("kin", bootstrap, (source_topic,), start="earliest"),),
-                deployments=(
-                    str(deployment(work / kafka_out / "fn", database, f"kafka://{kafka_out}")),
+                deployments=deployment_folders(
+                    (str(deployment(work / kafka_out / "fn", database, f"kafka://{kafka_out}")),)
                 ),
                 kafka_bootstrap=bootstrap,
                 elasticsearch_url=local.elasticsearch.url,

@@ -72,11 +72,12 @@ def messages(data: list[RowChange]) -> int:
 
 
 def stage(folder: Path) -> Callable[[list[RowChange]], int]:
+    from dbus_spark.config import deployment_folders
     from dbus_spark.stage import FunctionStage, StageCounts
 
     def run(data: list[RowChange]) -> int:
         _ROW_MESSAGES._shapes.clear()  # a shape's writer is chosen by the switch when first met
-        functions = FunctionStage((str(folder),), type_prefix="io.dbus")
+        functions = FunctionStage(deployment_folders((str(folder),)), type_prefix="io.dbus")
         counts = StageCounts()
         sent = 0
         for change in data:

@@ -47,7 +47,7 @@ from support import Proxy, kafka_count, serving_api
 
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.local_services import local_endpoints
-from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.config import RuntimeConfig, SourceBinding, deployment_folders
 from dbus_spark.history.follow import backfill
 from dbus_spark.job import spark_session, start
 from dbus_spark.progress import ProgressBook
@@ -141,7 +141,7 @@ def main() -> None:
         cur.execute(f"INSERT INTO hist SELECT seq, 'row' FROM seq_1_to_{args.history}")
     cfg = RuntimeConfig(
         sources=(source,),
-        deployments=(str(a_folder), str(b_folder), str(c_folder)),
+        deployments=deployment_folders((str(a_folder), str(b_folder), str(c_folder))),
         kafka_bootstrap=kafka,
         elasticsearch_url=f"http://127.0.0.1:{proxy.port}",
         checkpoint_dir=str(work / "checkpoint"),

@@ -21,6 +21,7 @@ from pathlib import Path
 from bench_pipeline import changes
 
 from dbus_fn.events import RowChange
+from dbus_spark.config import deployment_folders
 from dbus_spark.stage import FunctionStage, StageCounts
 
 MODULE = """
@@ -75,10 +76,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     data = changes(args.changes)
     with tempfile.TemporaryDirectory() as base:
-        folder = _folder(Path(base))
+        deployed = deployment_folders((_folder(Path(base)),))
         stages = {
-            "window off": FunctionStage((folder,), type_prefix="io.dbus", window=0),
-            "window 100": FunctionStage((folder,), type_prefix="io.dbus", window=100),
+            "window off": FunctionStage(deployed, type_prefix="io.dbus", window=0),
+            "window 100": FunctionStage(deployed, type_prefix="io.dbus", window=100),
         }
         best = {name: float("inf") for name in stages}
         for _ in range(args.rounds):

@@ -50,7 +50,12 @@ from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.events import BinlogPosition
 from dbus_spark import open_read_control
 from dbus_spark.api import ApiServer, ApiSettings, build_app
-from dbus_spark.config import DEFAULT_OPEN_READ_SECONDS, RuntimeConfig, SourceBinding
+from dbus_spark.config import (
+    DEFAULT_OPEN_READ_SECONDS,
+    RuntimeConfig,
+    SourceBinding,
+    deployment_folders,
+)
 from dbus_spark.job import spark_session, start
 from dbus_spark.metrics import RuntimeMetrics
 
@@ -106,7 +111,9 @@ def config(
                 start=begin,
             ),
         ),
-        deployments=(str(deployment(work / run / "fn", database, destination, tables)),),
+        deployments=deployment_folders(
+            (str(deployment(work / run / "fn", database, destination, tables)),)
+        ),
         kafka_bootstrap=local.kafka.bootstrap_servers,
         elasticsearch_url=local.elasticsearch.url,
         checkpoint_dir=str(work / run / "checkpoint"),
@@ -142,7 +149,7 @@ def _delivered(cfg: RuntimeConfig) -> Callable[[], int]:
 
 
 def _destination(cfg: RuntimeConfig) -> str:
-    text = (Path(cfg.deployments[0]) / "bench.py").read_text()
+    text = (Path(cfg.deployments[0].path) / "bench.py").read_text()
     return text.split('return "')[1].split('"')[0]
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from e2e_support import Scratch, spawn_cli_runtime, stop_cli_runtime
-from support import kafka_count, route_code, wait_for
+from support import es_count, kafka_count, route_code, wait_for
 
 from dbus_deploy.services import down, up
 from dbus_spark.progress import ProgressBook
@@ -128,7 +128,7 @@ def test_a_deployment_s_own_elasticsearch_cut_off_detaches_it_and_it_catches_up(
 
         runtime_api(Path(checkpoint))
         _insert(scratch, range(1, 11))
-        wait_for(lambda: _indexed(es, index) == 10, 120, "theirs' first rows", every=0.5,
+        wait_for(lambda: es_count(es, index) == 10, 120, "theirs' first rows", every=0.5,
                  alive=alive)  # fmt: skip
         es_proxy.cut()
         _insert(scratch, range(11, 41))
@@ -137,17 +137,7 @@ def test_a_deployment_s_own_elasticsearch_cut_off_detaches_it_and_it_catches_up(
                  every=0.5, alive=alive)  # fmt: skip
         assert own in book.load()["shop"]["theirs"].reason
         es_proxy.restore()
-        wait_for(lambda: _indexed(es, index) == 40, 120, "theirs caught up", every=1.0,
+        wait_for(lambda: es_count(es, index) == 40, 120, "theirs caught up", every=1.0,
                  alive=alive)  # fmt: skip
     finally:
         stop_cli_runtime(scratch, runtime)
-
-
-def _indexed(url: str, index: str) -> int:
-    from elasticsearch import Elasticsearch
-
-    with Elasticsearch(url) as client:
-        if not client.indices.exists(index=index):
-            return 0
-        client.indices.refresh(index=index)
-        return int(client.count(index=index)["count"])

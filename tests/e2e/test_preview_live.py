@@ -51,8 +51,13 @@ def cluster_env(scratch: Scratch, zk_root: str, monkeypatch: pytest.MonkeyPatch)
     return env
 
 
-def _dbus(*args: str) -> Any:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+def _dbus(*args: str, env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(cli, list(args), env=env, catch_exceptions=False)
+
+
+_ALONE = {"DBUS_CLUSTER": ""}
+"""An empty DBUS_CLUSTER counts as unset: ask the runtime at --checkpoint, not the
+cluster (``--cluster ''`` is refused)."""
 
 
 @pytest.fixture
@@ -136,7 +141,7 @@ def test_preview_shows_what_a_changed_route_does_to_100_real_events(
     assert first["left"]["sent"][0]["row"]["total"] == 3 * int(first["event"]["key"]["id"])
 
     # The same by the runtime's checkpoint, as text.
-    text = _dbus("fn", "preview", str(local), "--checkpoint", str(checkpoint), "--cluster", "")
+    text = _dbus("fn", "preview", str(local), "--checkpoint", str(checkpoint), env=_ALONE)
     assert text.exit_code == 0, text.output
     assert (
         f"{summary['changed']} of 100 events change (deployed 2.0.0 → local 3.0.0)" in text.output
@@ -155,11 +160,11 @@ def test_preview_shows_what_a_changed_route_does_to_100_real_events(
     future = _dbus("fn", "preview", str(local), "--since", "2099-01-01T00:00:00+00:00")
     assert future.exit_code == 7, future.output
     assert "was committed in the time asked" in future.output
-    elsewhere = _dbus("fn", "preview", str(local), "--table", "nowhere", "--cluster", "",
-                      "--checkpoint", str(checkpoint))  # fmt: skip
+    elsewhere = _dbus("fn", "preview", str(local), "--table", "nowhere",
+                      "--checkpoint", str(checkpoint), env=_ALONE)  # fmt: skip
     assert elsewhere.exit_code == 2 and "does not subscribe to it" in elsewhere.output
-    nobody = _dbus("fn", "preview", str(local), "--cluster", "",
-                   "--checkpoint", str(scratch.tmp_path / "no-runtime"))  # fmt: skip
+    nobody = _dbus("fn", "preview", str(local),
+                   "--checkpoint", str(scratch.tmp_path / "no-runtime"), env=_ALONE)  # fmt: skip
     assert nobody.exit_code == 2 and "no runtime has run with checkpoint" in nobody.output
     # Nothing was written: the local version's new topic was never made.
     assert not topic_exists(scratch.services.kafka.bootstrap_servers, f"{topic}-c")

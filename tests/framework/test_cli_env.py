@@ -93,7 +93,7 @@ def test_runtime_durations_and_shares_below_their_range_are_refused(
     ],
     ids=lambda command: " ".join(command[:2]),
 )
-def test_an_empty_cluster_option_means_what_an_empty_dbus_cluster_means(
+def test_an_empty_cluster_option_is_refused_while_an_empty_dbus_cluster_is_unset(
     command: list[str],
 ) -> None:
     from support import free_port
@@ -102,11 +102,63 @@ def test_an_empty_cluster_option_means_what_an_empty_dbus_cluster_means(
     nowhere = ["--zookeeper", f"127.0.0.1:{free_port()}"]
     if command[0] != "runtime":
         nowhere += ["--zk-timeout", "0.5"]
+    # Given empty, --cluster once meant the cluster "default" (or none), which
+    # `cluster init` then created (issue #46).
     typed = CliRunner().invoke(cli, [*command, *nowhere, "--cluster", ""])
-    from_env = CliRunner().invoke(cli, [*command, *nowhere], env={"DBUS_CLUSTER": ""})
-    assert (typed.exit_code, typed.output) == (from_env.exit_code, from_env.output)
-    assert typed.exception is None or isinstance(typed.exception, SystemExit), typed.exception
+    assert refused(typed).strip().startswith("Error: --cluster '' is empty; give a cluster name")
     assert len(typed.stderr.strip().splitlines()) == 1, typed.output
+    from_env = CliRunner().invoke(cli, [*command, *nowhere], env={"DBUS_CLUSTER": ""})
+    assert "is empty" not in from_env.output
+    assert len(from_env.stderr.strip().splitlines()) == 1, from_env.output
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+@pytest.mark.parametrize(
+    "option", ["--trigger", "--open-read", "--detach-after", "--for", "--capacity",
+               "--zk-session-timeout"],
+)  # fmt: skip
+def test_runtime_durations_and_shares_that_are_not_finite_are_refused_before_spark(
+    option: str, value: str
+) -> None:
+    # nan passes every bound and inf every lower one: --trigger inf started Spark and
+    # failed in it (issue #46).
+    result = CliRunner().invoke(
+        cli, ["runtime", "start", "--source", f"s={NOWHERE}", "--functions", ORDERS, option, value]
+    )
+    message = refused(result)
+    assert option in message
+    if value != "-inf":  # that one is below the range
+        expected = f"Error: {option} {value!r} is not a finite number; give one such as 2.5"
+        assert message.strip() == expected
+
+
+def test_a_duration_that_is_not_finite_from_the_environment_names_the_variable() -> None:
+    result = CliRunner().invoke(
+        cli, ["runtime", "start", "--source", f"s={NOWHERE}", "--functions", ORDERS],
+        env={"DBUS_DETACH_AFTER": "nan"},
+    )  # fmt: skip
+    assert refused(result).strip().startswith(
+        "Error: DBUS_DETACH_AFTER (from the environment) 'nan' is not a finite number"
+    )
+
+
+@pytest.mark.parametrize(("args", "env"), [(["--decode-shards", "10000"], {}),
+                                           ([], {"DBUS_DECODE_SHARDS": "65"})])  # fmt: skip
+def test_decode_shards_over_their_bound_are_refused_with_its_reason(
+    args: list[str], env: dict[str, str]
+) -> None:
+    result = CliRunner().invoke(
+        cli, ["runtime", "start", "--source", f"s={NOWHERE}", "--functions", ORDERS, *args],
+        env=env,
+    )  # fmt: skip
+    message = refused(result)
+    assert len(message.strip().splitlines()) == 1
+    assert (
+        "is over 64, the most one source is read with: each shard is a replication "
+        "connection of its own to the source; give at most 64"
+    ) in message
+    flag = "--decode-shards 10000" if args else "DBUS_DECODE_SHARDS (from the environment) 65"
+    assert flag in message
 
 
 def test_help_names_the_files_dbus_writes() -> None:

@@ -468,6 +468,46 @@ def test_validate_refuses_what_deploy_refuses(
     assert "Traceback" not in result.output
 
 
+_PEM_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7hunter2"
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ('"ssl.key.pem"', f"-----BEGIN PRIVATE KEY-----\n{_PEM_BODY}\n-----END PRIVATE KEY-----"),
+        ("ssl_key_pem", _PEM_BODY),
+        ('"ssl.certificate.pem"',
+         f"-----BEGIN ENCRYPTED PRIVATE KEY-----\n{_PEM_BODY}\n-----END PRIVATE KEY-----"),
+        ('"ssl.keystore.key"', _PEM_BODY),
+    ],
+    ids=["pem-key", "key-by-name", "key-beside-a-certificate", "keystore-key"],
+)  # fmt: skip
+def test_validate_refuses_key_material_naming_the_option_and_its_env_form(
+    scaffold: Path, runner: CliRunner, option: str, value: str
+) -> None:
+    _edit_manifest(
+        scaffold, "timeout = 1.0", f'timeout = 1.0\n[sinks.kafka]\n{option} = """\n{value}\n"""'
+    )
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output
+    key = option.strip('"')
+    assert f"sinks.kafka.{key}" in lines[0] and f'"{key}_env" = "VARIABLE"' in lines[0]
+    assert _PEM_BODY not in result.output and "hunter2" not in result.output
+
+
+def test_validate_takes_a_key_named_by_its_environment_variable(
+    scaffold: Path, runner: CliRunner
+) -> None:
+    _edit_manifest(
+        scaffold, "timeout = 1.0", 'timeout = 1.0\n[sinks.kafka]\n"ssl.key.pem_env" = "KAFKA_KEY"\n'
+        '"ssl.key.password_env" = "KAFKA_KEY_PASSWORD"'
+    )  # fmt: skip
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 0, result.output
+
+
 def test_validate_refuses_a_module_outside_the_folder(
     scaffold: Path, runner: CliRunner, tmp_path: Path
 ) -> None:
@@ -678,3 +718,116 @@ def test_a_reverse_dns_type_prefix_names_the_event_types(
     assert result.exit_code == 0, result.output
     first = json.loads(result.stdout.splitlines()[0])
     assert first["event"]["type"] == "com.example-shop.row.inserted"
+
+
+def _one_line(result: Any, code: int) -> str:
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return str(lines[0])
+
+
+def test_invoke_and_run_local_refuse_an_event_nested_200000_deep_in_one_line(
+    scaffold: Path, runner: CliRunner, tmp_path: Path
+) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_bytes(b"[" * 200_000 + b"\n")
+    invoked = runner.invoke(cli, ["fn", "invoke", str(scaffold), "--event", str(deep)])
+    assert f"{deep} nests arrays and objects more than 128 levels deep" in _one_line(invoked, 1)
+    ran = runner.invoke(cli, ["fn", "run-local", str(scaffold), "--events", str(deep)])
+    assert f"{deep}:1 nests arrays and objects more than 128 levels deep" in _one_line(ran, 1)
+
+
+def test_invoke_reads_a_device_only_up_to_the_event_limit(scaffold: Path) -> None:
+    import resource
+
+    def bounded() -> None:  # a read without end fails here instead of filling the machine
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    result = subprocess.run(
+        [sys.executable, "-c", "from dbus_fn.cli import main; main()",
+         "fn", "invoke", str(scaffold), "--event", "/dev/zero"],
+        capture_output=True, text=True, timeout=120, preexec_fn=bounded,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "/dev/zero holds more than 67108864 bytes (64 MiB), the most one event may" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "code", "says"),
+    [
+        ("dbus.toml", b"\xff\xfe\x00n\x00a\x00m\x00e", 1, "is not UTF-8 text but UTF-16"),
+        ("dbus.toml", b"name = \x97\xde\xad", 1, "is not UTF-8 text (byte 0x97 at offset 7)"),
+        ("requirements.txt", "six==1.16.0\n".encode("utf-16"), 2, "is not UTF-8 text but UTF-16"),
+        ("requirements.txt", b"\x97\xde\xad", 2, "is not UTF-8 text (byte 0x97 at offset 0)"),
+    ],
+    ids=["manifest-utf-16", "manifest-bytes", "requirements-utf-16", "requirements-bytes"],
+)  # fmt: skip
+def test_validate_and_deploy_refuse_a_file_not_in_utf8_naming_it(
+    scaffold: Path, runner: CliRunner, name: str, data: bytes, code: int, says: str
+) -> None:
+    (scaffold / name).write_bytes(data)
+    nowhere = ["--zookeeper", "127.0.0.1:1", "--zk-timeout", "0.2"]
+    for command in (["validate", str(scaffold)], ["deploy", str(scaffold), *nowhere]):
+        line = _one_line(runner.invoke(cli, ["fn", *command]), code)
+        assert f"{scaffold / name}" in line and says in line and "as UTF-8" in line
+
+
+@pytest.mark.parametrize("directory", ["/proc", "/sys"])
+def test_init_where_no_folder_can_be_made_is_one_line(runner: CliRunner, directory: str) -> None:
+    # Not even root makes a folder there (a folder made read-only would not stop root).
+    result = runner.invoke(cli, ["fn", "init", "demo", "-C", directory])
+    line = _one_line(result, 2)
+    assert f"-C {directory}: cannot create {directory}/demo (" in line
+    assert line.endswith("); choose a writable folder with -C")
+
+
+@pytest.mark.parametrize("output", ["/proc/x.jsonl", "/sys/x.jsonl"])
+def test_run_local_output_where_no_file_can_be_made_is_one_line(
+    scaffold: Path, runner: CliRunner, output: str
+) -> None:
+    result = runner.invoke(
+        cli,
+        ["fn", "run-local", str(scaffold), "--events", str(scaffold / "events.jsonl"),
+         "-o", output],
+    )  # fmt: skip
+    line = _one_line(result, 2)
+    folder = str(Path(output).parent)
+    assert f"--output {output}: cannot create a file in {folder} (" in line
+    assert line.endswith("); choose a writable path with --output")
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["deploy", "{scaffold}", "--name", ""], "--name '' is empty; give the name to deploy"),
+        (["deploy", "{scaffold}", "--name", " "], "--name ' ' is only whitespace"),
+        (["rollback", "cli_demo", "--to", ""],
+         "--to '' is empty; give the version to make active (`dbus fn describe NAME` lists"),
+        (["list", "--cluster", ""], "--cluster '' is empty; give a cluster name, or leave the "
+         "option out for 'default'"),
+    ],
+    ids=["deploy-name", "deploy-blank-name", "rollback-to", "list-cluster"],
+)  # fmt: skip
+def test_an_empty_name_version_or_cluster_is_refused_before_zookeeper_is_asked(
+    scaffold: Path, runner: CliRunner, command: list[str], says: str
+) -> None:
+    nowhere = ["--zookeeper", "127.0.0.1:1", "--zk-timeout", "0.2"]  # asked: exit 3
+    args = [part.format(scaffold=scaffold) for part in command]
+    assert says in _one_line(runner.invoke(cli, ["fn", *args, *nowhere]), 2)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_an_idle_timeout_that_is_not_a_finite_number_is_refused(
+    runner: CliRunner, scaffold: Path, value: str
+) -> None:
+    result = runner.invoke(
+        cli, ["fn", "run-local", str(scaffold), "--source", "mysql://u:p@127.0.0.1:1",
+              "--idle-timeout", value],
+    )  # fmt: skip
+    line = _one_line(result, 2)
+    assert f"--idle-timeout {value!r} is not a finite number; give one such as 2.5" in line

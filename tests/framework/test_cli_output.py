@@ -117,3 +117,29 @@ def test_counts_and_timeouts_below_their_range_are_refused(
     assert result.exit_code == 2, result.output
     assert option in result.stderr
     assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("output", ["/proc/x.jsonl", "/sys/x.jsonl"])
+@pytest.mark.parametrize("mode", [[], ["--append"]])
+def test_output_in_a_folder_that_takes_no_new_file_is_one_line_before_recording(
+    runner: CliRunner, output: str, mode: list[str]
+) -> None:
+    # Not even root makes a file there (a folder made read-only would not stop root):
+    # the source is never asked, or this would exit 3.
+    result = runner.invoke(cli, ["source", "record", UNREACHABLE, "-o", output, *mode])
+    line = one_line_error(result, 2)
+    assert f"--output {output}: cannot create a file in {Path(output).parent} (" in line
+    assert line.endswith("); choose a writable path with --output")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+@pytest.mark.parametrize("command", ["tail", "record"])
+def test_an_idle_timeout_that_is_not_a_finite_number_is_refused(
+    runner: CliRunner, tmp_path: Path, command: str, value: str
+) -> None:
+    args = ["source", command, UNREACHABLE, "--idle-timeout", value]
+    if command == "record":
+        args += ["-o", str(tmp_path / "out.jsonl")]
+    line = one_line_error(runner.invoke(cli, args), 2)
+    assert f"--idle-timeout {value!r} is not a finite number" in line
+    assert not (tmp_path / "out.jsonl").exists()

@@ -200,3 +200,41 @@ def test_an_executor_refuses_native_code_for_another_platform_in_one_line(
     assert "\n" not in message and f"the wheel {wheel} was resolved on the driver" in message
     assert "run the executors on the driver's Python and platform" in message
     assert not (tmp_path / "executor" / requirements.key / "site").exists()  # nothing kept
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"phonenumbers==8.13.0\n\x97\xde\xad", "is not UTF-8 text (byte 0x97 at offset 21)"),
+        ("phonenumbers==8.13.0\n".encode("utf-16"), "is not UTF-8 text but UTF-16"),
+    ],
+    ids=["random-bytes", "utf-16-with-bom"],
+)
+def test_a_requirements_file_not_in_utf8_names_it_and_says_to_save_it_as_utf8(
+    tmp_path: Path, data: bytes, says: str
+) -> None:
+    folder = folder_with(tmp_path, "")
+    (folder / "requirements.txt").write_bytes(data)
+    with pytest.raises(ConfigError) as caught:
+        read_requirements(folder)
+    message = str(caught.value)
+    assert message.startswith(f"{folder / 'requirements.txt'} {says}")
+    assert "; save it as UTF-8, one requirement a line" in message
+
+
+def test_a_requirements_file_with_a_utf8_byte_order_mark_is_read(tmp_path: Path) -> None:
+    folder = folder_with(tmp_path, "")
+    (folder / "requirements.txt").write_bytes("phonenumbers==8.13.0\n".encode("utf-8-sig"))
+    requirements = read_requirements(folder)
+    assert requirements is not None and requirements.lines == ("phonenumbers==8.13.0",)
+
+
+def test_a_requirements_txt_that_is_a_folder_is_refused_not_passed_over(tmp_path: Path) -> None:
+    folder = folder_with(tmp_path, "")
+    (folder / "requirements.txt").unlink()
+    (folder / "requirements.txt").mkdir()
+    with pytest.raises(ConfigError, match=r"requirements.txt is a folder; a deployment's pack"):
+        read_requirements(folder)
+    result = CliRunner().invoke(cli, ["fn", "validate", str(folder)])
+    assert result.exit_code == 2, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output

@@ -139,3 +139,65 @@ def test_binary_data_in_a_jsonl_file_names_the_line(tmp_path: Path) -> None:
         out.write(bytes(range(128, 256)) + b"\n")
     with pytest.raises(EventFormatError, match=rf"{path}:2 is not UTF-8 text \(byte 0x80"):
         list(read_jsonl(path))
+
+
+def _nested(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _insert_with_json_column(value: object) -> str:
+    import json
+
+    event = json.loads(event_to_json(row_change(Operation.INSERT)))
+    event["data"]["after"]["j"] = value
+    return json.dumps(event)
+
+
+def test_a_json_column_as_deep_as_mysql_allows_is_read() -> None:
+    # MySQL refuses a JSON document deeper than 100 levels.
+    event = event_from_json(_insert_with_json_column(_nested(100)))
+    assert from_cloudevent(event).row["j"] == _nested(100)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b"[" * 200_000, _insert_with_json_column(_nested(200)).encode()],
+    ids=["200000-brackets", "a-column-200-deep"],
+)
+def test_an_event_nested_deeper_than_the_limit_is_refused_naming_where(
+    text: bytes, tmp_path: Path
+) -> None:
+    says = "nests arrays and objects more than 128 levels deep"
+    with pytest.raises(EventFormatError) as caught:
+        event_from_json(text, where="input")
+    assert str(caught.value).startswith(f"input {says}")
+    assert "\n" not in str(caught.value)
+    path = tmp_path / "capture.jsonl"
+    write_jsonl(path, [row_change()])
+    with path.open("ab") as out:
+        out.write(text + b"\n")
+    with pytest.raises(EventFormatError) as caught:
+        list(read_jsonl(path))
+    assert str(caught.value).startswith(f"{path}:2 {says}")
+
+
+def test_a_line_over_the_event_limit_is_refused_and_one_at_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dbus_fn import json_format
+
+    line = event_to_json(row_change())
+    monkeypatch.setattr(json_format, "MAX_EVENT_BYTES", len(line))
+    path = tmp_path / "capture.jsonl"
+    path.write_bytes(line + b"\r\n" + line + b"\n" + line[:-1] + b" " * 2 + b"}\n")
+    events = read_jsonl(path)
+    assert next(events).get_id() == next(events).get_id()
+    with pytest.raises(EventFormatError) as caught:
+        next(events)
+    assert str(caught.value).startswith(
+        f"{path}:3 holds more than {len(line)} bytes ({len(line) >> 20} MiB), the most one "
+        "event may: expected one CloudEvent as a JSON object"
+    )

@@ -44,6 +44,26 @@ def test_defaults() -> None:
     assert manifest.timeout is None
 
 
+def test_deployed_under_another_name_it_is_that_name_and_its_dead_letters_follow() -> None:
+    manifest = Manifest.from_mapping(
+        {"name": "x", "version": "1", "module": "x", "tables": ["a.b"], "timeout": 0}
+    )
+    eu = manifest.deployed_as("x-eu")
+    assert (eu.name, eu.version, eu.tables) == ("x-eu", "1", ("a.b",))
+    assert eu.dead_letter_route == Destination("kafka", "dbus.dead-letter.x-eu")
+    assert manifest.deployed_as("x") is manifest
+
+
+def test_deployed_under_another_name_a_dead_letter_route_of_its_own_stays(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "dbus.toml").write_text(GOOD)
+    eu = load_manifest(tmp_path).deployed_as("orders-eu")
+    assert eu.name == "orders-eu"
+    assert eu.dead_letter_route == Destination("kafka", "orders.dlq")
+    assert eu.default_route == Destination("kafka", "orders")
+
+
 def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(ManifestError) as caught:
         Manifest.from_mapping(
@@ -305,3 +325,40 @@ def test_credentials_may_come_from_files_on_the_runtime_s_hosts() -> None:
     manifest = Manifest.from_mapping({**_BASE, "sinks": sinks})
     assert manifest.sinks["es"]["password_file"] == "/run/secrets/orders-es"
     check_no_secrets(sinks, "dbus.toml sinks")  # paths of files are not secrets
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"\x97\x00\xde\xad\xbe\xef name", "is not UTF-8 text (byte 0x97 at offset 0)"),
+        (GOOD.encode("utf-16"), "is not UTF-8 text but UTF-16"),
+    ],
+    ids=["random-bytes", "utf-16-with-bom"],
+)
+def test_a_manifest_not_in_utf8_names_the_file_and_says_to_save_it_as_utf8(
+    tmp_path: Path, data: bytes, says: str
+) -> None:
+    (tmp_path / "dbus.toml").write_bytes(data)
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"{tmp_path / 'dbus.toml'}: {says}")
+    assert message.endswith("save the file as UTF-8")
+    assert caught.value.path == str(tmp_path / "dbus.toml")
+
+
+def test_a_manifest_saved_as_utf8_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    (tmp_path / "dbus.toml").write_bytes(GOOD.encode("utf-8-sig"))
+    assert load_manifest(tmp_path).name == "orders"
+
+
+def test_a_kafka_sink_option_the_producer_does_not_know_is_refused_naming_it() -> None:
+    data = {"name": "x", "version": "1", "module": "x", "tables": ["a.b"]}
+    with pytest.raises(ManifestError) as refused:
+        Manifest.from_mapping({**data, "sinks": {"kafka": {"lingerr_ms": 2}}})
+    assert "sinks.kafka.lingerr_ms: 'lingerr.ms' is no Kafka producer setting" in str(
+        refused.value
+    )
+    known = {"linger_ms": 2, "sasl.password_env": "PW", "client_id_env": "ID",
+             "ssl.ca.location_file": "/etc/ca.pem", "bootstrap_servers": "k:9092"}  # fmt: skip
+    assert Manifest.from_mapping({**data, "sinks": {"kafka": known}}).sinks["kafka"] == known

@@ -7,6 +7,8 @@ take its place. The reader follows a failover from one to the next by GTID
 
 The password lives only inside ``ConnectionSettings.password`` and the DSN
 string; neither is ever part of a ``repr``, ``str``, log line or error message.
+``redact_dsn`` is how a message shows any DSN or URL (a Kafka source's, an
+Elasticsearch address): with its password masked and its query left out.
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ from urllib.parse import unquote, urlsplit
 
 from dbus_fn.capture._helper_tables import is_helper_table
 from dbus_fn.errors import ConfigError, DsnError
+from dbus_fn.manifest import table_glob_problem
 
 SCHEMES = ("mysql", "mariadb")
 DEFAULT_PORT = 3306
 _EXAMPLE = "mysql://user:password@127.0.0.1:3306"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_PATTERN = re.compile(r"^[^.\s]+\.[^.\s]+$")
+# A login's end: an '@' that hosts follow (no '=', '&' or '@' before the path, query
+# or end), which an '@' in a password or in a query's value is not.
+_LOGIN_END = re.compile(r"@[^/?#=&@]*(?=[/?#]|$)")
+_QUERY = re.compile(r"[?#]")
 
 
 _CLIENT_SSL = 1 << 11  # the server-capability flag for TLS in the MySQL protocol
@@ -104,6 +110,15 @@ def parse_servers(dsn: str) -> tuple[ConnectionSettings, ...]:
         raise _fail("no scheme", "start it with mysql:// or mariadb://")
     scheme, _, rest = text.partition("://")
     end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    if "@" in rest[end:]:
+        # The login ends at the last '@'; one after a '/', '?' or '#' means the login
+        # holds that character as it is, and the rest would be misread as a path,
+        # query or port.
+        raise _fail(
+            "the password (or user) holds an unencoded '/', '?' or '#'",
+            "percent-encode the password's special characters: %2F for /, %3F for ?, "
+            "%23 for #, %40 for @, %3A for :, %2C for ,",
+        )
     login, at, hosts = rest[:end].rpartition("@")
     if "," not in hosts:
         return (_parse_one(text),)
@@ -165,11 +180,31 @@ def _parse_one(text: str) -> ConnectionSettings:
 
 
 def redact_dsn(dsn: str) -> str:
-    """The DSN with its password masked, or a placeholder when it does not parse."""
+    """The DSN or URL with its password masked and its query left out
+    (``kafka://user:***@host:9092/topic``): safe to print and log, whatever its scheme
+    and whether it parses or not.
+
+    A source DSN that parses is shown as ``redact_servers`` shows it. Anything else is
+    masked as text: the login ends at the last ``@`` that hosts follow, so a password
+    holding an unencoded ``@``, ``/`` or ``?`` is masked whole; the query (``?...``),
+    whose settings may hold secrets too, is never shown.
+    """
     try:
         return redact_servers(parse_servers(dsn))
     except DsnError:
-        return "<invalid DSN>"
+        pass
+    scheme, separator, rest = dsn.partition("://")
+    if not separator:
+        scheme, rest = "", dsn
+    head = _QUERY.split(rest, maxsplit=1)[0]
+    ends = [match.start() for match in _LOGIN_END.finditer(rest)]
+    if not ends and "@" in head:
+        ends = [head.rindex("@")]  # a login before what are no hosts
+    if not ends:
+        return scheme + separator + head
+    user, colon, _ = rest[: ends[-1]].partition(":")
+    after = _QUERY.split(rest[ends[-1] + 1 :], maxsplit=1)[0]
+    return f"{scheme}{separator}{user}{':***' if colon else ''}@{after}"
 
 
 def table_matches(patterns: tuple[str, ...], database: str, table: str) -> bool:
@@ -211,11 +246,12 @@ class SourceSpec:
             )
         if isinstance(self.tables, str):
             object.__setattr__(self, "tables", (self.tables,))
-        bad = [p for p in self.tables if not _PATTERN.match(p)]
+        bad = [p for p in self.tables if table_glob_problem(p) is not None]
         if not self.tables or bad:
             raise ConfigError(
                 f"invalid table pattern(s) {bad or '(none)'} for source {self.name!r}: "
-                "write each as db.table, globs allowed (shop.*, *.orders)",
+                "write each as db.table, globs allowed (shop.*, *.orders, a set of "
+                "characters closed: shop.order_[ab]*)",
                 setting="tables",
             )
         object.__setattr__(self, "servers", parse_servers(self.dsn))

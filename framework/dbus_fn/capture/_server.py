@@ -68,10 +68,13 @@ def error_text(exc: BaseException) -> str:
 def unreachable_error(
     name: str, server: ConnectionSettings, exc: BaseException
 ) -> SourceUnreachableError:
+    reason = error_text(exc)
     return SourceUnreachableError(
         f"source {name!r} at {server.redacted} is unreachable "
-        f"({error_text(exc)}); check that the server runs and the DSN's host and port",
+        f"({reason}); check that the server runs and the DSN's host and port",
         source=name,
+        server=server.redacted,
+        reason=reason,
     )
 
 

@@ -5,10 +5,13 @@ shows the variable in ``--help`` and, when a bad value came from the variable,
 names the variable in the error instead of a flag the user never typed.
 ``FROM`` is the one ``--from`` (and ``DBUS_FROM``) of every command that reads a
 source, so the variable means the same everywhere; ``KEEP_HELPER_TABLES`` likewise.
+``refuse_empty`` and ``FiniteFloatRange`` refuse what would otherwise pass unnoticed:
+an empty name, a number of seconds that is ``nan`` or ``inf``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -83,18 +86,56 @@ def env_option(*names: str, env: str, **settings: Any) -> Callable[[F], F]:
     return click.option(*names, cls=EnvOption, envvar=env, show_envvar=True, **settings)
 
 
-def empty_is_unset(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    """An option given as ``''`` counts as not given, as an empty variable does (click
-    skips one): ``--cluster ''`` means what ``DBUS_CLUSTER=`` means."""
-    return param.get_default(ctx) if value == "" else value
-
-
 def given_as(ctx: click.Context, name: str, flag: str) -> str:
     """How the user gave parameter ``name``: its ``flag``, or its variable."""
     param = next((p for p in ctx.command.params if p.name == name), None)
     if param is not None and ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT:
         return f"{param.envvar} (from the environment)"
     return flag
+
+
+def _given(ctx: click.Context | None, param: click.Parameter | None) -> str:
+    """How the user gave ``param`` (its first flag, or its variable), while it is read."""
+    flag = param.opts[0] if param is not None and param.opts else "the value"
+    if ctx is None or param is None or param.name is None:
+        return flag
+    return given_as(ctx, param.name, flag)
+
+
+def refuse_empty(instead: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """The callback of an option that, given empty, would quietly mean something else:
+    ``--cluster ''`` meant the cluster ``default`` (and ``cluster init`` created it),
+    ``--name ''`` the manifest's name, ``rollback --to ''`` no version at all, so every
+    runtime stopped the function (issue #46). The ``ConfigError`` says ``instead``,
+    what to give. An empty variable is not given at all, as click reads it."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            what = "is empty" if not value else "is only whitespace"
+            raise ConfigError(
+                f"{_given(ctx, param)} {value!r} {what}; {instead}", setting=param.name
+            )
+        return value
+
+    return check
+
+
+class FiniteFloatRange(click.FloatRange):
+    """``click.FloatRange`` without ``nan`` and ``inf``, which ``float()`` reads: ``nan``
+    passes every bound (each comparison with it is false) and ``inf`` every lower one,
+    so ``--trigger inf`` started Spark only to fail in it, and ``--for nan`` never
+    ended (issue #46). Every option that takes a number of seconds or a share uses it."""
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isfinite(number):
+            return number
+        raise ConfigError(
+            f"{_given(ctx, param)} {value!r} is not a finite number; give one such as 2.5",
+            setting=param.name if param is not None else None,
+        )
 
 
 FROM = env_option(

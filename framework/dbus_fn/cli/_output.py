@@ -3,7 +3,8 @@
 The output goes to a hidden temporary file beside the target and replaces it only
 when the command ends without an error (a Ctrl-C that ends a recording is not an
 error); an existing file is replaced only with ``--force``, or added to with
-``--append``. A folder that does not exist is refused before anything runs.
+``--append``. A folder that does not exist, or that takes no new file (read-only,
+``/proc``...), is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dbus_fn.errors import ConfigError
+from dbus_fn.files import cannot_create_in
 
 
 def check_output(
@@ -35,9 +37,12 @@ def check_output(
             f"(mkdir -p {folder}) or choose another file",
             setting=option,
         )
-    if not os.access(folder, os.W_OK):
+    refused = cannot_create_in(folder)
+    if refused is not None:
         raise ConfigError(
-            f"{option} {path}: the folder {folder} is not writable", setting=option
+            f"{option} {path}: cannot create a file in {folder} ({refused.strerror}); "
+            f"choose a writable path with {option}",
+            setting=option,
         )
     if path.exists() and not (force or append):
         raise ConfigError(

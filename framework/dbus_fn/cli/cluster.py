@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
-from dbus_fn.cli._options import KEEP_HELPER_TABLES, empty_is_unset, env_option
+from dbus_fn.cli._options import (
+    KEEP_HELPER_TABLES,
+    FiniteFloatRange,
+    env_option,
+    refuse_empty,
+)
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -68,7 +73,7 @@ _OPTIONS = (
         env="DBUS_CLUSTER",
         default="default",
         show_default=True,
-        callback=empty_is_unset,
+        callback=refuse_empty("give a cluster name, or leave the option out for 'default'"),
         help="Cluster name; its tree is /dbus/<cluster> in ZooKeeper.",
     ),
     env_option(
@@ -81,7 +86,7 @@ _OPTIONS = (
     env_option(
         "--zk-timeout",
         env="DBUS_ZK_TIMEOUT",
-        type=click.FloatRange(min=0, min_open=True),
+        type=FiniteFloatRange(min=0, min_open=True),
         default=10.0,
         show_default=True,
         help="Seconds to wait for ZooKeeper to answer.",
@@ -93,7 +98,9 @@ _OPTIONAL_CLUSTER = env_option(
     "--cluster",
     env="DBUS_CLUSTER",
     default=None,
-    callback=empty_is_unset,
+    callback=refuse_empty(
+        "give a cluster name, or leave the option out to ask the runtime at --checkpoint"
+    ),
     help="Ask this cluster's runtimes, through ZooKeeper, instead of the runtime at "
     "--checkpoint.",
 )
@@ -213,9 +220,18 @@ def source_add(
     with zk.open() as (client, settings):
         from dbus_fn.coordination import SourceRegistry
 
-        new = SourceRegistry(client, settings).add(reference, replace=replace)
+        registry = SourceRegistry(client, settings)
+        new = registry.add(reference, replace=replace)
+        owner = None if new else registry.owner(name)
     verb = "Registered" if new else "Replaced"
     click.echo(f"{verb} source {name} (DSN from {reference.reference})")
+    if owner is not None:
+        # The owner took the source's settings when it took the source; it reads on
+        # with them (its position stays consistent) until it takes the source again.
+        click.echo(
+            f"runtime {owner} reads {name} now and goes on with the tables and DSN it took "
+            "until it takes the source again: restart it to apply the change"
+        )
 
 
 @source.command("list")

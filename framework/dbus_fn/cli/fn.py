@@ -25,15 +25,23 @@ from typing import IO
 import click
 
 from dbus_fn.cli._errors import CommandError, Interrupted, dbus_fn_requirement
-from dbus_fn.cli._options import FROM, env_option, start_point
+from dbus_fn.cli._options import (
+    FROM,
+    FiniteFloatRange,
+    env_option,
+    given_as,
+    refuse_empty,
+    start_point,
+)
 from dbus_fn.cli._output import check_output, output_file
 from dbus_fn.cli._plugins import PluginGroup
 from dbus_fn.cli.cluster import ZooKeeperOptions, zookeeper_options
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.dependencies import with_packages
 from dbus_fn.emulator import EmulatedRecord, Emulator, read_event_file
-from dbus_fn.errors import EventFormatError
+from dbus_fn.errors import ConfigError, EventFormatError
 from dbus_fn.events import RowChange
+from dbus_fn.files import cannot_create_in
 from dbus_fn.json_format import write_jsonl
 from dbus_fn.manifest import NAME_MAX
 from dbus_fn.registry import LoadedDeployment, load_deployment
@@ -117,6 +125,13 @@ def init(name: str, table: str, directory: Path) -> None:
     folder = directory / name
     if folder.exists():
         raise click.UsageError(f"{folder} already exists; expected a new folder name")
+    refused = cannot_create_in(directory)
+    if refused is not None:
+        raise ConfigError(
+            f"{given_as(click.get_current_context(), 'directory', '-C')} {directory}: cannot "
+            f"create {folder} ({refused.strerror}); choose a writable folder with -C",
+            setting="directory",
+        )
     module = name.replace("-", "_").lower()
     values = {
         "requirement": _scaffold_requirement(folder),
@@ -268,7 +283,7 @@ def invoke(path: Path, event_file: Path, type_prefix: str, fail_on_dead_letter: 
 @env_option(
     "--idle-timeout",
     env="DBUS_IDLE_TIMEOUT",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     help="With --source: stop after this many seconds without a change (default: run "
     "until interrupted).",
 )
@@ -386,6 +401,9 @@ def _finish(dead_letters: int, fail_on_dead_letter: bool) -> None:
 @env_option(
     "--name",
     env="DBUS_FN_NAME",
+    callback=refuse_empty(
+        "give the name to deploy under, or leave the option out for the manifest's name"
+    ),
     help="Name to deploy under (default: the manifest's name).",
 )
 @zookeeper_options
@@ -459,7 +477,13 @@ def describe(name: str, zk: ZooKeeperOptions) -> None:
 
 @fn.command("rollback")
 @click.argument("name")
-@click.option("--to", "to", required=True, help="The earlier version to make active.")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    callback=refuse_empty("give the version to make active (`dbus fn describe NAME` lists them)"),
+    help="The earlier version to make active.",
+)
 @zookeeper_options
 def rollback(name: str, to: str, zk: ZooKeeperOptions) -> None:
     """Make an earlier version of NAME active again."""

@@ -11,7 +11,13 @@ from typing import IO, Any, NamedTuple
 
 import click
 
-from dbus_fn.cli._options import FROM, KEEP_HELPER_TABLES, env_option, start_point
+from dbus_fn.cli._options import (
+    FROM,
+    KEEP_HELPER_TABLES,
+    FiniteFloatRange,
+    env_option,
+    start_point,
+)
 from dbus_fn.cli._output import check_output, output_file
 
 
@@ -114,7 +120,7 @@ _MAX_EVENTS = click.option(
     "--max-events", type=click.IntRange(min=1), default=None, help="stop after N events"
 )
 _IDLE_TIMEOUT = click.option(
-    "--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+    "--idle-timeout", type=FiniteFloatRange(min=0, min_open=True), default=None,
     help="stop after S idle seconds (default: run until interrupted)",
 )  # fmt: skip
 _SERVER_ID = env_option(
@@ -209,8 +215,15 @@ def _check_servers(spec: Any) -> None:
                 down.append(exc)
     finally:
         reader.close()
-    if len(down) == len(spec.servers):
+    if len(down) == len(spec.servers) == 1:
         raise down[0]
+    if len(down) == len(spec.servers):
+        each = "; ".join(f"{e.server or '?'}: {e.reason or e}" for e in down)
+        raise SourceUnreachableError(
+            f"source {spec.name!r}: none of its {len(down)} servers answers ({each}); check "
+            "that they run and the DSN's hosts and ports",
+            source=spec.name,
+        )
     for away in down:
         click.echo(f"warning: {away}", err=True)
 

@@ -14,9 +14,10 @@ import json
 import logging
 import re
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -175,7 +176,11 @@ def connect(settings: ZooKeeperSettings, **options: Any) -> KazooClient:
     """A started kazoo client; ``ZooKeeperUnavailableError`` if none answers in time."""
     client = make_client(settings, **options)
     try:
-        client.start(timeout=settings.connect_timeout)
+        with warnings.catch_warnings():
+            # kazoo warns of a chroot that does not exist yet: `dbus cluster init`
+            # makes it, and every other command names the missing cluster instead.
+            warnings.filterwarnings("ignore", "No chroot path exists", UserWarning)
+            client.start(timeout=settings.connect_timeout)
     except KazooTimeoutError:
         client.close()
         raise unavailable(settings) from None
@@ -243,6 +248,8 @@ def ensure_cluster(client: KazooClient, settings: ZooKeeperSettings) -> bool:
     acl = settings.acl
     created = False
     with zk_errors(settings):
+        if client.chroot and client.exists("/") is None:
+            _create_chroot(settings, client.chroot)
         parts = [p for p in layout.root.split("/") if p]
         for depth in range(1, len(parts)):
             path = "/" + "/".join(parts[:depth])
@@ -262,6 +269,21 @@ def ensure_cluster(client: KazooClient, settings: ZooKeeperSettings) -> bool:
                 with suppress(NodeExistsError):
                     client.create(path, b"", acl=acl)
     return created
+
+
+def _create_chroot(settings: ZooKeeperSettings, chroot: str) -> None:
+    """Create the chroot ``--zookeeper`` names (``host:port/chroot``), open as the folders
+    above a cluster root are: a client inside a chroot cannot create it itself."""
+    outside = make_client(replace(settings, hosts=settings.hosts.partition("/")[0]))
+    try:
+        outside.start(timeout=settings.connect_timeout)
+    except KazooTimeoutError:
+        outside.close()
+        raise unavailable(settings) from None
+    try:
+        outside.ensure_path(chroot, acl=OPEN_ACL_UNSAFE)
+    finally:
+        close(outside)
 
 
 def require_cluster(client: KazooClient, settings: ZooKeeperSettings) -> None:

@@ -254,6 +254,9 @@ class FunctionStore:
     def rollback(self, name: str, to: str) -> str | None:
         """Make version ``to`` active again; return the version it replaces."""
         check_name(name, "function name")
+        # An empty ``to`` names the versions folder itself, which exists: the function
+        # would be left with no active version, stopped on every runtime.
+        check_name(to, "version")
 
         def once() -> str | None:
             if self.client.exists(self.layout.version(name, to)) is None:

@@ -22,12 +22,12 @@ from dbus_fn.bundle import check_no_secrets
 from dbus_fn.coordination._client import ZooKeeperSettings, dump, load, utc_timestamp
 from dbus_fn.coordination._layout import check_name
 from dbus_fn.errors import ConfigError, CoordinationError, SecretLeakError
+from dbus_fn.manifest import table_glob_problem
 
 if TYPE_CHECKING:
     from dbus_fn.capture import SourceSpec
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")  # as capture's SourceSpec checks them
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +56,11 @@ class SourceReference:
                 "(letters, digits, _), not the DSN itself; e.g. --dsn-env SHOP_DSN",
                 where="dsn-env",
             )
-        bad = [t for t in self.tables if not _TABLE.match(t)]
+        bad = [t for t in self.tables if table_glob_problem(t) is not None]
         if bad:
             raise ConfigError(
                 f"source {self.name}: invalid table pattern(s) {bad}: write each as db.table, "
-                "globs allowed (shop.*, *.orders)",
+                "globs allowed (shop.*, *.orders, a set of characters closed: shop.order_[ab]*)",
                 setting="tables",
             )
         if self.dsn_file is not None:
@@ -157,6 +157,14 @@ class SourceRegistry:
                 ) from None
         self.client.set(path, data)
         return False
+
+    def owner(self, name: str) -> str | None:
+        """The runtime that reads source ``name`` now (None: none, or it is handed off)."""
+        try:
+            raw, _ = self.client.get(self.layout.assignment(name))
+        except NoNodeError:
+            return None
+        return str(load(raw).get("runtime") or "") or None
 
     def remove(self, name: str) -> None:
         check_name(name, "source name")

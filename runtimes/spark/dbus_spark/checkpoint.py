@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from dbus_fn.capture import coordinates, position_from_json
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
-from dbus_fn.files import replace_file
+from dbus_fn.files import cannot_create_in, replace_file
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,6 +77,34 @@ def _refuse_a_file(checkpoint: str, local: Path) -> None:
         "Hadoop file system URI such as hdfs://host/var/lib/dbus/checkpoint",
         setting="checkpoint",
     )
+
+
+def check_creatable(checkpoint: str) -> None:
+    """``ConfigError`` when a runtime could not make or write its checkpoint (local, or a
+    ``file://`` URI's folder) and its own files beside it: found before Spark starts,
+    not by Spark's first write with a traceback (issue #46). Another file system's
+    URI is left to the driver's Hadoop client."""
+    match = _URI.match(checkpoint)
+    if match is not None and match["scheme"].lower() != "file":
+        return
+    local = Path(checkpoint if match is None else match["rest"])
+    if local.is_dir():
+        # Spark writes in it; the runtime's own files lie beside a local one (``beside``).
+        checks = [(local, f"write in {local}")]
+        if match is None:
+            checks.append((local.parent, f"write in {local.parent}"))
+    else:
+        # Made in the nearest folder that exists (one that is a file, ``resolve`` refused).
+        existing = next(p for p in local.parents if p.exists())
+        checks = [(existing, f"create {existing / local.relative_to(existing).parts[0]}")]
+    for folder, what in checks:
+        refused = cannot_create_in(folder)
+        if refused is not None:
+            raise ConfigError(
+                f"checkpoint {checkpoint}: cannot {what} ({refused.strerror}); choose a "
+                "writable folder with --checkpoint",
+                setting="checkpoint",
+            )
 
 
 def local_twin(checkpoint: str) -> Path:

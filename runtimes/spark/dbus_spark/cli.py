@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dbus_fn.cli._errors import Interrupted
-from dbus_fn.cli._options import KEEP_HELPER_TABLES, empty_is_unset, env_option, given_as
+from dbus_fn.cli._options import (
+    KEEP_HELPER_TABLES,
+    FiniteFloatRange,
+    env_option,
+    given_as,
+    refuse_empty,
+)
 from dbus_fn.errors import ConfigError, DbusError, UndeliveredError
 from dbus_spark.config import (
     DEFAULT_API_ADDRESS,
@@ -22,6 +28,7 @@ from dbus_spark.config import (
     DEFAULT_OPEN_READ_SECONDS,
     DEFAULT_PREVIEW_WINDOW,
     EXECUTOR_PYTHON_ENV,
+    MAX_DECODE_SHARDS,
 )
 from dbus_spark.logs import LOG_FORMAT_ENV, log_formatter
 from dbus_spark.preflight import check_runtime
@@ -44,10 +51,23 @@ API_TOKEN = env_option(
 RUN_FOR = click.option(
     "--for",
     "run_for",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=None,
     help="Stop after this many seconds.",
 )
+
+
+def _shards_within_bound(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    """``--decode-shards`` no higher than ``MAX_DECODE_SHARDS``, whose reason it gives."""
+    if value > MAX_DECODE_SHARDS:
+        raise ConfigError(
+            f"{given_as(ctx, 'decode_shards', '--decode-shards')} {value} is over "
+            f"{MAX_DECODE_SHARDS}, the most one source is read with: each shard is a "
+            f"replication connection of its own to the source; give at most {MAX_DECODE_SHARDS}, "
+            "or 0 for one per two Spark cores",
+            setting="decode_shards",
+        )
+    return value
 
 
 @click.group()
@@ -99,7 +119,7 @@ def runtime() -> None:
 )
 @click.option(
     "--trigger",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=0.0,
     show_default=True,
     help="Seconds between micro-batches (0: as soon as the last one ends).",
@@ -110,12 +130,14 @@ def runtime() -> None:
     default=0,
     show_default=True,
     env="DBUS_DECODE_SHARDS",
+    callback=_shards_within_bound,
     help="Tasks that read one busy source at once, each decoding its share of the keys "
-    "(0: one per two Spark cores).",
+    f"(0: one per two Spark cores; at most {MAX_DECODE_SHARDS}: each is a replication "
+    "connection of its own to the source).",
 )
 @env_option(
     "--open-read",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=DEFAULT_OPEN_READ_SECONDS,
     show_default=True,
     env="DBUS_OPEN_READ",
@@ -127,7 +149,7 @@ def runtime() -> None:
 )
 @env_option(
     "--detach-after",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=DEFAULT_DETACH_SECONDS,
     show_default=True,
     env="DBUS_DETACH_AFTER",
@@ -173,7 +195,9 @@ def runtime() -> None:
     "--cluster",
     env="DBUS_CLUSTER",
     default=None,
-    callback=empty_is_unset,
+    callback=refuse_empty(
+        "give a cluster name, or leave the option out to run the --functions folders alone"
+    ),
     help="Join this dbus cluster: ZooKeeper assigns the sources and holds the functions "
     "(then --source and --functions are not used).",
 )
@@ -185,7 +209,7 @@ def runtime() -> None:
 )
 @env_option(
     "--zk-session-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     env="DBUS_ZK_SESSION_TIMEOUT",
     default=None,
     help="Seconds ZooKeeper waits for a silent runtime before its sources move to the "
@@ -199,7 +223,7 @@ def runtime() -> None:
 )
 @click.option(
     "--capacity",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
     help="This runtime's share of the cluster's sources, relative to the others.",

@@ -41,7 +41,13 @@ from dbus_fn.coordination import (
 )
 from dbus_fn.errors import DbusError, FencedError
 from dbus_spark.checkpoint import local_folder
-from dbus_spark.config import RuntimeConfig, SourceBinding, WriteFencing, default_decode_shards
+from dbus_spark.config import (
+    DeploymentFolder,
+    RuntimeConfig,
+    SourceBinding,
+    WriteFencing,
+    default_decode_shards,
+)
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.history.plans import open_plans
 from dbus_spark.history.requests import forward
@@ -200,7 +206,7 @@ class ClusterMember:
             config = replace(
                 self._base,
                 sources=tuple(bindings[name] for name in sorted(bindings)),
-                deployments=tuple(str(f.path) for f in functions),
+                deployments=tuple(DeploymentFolder(f.name, str(f.path)) for f in functions),
             )
             wanted = config.to_json()
             if wanted != self._written:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError, DsnError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.files import replace_file
+from dbus_fn.manifest import MANIFEST_FILE, Manifest, load_manifest
 from dbus_spark import secrets
 from dbus_spark.kafka_source import KafkaSource
 
@@ -50,6 +51,50 @@ EXECUTOR_PYTHON_ENV = "DBUS_EXECUTOR_PYTHON"
 """The Python Spark's executors run (``dbus_spark.job.workers_python``)."""
 DEFAULT_UI_ADDRESS = "127.0.0.1:9465"
 """Where ``dbus ui`` serves a cluster's dashboard unless told otherwise."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentFolder:
+    """One deployment as this runtime runs it: the name it is deployed under, which is
+    its identity everywhere (stream, sinks, metrics, pause, preview, positions), and
+    the folder its files are in. One folder may run under several names."""
+
+    name: str
+    path: str
+
+    def manifest(self) -> Manifest:
+        return load_manifest(self.path).deployed_as(self.name)
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "path": self.path}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, str] | str) -> DeploymentFolder:
+        if isinstance(data, str):  # written before deployments had names of their own
+            return cls(load_manifest(data).name, data)
+        return cls(data["name"], data["path"])
+
+
+def deployment_folders(paths: Iterable[str]) -> tuple[DeploymentFolder, ...]:
+    """Folders given by path alone (``--functions``), each under its manifest's name.
+
+    The same folder twice, or two folders whose manifests name one deployment, would
+    run as one deployment delivering every change twice: refused in one line.
+    """
+    found: dict[str, tuple[str, DeploymentFolder]] = {}
+    for given in paths:
+        folder = DeploymentFolder(load_manifest(given).name, str(Path(given).resolve()))
+        if folder.name in found:
+            before, known = found[folder.name]
+            raise ConfigError(
+                f"--functions {given} is given twice; pass each folder once"
+                if known.path == folder.path
+                else f"--functions {before} and {given} both name deployment {folder.name!r}; "
+                f"change name = in one of their {MANIFEST_FILE} files",
+                setting="functions",
+            )
+        found[folder.name] = (given, folder)
+    return tuple(folder for _, folder in found.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +139,15 @@ def default_decode_shards(cores: int) -> int:
     return max(1, cores // 2)
 
 
+MAX_DECODE_SHARDS = 64
+"""The most key shards (``--decode-shards``) one source is read with. Each shard is a
+replication connection of its own to the source server (with a server id claimed for
+it) and a reader and a writer task. MySQL and MariaDB take 151 connections by
+default and, during a handoff, the old and the new owner of a source are both
+connected: 64 each leaves the applications room. It is also the default of a
+128-core master; past the cores, more shards only queue behind one another."""
+
+
 @dataclass(frozen=True, slots=True)
 class WriteFencing:
     """A cluster member's Kafka writes are fenced by its holds (``dbus_spark.sinks.kafka``)."""
@@ -135,7 +189,7 @@ class WriteFencing:
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     sources: tuple[SourceBinding, ...]
-    deployments: tuple[str, ...]
+    deployments: tuple[DeploymentFolder, ...]
     kafka_bootstrap: str
     elasticsearch_url: str
     checkpoint_dir: str
@@ -186,7 +240,7 @@ class RuntimeConfig:
     def to_json(self) -> dict[str, Any]:
         return {
             "sources": [_binding_to_json(b) for b in self.sources],
-            "deployments": list(self.deployments),
+            "deployments": [d.to_json() for d in self.deployments],
             "kafka_bootstrap": self.kafka_bootstrap,
             "elasticsearch_url": self.elasticsearch_url,
             "checkpoint_dir": self.checkpoint_dir,
@@ -207,7 +261,7 @@ class RuntimeConfig:
     def from_json(cls, data: Mapping[str, Any]) -> RuntimeConfig:
         return cls(
             sources=tuple(_binding_from_json(s) for s in data["sources"]),
-            deployments=tuple(data["deployments"]),
+            deployments=tuple(DeploymentFolder.from_json(d) for d in data["deployments"]),
             kafka_bootstrap=data["kafka_bootstrap"],
             elasticsearch_url=data["elasticsearch_url"],
             checkpoint_dir=data["checkpoint_dir"],

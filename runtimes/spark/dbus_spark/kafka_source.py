@@ -6,7 +6,8 @@ structured: what dbus writes, or anything that writes them) in the topics the
 patterns match, on that cluster. Query parameters are the consumer's librdkafka
 settings (``?security.protocol=SASL_SSL&sasl.password_env=DC2_PASSWORD``; a key
 ending ``_env`` takes its value from that environment variable of the process
-that reads). dbus keeps the group, commits and isolation to itself.
+that reads; a login before the brokers, ``user:password@``, is refused). dbus keeps
+the group, commits and isolation to itself.
 
 The same functions run over those events: a deployment subscribes to the source
 by name (``sources = ["dc2"]`` in ``dbus.toml``) and to its tables as always. An
@@ -37,6 +38,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+from dbus_fn.capture import redact_dsn
 from dbus_fn.errors import ConfigError, PositionError, SourceUnreachableError
 from dbus_spark.logs import kafka_config
 
@@ -110,24 +112,38 @@ def is_kafka_url(dsn: str) -> bool:
 
 
 def parse_kafka_source(name: str, url: str, start: str = "latest") -> KafkaSource:
-    """``kafka://HOST:PORT[,HOST:PORT]/TOPIC[,TOPIC][?SETTING=VALUE&...]`` as a source."""
+    """``kafka://HOST:PORT[,HOST:PORT]/TOPIC[,TOPIC][?SETTING=VALUE&...]`` as a source
+    (``--source NAME=URL``); a mistake is a ``ConfigError`` quoting the URL without its
+    password and query."""
+    shown = redact_dsn(url.strip())
 
     def fail(problem: str, fix: str) -> ConfigError:
         return ConfigError(
-            f"source {name!r}: {problem} in {url.split('?')[0]!r}; {fix} "
+            f"--source {name + '=' + shown!r}: {problem}; {fix} "
             f"(kafka://host:9092/topic-or-pattern,other?security.protocol=SSL)",
             setting="source",
         )
 
     rest = url.strip()[len(SCHEME):]
     rest, _, query = rest.partition("?")
+    # Brokers, topics and settings' names hold no '@': one is a login's end (a value
+    # may hold one, an e-mail address say).
+    if "@" in rest or any("@" in part.partition("=")[0] for part in query.split("&")):
+        raise fail(
+            "a user and password in the URL are not read",
+            "give them as settings after '?', the password by naming the environment "
+            "variable that holds it: ?security.protocol=SASL_SSL&sasl.mechanism=PLAIN"
+            "&sasl.username=USER&sasl.password_env=VARIABLE",
+        )
     hosts, slash, patterns = rest.partition("/")
     if not hosts:
         raise fail("no broker", "name the cluster's bootstrap servers")
     for host in hosts.split(","):
         address, colon, port = host.rpartition(":")
         if not colon or not address or not port.isdigit() or not 0 < int(port) < 65536:
-            raise fail(f"broker {host!r} is not host:port", "write each broker as host:port")
+            # A password holding '?' and '=' may still lie in the brokers: not quoted then.
+            broker = "a broker" if "@" in url else f"broker {host!r}"
+            raise fail(f"{broker} is not host:port", "write each broker as host:port")
     topics = tuple(unquote(t).strip() for t in patterns.split(",")) if slash else ()
     if not topics or not all(topics):
         raise fail("no topic (or an empty one)", "name the topics after a slash, comma-separated")

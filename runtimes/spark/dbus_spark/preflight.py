@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from urllib.parse import SplitResult, urlsplit
 
+from dbus_fn.capture import redact_dsn
 from dbus_fn.errors import ConfigError, DbusError, ServiceUnreachableError, SourceUnreachableError
 from dbus_spark.sinks.clusters import (
     ElasticsearchCluster,
@@ -38,7 +39,15 @@ _LOCAL_MASTER = re.compile(r"^local(\[(\*|\d+)(,\d+)?\])?$|^local-cluster\[\d+,\
 
 
 def host_ports(value: str, *, option: str, example: str) -> list[tuple[str, int]]:
-    """``host:port[,host:port…]`` as pairs; anything else is a ``ConfigError``."""
+    """``host:port[,host:port…]`` as pairs; anything else is a ``ConfigError`` quoting
+    ``value`` without a password."""
+    if "@" in value:
+        # A login: its password may hold ',' or ':', so no part of it is quoted.
+        raise ConfigError(
+            f"{option} {redact_dsn(value)!r} holds a user and password, which are not read "
+            f"here; write it as {example}",
+            setting=option,
+        )
     pairs: list[tuple[str, int]] = []
     for part in value.split(","):
         match = _HOST_PORT.match(part.strip())
@@ -80,7 +89,8 @@ def check_kafka(bootstrap: str, *, timeout: float = TIMEOUT) -> None:
 
 def check_kafka_source(name: str, bootstrap: str, *, timeout: float = TIMEOUT) -> None:
     """A Kafka source's brokers answer (``dbus_spark.kafka_source``), else one line."""
-    reason = _answers(kafka_addresses(bootstrap), timeout)
+    pairs = host_ports(bootstrap, option=f"--source {name}", example="kafka://HOST:PORT/TOPIC")
+    reason = _answers(pairs, timeout)
     if reason is not None:
         raise SourceUnreachableError(
             f"source {name!r}: Kafka at {bootstrap} does not answer ({reason.lower()}); "
@@ -93,7 +103,7 @@ def elasticsearch_url(url: str) -> SplitResult:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(
-            f"--elasticsearch {url!r} is not an http:// or https:// URL; write it as "
+            f"--elasticsearch {redact_dsn(url)!r} is not an http:// or https:// URL; write it as "
             "http://HOST:PORT",
             setting="--elasticsearch",
         )
@@ -101,7 +111,8 @@ def elasticsearch_url(url: str) -> SplitResult:
         parts.port  # noqa: B018 - raises on a port that is not a number
     except ValueError:
         raise ConfigError(
-            f"--elasticsearch {url!r}: the port is not a number; write it as http://HOST:PORT",
+            f"--elasticsearch {redact_dsn(url)!r}: the port is not a number; write it as "
+            "http://HOST:PORT",
             setting="--elasticsearch",
         ) from None
     return parts
@@ -143,7 +154,7 @@ def master_addresses(master: str) -> list[tuple[str, int]]:
         return []
     if not master.startswith("spark://"):
         raise ConfigError(
-            f"--master {master!r} is not a Spark master URL; use local[*], local[N], "
+            f"--master {redact_dsn(master)!r} is not a Spark master URL; use local[*], local[N], "
             "spark://HOST:PORT, yarn or k8s://URL",
             setting="--master",
         )

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dbus_fn.capture import SourceSpec, replica_id_for
-from dbus_fn.errors import ConfigError
+from dbus_fn.capture import SourceSpec, redact_dsn, replica_id_for
+from dbus_fn.errors import ConfigError, DsnError
 from dbus_fn.home import dbus_home as default_home  # where a runtime keeps state unless told
 from dbus_fn.local_services import Endpoints, local_endpoints
-from dbus_fn.manifest import load_manifest
-from dbus_spark.checkpoint import resolve
+from dbus_spark.checkpoint import check_creatable, resolve
 from dbus_spark.config import (
     DEFAULT_CHUNK_ROWS,
     DEFAULT_DETACH_SECONDS,
@@ -21,6 +20,7 @@ from dbus_spark.config import (
     DEFAULT_PREVIEW_WINDOW,
     RuntimeConfig,
     SourceBinding,
+    deployment_folders,
 )
 from dbus_spark.kafka_source import is_kafka_url, parse_kafka_source
 
@@ -62,14 +62,13 @@ def runtime_config(
             )
         named.append((DEFAULT_SOURCE, local.mariadb.dsn))
     kafka, elasticsearch = _sinks(kafka, elasticsearch, local)
-    manifests = [load_manifest(Path(d)) for d in deployments]
+    folders = deployment_folders(deployments)
+    manifests = [folder.manifest() for folder in folders]
     tables = tuple(sorted({t for m in manifests for t in m.tables}))
-    checkpoint = _checkpoint(checkpoint, home)
+    checkpoint = _runtime_checkpoint(checkpoint, home)
     bindings = tuple(
         SourceBinding(
-            spec=SourceSpec(
-                name=name, dsn=dsn, tables=tables, keep_helper_tables=bool(keep_helper_tables)
-            ),
+            spec=_source_spec(name, dsn, tables, bool(keep_helper_tables)),
             # Two runtimes reading one server under the same source name (two teams,
             # each with the default) must not share a server id: the server would drop
             # one connection each time the other connects. The checkpoint tells them
@@ -81,7 +80,7 @@ def runtime_config(
     )
     return RuntimeConfig(
         sources=bindings,
-        deployments=tuple(str(Path(d).resolve()) for d in deployments),
+        deployments=folders,
         kafka_bootstrap=kafka,
         elasticsearch_url=elasticsearch,
         checkpoint_dir=checkpoint,
@@ -100,9 +99,10 @@ def named_sources(sources: tuple[str, ...]) -> list[tuple[str, str]]:
     named: list[tuple[str, str]] = []
     for item in _split(sources):
         name, sep, dsn = item.partition("=")
-        if not sep or not name or not dsn:
+        # A DSN without its name, whose password holds a '=', has no name either.
+        if not sep or not name or not dsn or any(c in name for c in ":/@"):
             raise ConfigError(
-                f"--source {item.split('@')[-1]!r} is not NAME=DSN; "
+                f"--source {redact_dsn(item)!r} is not NAME=DSN; "
                 "write it as name=mysql://user:password@host:port",
                 setting="source",
             )
@@ -112,6 +112,19 @@ def named_sources(sources: tuple[str, ...]) -> list[tuple[str, str]]:
             )
         named.append((name, dsn))
     return named
+
+
+def _source_spec(
+    name: str, dsn: str, tables: tuple[str, ...], keep_helper_tables: bool
+) -> SourceSpec:
+    """The binlog source ``--source NAME=DSN`` names; a DSN that does not parse is one
+    line quoting it without its password."""
+    try:
+        return SourceSpec(name, dsn, tables, keep_helper_tables)
+    except DsnError as exc:
+        raise ConfigError(
+            f"--source {name + '=' + redact_dsn(dsn)!r}: {exc}", setting="source"
+        ) from None
 
 
 def member_config(
@@ -134,7 +147,7 @@ def member_config(
         deployments=(),
         kafka_bootstrap=kafka,
         elasticsearch_url=elasticsearch,
-        checkpoint_dir=_checkpoint(checkpoint, home),
+        checkpoint_dir=_runtime_checkpoint(checkpoint, home),
         trigger_seconds=trigger,
         decode_shards=decode_shards,
         chunk_rows=chunk_rows,
@@ -160,6 +173,14 @@ def _sinks(
 def checkpoint_dir(checkpoint: str | None = None) -> str:
     """The checkpoint folder a runtime uses for ``--checkpoint`` (None: the default)."""
     return _checkpoint(checkpoint, None)
+
+
+def _runtime_checkpoint(checkpoint: str | None, home: Path | None) -> str:
+    """The checkpoint a runtime starts with: one it can make and write, checked before
+    Spark starts (``check_creatable``)."""
+    folder = _checkpoint(checkpoint, home)
+    check_creatable(folder)
+    return folder
 
 
 def _checkpoint(checkpoint: str | None, home: Path | None) -> str:

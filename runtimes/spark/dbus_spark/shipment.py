@@ -35,7 +35,7 @@ from dbus_fn.dependencies import (
     unpacked_site,
 )
 from dbus_fn.errors import BundleError
-from dbus_spark.config import RuntimeConfig
+from dbus_spark.config import DeploymentFolder, RuntimeConfig
 
 MAX_FOLDER_BYTES = 16 * 1024 * 1024
 """A deployment folder ships with every task that runs it: keep data out of it."""
@@ -52,12 +52,12 @@ class Folder:
 
 @dataclass(frozen=True)
 class Shipment:
-    """The runtime's configuration (deployments named by content hash) and the
-    deployment folders it names."""
+    """The runtime's configuration (each deployment's folder named by its content
+    hash) and the deployment folders it names."""
 
     key: str
     config: str
-    """``RuntimeConfig`` JSON whose ``deployments`` are content hashes of ``folders``."""
+    """``RuntimeConfig`` JSON whose deployments' paths are content hashes of ``folders``."""
     folders: tuple[Folder, ...] = ()
 
 
@@ -70,14 +70,20 @@ class Shipper:
         self._last: tuple[RuntimeConfig, tuple[str, ...], Shipment] | None = None
 
     def ship(self, config: RuntimeConfig) -> Shipment:
-        folders = tuple(self._folder(path) for path in config.deployments)
-        hashes = tuple(f.content_hash for f in folders)
+        # One folder deployed under two names ships once.
+        by_path = {d.path: self._folder(d.path) for d in config.deployments}
+        hashes = tuple(by_path[d.path].content_hash for d in config.deployments)
         # Asked every micro-batch: the same configuration and folders give the same
         # shipment, without writing the configuration out again.
         if self._last is not None and self._last[:2] == (config, hashes):
             return self._last[2]
-        text = json.dumps(replace(config, deployments=hashes).to_json(), sort_keys=True)
+        named = tuple(
+            DeploymentFolder(d.name, digest)
+            for d, digest in zip(config.deployments, hashes, strict=True)
+        )
+        text = json.dumps(replace(config, deployments=named).to_json(), sort_keys=True)
         key = hashlib.sha256(text.encode()).hexdigest()
+        folders = tuple({f.content_hash: f for f in by_path.values()}.values())
         shipment = Shipment(key, text, folders)
         self._last = (config, hashes, shipment)
         return shipment
@@ -190,10 +196,11 @@ def unpacked(shipment: Shipment) -> RuntimeConfig:
     """Executor side: the shipment's configuration, its deployments unpacked here."""
     config = RuntimeConfig.from_json(json.loads(shipment.config))
     by_hash = {f.content_hash: f for f in shipment.folders}
-    paths = []
-    for digest in config.deployments:
-        folder = by_hash[digest]
+    folders = []
+    for deployment in config.deployments:
+        digest = deployment.path
         bundle = Bundle(name=digest, version="", manifest={}, content_hash=digest, files=(),
-                        data=folder.data)  # fmt: skip
-        paths.append(str(materialize(bundle, executor_cache())))
-    return replace(config, deployments=tuple(paths))
+                        data=by_hash[digest].data)  # fmt: skip
+        path = str(materialize(bundle, executor_cache()))
+        folders.append(DeploymentFolder(deployment.name, path))
+    return replace(config, deployments=tuple(folders))

@@ -67,7 +67,7 @@ from dbus_fn.errors import DbusError, HistoryError
 from dbus_fn.events import (
     BinlogPosition,
 )
-from dbus_fn.manifest import Manifest, load_manifest
+from dbus_fn.manifest import Manifest
 from dbus_spark import open_read, open_read_control
 from dbus_spark.checkpoint import load_reached
 from dbus_spark.config import ConfigFile, RuntimeConfig, SourceBinding, WriteFencing
@@ -532,7 +532,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
 
 
 def _manifests(config: RuntimeConfig) -> list[Manifest]:
-    return [load_manifest(path) for path in config.deployments]
+    return [deployment.manifest() for deployment in config.deployments]
 
 
 def _same_positions(start: dict[str, Any], end: dict[str, Any]) -> bool:

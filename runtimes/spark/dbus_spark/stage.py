@@ -42,6 +42,7 @@ from dbus_fn.manifest import Destination
 from dbus_fn.outcomes import Delivery
 from dbus_fn.pipeline import DeadLetter, Pipeline
 from dbus_fn.registry import LoadedDeployment, load_deployment
+from dbus_spark.config import DeploymentFolder
 from dbus_spark.history import Gate
 from dbus_spark.progress import Admission
 from dbus_spark.shipment import shipped_packages
@@ -227,13 +228,14 @@ def _event_texts(changes: Iterable[RowChange | str]) -> list[str]:
 
 class FunctionStage:
     def __init__(
-        self, deployment_paths: tuple[str, ...], *, type_prefix: str, window: int = 0
+        self, deployments: tuple[DeploymentFolder, ...], *, type_prefix: str, window: int = 0
     ) -> None:
         """``window``: how many of each table's newest changes a task keeps for the
         runtime's preview window (0: none)."""
         self._window = window
         self.deployments: list[LoadedDeployment] = [
-            load_deployment(p, packages=shipped_packages(p)) for p in deployment_paths
+            load_deployment(d.path, packages=shipped_packages(d.path), name=d.name)
+            for d in deployments
         ]
         self._pipelines = [(d, Pipeline(d)) for d in self.deployments]
         self._versions = {d.manifest.name: d.manifest.version for d in self.deployments}

@@ -86,6 +86,20 @@ def test_a_source_that_does_not_answer_is_not_added_unless_told_not_to_check(
     assert "nowhere" in runner.invoke(cli, ["source", "list"]).output
 
 
+def test_a_source_whose_servers_all_stay_silent_names_each_of_them(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    refused = runner.invoke(
+        cli, ["source", "add", "pair", "mysql://u:s3cret@127.0.0.1:1,127.0.0.1:2"]
+    )
+    said = failure(refused)
+    assert said.exit_code == 3
+    assert "none of its 2 servers answers" in said.message
+    assert "127.0.0.1:1" in said.message and "127.0.0.1:2" in said.message
+    assert "s3cret" not in refused.output
+    assert "no sources yet" in runner.invoke(cli, ["source", "list"]).output
+
+
 def test_a_source_of_several_servers_is_added_while_one_answers(
     runner: CliRunner, fresh_database: Any
 ) -> None:

@@ -43,7 +43,49 @@ def test_bad_dsns_are_dsn_errors_without_the_password(dsn: str) -> None:
     with pytest.raises(DsnError) as caught:
         parse_dsn(dsn)
     assert caught.value.exit_code == 2 and "\n" not in str(caught.value)
-    assert redact_dsn(dsn) == "<invalid DSN>"
+    assert redact_dsn(dsn) == dsn.replace(":p@", ":***@")
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "mysql://app:12/34@db:3306",  # was blamed on "a database path"
+        "mysql://app:pa/ss@db:3306",  # on "the port"
+        "mysql://app:p@ss/w0rd@db:3306",
+        "mysql://app:p?ss@db:3306",
+        "mysql://app:p#ss@db1:3306,db2:3306",
+        "mysql://app:a,1/b@db1:3306,db2:3306",
+    ],
+)
+def test_an_unencoded_character_in_a_password_is_blamed_on_its_encoding(dsn: str) -> None:
+    with pytest.raises(DsnError) as caught:
+        parse_servers(dsn)
+    message = str(caught.value)
+    assert "password" in message and "percent-encode" in message and "%40 for @" in message
+    assert "database path" not in message and "port" not in message
+    assert redact_dsn(dsn).startswith("mysql://app:***@db")
+
+
+def test_a_database_path_is_still_named_as_such() -> None:
+    with pytest.raises(DsnError, match="a database path is not supported"):
+        parse_servers("mysql://app:pw@db:3306/shop")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("kafka://user:hunter2@host:9092/topics", "kafka://user:***@host:9092/topics"),
+        ("kafka://u:hun?ter2@b1:9092,b2:9092/t", "kafka://u:***@b1:9092,b2:9092/t"),
+        ("kafka://u:hun@ter=2@h:9092/t?x=1", "kafka://u:***@h:9092/t"),
+        ("kafka://h:9092/t?sasl.username=me@corp.com&sasl.password=hunter2", "kafka://h:9092/t"),
+        ("http://elastic:hunter2@es:port", "http://elastic:***@es:port"),
+        ("user:hunter2@k1:9092", "user:***@k1:9092"),
+        ("spark://master:7077", "spark://master:7077"),
+        ("kafka://u@h:9092/t", "kafka://u@h:9092/t"),
+    ],
+)
+def test_redact_dsn_masks_any_url_s_password_and_leaves_its_query_out(url: str, shown: str) -> None:
+    assert redact_dsn(url) == shown
 
 
 def test_a_dsn_may_list_several_servers_sharing_its_login() -> None:

@@ -24,6 +24,18 @@ def test_init_creates_the_cluster_once(dbus: Any, settings: ZooKeeperSettings) -
     assert again.output.startswith("Found existing cluster 'test'")
 
 
+def test_init_makes_the_chroot_its_zookeeper_address_names(
+    dbus: Any, settings: ZooKeeperSettings
+) -> None:
+    hosts = f"{settings.hosts}/team-a/dbus"  # neither folder exists yet
+    missing = dbus("cluster", "status", "--zookeeper", hosts)
+    assert missing.exit_code != 0 and "create it with `dbus cluster init" in missing.output
+    made = dbus("cluster", "init", "--zookeeper", hosts)
+    assert made.exit_code == 0, made.output
+    assert made.output == f"Created cluster 'test' (/dbus/test on ZooKeeper {hosts})\n"
+    assert dbus("cluster", "status", "--zookeeper", hosts).exit_code == 0
+
+
 def test_sources_are_added_listed_and_removed(dbus: Any, cluster: ZooKeeperSettings) -> None:
     assert dbus("cluster", "source", "list").output.startswith("no sources; add one with")
     added = dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN", "--table", "shop.*")
@@ -44,6 +56,24 @@ def test_sources_are_added_listed_and_removed(dbus: Any, cluster: ZooKeeperSetti
     gone = dbus("cluster", "source", "remove", "shop")
     assert gone.exit_code == 1
     assert "no source 'shop'" in gone.output
+
+
+def test_replacing_a_source_a_runtime_reads_says_it_applies_once_that_runtime_restarts(
+    dbus: Any, cluster: ZooKeeperSettings
+) -> None:
+    assert dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN").exit_code == 0
+    unread = dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN", "--replace")
+    assert unread.output == "Replaced source shop (DSN from env:SHOP_DSN)\n"
+    with Coordinator.from_settings(cluster, "rt-a", 2) as runtime:
+        wait_until(lambda: "shop" in runtime.owned_sources(), 10, "shop owned")
+        replaced = dbus("cluster", "source", "add", "shop", "--dsn-env", "SHOP_DSN",
+                        "--table", "shop.*", "--replace")  # fmt: skip
+    assert replaced.exit_code == 0, replaced.output
+    assert replaced.output.splitlines() == [
+        "Replaced source shop (DSN from env:SHOP_DSN)",
+        "runtime rt-a reads shop now and goes on with the tables and DSN it took until it "
+        "takes the source again: restart it to apply the change",
+    ]
 
 
 def test_source_add_needs_exactly_one_reference(dbus: Any, cluster: ZooKeeperSettings) -> None:

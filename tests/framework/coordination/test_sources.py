@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from dbus_fn.capture import SourceSpec
 from dbus_fn.coordination import SourceReference
 from dbus_fn.errors import ConfigError, SecretLeakError
 
@@ -47,6 +48,15 @@ def test_bad_names_and_tables() -> None:
         SourceReference("../x", dsn_env="X")
     with pytest.raises(ConfigError, match=r"invalid table pattern\(s\) \['orders'\]"):
         SourceReference("shop", dsn_env="X", tables=("orders",))
+
+
+def test_a_table_glob_with_an_unclosed_set_is_refused_before_it_is_stored() -> None:
+    # fnmatch would read the [ as itself: the source would capture nothing, unsaid.
+    with pytest.raises(ConfigError, match=r"\['shop\.order_\[ab'\].*closed: shop\.order_\[ab\]\*"):
+        SourceReference("shop", dsn_env="X", tables=("shop.order_[ab",))
+    with pytest.raises(ConfigError, match=r"invalid table pattern\(s\) \['shop\.\[x'\]"):
+        SourceSpec("shop", "mysql://u:p@127.0.0.1:3306", ("shop.[x",))
+    assert SourceReference("shop", dsn_env="X", tables=("shop.order_[ab]*",)).tables
 
 
 def test_keeping_helper_tables_is_registered_with_the_source() -> None:

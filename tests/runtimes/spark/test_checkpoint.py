@@ -13,6 +13,7 @@ from dbus_fn.errors import ConfigError
 from dbus_spark.api import address_path
 from dbus_spark.checkpoint import (
     beside,
+    check_creatable,
     committed_positions,
     is_uri,
     local_folder,
@@ -24,7 +25,7 @@ from dbus_spark.history import store_path
 from dbus_spark.history.requests import requests_dir
 from dbus_spark.job import default_config_path
 from dbus_spark.metrics import reports_dir
-from dbus_spark.settings import default_home, runtime_config
+from dbus_spark.settings import checkpoint_dir, default_home, member_config, runtime_config
 
 ORDERS = Path(__file__).resolve().parents[3] / "functions" / "orders"
 
@@ -74,6 +75,45 @@ def test_a_local_checkpoint_keeps_the_runtime_files_beside_it(tmp_path: Path) ->
     assert requests_dir(checkpoint) == tmp_path / "cp.requests"
     assert address_path(checkpoint) == tmp_path / "cp.api"
     assert local_folder(checkpoint) == tmp_path
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "says"),
+    [
+        ("/proc/dbus-test/cp", "cannot create /proc/dbus-test ("),
+        ("/sys/dbus-test/cp", "cannot create /sys/dbus-test ("),
+        ("/sys/kernel", "cannot write in /sys/kernel ("),
+        ("file:///proc/dbus-test/cp", "cannot create /proc/dbus-test ("),
+    ],
+)
+def test_a_checkpoint_the_runtime_cannot_make_or_write_is_refused_before_spark(
+    checkpoint: str, says: str
+) -> None:
+    # /proc and /sys refuse even root, whom a folder made read-only would not stop.
+    with pytest.raises(ConfigError) as raised:
+        runtime_config(
+            sources=("src=mysql://u:p@127.0.0.1:3306",), deployments=(str(ORDERS),),
+            kafka="127.0.0.1:9092", elasticsearch="http://127.0.0.1:9200",
+            checkpoint=checkpoint,
+        )  # fmt: skip
+    message = str(raised.value)
+    assert message.startswith(f"checkpoint {checkpoint}: {says}")
+    assert message.endswith("); choose a writable folder with --checkpoint")
+    assert raised.value.exit_code == 2 and raised.value.setting == "checkpoint"
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(")):
+        member_config(kafka="127.0.0.1:9092", elasticsearch="http://127.0.0.1:9200",
+                      checkpoint=checkpoint)  # fmt: skip
+    # A command that only reads what a runtime left there is not refused.
+    assert checkpoint_dir(checkpoint) == resolve(checkpoint)
+
+
+def test_making_sure_a_checkpoint_can_be_written_leaves_nothing_behind(tmp_path: Path) -> None:
+    (tmp_path / "cp").mkdir()
+    check_creatable(str(tmp_path / "cp"))
+    check_creatable(str(tmp_path / "new" / "cp"))
+    check_creatable("hdfs://namenode:8020/dbus/checkpoint")  # the driver's Hadoop client says
+    assert [p.name for p in tmp_path.iterdir()] == ["cp"]
+    assert list((tmp_path / "cp").iterdir()) == []
 
 
 def test_a_uri_checkpoint_keeps_the_runtime_files_on_the_drivers_disk() -> None:

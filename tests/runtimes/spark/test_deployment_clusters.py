@@ -44,6 +44,27 @@ def test_kafka_options_become_producer_settings_with_credentials_from_the_enviro
     assert cluster.key != kafka_cluster("orders", routes).key  # type: ignore[union-attr]
 
 
+def test_key_material_comes_from_the_environment_or_a_file_as_producer_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    key = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkq\n-----END PRIVATE KEY-----"
+    monkeypatch.setenv("ORDERS_KAFKA_KEY", key)
+    monkeypatch.setenv("ORDERS_KAFKA_KEY_PASSWORD", "s3cret")
+    keystore_key = tmp_path / "keystore.key"
+    keystore_key.write_text(key + "\n")
+    routes = {"orders": {"kafka": {
+        "bootstrap_servers": "k1:9093", "security_protocol": "SSL",
+        "ssl.key.pem_env": "ORDERS_KAFKA_KEY", "ssl_key_password_env": "ORDERS_KAFKA_KEY_PASSWORD",
+        "ssl.keystore.key_file": str(keystore_key),
+    }}}  # fmt: skip
+    cluster = kafka_cluster("orders", routes)
+    assert cluster is not None
+    assert dict(cluster.settings) == {
+        "security.protocol": "SSL", "ssl.key.pem": key, "ssl.key.password": "s3cret",
+        "ssl.keystore.key": key,
+    }  # fmt: skip
+
+
 def test_a_variable_that_is_not_set_is_one_line_naming_it_and_the_fix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -92,3 +92,23 @@ def test_an_api_that_wants_a_token_says_so_and_takes_it(checkpoint: str, served:
     assert out == "no deployment runs in this runtime; give it one with --functions\n"
     code, out, err = _status("nobody", "--checkpoint", checkpoint, "--api-token", "s3cret")
     assert code == 2 and "no deployment 'nobody' runs in this runtime; it runs none" in err
+
+
+def test_a_wrong_token_is_said_to_be_refused_not_missing(checkpoint: str, served: str) -> None:
+    code, out, err = _status("--checkpoint", checkpoint, "--api-token", "wrong")
+    assert code == 2 and out == "", err
+    assert err.strip().count("\n") == 0 and "refused the API token given" in err
+    assert "wrong" not in err and "pass --api-token" not in err
+
+
+@pytest.mark.parametrize("command", [["fn", "status"], ["fn", "pause", "orders"],
+                                     ["fn", "preview", "orders"]])  # fmt: skip
+@pytest.mark.parametrize("token", ["", " "])
+def test_an_empty_token_is_refused_before_any_runtime_is_asked(
+    checkpoint: str, command: list[str], token: str
+) -> None:
+    result = CliRunner().invoke(cli, [*command, "--checkpoint", checkpoint, "--api-token", token])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().count("\n") == 0
+    assert "--api-token (or DBUS_API_TOKEN) is" in result.stderr
+    assert "no request could ever carry it" in result.stderr

@@ -285,10 +285,11 @@ def test_a_new_owner_reads_again_what_the_last_one_planned_and_did_not_commit(
 def test_a_deployment_s_own_read_is_gated_as_the_shared_read_is(function_folder: Any) -> None:
     """A deployment detached while it is bootstrapped catches up through the same gate:
     a change its chunks bring instead never comes before (or after) their rows."""
+    from dbus_spark.config import deployment_folders
     from dbus_spark.stage import FunctionStage, StageCounts
 
     folder = function_folder("catalog", route_code(TABLE, "kafka://products"), [TABLE])
-    stage = FunctionStage((str(folder),), type_prefix="dbus")
+    stage = FunctionStage(deployment_folders((str(folder),)), type_prefix="dbus")
     gate = Gate([task([([["i", 100]], at(5000))])])
     counts = StageCounts()
     held = list(stage.process_only("catalog", change(50, 4000), counts, gate=gate))

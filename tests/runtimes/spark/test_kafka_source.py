@@ -17,6 +17,7 @@ from support import free_port
 from dbus_fn.cli import cli
 from dbus_fn.errors import ConfigError, PositionError
 from dbus_spark.kafka_source import KafkaPlanner, KafkaSource, parse_kafka_source, ranges
+from dbus_spark.preflight import check_kafka_source
 
 MIRROR = str(Path(__file__).resolve().parents[3] / "functions" / "mirror")
 
@@ -80,6 +81,49 @@ def one_line(result: Result, code: int) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.output, result.stderr
     return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("kafka://dc2:hunter2@host:9092/topics", "kafka://dc2:***@host:9092/topics"),
+        ("kafka://dc2:hun/ter2@host:9092/topics", "kafka://dc2:***@host:9092/topics"),
+        ("kafka://dc2:hun?ter2@host:9092/topics", "kafka://dc2:***@host:9092/topics"),
+        ("kafka://dc2:hun@ter2@b1:9092,b2:9092/topics?security.protocol=SASL_SSL",
+         "kafka://dc2:***@b1:9092,b2:9092/topics"),
+    ],
+)  # fmt: skip
+def test_a_login_in_a_kafka_source_url_is_refused_under_source_without_its_password(
+    tmp_path: Path, url: str, shown: str
+) -> None:
+    result = start(tmp_path, url)
+    line = one_line(result, 2)
+    assert f"--source 'dc2={shown}': a user and password in the URL are not read" in line
+    assert "sasl.password_env=VARIABLE" in line and "--kafka" not in line
+    assert "ter2" not in result.output
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_a_login_in_a_kafka_source_from_the_environment_names_the_variable(
+    tmp_path: Path,
+) -> None:
+    result = CliRunner().invoke(
+        cli,
+        ["runtime", "start", "--functions", MIRROR, "--checkpoint", str(tmp_path / "c"),
+         "--kafka", "127.0.0.1:9092", "--elasticsearch", "http://127.0.0.1:9200"],
+        env={"DBUS_SOURCES": "dc2=kafka://dc2:hunter2@host:9092/topics"},
+    )  # fmt: skip
+    line = one_line(result, 2)
+    assert "DBUS_SOURCES (from the environment) 'dc2=kafka://dc2:***@host:9092/topics'" in line
+    assert "hunter2" not in result.output
+
+
+def test_a_kafka_source_s_brokers_are_checked_under_its_own_flag() -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_kafka_source("dc2", "dc2:hunter2@host:9092")
+    message = str(caught.value)
+    assert message.startswith("--source dc2 'dc2:***@host:9092'") and "--kafka" not in message
+    assert "hunter2" not in message
 
 
 @pytest.mark.integration

@@ -21,7 +21,7 @@ from dbus_fn.capture import SourceSpec
 from dbus_fn.errors import ConfigError
 from dbus_fn.testing import insert
 from dbus_spark.api import ApiServer, ApiSettings, build_app
-from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.config import RuntimeConfig, SourceBinding, deployment_folders
 from dbus_spark.metrics import RuntimeMetrics, take_report, write_report
 from dbus_spark.metrics.live import Publisher, SinkPublisher
 from dbus_spark.sinks.activity import SinkActivity
@@ -282,7 +282,7 @@ def test_functions_counts_and_call_times_reach_the_scrape(
         """,
         ["shop.orders"],
     )
-    stage = FunctionStage((str(folder),), type_prefix="dbus")
+    stage = FunctionStage(deployment_folders((str(folder),)), type_prefix="dbus")
     counts = StageCounts()
     for key in range(1, 7):
         list(stage.process(insert("shop.orders", id=key), counts))
@@ -325,7 +325,7 @@ def test_recent_dead_letters_are_kept_newest_first_over_all_workers(
     )
     reports = tmp_path / "checkpoint.reports"
     for worker, keys in ((1, range(1, 31)), (2, range(31, 46))):  # 10 and 5 dead letters
-        stage = FunctionStage((str(folder),), type_prefix="dbus")
+        stage = FunctionStage(deployment_folders((str(folder),)), type_prefix="dbus")
         for key in keys:
             list(stage.process(insert("shop.orders", id=key), StageCounts()))
         published = {"updated": time.time(), "data": stage.function_stats()}

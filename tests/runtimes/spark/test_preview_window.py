@@ -14,9 +14,9 @@ import pytest
 
 from dbus_fn.errors import FunctionNotFoundError
 from dbus_fn.testing import insert
-from dbus_spark.config import RuntimeConfig
+from dbus_spark.config import RuntimeConfig, deployment_folders
 from dbus_spark.preview.service import NO_REGISTRY, Previewer
-from dbus_spark.preview.window import RecentWindow, table_matches
+from dbus_spark.preview.window import RecentWindow, patterns_meet, table_matches
 from dbus_spark.stage import StageCounts
 
 TABLE = "shop.orders"
@@ -76,6 +76,47 @@ def test_tables_match_by_qualified_or_bare_name() -> None:
     assert not table_matches("shop.orders", ["stock"])
 
 
+def test_tables_match_the_globs_a_manifest_subscribes_by() -> None:
+    assert table_matches("shop.orders", ["shop.*"]) and table_matches("shop.orders", ["ord*"])
+    assert not table_matches("shop.orders", ["other.*"])
+    assert patterns_meet(["shop.*"], ["shop.orders"]) and patterns_meet(["shop.orders"], ["shop.*"])
+    assert not patterns_meet(["shop.*"], ["other.orders"])
+
+
+def test_a_deployment_reading_some_sources_sees_none_of_the_others_changes() -> None:
+    window = RecentWindow(5)
+    window.add(_batch(_timed(1), _timed(2)))
+    (source,) = {k.source for k in window.newest([TABLE])}
+    mine = window.newest([TABLE], sources=[source])
+    assert [k.event["data"]["after"]["id"] for k in mine] == [1, 2]
+    assert window.newest([TABLE], sources=["from-kafka"]) == []
+
+
+def test_a_deployment_subscribed_by_glob_is_previewed_on_its_tables(
+    function_folder: Any, tmp_path: Path
+) -> None:
+    folder = function_folder(
+        "globbed",
+        """
+        import dbus_fn as fn
+
+        @fn.route(tables="shop.*")
+        def where(event):
+            return "kafka://orders"
+        """,
+        ["shop.*"],
+    )
+    window, previewer = _previewer(folder, tmp_path)
+    assert "no change of shop.* has been read" in str(previewer.preview("globbed")["empty"])
+    assert "no change of shop.orders has been read" in str(
+        previewer.preview("globbed", tables=["shop.orders"])["empty"]
+    )
+    window.add(_batch(_timed(1), _timed(2, "shop.stock")))
+    assert len(previewer.preview("globbed")["events"]) == 2
+    only = previewer.preview("globbed", tables=["shop.orders"])
+    assert [e["data"]["after"]["id"] for e in only["events"]] == [1]
+
+
 @pytest.fixture
 def runtime(function_folder: Any, tmp_path: Path) -> tuple[RecentWindow, Previewer]:
     folder = function_folder(
@@ -91,8 +132,14 @@ def runtime(function_folder: Any, tmp_path: Path) -> tuple[RecentWindow, Preview
         """,
         [TABLE],
     )
+    return _previewer(folder, tmp_path)
+
+
+def _previewer(folder: Path, tmp_path: Path) -> tuple[RecentWindow, Previewer]:
+    """A window of 100 and a previewer of a runtime running the deployment in ``folder``."""
     config = RuntimeConfig(
-        sources=(), deployments=(str(folder),), kafka_bootstrap="127.0.0.1:9092",
+        sources=(), deployments=deployment_folders((str(folder),)),
+        kafka_bootstrap="127.0.0.1:9092",
         elasticsearch_url="http://127.0.0.1:9200", checkpoint_dir=str(tmp_path / "checkpoint"),
     )  # fmt: skip
     window = RecentWindow(100)

@@ -96,6 +96,24 @@ def test_a_source_of_several_servers_is_taken_with_every_server() -> None:
     assert spec.fails_over and [s.address for s in spec.servers] == ["db1:3306", "db2:3306"]
 
 
+@pytest.mark.parametrize(
+    "bad", ["mysql://u:secret=pw@h:1", "kafka://u:secret=pw@h:9092/t", "kafka://h:9092/t?a=b"]
+)
+def test_a_dsn_whose_password_holds_an_equals_sign_is_no_name(bad: str) -> None:
+    with pytest.raises(ConfigError, match="is not NAME=DSN") as caught:
+        _config(sources=(bad,))
+    assert "secret" not in str(caught.value) and "pw" not in str(caught.value)
+
+
+def test_a_source_dsn_that_does_not_parse_names_the_flag_and_the_encoding() -> None:
+    with pytest.raises(ConfigError) as caught:
+        _config(sources=("shop=mysql://u:secret/pw@db1:3306",))
+    message = str(caught.value)
+    assert message.startswith("--source 'shop=mysql://u:***@db1:3306': invalid source DSN")
+    assert "%2F for /" in message and "secret" not in message
+    assert caught.value.setting == "source"  # DBUS_SOURCES is named when it came from there
+
+
 def test_an_unreadable_config_file_names_the_file(tmp_path: Path) -> None:
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
@@ -214,3 +232,50 @@ def test_without_flags_the_runtime_reads_the_local_services_that_up_recorded(
     assert config.kafka_bootstrap == "127.0.0.1:9096"
     assert config.elasticsearch_url == "http://127.0.0.1:9200"
     assert config.checkpoint_dir == str(tmp_path / "runtime" / "checkpoint")
+
+
+def test_one_folder_given_twice_is_refused_in_one_line() -> None:
+    with pytest.raises(ConfigError) as caught:
+        _config(deployments=(ORDERS, ORDERS + "/"))
+    assert str(caught.value) == f"--functions {ORDERS}/ is given twice; pass each folder once"
+
+
+def test_two_folders_naming_one_deployment_are_refused_in_one_line(tmp_path: Path) -> None:
+    import shutil
+
+    copy = shutil.copytree(ORDERS, tmp_path / "orders-copy")
+    with pytest.raises(ConfigError) as caught:
+        _config(deployments=(ORDERS, str(copy)))
+    assert str(caught.value) == (
+        f"--functions {ORDERS} and {copy} both name deployment 'orders'; "
+        "change name = in one of their dbus.toml files"
+    )
+
+
+def test_a_deployment_keeps_the_name_it_runs_under_through_the_config_file(
+    tmp_path: Path,
+) -> None:
+    from dbus_spark.config import DeploymentFolder
+
+    config = replace(
+        _config(checkpoint=str(tmp_path / "ckpt")),
+        deployments=(DeploymentFolder("orders-eu", ORDERS), DeploymentFolder("orders-us", ORDERS)),
+    )
+    loaded = load_config(config.save(tmp_path / "config.json"))
+    assert loaded.deployments == config.deployments
+    eu, us = (d.manifest() for d in loaded.deployments)
+    assert (eu.name, us.name) == ("orders-eu", "orders-us")
+    assert str(eu.dead_letter_route) == "kafka://orders.dead-letter"  # its dbus.toml names it
+
+
+def test_a_config_file_of_paths_alone_runs_each_under_its_manifest_s_name(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    path = _config(checkpoint=str(tmp_path / "ckpt")).save(tmp_path / "config.json")
+    data = json.loads(path.read_text())
+    data["deployments"] = [ORDERS]  # as a runtime of an earlier release wrote it
+    path.write_text(json.dumps(data))
+    (deployment,) = load_config(path).deployments
+    assert (deployment.name, deployment.path) == ("orders", ORDERS)

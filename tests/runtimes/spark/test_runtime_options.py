@@ -104,3 +104,43 @@ def test_two_runtimes_reading_one_source_name_register_different_server_ids(
     }
     assert ids["team-a"] != ids["team-b"]
     assert _config(tmp_path / "team-a", "shop").sources[0].replica_id == ids["team-a"]
+
+
+_NOWHERE = (
+    "--source", "shop=mysql://u:p@127.0.0.1:1", "--kafka", "127.0.0.1:1",
+    "--elasticsearch", "http://127.0.0.1:1", "--api", "off", "--master", "local[1]",
+)  # fmt: skip
+"""Nothing answers at these: a start that got past its checks would fail on them."""
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "code"),
+    [
+        ("dbus.toml", (Path(ORDERS) / "dbus.toml").read_text().encode("utf-16"), 1),
+        ("requirements.txt", b"six==1.16.0\n\x97\xde\xad\n", 2),
+    ],
+    ids=["manifest-utf-16", "requirements-bytes"],
+)
+def test_a_function_file_not_in_utf8_is_one_line_before_spark(
+    tmp_path: Path, name: str, data: bytes, code: int
+) -> None:
+    folder = tmp_path / "orders"
+    folder.mkdir()
+    for part in ("dbus.toml", "orders.py"):
+        (folder / part).write_bytes((Path(ORDERS) / part).read_bytes())
+    (folder / name).write_bytes(data)
+    checkpoint = tmp_path / "cp"
+    result = _start(*_NOWHERE, "--functions", str(folder), "--checkpoint", str(checkpoint))
+    assert result.returncode == code, result.stderr
+    _assert_one_line_error(result, str(folder / name), "is not UTF-8 text", "as UTF-8")
+    assert not checkpoint.exists()
+
+
+def test_a_checkpoint_no_folder_can_be_made_for_is_one_line_before_spark() -> None:
+    # Not even root makes a folder in /proc (a folder made read-only would not stop root).
+    result = _start(*_NOWHERE, "--functions", ORDERS, "--checkpoint", "/proc/dbus-test/cp")
+    assert result.returncode == 2, result.stderr
+    _assert_one_line_error(
+        result, "checkpoint /proc/dbus-test/cp: cannot create /proc/dbus-test (",
+        "choose a writable folder with --checkpoint",
+    )  # fmt: skip

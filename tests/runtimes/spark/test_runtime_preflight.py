@@ -75,6 +75,32 @@ def test_a_malformed_address_is_a_bad_value(
 
 
 @pytest.mark.parametrize(
+    ("options", "source", "says"),
+    [
+        ([], "mysql://dbus:12/hunter2@db:3306",
+         "--source 'shop=mysql://dbus:***@db:3306': invalid source DSN: the password (or user) "
+         "holds an unencoded '/', '?' or '#'; percent-encode"),
+        ([], "mysql://dbus:hunter2@db:port",
+         "--source 'shop=mysql://dbus:***@db:port': invalid source DSN: the port"),
+        (["--elasticsearch", "http://elastic:hunter2@127.0.0.1:port"], "mysql://u:p@127.0.0.1:1",
+         "--elasticsearch 'http://elastic:***@127.0.0.1:port': the port is not a number"),
+        (["--elasticsearch", "ftp://elastic:hun/ter2@es"], "mysql://u:p@127.0.0.1:1",
+         "--elasticsearch 'ftp://elastic:***@es' is not an http:// or https:// URL"),
+        (["--kafka", "dbus:hun,ter2@127.0.0.1:9092"], "mysql://u:p@127.0.0.1:1",
+         "--kafka 'dbus:***@127.0.0.1:9092' holds a user and password, which are not read"),
+    ],
+    ids=["dsn-password-slash", "dsn-port", "es-port", "es-scheme", "kafka-login"],
+)  # fmt: skip
+def test_a_malformed_address_is_quoted_without_its_password(
+    tmp_path: Path, options: list[str], source: str, says: str
+) -> None:
+    result = start(tmp_path, *options, source=source)
+    assert says in one_line(result, 2)
+    assert "hunter2" not in result.output and "ter2" not in result.output
+    assert not (tmp_path / "checkpoint").exists()
+
+
+@pytest.mark.parametrize(
     ("option", "value", "says"),
     [
         ("--kafka", "127.0.0.1:{port}", "cannot reach Kafka at 127.0.0.1:{port}"),
@@ -89,6 +115,15 @@ def test_an_unreachable_kafka_or_master_is_cannot_reach(
     line = one_line(start(tmp_path, option, address, source=services.mariadb.dsn), 3)
     assert says.format(port=closed_port) in line
     assert option in line
+
+
+@pytest.mark.parametrize("checkpoint", ["hdfs://127.0.0.1:1/dbus/checkpoint", "bogus://x/y"])
+def test_a_uri_checkpoint_with_a_master_that_does_not_answer_is_cannot_reach_at_once(
+    tmp_path: Path, closed_port: int, checkpoint: str
+) -> None:
+    master = f"spark://127.0.0.1:{closed_port}"
+    result = start(tmp_path, "--master", master, "--checkpoint", checkpoint)
+    assert f"cannot reach the Spark master at {master}" in one_line(result, 3)
 
 
 def test_an_unreachable_elasticsearch_is_cannot_reach_from_the_command(

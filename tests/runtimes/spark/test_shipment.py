@@ -18,13 +18,14 @@ from dbus_fn.bundle import build_bundle, unpack, zip_files
 from dbus_fn.capture import SourceSpec
 from dbus_fn.errors import BundleError
 from dbus_spark import shipment as shipping
-from dbus_spark.config import RuntimeConfig, SourceBinding
+from dbus_spark.config import DeploymentFolder, RuntimeConfig, SourceBinding
 from dbus_spark.shipment import Shipper, unpacked
 
 
 def _config(tmp_path: Path, *folders: Path) -> RuntimeConfig:
     source = SourceBinding(SourceSpec("shop", "mysql://u:p@127.0.0.1:3306", ("*.*",)), 7)
-    return RuntimeConfig(sources=(source,), deployments=tuple(str(f) for f in folders),
+    deployed = tuple(DeploymentFolder(f.name, str(f)) for f in folders)
+    return RuntimeConfig(sources=(source,), deployments=deployed,
                          kafka_bootstrap="127.0.0.1:9092",
                          elasticsearch_url="http://127.0.0.1:9200",
                          checkpoint_dir=str(tmp_path / "checkpoint"))  # fmt: skip
@@ -79,8 +80,9 @@ def test_an_executor_unpacks_the_folders_into_its_own_cache(
     shipment = pickle.loads(pickle.dumps(Shipper().ship(_config(tmp_path, orders))))
     monkeypatch.setattr(shipping.tempfile, "gettempdir", lambda: str(tmp_path / "executor"))
     config = unpacked(shipment)
-    (path,) = config.deployments
-    here = Path(path)
+    (deployment,) = config.deployments
+    here = Path(deployment.path)
+    assert deployment.name == orders.name
     assert here.parent == tmp_path / "executor" / f"dbus-bundles-{os.getuid()}"
     assert sorted(p.name for p in here.iterdir()) == ["dbus.toml", "orders.py"]
     assert (here / "orders.py").read_text() == (orders / "orders.py").read_text()

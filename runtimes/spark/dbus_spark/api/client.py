@@ -95,8 +95,15 @@ def runtime_url(folder: str) -> str:
         ) from None
 
 
-def unanswered(folder: str, url: str, exc: NoState) -> DbusError:
-    """The one line saying why the runtime at ``folder`` did not answer."""
+def unanswered(folder: str, url: str, exc: NoState, token: str | None = None) -> DbusError:
+    """The one line saying why the runtime at ``folder`` did not answer (``token``: the
+    API token the command sent, if any)."""
+    if exc.code == 401 and token:
+        return ConfigError(
+            f"the runtime at {url} refused the API token given (--api-token or "
+            "DBUS_API_TOKEN); give the token it was started with",
+            setting="--api-token",
+        )
     if exc.code == 401:
         return ConfigError(
             f"the runtime at {url} wants its API token; pass --api-token or set DBUS_API_TOKEN",
@@ -119,7 +126,7 @@ def runtime_state(folder: str, token: str | None, timeout: float) -> RuntimeStat
     try:
         return fetch_state(url, token, timeout=timeout)
     except NoState as exc:
-        raise unanswered(folder, url, exc) from None
+        raise unanswered(folder, url, exc, token) from None
 
 
 def ask_runtime(folder: str, request: Request, *, token: str | None, timeout: float) -> Answer:
@@ -140,7 +147,7 @@ def ask_runtime(folder: str, request: Request, *, token: str | None, timeout: fl
             ) from None
         if exc.code in (400, 404, 422):
             raise HistoryError(f"the runtime at {url} refused the request: {exc.detail}") from None
-        raise unanswered(folder, url, exc) from None
+        raise unanswered(folder, url, exc, token) from None
     return Answer.from_json(data)
 
 
@@ -152,7 +159,7 @@ def withdraw_at(folder: str, request_id: str, *, token: str | None) -> Answer | 
         code, data = call(url, f"/api/v1/requests/{request_id}", method="DELETE",
                           token=token, timeout=SLACK_SECONDS)  # fmt: skip
     except NoState as exc:
-        raise unanswered(folder, url, exc) from None
+        raise unanswered(folder, url, exc, token) from None
     return None if code == 204 or data is None else Answer.from_json(data)
 
 

@@ -69,7 +69,7 @@ class ApiSettings:
         """``HOST:PORT`` (``off``: no server). A host beyond loopback needs ``token``;
         a token given must be one a request can carry (``ConfigError`` otherwise)."""
         if token is not None:
-            _check_token(token)
+            check_token(token)
         if address.strip().lower() == "off":
             return None
         host, sep, port = address.strip().rpartition(":")
@@ -90,16 +90,17 @@ class ApiSettings:
         return cls(host, int(port), token)
 
 
-def _check_token(token: str) -> None:
+def check_token(token: str, *, unset: str = "then the API serves loopback only") -> None:
     """Refuse a token no ``Authorization: Bearer`` header can match: empty, blank, or
-    holding a space or a line break (often one read from a file with its newline).
-    The token itself is never shown."""
+    holding a space or a line break (often one read from a file with its newline),
+    whether a runtime is started with it or a command sends it. ``unset``: what
+    leaving the option out means. The token itself is never shown."""
     if not token.strip():
         problem = "is empty" if not token else "is only whitespace"
         raise ConfigError(
             f"--api-token (or DBUS_API_TOKEN) {problem}, so no request could ever carry it: "
-            "give a token of visible characters, or leave the option out for no token "
-            "(then the API serves loopback only)",
+            f"give a token of visible characters, or leave the option out for no token "
+            f"({unset})",
             setting="api_token",
         )
     if not _TOKEN.fullmatch(token):

@@ -20,8 +20,18 @@ CHECKPOINT_HELP = (
     "Default: runtime/checkpoint in the local services' home."
 )
 
+def _sendable_token(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A token given must be one a request can carry (``check_token``): an empty one
+    is refused, not sent as no token at all."""
+    if value is not None:
+        from dbus_spark.api.server import check_token
+
+        check_token(value, unset="for a runtime started without one")
+    return value
+
+
 api_token_option = env_option(
-    "--api-token", env="DBUS_API_TOKEN", default=None,
+    "--api-token", env="DBUS_API_TOKEN", default=None, callback=_sendable_token,
     help="The token of the runtime's API (which every command asks), when it was started "
     "with one.",
 )  # fmt: skip

@@ -10,7 +10,7 @@ from typing import Any
 
 from dbus_fn.dependencies import with_packages
 from dbus_fn.errors import ConfigError, HistoryError, ServiceUnreachableError
-from dbus_fn.manifest import Manifest, load_manifest
+from dbus_fn.manifest import Manifest
 from dbus_fn.registry import LoadedDeployment
 from dbus_spark.checkpoint import beside
 from dbus_spark.config import RuntimeConfig, load_config
@@ -59,7 +59,7 @@ def runtime_at(
 def deployment_name_check(folder: str, config: RuntimeConfig, name: str) -> Manifest:
     """The manifest of deployment ``name``; refuse at once a deployment the runtime
     does not run (its manifests only)."""
-    manifests = {m.name: m for m in (load_manifest(path) for path in config.deployments)}
+    manifests = {d.name: d.manifest() for d in config.deployments}
     if name not in manifests:
         raise HistoryError(
             f"no deployment {name!r} runs at checkpoint {folder} (it runs: "
@@ -71,11 +71,8 @@ def deployment_name_check(folder: str, config: RuntimeConfig, name: str) -> Mani
 def deployment_named(folder: str, config: RuntimeConfig, name: str) -> LoadedDeployment:
     """The deployment ``name`` the runtime runs, loaded (its functions included)."""
     deployment_name_check(folder, config, name)
-    return next(
-        loaded
-        for loaded in (with_packages(Path(path)) for path in config.deployments)
-        if loaded.manifest.name == name
-    )
+    deployment = next(d for d in config.deployments if d.name == name)
+    return with_packages(Path(deployment.path), name=name)
 
 
 class CommittedHistory(HistoryStore):

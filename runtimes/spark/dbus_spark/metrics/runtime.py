@@ -332,9 +332,8 @@ class RuntimeMetrics:
 
         for binding in config.sources:
             node("source", binding.spec.name, binding.spec.name)
-        for path in config.deployments:
-            name = _manifest(path)[0]
-            node("deployment", name, name)
+        for deployment in config.deployments:
+            node("deployment", deployment.name, deployment.name)
         counts: dict[tuple[str, str], int] = {}
         for (source, table), count in tables.items():
             edge = (node("source", source, source), node("table", f"{source}/{table}", table))
@@ -449,7 +448,7 @@ def _deployments(
     per_deployment: Mapping[str, Mapping[str, int]],
     functions: Mapping[tuple[str, str], Mapping[str, Any]],
 ) -> list[DeploymentState]:
-    versions = dict(_manifest(path) for path in config.deployments)
+    versions = {d.name: _version(d.path) for d in config.deployments}
     names = set(versions) | {d for totals in per_deployment.values() for d in totals}
     names |= {deployment for deployment, _ in functions}
     out = []
@@ -486,20 +485,19 @@ def _error(data: Mapping[str, Any] | None) -> ErrorState | None:
                       str(data.get("table", "")), str(data.get("position", "")))  # fmt: skip
 
 
-_manifests: dict[tuple[str, float], tuple[str, str]] = {}
+_versions: dict[tuple[str, float], str] = {}
 
 
-def _manifest(path: str) -> tuple[str, str]:
-    """A deployment folder's (name, version), read again only when its dbus.toml changes."""
+def _version(path: str) -> str:
+    """A deployment folder's version, read again only when its dbus.toml changes."""
     try:
         key = (path, Path(path, "dbus.toml").stat().st_mtime)
-        found = _manifests.get(key)
+        found = _versions.get(key)
         if found is None:
-            manifest = load_manifest(path)
-            found = _manifests[key] = (manifest.name, manifest.version)
+            found = _versions[key] = load_manifest(path).version
         return found
     except (DbusError, OSError):
-        return (Path(path).name, "")
+        return ""
 
 
 def _history(config: RuntimeConfig) -> list[HistoryState]:

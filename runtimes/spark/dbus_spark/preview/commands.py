@@ -34,7 +34,7 @@ from dbus_fn.preview import (
 )
 from dbus_spark.api.client import SLACK_SECONDS, NoState, call, runtime_url, unanswered
 from dbus_spark.history.commands import CHECKPOINT_HELP, api_token_option
-from dbus_spark.preview.window import table_matches
+from dbus_spark.preview.window import patterns_meet
 
 if TYPE_CHECKING:
     from dbus_fn.coordination import ZooKeeperSettings
@@ -53,7 +53,7 @@ def _ask(url: str, name: str, query: str, token: str | None, where: str) -> dict
     except NoState as exc:
         if exc.code == 404:
             raise HistoryError(f"{where}: {exc.detail}") from None
-        raise unanswered(where, url, exc) from None
+        raise unanswered(where, url, exc, token) from None
     assert isinstance(answer, dict)
     return answer
 
@@ -144,9 +144,7 @@ def preview(
     """
     local = with_packages(path)
     for table in tables:
-        if not table_matches(table, local.manifest.tables) and not any(
-            table_matches(t, [table]) for t in local.manifest.tables
-        ):
+        if not patterns_meet(local.manifest.tables, [table]):
             raise ConfigError(
                 f"--table {table}: {local.name} does not subscribe to it (it subscribes to "
                 f"{', '.join(local.manifest.tables)}); name one of those",

@@ -27,8 +27,8 @@ from dbus_fn.preview import (
     row_changes,
 )
 from dbus_fn.registry import LoadedDeployment
-from dbus_spark.config import RuntimeConfig
-from dbus_spark.preview.window import RecentWindow, table_matches
+from dbus_spark.config import DeploymentFolder, RuntimeConfig
+from dbus_spark.preview.window import RecentWindow, patterns_meet, table_matches
 from dbus_spark.shipment import folder_signature
 
 PreviousVersion = Callable[[str, str], "tuple[str, Path] | str"]
@@ -54,18 +54,19 @@ class Previewer:
         self.window = window
         self._config = config
         self.previous = previous
-        self._loaded: dict[str, tuple[Any, LoadedDeployment]] = {}
-        """Per folder, what it held when loaded and its deployment."""
+        self._loaded: dict[DeploymentFolder, tuple[Any, LoadedDeployment]] = {}
+        """Per deployment, what its folder held when loaded and the deployment."""
         self._lock = threading.Lock()
 
-    def _load(self, folder: str) -> LoadedDeployment:
-        """The deployment in ``folder``, loaded again when its files changed (as the
+    def _load(self, folder: DeploymentFolder) -> LoadedDeployment:
+        """The deployment, loaded again when its folder's files changed (as the
         executors run it: ``dbus_spark.shipment`` ships a changed folder anew)."""
-        signature = folder_signature(Path(folder))
+        signature = folder_signature(Path(folder.path))
         with self._lock:
             found = self._loaded.get(folder)
             if found is None or found[0] != signature:
-                found = self._loaded[folder] = (signature, with_packages(Path(folder)))
+                loaded = with_packages(Path(folder.path), name=folder.name)
+                found = self._loaded[folder] = (signature, loaded)
             return found[1]
 
     def running(self) -> dict[str, LoadedDeployment]:
@@ -99,7 +100,9 @@ class Previewer:
                 function=name,
             )
         wanted = tables or list(deployment.manifest.tables)
-        kept = self.window.newest(wanted, since=since, limit=limit)
+        kept = self.window.newest(
+            wanted, since=since, limit=limit, sources=deployment.manifest.sources
+        )
         changes = row_changes(k.event for k in kept)
         deployed = outcomes(deployment, changes)
         answer: dict[str, Any] = {
@@ -127,7 +130,7 @@ class Previewer:
             return {"version": None, "why_none": found, "comparison": None}
         previous_version, folder = found
         try:
-            earlier = outcomes(self._load(str(folder)), changes)
+            earlier = outcomes(self._load(DeploymentFolder(deployment.name, str(folder))), changes)
         except DbusError as exc:
             return {"version": previous_version, "why_none": str(exc), "comparison": None}
         comparison = compare(
@@ -149,7 +152,7 @@ class Previewer:
                 "with --preview-window 100 to preview on live traffic"
             )
         read = {t for d in running.values() for t in d.manifest.tables}
-        if not any(table_matches(t, tables) for t in read):
+        if not patterns_meet(read, tables):
             return (
                 f"the runtime reads none of {named}: no deployment it runs subscribes to "
                 "them; deploy one that does, or preview a table it reads"

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from fnmatch import fnmatchcase
 from typing import Any
 
 
@@ -39,10 +40,18 @@ def _epoch(text: Any) -> float:
 
 
 def table_matches(table: str, wanted: Iterable[str]) -> bool:
-    """Whether ``table`` (``db.table``) is one of ``wanted``, each ``db.table`` or a
-    bare table name (any database)."""
+    """Whether ``table`` (``db.table``) is one of ``wanted``, each a ``db.table`` glob as
+    a manifest subscribes by (``shop.*``), or a bare table name or glob (any database)."""
     name = table.rsplit(".", 1)[-1]
-    return any(w == table or ("." not in w and w == name) for w in wanted)
+    return any(fnmatchcase(table, w) if "." in w else fnmatchcase(name, w) for w in wanted)
+
+
+def patterns_meet(patterns: Iterable[str], wanted: Iterable[str]) -> bool:
+    """Whether some table one of ``patterns`` matches can be one of ``wanted`` (either
+    side may be a glob): a deployment subscribed to ``shop.*`` reads ``shop.orders``,
+    and one subscribed to ``shop.orders`` is among what ``shop.*`` asks for."""
+    wanted = list(wanted)
+    return any(table_matches(p, wanted) or table_matches(w, [p]) for p in patterns for w in wanted)
 
 
 class RecentWindow:
@@ -84,16 +93,22 @@ class RecentWindow:
                 kept.extend(texts[-self._size :])
 
     def newest(
-        self, tables: Iterable[str], *, since: float | None = None, limit: int | None = None
+        self,
+        tables: Iterable[str],
+        *,
+        since: float | None = None,
+        limit: int | None = None,
+        sources: Sequence[str] = (),
     ) -> list[Kept]:
         """Of ``tables``, the ``limit`` newest changes committed at or after ``since``
-        (epoch seconds), oldest first."""
+        (epoch seconds), oldest first; only those of ``sources`` when given (a
+        deployment that reads some sources sees none of the others' changes)."""
         wanted = list(tables)
         with self._lock:
             texts = [
                 (source, table, text)
                 for (source, table), kept in self._kept.items()
-                if table_matches(table, wanted)
+                if table_matches(table, wanted) and (not sources or source in sources)
                 for text in kept
             ]
         found = []

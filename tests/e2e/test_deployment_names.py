@@ -1,0 +1,131 @@
+"""A deployment is the name it is deployed under, all real: one folder deployed to a
+cluster as ``orders-eu`` and ``orders-us``, and another folder whose manifest is also
+named ``orders``, deployed as ``orders-theirs`` with an Elasticsearch of its own (a
+proxy in front of the real node, cut at first). Each runs as a deployment of its own
+in one cluster member: each writes every change once, ``orders-theirs`` writes only
+through its own sink, and pausing one name pauses that one alone."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from e2e_support import Scratch, member_env
+from support import es_count, kafka_count, wait_for
+
+from dbus_fn.cli import cli
+from dbus_fn.coordination import ZooKeeperSettings
+from dbus_spark.cluster import ClusterMember
+from dbus_spark.job import default_config_path, start_member
+from dbus_spark.progress import ProgressBook
+from dbus_spark.settings import member_config
+
+pytestmark = pytest.mark.e2e
+
+CLUSTER = "names"
+
+
+def _orders_folder(folder: Path, table: str, route: str, extra: str = "") -> Path:
+    """A folder whose manifest names deployment ``orders``, routing ``table`` to ``route``."""
+    folder.mkdir()
+    (folder / "orders.py").write_text(textwrap.dedent(f"""
+        import dbus_fn as fn
+
+        @fn.route(tables="{table}")
+        def out(event: fn.RowChange) -> str:
+            return "{route}"
+        """))  # fmt: skip
+    (folder / "dbus.toml").write_text(
+        f'name = "orders"\nversion = "1.0.0"\nmodule = "orders.py"\ntables = ["{table}"]\n'
+        f'sources = ["shop"]\ninitial = "none"\n{extra}'
+    )
+    return folder
+
+
+@pytest.fixture
+def dbus(scratch: Scratch, zk_root: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for name, value in member_env(scratch, zk_root, CLUSTER, "NAMES_SHOP_DSN").items():
+        monkeypatch.setenv(name, value)
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    return run
+
+
+@pytest.fixture
+def member(spark: Any, scratch: Scratch, zk_root: str) -> Iterator[ClusterMember]:
+    services = scratch.services
+    settings = ZooKeeperSettings(
+        hosts=f"{services.zookeeper.hosts}{zk_root}", cluster=CLUSTER, session_timeout=6.0
+    )
+    base = member_config(
+        kafka=services.kafka.bootstrap_servers,
+        elasticsearch=services.elasticsearch.url,
+        checkpoint=str(scratch.tmp_path / "checkpoint"),
+        detach_after=2.0,
+    )
+    joined = ClusterMember(settings, "rt-names", base, default_config_path(base))
+    query = start_member(joined, spark=spark)
+    try:
+        yield joined
+    finally:
+        query.stop()
+        joined.stop()
+
+
+def _insert(scratch: Scratch, ids: range) -> None:
+    with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO orders VALUES (%s, %s)", [(i, i * 3) for i in ids])
+
+
+def test_one_folder_under_two_names_and_a_namesake_with_its_own_sink_stay_apart(
+    scratch: Scratch, dbus: Any, es_proxy: Any, request: pytest.FixtureRequest
+) -> None:
+    with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
+    table, topic, index = (f"{scratch.fresh_database.name}.orders", scratch.kafka_topic,
+                           scratch.es_index)  # fmt: skip
+    kafka, es = scratch.services.kafka.bootstrap_servers, scratch.services.elasticsearch.url
+    own = f"http://127.0.0.1:{es_proxy.port}"
+    shared = _orders_folder(scratch.tmp_path / "shared", table, f"kafka://{topic}")
+    theirs = _orders_folder(
+        scratch.tmp_path / "theirs", table, f"es://{index}",
+        f'dead_letter_route = "es://{index}-dead"\n[sinks.es]\nhosts = "{own}"\n',
+    )  # fmt: skip
+    dbus("cluster", "init")
+    dbus("cluster", "source", "add", "shop", "--dsn-env", "NAMES_SHOP_DSN", "--table", table)
+    dbus("fn", "deploy", str(shared), "--name", "orders-eu")
+    dbus("fn", "deploy", str(shared), "--name", "orders-us")
+    dbus("fn", "deploy", str(theirs), "--name", "orders-theirs")
+    es_proxy.cut()  # orders-theirs' own Elasticsearch is away from the start
+    request.getfixturevalue("member")
+    book = ProgressBook(str(scratch.tmp_path / "checkpoint"))
+
+    _insert(scratch, range(1, 11))
+    # Once per deployment of the shared folder: twice in all, not once per namesake.
+    assert kafka_count(kafka, topic, expected=20, within=120) == 20
+    wait_for(lambda: "orders-theirs" in book.load().get("shop", {}), 60,
+             "orders-theirs detached while its own Elasticsearch is cut", every=0.5)  # fmt: skip
+    detached = book.load()["shop"]
+    assert set(detached) == {"orders-theirs"}, detached
+    assert own in detached["orders-theirs"].reason, detached["orders-theirs"].reason
+    # Its rows went nowhere else: not to the runtime's Elasticsearch behind the proxy.
+    assert es_count(es, index) == 0
+
+    said = dbus("fn", "pause", "orders-eu")
+    assert "orders-eu" in said, said
+    _insert(scratch, range(11, 21))
+    assert kafka_count(kafka, topic, expected=30, within=120) == 30  # orders-us alone
+    assert book.load()["shop"]["orders-eu"].paused
+    dbus("fn", "resume", "orders-eu")
+    assert kafka_count(kafka, topic, expected=40, within=120) == 40
+
+    es_proxy.restore()
+    wait_for(lambda: es_count(es, index) == 20, 120, "orders-theirs caught up", every=1.0)
