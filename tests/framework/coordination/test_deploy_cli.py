@@ -37,6 +37,35 @@ def test_deploy_registers_a_version_and_makes_it_active(
     assert listed.output == "cfn_demo  active=1.0.0  versions=1.0.0\n"
 
 
+_KEY = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n"
+
+
+def test_a_private_key_in_the_manifest_is_refused_and_nothing_is_stored(
+    dbus: Any, cluster: ZooKeeperSettings, client: KazooClient, tmp_path: Path
+) -> None:
+    folder = make_function(tmp_path / "fn")
+    manifest = folder / "dbus.toml"
+    manifest.write_text(
+        manifest.read_text()
+        + '[sinks.kafka]\nbootstrap_servers = "127.0.0.1:9092"\n'
+        + f'"ssl.key.pem" = """{_KEY}"""\n'
+    )
+    _, before = client.get(cluster.layout.functions)
+    refused = dbus("fn", "deploy", str(folder))
+    assert refused.exit_code == 2, refused.output
+    assert refused.output.count("\n") == 1 and "ssl.key.pem" in refused.output
+    assert '"ssl.key.pem_env" = "VARIABLE"' in refused.output
+    assert "MIIEvQ" not in refused.output and "PRIVATE KEY" not in refused.output
+    assert client.get_children(cluster.layout.functions) == []
+    assert client.get(cluster.layout.functions)[1].version == before.version
+    # Named by the variable that holds it on the runtimes, it is deployed.
+    manifest.write_text(manifest.read_text().split('"ssl.key.pem"')[0]
+                        + '"ssl.key.pem_env" = "ORDERS_KAFKA_KEY"\n')  # fmt: skip
+    assert dbus("fn", "deploy", str(folder)).exit_code == 0
+    stored = FunctionStore(client, cluster).bundle("cfn_demo", "1.0.0")
+    assert b"MIIEvQ" not in stored.data
+
+
 def test_the_same_content_twice_is_a_no_op(
     dbus: Any, cluster: ZooKeeperSettings, client: KazooClient, tmp_path: Path
 ) -> None:

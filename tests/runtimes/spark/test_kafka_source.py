@@ -6,7 +6,9 @@ Kafka's (the local one, and a closed port for a broker that does not answer).
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -101,6 +103,18 @@ def test_a_login_in_a_kafka_source_url_is_refused_under_source_without_its_passw
     assert f"--source 'dc2={shown}': a user and password in the URL are not read" in line
     assert "sasl.password_env=VARIABLE" in line and "--kafka" not in line
     assert "ter2" not in result.output
+    assert not (tmp_path / "checkpoint").exists()
+
+
+@pytest.mark.integration
+def test_a_login_in_the_url_of_a_real_broker_is_refused_before_it_is_asked(
+    tmp_path: Path, kafka_service: Any
+) -> None:
+    brokers = kafka_service.bootstrap_servers
+    result = start(tmp_path, f"kafka://dc2:hunter2@{brokers}/dbus-login-{uuid.uuid4().hex[:8]}")
+    line = one_line(result, 2)
+    assert f"--source 'dc2=kafka://dc2:***@{brokers}/" in line
+    assert "hunter2" not in result.output and "--kafka" not in line
     assert not (tmp_path / "checkpoint").exists()
 
 

@@ -187,3 +187,19 @@ def test_the_accumulator_server_says_nothing_of_a_connection_closed_as_spark_sto
     printed = capfd.readouterr().err
     # Without it, pyspark prints the EOFError the runtime's Ctrl-C line came after.
     assert ("EOFError" in printed) is not quiet, printed
+
+
+def test_a_spark_worker_goes_on_through_ctrl_c() -> None:
+    # pyspark's daemon gives each worker Python's KeyboardInterrupt back; the first
+    # task takes it away again, as a terminal's Ctrl-C reaches the workers too.
+    code = (
+        "import os, signal\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from dbus_spark import logs\n"
+        "logs.ignore_ctrl_c()\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "print('went on')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (0, "went on\n", "")
