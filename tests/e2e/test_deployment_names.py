@@ -20,7 +20,7 @@ from support import es_count, kafka_count, wait_for
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings
 from dbus_spark.cluster import ClusterMember
-from dbus_spark.job import default_config_path, start_member
+from dbus_spark.job import default_config_path, start_member, stop
 from dbus_spark.progress import ProgressBook
 from dbus_spark.settings import member_config
 
@@ -76,7 +76,7 @@ def member(spark: Any, scratch: Scratch, zk_root: str) -> Iterator[ClusterMember
     try:
         yield joined
     finally:
-        query.stop()
+        stop(query, spark)
         joined.stop()
 
 
