@@ -27,7 +27,7 @@ from dbus_fn.capture import (
 )
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.coordination import ZooKeeperSettings
-from dbus_fn.errors import ConfigError, DsnError
+from dbus_fn.errors import ConfigError, DbusError, DsnError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.files import replace_file
 from dbus_fn.manifest import MANIFEST_FILE, Manifest, load_manifest
@@ -71,7 +71,10 @@ class DeploymentFolder:
     @classmethod
     def from_json(cls, data: Mapping[str, str] | str) -> DeploymentFolder:
         if isinstance(data, str):  # written before deployments had names of their own
-            return cls(load_manifest(data).name, data)
+            try:
+                return cls(load_manifest(data).name, data)
+            except DbusError:  # its folder is gone: loading it says so, not reading this
+                return cls(Path(data).name, data)
         return cls(data["name"], data["path"])
 
 

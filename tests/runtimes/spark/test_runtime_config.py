@@ -279,3 +279,14 @@ def test_a_config_file_of_paths_alone_runs_each_under_its_manifest_s_name(
     path.write_text(json.dumps(data))
     (deployment,) = load_config(path).deployments
     assert (deployment.name, deployment.path) == ("orders", ORDERS)
+
+
+def test_a_config_file_naming_a_folder_that_is_gone_still_reads(tmp_path: Path) -> None:
+    import json
+
+    path = _config(checkpoint=str(tmp_path / "ckpt")).save(tmp_path / "config.json")
+    data = json.loads(path.read_text())
+    data["deployments"] = [str(tmp_path / "gone")]
+    path.write_text(json.dumps(data))
+    (deployment,) = load_config(path).deployments
+    assert (deployment.name, deployment.path) == ("gone", str(tmp_path / "gone"))
