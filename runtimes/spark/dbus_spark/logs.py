@@ -84,6 +84,12 @@ def ignore_ctrl_c() -> None:
     JVM logged in turn, before the runtime's one line. Stopping is the driver's part
     (it stops the query between micro-batches); a worker finishes what it was given.
     """
+    from pyspark import TaskContext
+
+    if TaskContext.get() is None:
+        # Not a Spark task's process (a test or a command calling worker code in its
+        # own): its Ctrl-C stays its own, and so does that of every process it starts.
+        return
     with contextlib.suppress(ValueError):  # not the main thread: nothing to set
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -189,17 +189,28 @@ def test_the_accumulator_server_says_nothing_of_a_connection_closed_as_spark_sto
     assert ("EOFError" in printed) is not quiet, printed
 
 
-def test_a_spark_worker_goes_on_through_ctrl_c() -> None:
+@pytest.mark.parametrize("in_a_task", [True, False])
+def test_a_spark_worker_goes_on_through_ctrl_c_and_no_other_process_does(
+    in_a_task: bool,
+) -> None:
     # pyspark's daemon gives each worker Python's KeyboardInterrupt back; the first
-    # task takes it away again, as a terminal's Ctrl-C reaches the workers too.
+    # task takes it away again, as a terminal's Ctrl-C reaches the workers too. A
+    # process that is no Spark task (a test calling worker code) keeps its Ctrl-C:
+    # the processes it starts inherit what it ignores.
     code = (
         "import os, signal\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from pyspark import TaskContext\n"
+        f"if {in_a_task}: TaskContext._getOrCreate()\n"
         "from dbus_spark import logs\n"
         "logs.ignore_ctrl_c()\n"
-        "os.kill(os.getpid(), signal.SIGINT)\n"
-        "print('went on')\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    print('went on')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)  # fmt: skip
-    assert (done.returncode, done.stdout, done.stderr) == (0, "went on\n", "")
+    said = "went on\n" if in_a_task else "interrupted\n"
+    assert (done.returncode, done.stdout, done.stderr) == (0, said, "")
