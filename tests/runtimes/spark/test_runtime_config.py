@@ -13,7 +13,13 @@ from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
 from dbus_spark.cluster import HANDOFF_MARGIN, handoff_seconds
-from dbus_spark.config import ConfigFile, RuntimeConfig, WriteFencing, load_config
+from dbus_spark.config import (
+    ConfigFile,
+    DeploymentFolder,
+    RuntimeConfig,
+    WriteFencing,
+    load_config,
+)
 from dbus_spark.settings import runtime_config
 
 ORDERS = str(Path(__file__).resolve().parents[3] / "functions" / "orders")
@@ -255,8 +261,6 @@ def test_two_folders_naming_one_deployment_are_refused_in_one_line(tmp_path: Pat
 def test_a_deployment_keeps_the_name_it_runs_under_through_the_config_file(
     tmp_path: Path,
 ) -> None:
-    from dbus_spark.config import DeploymentFolder
-
     config = replace(
         _config(checkpoint=str(tmp_path / "ckpt")),
         deployments=(DeploymentFolder("orders-eu", ORDERS), DeploymentFolder("orders-us", ORDERS)),

@@ -17,7 +17,6 @@ given as ``#token=...`` in its URL.
 from __future__ import annotations
 
 import ipaddress
-import re
 import secrets
 import socket
 import threading
@@ -36,6 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from dbus_fn.errors import ConfigError, DbusError, FunctionNotFoundError
 from dbus_fn.preview import DEFAULT_EVENTS
 from dbus_spark.api.desk import LONGEST_WAIT, AnswerBody, RequestBody, RequestDesk, RequestId
+from dbus_spark.api.token import check_token
 from dbus_spark.checkpoint import beside
 from dbus_spark.config import DEFAULT_API_ADDRESS
 from dbus_spark.metrics.state import (
@@ -89,31 +89,6 @@ class ApiSettings:
             )
         return cls(host, int(port), token)
 
-
-def check_token(token: str, *, unset: str = "then the API serves loopback only") -> None:
-    """Refuse a token no ``Authorization: Bearer`` header can match: empty, blank, or
-    holding a space or a line break (often one read from a file with its newline),
-    whether a runtime is started with it or a command sends it. ``unset``: what
-    leaving the option out means. The token itself is never shown."""
-    if not token.strip():
-        problem = "is empty" if not token else "is only whitespace"
-        raise ConfigError(
-            f"--api-token (or DBUS_API_TOKEN) {problem}, so no request could ever carry it: "
-            f"give a token of visible characters, or leave the option out for no token "
-            f"({unset})",
-            setting="api_token",
-        )
-    if not _TOKEN.fullmatch(token):
-        raise ConfigError(
-            "--api-token (or DBUS_API_TOKEN) holds a space, a line break or a character "
-            "beyond ASCII, which an Authorization header cannot carry: give it without them "
-            "(a token read from a file: strip its trailing newline)",
-            setting="api_token",
-        )
-
-
-_TOKEN = re.compile(r"[\x21-\x7e]+")
-"""Visible ASCII: what a Bearer token can be sent as."""
 
 
 def _loopback(host: str) -> bool:

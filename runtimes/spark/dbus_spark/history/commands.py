@@ -14,6 +14,7 @@ import click
 
 from dbus_fn.cli._options import env_option
 from dbus_fn.cli.cluster import ZooKeeperOptions, cluster_or_local_options
+from dbus_spark.api.token import check_token
 
 CHECKPOINT_HELP = (
     "Checkpoint (folder or URI) of the runtime to ask, as given to `dbus runtime start`. "
@@ -24,8 +25,6 @@ def _sendable_token(ctx: click.Context, param: click.Parameter, value: str | Non
     """A token given must be one a request can carry (``check_token``): an empty one
     is refused, not sent as no token at all."""
     if value is not None:
-        from dbus_spark.api.server import check_token
-
         check_token(value, unset="for a runtime started without one")
     return value
 
