@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -112,18 +113,24 @@ def _not_a_producer_setting(key: str) -> str | None:
     client does not know it; None when it does, or when the client is not installed
     here (the runtime, which has it, asks again when it loads the manifest)."""
     setting = key.removesuffix("_env").removesuffix("_file").replace("_", ".")
+    return None if _producer_knows(setting) else setting
+
+
+@functools.cache
+def _producer_knows(setting: str) -> bool:
+    """Whether the Kafka client takes ``setting`` (True when it is not installed here);
+    asked once per name and process, as every load of a manifest would ask again."""
     try:
         from confluent_kafka import KafkaException, Producer
     except ImportError:
-        return None
+        return True
     try:
         # The client checks names as it is made; it connects to nothing without
         # bootstrap.servers, and a value it refuses is not what is asked here.
         Producer({setting: "1", "logger": _QUIET})
     except KafkaException as exc:
-        if "No such configuration property" in str(exc):
-            return setting
-    return None
+        return "No such configuration property" not in str(exc)
+    return True
 
 
 _QUIET = logging.getLogger("dbus_fn.manifest.kafka_check")

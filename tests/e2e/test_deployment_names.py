@@ -7,15 +7,13 @@ through its own sink, and pausing one name pauses that one alone."""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from e2e_support import Scratch, member_env
-from support import es_count, kafka_count, wait_for
+from support import es_count, kafka_count, route_code, wait_for
 
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings
@@ -27,23 +25,6 @@ from dbus_spark.settings import member_config
 pytestmark = pytest.mark.e2e
 
 CLUSTER = "names"
-
-
-def _orders_folder(folder: Path, table: str, route: str, extra: str = "") -> Path:
-    """A folder whose manifest names deployment ``orders``, routing ``table`` to ``route``."""
-    folder.mkdir()
-    (folder / "orders.py").write_text(textwrap.dedent(f"""
-        import dbus_fn as fn
-
-        @fn.route(tables="{table}")
-        def out(event: fn.RowChange) -> str:
-            return "{route}"
-        """))  # fmt: skip
-    (folder / "dbus.toml").write_text(
-        f'name = "orders"\nversion = "1.0.0"\nmodule = "orders.py"\ntables = ["{table}"]\n'
-        f'sources = ["shop"]\ninitial = "none"\n{extra}'
-    )
-    return folder
 
 
 @pytest.fixture
@@ -94,11 +75,15 @@ def test_one_folder_under_two_names_and_a_namesake_with_its_own_sink_stay_apart(
                            scratch.es_index)  # fmt: skip
     kafka, es = scratch.services.kafka.bootstrap_servers, scratch.services.elasticsearch.url
     own = f"http://127.0.0.1:{es_proxy.port}"
-    shared = _orders_folder(scratch.tmp_path / "shared", table, f"kafka://{topic}")
-    theirs = _orders_folder(
-        scratch.tmp_path / "theirs", table, f"es://{index}",
-        f'dead_letter_route = "es://{index}-dead"\n[sinks.es]\nhosts = "{own}"\n',
-    )  # fmt: skip
+    shared = scratch.function_folder("orders", route_code(table, f"kafka://{topic}"), [table],
+                                     initial="none")  # fmt: skip
+    theirs = scratch.function_folder("theirs", route_code(table, f"es://{index}"), [table],
+                                     dead_letter=f"es://{index}-dead", initial="none")  # fmt: skip
+    for folder, extra in ((shared, ""), (theirs, f'[sinks.es]\nhosts = "{own}"\n')):
+        manifest = folder / "dbus.toml"
+        # Both manifests name deployment orders; each reads the cluster's source.
+        text = manifest.read_text().replace('name = "theirs"', 'name = "orders"')
+        manifest.write_text(text + 'sources = ["shop"]\n' + extra)
     dbus("cluster", "init")
     dbus("cluster", "source", "add", "shop", "--dsn-env", "NAMES_SHOP_DSN", "--table", table)
     dbus("fn", "deploy", str(shared), "--name", "orders-eu")

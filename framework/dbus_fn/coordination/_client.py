@@ -274,12 +274,7 @@ def ensure_cluster(client: KazooClient, settings: ZooKeeperSettings) -> bool:
 def _create_chroot(settings: ZooKeeperSettings, chroot: str) -> None:
     """Create the chroot ``--zookeeper`` names (``host:port/chroot``), open as the folders
     above a cluster root are: a client inside a chroot cannot create it itself."""
-    outside = make_client(replace(settings, hosts=settings.hosts.partition("/")[0]))
-    try:
-        outside.start(timeout=settings.connect_timeout)
-    except KazooTimeoutError:
-        outside.close()
-        raise unavailable(settings) from None
+    outside = connect(replace(settings, hosts=settings.hosts.partition("/")[0]))
     try:
         outside.ensure_path(chroot, acl=OPEN_ACL_UNSAFE)
     finally:

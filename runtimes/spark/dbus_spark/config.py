@@ -79,16 +79,23 @@ class DeploymentFolder:
 
 
 def deployment_folders(paths: Iterable[str]) -> tuple[DeploymentFolder, ...]:
-    """Folders given by path alone (``--functions``), each under its manifest's name.
+    """Folders given by path alone (``--functions``), each under its manifest's name
+    (``loaded_folders``)."""
+    return tuple(folder for folder, _ in loaded_folders(paths))
+
+
+def loaded_folders(paths: Iterable[str]) -> list[tuple[DeploymentFolder, Manifest]]:
+    """Folders given by path alone, each under its manifest's name, with that manifest.
 
     The same folder twice, or two folders whose manifests name one deployment, would
     run as one deployment delivering every change twice: refused in one line.
     """
-    found: dict[str, tuple[str, DeploymentFolder]] = {}
+    found: dict[str, tuple[str, DeploymentFolder, Manifest]] = {}
     for given in paths:
-        folder = DeploymentFolder(load_manifest(given).name, str(Path(given).resolve()))
+        manifest = load_manifest(given)
+        folder = DeploymentFolder(manifest.name, str(Path(given).resolve()))
         if folder.name in found:
-            before, known = found[folder.name]
+            before, known, _ = found[folder.name]
             raise ConfigError(
                 f"--functions {given} is given twice; pass each folder once"
                 if known.path == folder.path
@@ -96,8 +103,8 @@ def deployment_folders(paths: Iterable[str]) -> tuple[DeploymentFolder, ...]:
                 f"change name = in one of their {MANIFEST_FILE} files",
                 setting="functions",
             )
-        found[folder.name] = (given, folder)
-    return tuple(folder for _, folder in found.values())
+        found[folder.name] = (given, folder, manifest)
+    return [(folder, manifest) for _, folder, manifest in found.values()]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from dbus_spark.config import (
     DEFAULT_PREVIEW_WINDOW,
     RuntimeConfig,
     SourceBinding,
-    deployment_folders,
+    loaded_folders,
 )
 from dbus_spark.kafka_source import is_kafka_url, parse_kafka_source
 
@@ -62,8 +62,9 @@ def runtime_config(
             )
         named.append((DEFAULT_SOURCE, local.mariadb.dsn))
     kafka, elasticsearch = _sinks(kafka, elasticsearch, local)
-    folders = deployment_folders(deployments)
-    manifests = [folder.manifest() for folder in folders]
+    loaded = loaded_folders(deployments)
+    folders = tuple(folder for folder, _ in loaded)
+    manifests = [manifest for _, manifest in loaded]
     tables = tuple(sorted({t for m in manifests for t in m.tables}))
     checkpoint = _runtime_checkpoint(checkpoint, home)
     bindings = tuple(
