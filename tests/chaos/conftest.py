@@ -3,21 +3,21 @@
 Chaos tests stop, restart and overload what they run against, and a shared
 service can be restarted under them by another test session; so each test gets
 its own MariaDB (and, where it stops them, its own Kafka and Elasticsearch) in a
-temp state directory on free ports, stopped when the test ends. Installed
-artefacts (Kafka jars, the Elasticsearch distribution) are shared, read-only.
+temp state directory on free ports, stopped when the test ends (or, where a
+module's tests share a cluster, when the module ends). Installed artefacts (Kafka
+jars, the Elasticsearch distribution) are shared, read-only. Each test's item
+records whether its call failed (``convergence.CALL_FAILED``).
 """
 
 from __future__ import annotations
 
-import os
-import random
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from convergence import CALL_FAILED, new_seed, say_seed
 from scratch import FreshDatabase
 from support import PrivateServices
-
-SEED_ENV = "DBUS_CHAOS_SEED"
 
 
 @pytest.fixture
@@ -26,10 +26,23 @@ def chaos_seed() -> int:
 
     Printed (pytest shows it with a failure); set ``DBUS_CHAOS_SEED`` to replay a run.
     """
-    raw = os.environ.get(SEED_ENV, "").strip()
-    seed = int(raw) if raw else random.SystemRandom().randrange(2**32)
-    print(f"chaos seed: {seed} (replay with {SEED_ENV}={seed})")
+    seed = new_seed()
+    say_seed(seed)
     return seed
+
+
+@pytest.fixture(scope="module")
+def module_chaos_seed() -> int:
+    """``chaos_seed`` for what a whole module's tests share (its tests print it each)."""
+    return new_seed()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    return report
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from elasticsearch import Elasticsearch
@@ -43,6 +44,26 @@ from dbus_fn.kafka_binding import from_kafka_message
 from dbus_spark import logs
 
 Key = tuple[Any, ...]
+SEED_ENV = "DBUS_CHAOS_SEED"
+
+
+def new_seed() -> int:
+    """A chaos run's seed: ``DBUS_CHAOS_SEED``'s, or a new random one."""
+    raw = os.environ.get(SEED_ENV, "").strip()
+    return int(raw) if raw else random.SystemRandom().randrange(2**32)
+
+
+def say_seed(seed: int) -> None:
+    """Print ``seed`` and how to replay it (pytest shows it with a failure)."""
+    print(f"chaos seed: {seed} (replay with {SEED_ENV}={seed})")
+
+
+CALL_FAILED = pytest.StashKey[bool]()
+"""Set on a chaos test's item once its call ran: whether it failed (``conftest.py``). A
+module fixture that outlives its tests (``test_cluster_chaos.SharedCluster``) reads it
+to know whether what a test left behind can serve the next."""
+
+
 # Order of one key's changes: by version, and a delete after the change it deletes.
 _RANK = {"inserted": 0, "updated": 0, "deleted": 1}
 
@@ -268,6 +289,10 @@ class Workload:
             self._error = exc
 
     def start(self) -> None:
+        """Write until ``stop``; a stopped workload may start again (and goes on
+        recording into ``committed``)."""
+        assert self._thread is None or not self._thread.is_alive(), "the workload is running"
+        self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="workload", daemon=True)
         self._thread.start()
 

@@ -11,6 +11,11 @@ commits for what it lost; while ZooKeeper is away the runtimes keep their work
 and hold their commits), and then, after the load stops, that every committed
 change is in its table's topic, one key's changes in commit order, and each
 index equals its table. `pytest -s` shows what was measured.
+
+The tests share one cluster (``SharedCluster``): each mends what the one before left
+(a killed runtime starts again) and runs the load again, and every convergence check
+covers every change written since the cluster started. The ZooKeeper restart, whose
+runtimes need longer sessions, gets a cluster of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +33,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from convergence import (
+    CALL_FAILED,
     TABLES,
     RuntimeProcess,
     Table,
@@ -35,6 +42,7 @@ from convergence import (
     dead_letters,
     delete_outputs,
     new_routes,
+    say_seed,
     topic_exists,
     wait_converged,
     write_function_folder,
@@ -42,8 +50,8 @@ from convergence import (
 from elasticsearch import Elasticsearch
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
-from scratch import FreshDatabase
-from support import kafka_consumer
+from scratch import FreshDatabase, scratch_database
+from support import PrivateServices, kafka_consumer
 from support import wait_until as _wait_until
 
 from dbus_deploy.services import ServicesConfig, down, up
@@ -283,6 +291,39 @@ class ChaosCluster:
         )
         return moved_after, time.monotonic() - since
 
+    def ready(self) -> None:
+        """Start again what a test killed, wait until every runtime works on its sources
+        (each owns one and has committed it), then run the load for ``LOAD_BEFORE``."""
+        for runtime_id in sorted(self.killed):
+            self.runtimes[runtime_id].start()
+        self.killed.clear()
+        began = time.monotonic()
+
+        def working() -> bool:
+            assert self.alive(), f"a runtime exited while starting:\n{self.tails()}"
+            owners = {owner for owner, _, _ in self.assignments().values()}
+            return owners == set(RUNTIMES) and self.committed_by_owners(self.sources)
+
+        wait_until(working, WORKING, "every runtime working on its sources")
+        print(
+            f"\n{len(RUNTIMES)} runtimes working on {len(self.sources)} sources "
+            f"{time.monotonic() - began:.0f} s after this test asked: {self.assignments()}"
+        )
+        self.workload.start()
+        self.run_load(LOAD_BEFORE)
+
+    def stop(self) -> None:
+        """Stop the load and every runtime (a paused one is resumed first: a stopped
+        process cannot take SIGTERM)."""
+        try:
+            self.workload.stop()
+        finally:
+            for runtime in self.runtimes.values():
+                if runtime.alive():
+                    runtime.resume()
+            for runtime in self.runtimes.values():
+                runtime.stop()
+
     def converge(self) -> Convergence:
         """Stop the load and wait until every change is in Kafka, no key ends on an older
         message than its newest change, and each index equals its table; what it took."""
@@ -386,78 +427,136 @@ def _delivered(bootstrap: str, topics: Iterable[str]) -> int:
         consumer.close()
 
 
-@pytest.fixture
-def cluster(
-    chaos_database: FreshDatabase,
-    private_zookeeper: tuple[ServicesConfig, str],
-    kafka_service: Any,
-    elasticsearch_service: Any,
-    chaos_seed: int,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[ChaosCluster]:
-    """Three runtimes working on four sources, the load running for a while; their
-    ZooKeeper session timeout is ``SESSION``, or a test's ``session`` marker's."""
-    marker = request.node.get_closest_marker("session")
-    session = float(marker.args[0]) if marker else SESSION
-    zookeeper, hosts = private_zookeeper
-    settings = ZooKeeperSettings(hosts=hosts, cluster=CLUSTER)
-    workload = Workload(chaos_database.connect, seed=chaos_seed, tables=SOURCE_TABLES)
+# A cluster's three runtimes start side by side (Spark each) and are each given a source
+# and commit it within this on a loaded 2-core machine; it only guards against a hang.
+WORKING = 240.0
+
+
+def _build(
+    stack: ExitStack,
+    services: PrivateServices,
+    kafka: str,
+    elasticsearch: str,
+    seed: int,
+    folder: Path,
+    session: float,
+) -> ChaosCluster:
+    """Three runtimes with ZooKeeper sessions of ``session`` working on four sources (a
+    new database and a new cluster name on the module's MariaDB and ZooKeeper); each
+    teardown goes on ``stack``."""
+    database = stack.enter_context(scratch_database(services.endpoints.mariadb))
+    settings = ZooKeeperSettings(
+        hosts=services.endpoints.zookeeper.hosts, cluster=f"{CLUSTER}-{folder.name}"
+    )
+    workload = Workload(database.connect, seed=seed, tables=SOURCE_TABLES)
     workload.create_tables()
-    routes = new_routes(chaos_database.name, workload.tables)
+    routes = new_routes(database.name, workload.tables)
+    stack.callback(delete_outputs, kafka, elasticsearch, routes)
     _dbus(settings, "cluster", "init")
     for table in SOURCE_TABLES:
-        pattern = f"{chaos_database.name}.{table.name}"
+        pattern = f"{database.name}.{table.name}"
         _dbus(settings, "cluster", "source", "add", _source(table.name),
               "--dsn-env", DSN_VARIABLE, "--table", pattern)  # fmt: skip
-    _dbus(settings, "fn", "deploy", str(write_function_folder(tmp_path / "fn", routes)))
+    _dbus(settings, "fn", "deploy", str(write_function_folder(folder / "fn", routes)))
     runtimes = {
         runtime_id: RuntimeProcess.for_member(
             runtime_id=runtime_id,
-            cluster=CLUSTER,
+            cluster=settings.cluster,
             zookeeper=settings.hosts,
             session_timeout=session,
-            kafka=kafka_service.bootstrap_servers,
-            elasticsearch=elasticsearch_service.url,
-            folder=tmp_path / runtime_id,
-            env={DSN_VARIABLE: chaos_database.endpoint.dsn},
+            kafka=kafka,
+            elasticsearch=elasticsearch,
+            folder=folder / runtime_id,
+            env={DSN_VARIABLE: database.endpoint.dsn},
         )
         for runtime_id in RUNTIMES
     }
     client = connect(settings)
-    es = Elasticsearch(elasticsearch_service.url, request_timeout=60)
+    stack.callback(close, client)
+    es = Elasticsearch(elasticsearch, request_timeout=60)
+    stack.callback(es.close)
     cluster = ChaosCluster(
-        zookeeper, settings, client, runtimes, chaos_database, workload, routes,
-        kafka_service.bootstrap_servers, es,
-    )  # fmt: skip
+        services.config, settings, client, runtimes, database, workload, routes, kafka, es
+    )
+    stack.callback(cluster.stop)
+    for runtime in runtimes.values():
+        runtime.start()
+    return cluster
+
+
+class SharedCluster:
+    """The module's one cluster: built by the first test that asks for its session
+    timeout, handed to the next test that asks for the same, stopped when one asks for
+    another, when a test fails on it, and when the module ends.
+
+    Building one (a MariaDB database, three Spark runtimes given their sources) is most
+    of what each test here took when each built its own; a fault a test leaves behind
+    is mended before the next (``ChaosCluster.ready``)."""
+
+    def __init__(self, build: Callable[[ExitStack, float], ChaosCluster]) -> None:
+        self._build = build
+        self._stack: ExitStack | None = None
+        self._cluster: ChaosCluster | None = None
+        self._session = 0.0
+
+    def get(self, session: float) -> ChaosCluster:
+        if self._cluster is None or self._session != session:
+            self.close()
+            stack = ExitStack()
+            try:
+                self._cluster = self._build(stack, session)
+            except BaseException:
+                stack.close()
+                raise
+            self._stack, self._session = stack, session
+        return self._cluster
+
+    def close(self) -> None:
+        stack, self._stack, self._cluster = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(
+    module_services: Callable[..., PrivateServices],
+    kafka_service: Any,
+    elasticsearch_service: Any,
+    module_chaos_seed: int,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SharedCluster]:
+    """The module's cluster (``SharedCluster``) on a MariaDB and a ZooKeeper of its own."""
+    services = module_services("mariadb", "zookeeper")
+
+    def build(stack: ExitStack, session: float) -> ChaosCluster:
+        folder = tmp_path_factory.mktemp("cluster")
+        return _build(stack, services, kafka_service.bootstrap_servers,
+                      elasticsearch_service.url, module_chaos_seed, folder, session)  # fmt: skip
+
+    shared = SharedCluster(build)
     try:
-        began = time.monotonic()
-        for runtime in runtimes.values():
-            runtime.start()
+        yield shared
+    finally:
+        shared.close()
 
-        def working() -> bool:
-            assert cluster.alive(), f"a runtime exited while starting:\n{cluster.tails()}"
-            owners = {owner for owner, _, _ in cluster.assignments().values()}
-            return owners == set(RUNTIMES) and cluster.committed_by_owners(cluster.sources)
 
-        wait_until(working, 240, "every runtime working on its sources")
-        print(
-            f"\n{len(RUNTIMES)} runtimes working on {len(cluster.sources)} sources "
-            f"{time.monotonic() - began:.0f} s after their start: {cluster.assignments()}"
-        )
-        workload.start()
-        cluster.run_load(LOAD_BEFORE)
+@pytest.fixture
+def cluster(
+    shared_cluster: SharedCluster, module_chaos_seed: int, request: pytest.FixtureRequest
+) -> Iterator[ChaosCluster]:
+    """Three runtimes working on four sources, the load running for a while; their
+    ZooKeeper session timeout is ``SESSION``, or a test's ``session`` marker's."""
+    say_seed(module_chaos_seed)
+    marker = request.node.get_closest_marker("session")
+    cluster = shared_cluster.get(float(marker.args[0]) if marker else SESSION)
+    try:
+        cluster.ready()
         yield cluster
     finally:
-        workload.stop()
-        for runtime in runtimes.values():
-            if runtime.alive():
-                runtime.resume()  # a stopped process cannot take SIGTERM
-        for runtime in runtimes.values():
-            runtime.stop()
-        close(client)
-        cluster.es.close()
-        delete_outputs(kafka_service.bootstrap_servers, elasticsearch_service.url, routes)
+        if request.node.stash.get(CALL_FAILED, True):
+            shared_cluster.close()  # what a failed test left is no start for the next
+        else:
+            cluster.workload.stop()
 
 
 def _sigkill(cluster: ChaosCluster, victim: str, role: str) -> None:
@@ -479,25 +578,6 @@ def _sigkill(cluster: ChaosCluster, victim: str, role: str) -> None:
     assert unmoved == {s: before[s][:2] for s in unmoved}, "a source that was not lost moved"
     cluster.run_load(LOAD_AFTER)
     assert len(cluster.workload.committed) > changes, "no change was written after the kill"
-
-
-def test_sigkill_of_a_runtime_moves_its_sources_and_loses_nothing(
-    cluster: ChaosCluster,
-) -> None:
-    _sigkill(cluster, cluster.follower_with_sources(), "runtime")
-    assert_converged(cluster)
-
-
-def test_sigkill_of_the_leader_elects_another_and_loses_nothing(
-    cluster: ChaosCluster,
-) -> None:
-    victim, term = cluster.leader()
-    _sigkill(cluster, victim, "leader")
-    leader, new_term = cluster.leader()
-    assert leader != victim and leader in RUNTIMES
-    assert new_term > term
-    print(f"{leader} leads at term {new_term}")
-    assert_converged(cluster)
 
 
 def _binds(config: Path, sources: dict[str, int]) -> list[str]:
@@ -554,6 +634,25 @@ def test_a_runtime_paused_past_its_session_never_commits_what_it_lost(
     )
     # Its batch in flight when paused wakes to a transaction the broker aborted and a
     # hold it no longer has: no key may end on an older message than the new owner's.
+    assert_converged(cluster)
+
+
+def test_sigkill_of_a_runtime_moves_its_sources_and_loses_nothing(
+    cluster: ChaosCluster,
+) -> None:
+    _sigkill(cluster, cluster.follower_with_sources(), "runtime")
+    assert_converged(cluster)
+
+
+def test_sigkill_of_the_leader_elects_another_and_loses_nothing(
+    cluster: ChaosCluster,
+) -> None:
+    victim, term = cluster.leader()
+    _sigkill(cluster, victim, "leader")
+    leader, new_term = cluster.leader()
+    assert leader != victim and leader in RUNTIMES
+    assert new_term > term
+    print(f"{leader} leads at term {new_term}")
     assert_converged(cluster)
 
 

@@ -51,6 +51,14 @@ MAX_LINES_PER_OUTAGE = 600
 MAX_CLIENT_LINES = 10
 METRICS_WITHIN = 10.0
 """Seconds an outage may take to show in the runtime's metrics."""
+DRAWN = 30.0
+"""Guards against a hang: the dashboard lists the sinks at its first refresh."""
+BATCHES_AFTER = 2
+"""Batches committed after a sink came back: the first may be the one that waited
+through the outage, the second was read and delivered after it."""
+RECOVERED = 120.0
+"""Guards against a hang: a sink that came back takes the backlog of its outage (30 s
+of load) in a few batches."""
 
 
 def _log_lines(runtime: RuntimeProcess) -> list[str]:
@@ -66,6 +74,19 @@ def _on_page(browser: Any, sink: str) -> dict[str, float]:
         scale = {"k": 1e3, "M": 1e6}.get(text.strip()[-1:], 1)
         found[field] = float(text.strip().rstrip("kM") or 0) * scale
     return found
+
+
+def _wait_delivering(api: str, sink: str, runtime: RuntimeProcess) -> None:
+    """Wait until the runtime delivers again after ``sink`` came back: batches committed
+    since (a batch commits once every sink took it), so the next outage, or the load's
+    end, starts from a runtime that works, not one still clearing the last."""
+    batches = sample_sum(scrape(api), "dbus_batches_total")
+
+    def delivering() -> bool:
+        return sample_sum(scrape(api), "dbus_batches_total") >= batches + BATCHES_AFTER
+
+    wait_for(delivering, RECOVERED, f"the runtime delivering again after {sink} came back",
+             every=0.5, alive=runtime.alive)  # fmt: skip
 
 
 def _outage(
@@ -151,11 +172,12 @@ def test_kafka_and_elasticsearch_outages_lose_nothing_without_a_tight_retry_loop
         runtime.wait_first_commit(180)
         api = runtime_api(runtime.checkpoint)
         browser.get(f"{api}/")
-        time.sleep(5)
+        wait_for(lambda: _on_page(browser, "kafka") and _on_page(browser, "elasticsearch"),
+                 DRAWN, "the dashboard to list both sinks", every=0.5)  # fmt: skip
         outages.append(_outage("kafka", services, runtime, workload, api, browser))
-        time.sleep(15)
+        _wait_delivering(api, "kafka", runtime)
         outages.append(_outage("elasticsearch", services, runtime, workload, api, browser))
-        time.sleep(15)
+        _wait_delivering(api, "elasticsearch", runtime)
         workload.stop()
         writing = False
         verdict, caught_up = wait_converged(

@@ -20,7 +20,7 @@ from test_deployment_pace import _documents, _kafka_keys, cut_while_writing
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings
 from dbus_spark.cluster import ClusterMember
-from dbus_spark.job import default_config_path, start_member
+from dbus_spark.job import default_config_path, start_member, stop
 from dbus_spark.progress import ProgressBook
 from dbus_spark.settings import member_config
 
@@ -73,7 +73,7 @@ class Members:
 
     def stop(self, name: str) -> None:
         member, query = self.running.pop(name)
-        query.stop()
+        stop(query, self._spark)
         member.stop()
 
     def stop_all(self) -> None:

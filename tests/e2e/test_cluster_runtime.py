@@ -17,7 +17,7 @@ from support import kafka_consumer
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings
 from dbus_spark.cluster import ClusterMember
-from dbus_spark.job import default_config_path, start_member
+from dbus_spark.job import default_config_path, start_member, stop
 from dbus_spark.settings import member_config
 
 # Exclusive (run apart from the parallel integration pass): bounds how fast a cluster sees a deploy
@@ -92,7 +92,7 @@ def member(
     try:
         yield joined
     finally:
-        query.stop()
+        stop(query, spark)
         joined.stop()
 
 

@@ -14,7 +14,7 @@ from elasticsearch import Elasticsearch
 from support import kafka_events, wait_for
 
 from dbus_fn.columns import row_to_json
-from dbus_spark.job import start
+from dbus_spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -63,7 +63,7 @@ def test_declared_types_reach_kafka_and_elasticsearch_as_select_shows_them(
             documents = wait_for(settled, 120, "the index to hold rows 1, 2, 4 and 5, updated")
             mapping = es.indices.get_mapping(index=index)[index]["mappings"]["properties"]
     finally:
-        query.stop()
+        stop(query, spark)
     kinds = [e.get_type().rsplit(".", 1)[-1] for e in events]
     assert sorted(kinds) == sorted(["inserted"] * 6 + ["updated"] * 5 + ["deleted"] * 2)
     for event in events:

@@ -19,7 +19,7 @@ from e2e_support import Scratch
 from elasticsearch import Elasticsearch
 from support import Proxy, kafka_count, page_texts, sample_sum, scrape, serving_api, wait_for
 
-from dbus_spark.job import start
+from dbus_spark.job import start, stop
 from dbus_spark.progress import ProgressBook
 from dbus_spark.settings import runtime_config
 
@@ -162,7 +162,7 @@ def test_a_cut_off_elasticsearch_detaches_its_deployment_alone_and_it_catches_up
         assert kafka_count(kafka, topic, expected=during + 10, within=60) == during + 10
         assert query.exception() is None
     finally:
-        query.stop()
+        stop(query, spark)
 
 
 def test_a_backfill_whose_elasticsearch_is_cut_off_waits_alone_and_ends_once_it_is_back(
@@ -226,7 +226,7 @@ def test_a_backfill_whose_elasticsearch_is_cut_off_waits_alone_and_ends_once_it_
         assert query.exception() is None
     finally:
         writer.stop()
-        query.stop()
+        stop(query, spark)
 
 
 def _shown(browser: Any, name: str) -> tuple[str, str]:
@@ -292,7 +292,7 @@ def test_a_function_slower_than_the_load_is_detached_and_catches_up_once_fast_ag
         assert query.exception() is None
     finally:
         writer.stop()
-        query.stop()
+        stop(query, spark)
         server.stop()
         metrics.close()
 
@@ -347,7 +347,7 @@ def test_a_paused_deployment_gets_nothing_and_after_resume_everything_in_key_ord
             )
             assert query.exception() is None
     finally:
-        query.stop()
+        stop(query, spark)
 
 
 def test_pausing_a_deployment_the_runtime_does_not_run_is_one_line_and_exit_2(
@@ -366,7 +366,7 @@ def test_pausing_a_deployment_the_runtime_does_not_run_is_one_line_and_exit_2(
             lines = result.stderr.strip().splitlines()
             assert len(lines) == 1 and "'nobody'" in lines[0] and "steady" in lines[0], lines
     finally:
-        query.stop()
+        stop(query, spark)
 
 
 def _fn_status(checkpoint: str) -> dict[str, str]:

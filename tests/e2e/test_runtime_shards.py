@@ -15,7 +15,7 @@ from support import kafka_events
 from test_runtime_slice import _wait_for
 
 from dbus_fn.events import BinlogPosition
-from dbus_spark.job import start
+from dbus_spark.job import start, stop
 from dbus_spark.source import SHARD_MIN_BYTES
 
 pytestmark = pytest.mark.e2e
@@ -104,7 +104,7 @@ def test_two_shards_deliver_every_change_once_per_key_in_commit_order(
 
             _wait_for(documents, 60, "the index to equal the table")
     finally:
-        query.stop()
+        stop(query, spark)
 
     seen: dict[int, list[tuple[str, int]]] = defaultdict(list)
     for key, event in events:

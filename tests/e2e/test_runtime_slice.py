@@ -13,7 +13,7 @@ from elasticsearch import Elasticsearch
 from support import kafka_events, wait_for
 
 from dbus_spark.config import RuntimeConfig
-from dbus_spark.job import start
+from dbus_spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -63,7 +63,7 @@ def runtime(
         assert query.exception() is None
         yield config
     finally:
-        query.stop()
+        stop(query, spark)
 
 
 def test_inserts_updates_and_deletes_reach_kafka_and_elasticsearch(
