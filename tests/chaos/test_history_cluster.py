@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 CLUSTER = "history"
 DSN_VARIABLE = "DBUS_HISTORY_DSN"
 ROWS = 12_000
-CHUNK_ROWS = 300
+CHUNK_ROWS = 600
 SESSION = 4.0
 CHUNKS_PER_BATCH = 1  # local[1]: one chunk task per batch
 

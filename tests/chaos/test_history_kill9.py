@@ -26,7 +26,7 @@ from dbus_spark.history import HistoryStore, store_path
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
 ROWS = 24_000
-CHUNK_ROWS = 300
+CHUNK_ROWS = 600
 KILLS = 3
 CHUNKS_PER_BATCH = 2  # local[2]: one chunk task per core
 
