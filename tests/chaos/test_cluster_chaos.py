@@ -1,7 +1,7 @@
 """Chaos for a cluster of runtimes: ZooKeeper moves the sources, nothing is lost.
 
 Three `dbus runtime start --cluster` processes share four sources (one table of
-a private MariaDB each) through a private ZooKeeper, with a short session
+the module's own MariaDB each) through the module's own ZooKeeper, with a short session
 timeout, while a writer changes the four tables. Each test does one thing to
 them mid-load: SIGKILL a runtime, SIGKILL the leader, SIGSTOP a runtime past its
 session timeout and resume it, or stop ZooKeeper and start it again. It checks
@@ -163,7 +163,7 @@ class PositionWrites:
 class ChaosCluster:
     """The runtimes, the ZooKeeper they share, the load, and how to look at them."""
 
-    zookeeper: ServicesConfig  # the private ZooKeeper's: stop and start it with this
+    services: ServicesConfig  # the module's MariaDB and ZooKeeper: stop ZooKeeper with this
     settings: ZooKeeperSettings
     client: KazooClient
     runtimes: dict[str, RuntimeProcess]
@@ -666,11 +666,11 @@ def test_zookeeper_restart_mid_load_holds_commits_and_loses_nothing(
     topics = [cluster.routes.topic(t.name) for t in SOURCE_TABLES]
     delivered = _delivered(cluster.bootstrap, topics)
 
-    down(["zookeeper"], config=cluster.zookeeper)
+    down(["zookeeper"], config=cluster.services)
     stopped = time.monotonic()
     cluster.run_load(ZOOKEEPER_DOWN)
     delivered_meanwhile = _delivered(cluster.bootstrap, topics) - delivered
-    up(["zookeeper"], config=cluster.zookeeper)
+    up(["zookeeper"], config=cluster.services)
     back = time.monotonic()
     advanced = wait_until(
         lambda: all(_after(cluster.position(s)["position"], positions[s]) for s in positions),
