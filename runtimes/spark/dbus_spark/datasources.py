@@ -43,6 +43,7 @@ class BinlogDataSource(DataSource):  # type: ignore[misc]
             shards=int(self.options.get("shards", 1)),
             chunk_tasks=int(self.options.get("chunk_tasks", 1)),
             reports=self.options.get("reports"),
+            run=self.options.get("run"),
         )
 
 

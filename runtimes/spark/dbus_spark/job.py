@@ -14,6 +14,7 @@ import shlex
 import shutil
 import sys
 import time
+import uuid
 from collections.abc import MutableMapping
 from dataclasses import replace
 from pathlib import Path
@@ -293,8 +294,9 @@ def start_member(
     return _start_query(spark, config, member.config_path, metrics, phases, shipper)
 
 
-_read_by: dict[str, tuple[str, list[str]]] = {}
-"""Per running query (its id), its checkpoint and sources: their reads end with it."""
+_read_by: dict[str, tuple[str, list[str], str]] = {}
+"""Per running query (its id), its checkpoint, sources and run (the ``run`` option
+its reader was given): their reads end with it."""
 
 
 def stop(
@@ -308,8 +310,9 @@ def stop(
     tells a query that failed. ``spark``: the query's session (default: the active one).
     """
     deadline = time.monotonic() + timeout
-    reads = _read_by.pop(str(query.id), ("", []))
-    open_read_control.hurry_all(*reads)  # a carried read's batch ends as soon as it may
+    checkpoint, sources, run = _read_by.pop(str(query.id), ("", [], ""))
+    # A carried read's batch ends as soon as it may.
+    open_read_control.hurry_all(checkpoint, sources)
     while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
         time.sleep(0.05)
     spark = spark or SparkSession.getActiveSession()
@@ -324,7 +327,7 @@ def stop(
             spark.sparkContext.setLogLevel(logs.spark_log_level())
     finally:
         # Nothing goes on delivering for a query that stopped.
-        open_read_control.end_all(*reads)
+        open_read_control.end_all(checkpoint, sources, run or None)
 
 
 def default_config_path(config: RuntimeConfig) -> Path:
@@ -362,6 +365,8 @@ def _start_query(
     cores = spark.sparkContext.defaultParallelism
     shards = config.decode_shards or default_decode_shards(cores)
     options = {"config": str(path)}
+    # This start of the query: its tasks that outlive its stop start no read.
+    run = uuid.uuid4().hex
     if metrics is not None:
         reports = reports_dir(config.checkpoint_dir)
         # Workers on this host publish there; on another host they find no such folder
@@ -379,6 +384,7 @@ def _start_query(
         reader = (
             spark.readStream.format("dbus_binlog")
             .options(**options)
+            .option("run", run)
             .option("shards", str(shards))
             .option("chunk_tasks", str(max(1, cores)))
             .load()
@@ -394,7 +400,7 @@ def _start_query(
         query = writer.start()
         started(query)
     phases.done("query")
-    _read_by[str(query.id)] = (config.checkpoint_dir, [b.spec.name for b in config.sources])
+    _read_by[str(query.id)] = (config.checkpoint_dir, [b.spec.name for b in config.sources], run)
     if metrics is not None:
         metrics.listener = BatchListener(metrics, reports, str(query.id))
         spark.streams.addListener(metrics.listener)

@@ -88,6 +88,9 @@ CHECK_SECONDS = 0.05
 QUIET_WAIT = 60.0
 """How long a read waits for another process's open read of its source to end."""
 _FAR = float("inf")
+STOPPED_KEPT = 86400.0
+"""How long a stopped query's mark is kept (``mark_stopped``): far longer than Spark
+takes to kill its tasks."""
 
 _reads: dict[tuple[str, str], OpenRead] = {}
 """This worker's open reads, per (checkpoint, source)."""
@@ -97,6 +100,37 @@ def _files(checkpoint: str, source: str) -> Path:
     """Where a source's lock and stop files are, on this host (never the driver's
     folder: an executor may run elsewhere)."""
     return Path(tempfile.gettempdir()) / "dbus-open-reads" / digest(checkpoint, source)
+
+
+def _stopped_file(checkpoint: str, source: str, run: str) -> Path:
+    path = _files(checkpoint, source)
+    return path.with_name(f"{path.name}.{run}.stopped")
+
+
+def mark_stopped(checkpoint: str, source: str, run: str) -> None:
+    """The query ``run`` stopped: no task of it starts a read of ``source`` any more.
+    Spark kills a stopped query's Python tasks seconds later, not at once; a task
+    still on its way to its read would otherwise start one, and send the changes
+    committed meanwhile, which the next run sends again from the committed position.
+    Marks older than ``STOPPED_KEPT`` are swept."""
+    path = _stopped_file(checkpoint, source, run)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(exist_ok=True)
+        path.touch()
+        old = time.time() - STOPPED_KEPT
+        for mark in path.parent.glob("*.stopped"):
+            with contextlib.suppress(OSError):
+                if mark.stat().st_mtime < old:
+                    mark.unlink()
+
+
+def refuse_if_stopped(checkpoint: str, source: str, run: str | None) -> None:
+    """Raise if the query ``run`` (None: not known) stopped (``mark_stopped``)."""
+    if run is not None and _stopped_file(checkpoint, source, run).exists():
+        raise DbusError(
+            f"source {source!r}: the query that planned this batch stopped; the batch "
+            "is read from its committed position when the runtime runs again"
+        )
 
 
 class Span:
@@ -510,10 +544,13 @@ def read_open(
     stage: FunctionStage,
     reader: BinlogReader,
     reports: str | None,
+    run: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """A ``SourceRange`` read by the source's open read: the one going on, if it
-    reads on from where the range starts, else one started here from there."""
+    reads on from where the range starts, else one started here from there. A task
+    of a query that stopped (``run``: the query's, ``mark_stopped``) starts none."""
     checkpoint, source = config.checkpoint_dir, partition.source
+    refuse_if_stopped(checkpoint, source, run)
     request = {
         "start": partition.start,
         "end": partition.end,
@@ -531,6 +568,9 @@ def read_open(
             )
         start = offset_to_position(partition.start)
         try:
+            # Marked while this task waited for the lock: the stop ended every read
+            # of the source it found, and this one would outlive it.
+            refuse_if_stopped(checkpoint, source, run)
             _reads[(checkpoint, source)] = OpenRead(
                 config, stage, partition.shipment.key, reader, source, start,
                 offset_to_position(partition.end), lock,

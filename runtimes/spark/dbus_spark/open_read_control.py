@@ -14,7 +14,7 @@ from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
 from dbus_spark.checkpoint import record_reached
 from dbus_spark.config import RuntimeConfig
-from dbus_spark.open_read import quiet
+from dbus_spark.open_read import mark_stopped, quiet
 from dbus_spark.open_read_socket import ask
 from dbus_spark.progress import Admission
 
@@ -80,8 +80,11 @@ def hurry_all(checkpoint: str, sources: list[str]) -> None:
             ask(checkpoint, source, {"hurry": True})
 
 
-def end_all(checkpoint: str, sources: list[str]) -> None:
-    """A query stopped: its sources' reads end (``end_read``)."""
+def end_all(checkpoint: str, sources: list[str], run: str | None = None) -> None:
+    """A query stopped: no task of it (``run``) starts a read any more
+    (``open_read.mark_stopped``), and its sources' reads end (``end_read``)."""
     if local_executors():
         for source in sources:
+            if run is not None:
+                mark_stopped(checkpoint, source, run)
             end_read(checkpoint, source)

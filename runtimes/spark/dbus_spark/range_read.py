@@ -30,9 +30,14 @@ log = logging.getLogger("dbus_spark.source")
 
 
 def read_source_range(
-    partition: SourceRange, config: RuntimeConfig, stage: FunctionStage, reports: str | None
+    partition: SourceRange,
+    config: RuntimeConfig,
+    stage: FunctionStage,
+    reports: str | None,
+    run: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Read one source's range (or its key shard) and hand Spark the read's counts."""
+    """Read one source's range (or its key shard) and hand Spark the read's counts;
+    none if the query ``run`` that planned it stopped (``open_read.mark_stopped``)."""
     if not config.reads(partition.source, *hold(partition.end)):
         # Planned before a cluster moved the source away (or before this runtime
         # lost sight of it): read nothing, so nothing stale reaches the sinks. The
@@ -51,8 +56,9 @@ def read_source_range(
     reader = worker_reader(binding, binding.reader_replica_id(shard.index))
     gate = Gate.from_json(partition.gate) if partition.gate else None
     if open_read_control.carries(config, partition, gate, shard.count):
-        yield from open_read.read_open(partition, config, stage, reader, reports)
+        yield from open_read.read_open(partition, config, stage, reader, reports, run)
         return
+    open_read.refuse_if_stopped(config.checkpoint_dir, partition.source, run)
     handed = open_read.quiet(config.checkpoint_dir, partition.source)
     counts = StageCounts(started=time.time())
     counts.positions[partition.source] = str(offset_to_position(partition.end))

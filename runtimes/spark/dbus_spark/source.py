@@ -146,10 +146,14 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         shards: int = 1,
         chunk_tasks: int = 1,
         reports: str | None = None,
+        run: str | None = None,
     ) -> None:
         self._config_file = ConfigFile(config_path)
         self._reports = reports
         """Where the workers publish their functions' counts (None: metrics off)."""
+        self._run = run
+        """This start of the query (``job``): a task of it that outlives its stop
+        reads nothing (``open_read.mark_stopped``). None: not known."""
         self._shards = max(1, shards)
         self._chunk_tasks = max(1, chunk_tasks)
         self._config = self._config_file.current()
@@ -517,7 +521,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             else:
                 yield from read_replay_range(partition)
             return
-        yield from read_source_range(partition, config, stage, self._reports)
+        yield from read_source_range(partition, config, stage, self._reports, self._run)
 
     def commit(self, end: dict[str, Any]) -> None:
         log.info("dbus_binlog: committed %s", end)
