@@ -54,6 +54,8 @@ SERVICE_FIXTURES = frozenset(
         "kafka_topic",
         "es_index",
         "zk_root",
+        "mysql_service",
+        "mysql_database",
     }
 )
 """Fixtures that start or reach a real service: a test using one, directly or through
@@ -146,6 +148,9 @@ kafka_service = _service("kafka")
 elasticsearch_service = _service("elasticsearch")
 # Not among the services `up` starts by default: it watches the runtimes.
 prometheus_service = _service("prometheus")
+# Not among them either: MySQL 9 (ROW binlog with full metadata, GTIDs), installed once
+# per machine into a Debian root of its own (``dbus_deploy.services._mysql``).
+mysql_service = _service("mysql")
 
 
 @pytest.fixture(scope="session")
@@ -170,6 +175,8 @@ def _scratch(name: str, maker: str, service: str) -> Any:
 
 # A new uuid-named MariaDB database, dropped after the test.
 fresh_database = _scratch("fresh_database", "scratch_database", "mariadb_service")
+# The same on the local MySQL.
+mysql_database = _scratch("mysql_database", "scratch_database", "mysql_service")
 # A new uuid-named Kafka topic (3 partitions), deleted after the test.
 kafka_topic = _scratch("kafka_topic", "scratch_topic", "kafka_service")
 # A fresh uuid-named index name (not created), deleted after the test.

@@ -160,6 +160,16 @@ def es_count(url: str, index: str) -> int:
         return int(client.count(index=index)["count"])
 
 
+def es_documents(es: Any, index: str) -> dict[str, Any] | None:
+    """Every document ``index`` holds now, by id (refreshed first; None when it does not
+    exist yet); ``es``: an Elasticsearch client."""
+    if not es.indices.exists(index=index):
+        return None
+    es.indices.refresh(index=index)
+    hits = es.search(index=index, query={"match_all": {}}, size=10000)["hits"]["hits"]
+    return {hit["_id"]: hit["_source"] for hit in hits}
+
+
 def kafka_count(
     bootstrap: str, topic: str, *, expected: int | None = None, within: float = 120.0
 ) -> int:

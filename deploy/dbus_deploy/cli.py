@@ -33,10 +33,10 @@ def _show(statuses: Sequence[ServiceStatus]) -> None:
 @click.group(epilog=ENV_HELP)
 def services() -> None:
     """Install, start, inspect and stop the local services (MariaDB, ZooKeeper, Kafka,
-    Elasticsearch; Prometheus and a MariaDB replica when named) on 127.0.0.1. NAME is
-    one of: mariadb, mariadb-replica, zookeeper, kafka, elasticsearch, prometheus
-    (default: all but prometheus and mariadb-replica for `up` and `restart`, all for
-    `down` and `status`).
+    Elasticsearch; Prometheus, a MariaDB replica, MySQL and a MySQL replica when named)
+    on 127.0.0.1. NAME is one of: mariadb, mariadb-replica, mysql, mysql-replica,
+    zookeeper, kafka, elasticsearch, prometheus (default: mariadb, zookeeper, kafka
+    and elasticsearch for `up` and `restart`, all for `down` and `status`).
     """
 
 

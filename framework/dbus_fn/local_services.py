@@ -30,6 +30,8 @@ MARIADB_PASSWORD: Final = "dbus"
 PORTS: tuple[tuple[str, str, int], ...] = (
     ("mariadb", "DBUS_MARIADB_PORT", 3306),
     ("mariadb_replica", "DBUS_MARIADB_REPLICA_PORT", 3406),
+    ("mysql", "DBUS_MYSQL_PORT", 3316),
+    ("mysql_replica", "DBUS_MYSQL_REPLICA_PORT", 3416),
     ("zookeeper", "DBUS_ZOOKEEPER_PORT", 2181),
     ("kafka", "DBUS_KAFKA_PORT", 9092),
     ("kafka_controller", "DBUS_KAFKA_CONTROLLER_PORT", 9093),
@@ -177,6 +179,10 @@ class Endpoints:
     mariadb_replica: MariaDBEndpoint
     """A replica of ``mariadb`` (GTID replication), started only when named: a
     primary and a server to fail over to."""
+    mysql: MariaDBEndpoint
+    """MySQL (9.x), started only when named: the same account as MariaDB's."""
+    mysql_replica: MariaDBEndpoint
+    """A replica of ``mysql`` (GTID auto-position), started only when named."""
 
     @property
     def failover_dsn(self) -> str:
@@ -187,17 +193,28 @@ class Endpoints:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["mariadb"]["dsn"] = self.mariadb.dsn
-        data["mariadb_replica"]["dsn"] = self.mariadb_replica.dsn
+        for name in ("mariadb_replica", "mysql", "mysql_replica"):
+            data[name]["dsn"] = getattr(self, name).dsn
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Endpoints:
         mariadb = {k: v for k, v in data["mariadb"].items() if k != "dsn"}
         replica = {k: v for k, v in data.get("mariadb_replica", {}).items() if k != "dsn"}
-        # Written before Prometheus or the replica were services: where they would be now.
+        # Written before Prometheus, the replica or MySQL were services: where they would
+        # be now.
+        later = ("prometheus", "mariadb_replica", "mysql", "mysql_replica")
         configured = (
-            None if replica and "prometheus" in data else Endpoints.from_config(_configured())
+            None if all(name in data for name in later) else Endpoints.from_config(_configured())
         )
+
+        def database(name: str) -> MariaDBEndpoint:
+            if name in data:
+                return MariaDBEndpoint(**{k: v for k, v in data[name].items() if k != "dsn"})
+            assert configured is not None
+            found: MariaDBEndpoint = getattr(configured, name)
+            return found
+
         return cls(
             mariadb=MariaDBEndpoint(**mariadb),
             zookeeper=ZooKeeperEndpoint(**data["zookeeper"]),
@@ -209,6 +226,8 @@ class Endpoints:
             mariadb_replica=MariaDBEndpoint(**replica)
             if configured is None or replica
             else configured.mariadb_replica,
+            mysql=database("mysql"),
+            mysql_replica=database("mysql_replica"),
         )
 
     @classmethod
@@ -223,6 +242,12 @@ class Endpoints:
                 port=ports["mariadb_replica"],
                 user=MARIADB_USER,
                 password=MARIADB_PASSWORD,
+            ),
+            mysql=MariaDBEndpoint(
+                host=host, port=ports["mysql"], user=MARIADB_USER, password=MARIADB_PASSWORD
+            ),
+            mysql_replica=MariaDBEndpoint(
+                host=host, port=ports["mysql_replica"], user=MARIADB_USER, password=MARIADB_PASSWORD
             ),
             zookeeper=ZooKeeperEndpoint(hosts=f"{host}:{ports['zookeeper']}"),
             kafka=KafkaEndpoint(bootstrap_servers=f"{host}:{ports['kafka']}"),

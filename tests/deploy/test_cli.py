@@ -16,12 +16,14 @@ def test_status_lists_every_service_with_state_pid_and_ports(isolated) -> None:
     assert [row.split()[:3] for row in rows] == [
         ["mariadb", "stopped", "-"],
         ["mariadb-replica", "stopped", "-"],
+        ["mysql", "stopped", "-"],
+        ["mysql-replica", "stopped", "-"],
         ["zookeeper", "stopped", "-"],
         ["kafka", "stopped", "-"],
         ["elasticsearch", "stopped", "-"],
         ["prometheus", "stopped", "-"],
     ]
-    kafka = rows[3].split()[3]
+    kafka = rows[5].split()[3]
     assert kafka == f"{config.ports['kafka']},{config.ports['kafka_controller']}"
 
 

@@ -20,6 +20,8 @@ def test_defaults_use_the_usual_ports_and_a_home_for_this_checkout() -> None:
     assert dict(config.ports) == {
         "mariadb": 3306,
         "mariadb_replica": 3406,
+        "mysql": 3316,
+        "mysql_replica": 3416,
         "zookeeper": 2181,
         "kafka": 9092,
         "kafka_controller": 9093,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from e2e_support import Scratch
 from elasticsearch import Elasticsearch
-from support import kafka_events, wait_for
+from support import es_documents, kafka_events, wait_for
 
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.job import start, stop
@@ -110,11 +110,7 @@ def test_inserts_updates_and_deletes_reach_kafka_and_elasticsearch(
     with Elasticsearch(services.elasticsearch.url) as es:
 
         def settled() -> Any:
-            if not es.indices.exists(index=es_index):
-                return None
-            es.indices.refresh(index=es_index)
-            hits = es.search(index=es_index, query={"match_all": {}})["hits"]["hits"]
-            docs = {hit["_id"]: hit["_source"] for hit in hits}
+            docs = es_documents(es, es_index) or {}
             return docs if set(docs) == {"1", "2"} and docs["1"]["price"] == "17.00" else None
 
         docs = _wait_for(settled, 60, "the index to hold rows 1 and 2 only")

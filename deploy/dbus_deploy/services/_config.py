@@ -29,6 +29,8 @@ from dbus_fn.local_services import (
 SERVICE_NAMES: tuple[str, ...] = (
     "mariadb",
     "mariadb-replica",
+    "mysql",
+    "mysql-replica",
     "zookeeper",
     "kafka",
     "elasticsearch",
@@ -37,8 +39,8 @@ SERVICE_NAMES: tuple[str, ...] = (
 """Every service, in start order (stop order is the reverse)."""
 DEFAULT_SERVICES: tuple[str, ...] = ("mariadb", "zookeeper", "kafka", "elasticsearch")
 """What ``up`` starts when no service is named: what dbus itself reads and writes.
-Prometheus, which watches dbus, and the MariaDB replica a failover moves to start
-only when named."""
+Prometheus, which watches dbus, the MariaDB replica a failover moves to, and MySQL
+and its replica start only when named."""
 
 # JVM heaps sized for a small shared machine (2 cores, a few GiB to spare).
 _HEAPS: tuple[tuple[str, str, str], ...] = (

@@ -35,6 +35,7 @@ from dbus_deploy.services._homes import tidy_homes
 from dbus_deploy.services._install import apt_install
 from dbus_deploy.services._kafka import Kafka
 from dbus_deploy.services._mariadb import MariaDB, MariaDBReplica
+from dbus_deploy.services._mysql import MySQL, MySQLReplica
 from dbus_deploy.services._process import (
     last_log_line,
     log_sizes,
@@ -56,6 +57,8 @@ _UNHEALTHY_GRACE = 5.0
 _SERVICES: dict[str, type[Service]] = {
     "mariadb": MariaDB,
     "mariadb-replica": MariaDBReplica,
+    "mysql": MySQL,
+    "mysql-replica": MySQLReplica,
     "zookeeper": ZooKeeper,
     "kafka": Kafka,
     "elasticsearch": Elasticsearch,

@@ -17,9 +17,9 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from pymysqlreplication.constants import FIELD_TYPE
-from pymysqlreplication.json_binary import parse_json
 
 from dbus_fn._zero_dates import zero_date_text
+from dbus_fn.capture._json_binary import json_document
 from dbus_fn.errors import SourceError
 
 __all__ = ["NATIVE", "Reader", "column_reader", "column_width", "declared_reader"]
@@ -181,17 +181,6 @@ def _json_text(length_size: int) -> Reader:
     return read
 
 
-def _plain_json(value: Any) -> Any:
-    """MySQL binary JSON as plain JSON values: keys and strings as str."""
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, dict):
-        return {_plain_json(k): _plain_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain_json(v) for v in value]
-    return value
-
-
 def _json_binary(length_size: int) -> Reader:
     raw = _length_prefixed(length_size)
 
@@ -199,7 +188,7 @@ def _json_binary(length_size: int) -> Reader:
         value, end = raw(data, offset)
         if not value:
             return None, end
-        return _plain_json(parse_json(value[0], value[1:])), end
+        return json_document(value), end
 
     return read
 

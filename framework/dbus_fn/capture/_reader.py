@@ -237,7 +237,7 @@ class BinlogReader:
             return neutral_end(self)
         is_mariadb = self.server_info().is_mariadb
         for _ in range(5):
-            file, pos, gtid = self._master_status()
+            file, pos, gtid = self._binlog_status()
             if not is_mariadb:
                 return BinlogPosition(file, pos, gtid)
             still, gtid = self._gtid_while_ending_at(file, pos)
@@ -250,15 +250,16 @@ class BinlogReader:
         ends there, it is ``@@gtid_binlog_pos`` (see ``_gtid_while_ending_at``); else
         ``BINLOG_GTID_POS``, which scans the file from its start on every call (150 ms
         at 335 MB here)."""
-        if self.server_info().is_mariadb and self._master_status()[:2] == (file, pos):
+        if self.server_info().is_mariadb and self._binlog_status()[:2] == (file, pos):
             still, gtid = self._gtid_while_ending_at(file, pos)
             if still:
                 return gtid
         return self._gtid_at(file, pos)
 
-    def _master_status(self) -> tuple[str, int, str | None]:
+    def _binlog_status(self) -> tuple[str, int, str | None]:
         """Where the binlog ends: file, offset and (MySQL only) the executed GTID set."""
-        rows = self._sql("SHOW MASTER STATUS", doing="SHOW MASTER STATUS")
+        statement = self.server_info().binlog_status_sql
+        rows = self._sql(statement, doing=statement)
         if not rows or not rows[0][0]:
             raise SourceError(
                 f"source {self.spec.name!r} has no binary log; enable log_bin on the server",
@@ -269,12 +270,12 @@ class BinlogReader:
         return str(row[0]), int(row[1]), gtid
 
     def _gtid_while_ending_at(self, file: str, pos: int) -> tuple[bool, str | None]:
-        """``@@gtid_binlog_pos``, and whether SHOW MASTER STATUS still says ``file:pos``
+        """``@@gtid_binlog_pos``, and whether the binlog status still says ``file:pos``
         after it: the caller saw the binlog end there just before, so no commit came
         between and that GTID state is the one at ``file:pos``."""
         rows = self._sql("SELECT @@GLOBAL.gtid_binlog_pos", doing="reading gtid_binlog_pos")
         gtid = str(rows[0][0]) if rows and rows[0][0] else None
-        return self._master_status()[:2] == (file, pos), gtid
+        return self._binlog_status()[:2] == (file, pos), gtid
 
     def _gtid_at(self, file: str, pos: int) -> str | None:
         # NULL when the scan of the file meets an event over max_allowed_packet; the
@@ -308,7 +309,7 @@ class BinlogReader:
     def _check_replica_id(self) -> None:
         info = self.server_info()
         try:
-            rows = self._query("SHOW SLAVE HOSTS")
+            rows = self._query(info.replicas_sql)
             replicas = [{"Server_id": r[0], "Host": r[1]} for r in rows if r and len(r) > 1]
         except pymysql.err.MySQLError:
             # Listing replicas needs REPLICATION MASTER ADMIN on MariaDB; without it the
@@ -409,7 +410,7 @@ class BinlogReader:
             seconds = max(0.0, time.time() - self._last_event_time)
         else:
             seconds = None
-        file, pos, _ = self._master_status()  # this server's, as ``_read_file`` is
+        file, pos, _ = self._binlog_status()  # this server's, as ``_read_file`` is
         master = BinlogPosition(file, pos)
         return CaptureLag(seconds, self.bytes_between(self._read_file, self._read_pos, master))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,8 @@ SETTINGS_QUERY = (
 
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
-    """What capture needs to know about the source server, read once."""
+    """What capture needs to know about the source server, read once: its flavour and
+    version, and every statement that differs between them."""
 
     server_id: int
     version: str
@@ -36,6 +38,36 @@ class ServerInfo:
     def identity(self) -> str:
         """The id that names this server in event ids: uuid on MySQL, server_id on MariaDB."""
         return self.server_uuid or str(self.server_id)
+
+    @property
+    def release(self) -> tuple[int, int, int]:
+        """The version's numbers (``9.7.4-2`` -> ``(9, 7, 4)``; unknown parts 0)."""
+        numbers = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", self.version)
+        if numbers is None:
+            return (0, 0, 0)
+        major, minor, patch = (int(part or 0) for part in numbers.groups())
+        return (major, minor, patch)
+
+    @property
+    def flavour(self) -> str:
+        """``MariaDB`` or ``MySQL``, with the version, as errors name the server."""
+        return f"{'MariaDB' if self.is_mariadb else 'MySQL'} {self.version}"
+
+    @property
+    def binlog_status_sql(self) -> str:
+        """Where the binlog ends: MySQL 8.2 named it ``SHOW BINARY LOG STATUS`` and 8.4
+        removed ``SHOW MASTER STATUS``, which MariaDB keeps."""
+        if not self.is_mariadb and self.release >= (8, 2, 0):
+            return "SHOW BINARY LOG STATUS"
+        return "SHOW MASTER STATUS"
+
+    @property
+    def replicas_sql(self) -> str:
+        """The replicas connected to the server: MySQL 8.0.22 named it ``SHOW
+        REPLICAS`` and 8.4 removed ``SHOW SLAVE HOSTS``, which MariaDB keeps."""
+        if not self.is_mariadb and self.release >= (8, 0, 22):
+            return "SHOW REPLICAS"
+        return "SHOW SLAVE HOSTS"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
     MariadbGtidEvent,
+    NotImplementedEvent,
     QueryEvent,
     RotateEvent,
     XAPrepareEvent,
@@ -25,6 +26,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import (
     DeleteRowsEvent,
+    PartialUpdateRowsEvent,
     TableMapEvent,
     UpdateRowsEvent,
     WriteRowsEvent,
@@ -42,6 +44,7 @@ from dbus_fn.capture._events import (
     DELETE,
     GTID,
     HEARTBEAT,
+    OTHER,
     ROTATE,
     TABLE_MAP,
     UPDATE,
@@ -94,7 +97,19 @@ ONLY_EVENTS = [
     MariadbGtidEvent,
     RotateEvent,
     HeartbeatLogEvent,
+    # Seen only to be refused (``UNREADABLE``): the library would skip them unseen.
+    PartialUpdateRowsEvent,
+    NotImplementedEvent,
 ]
+UNREADABLE = {
+    39: ("a partial JSON update (PARTIAL_UPDATE_ROWS_EVENT)", "binlog_row_value_options=''"),
+    40: ("a compressed transaction (TRANSACTION_PAYLOAD_EVENT)",
+         "binlog_transaction_compression=OFF"),
+}  # fmt: skip
+"""Binlog events (by type code) that hold row changes the capture cannot read yet,
+what each is, and the setting (global, or of the sessions that changed it) that
+makes the server write plain row events instead. Each stops the read where it is:
+skipping it would lose its changes without a word."""
 # Errors that mean the connection went away, not that the request was wrong.
 # An open read asks the server for a heartbeat this often (seconds), so that it ends
 # close to its time when nothing is written.
@@ -217,6 +232,9 @@ class ReadSession:
             "server_id": self.reader.replica_id,
             "blocking": True,
             "only_events": ONLY_EVENTS,
+            # The events it has no class for reach the loop, which refuses the
+            # unreadable ones (``UNREADABLE``) instead of letting them pass unseen.
+            "filter_non_implemented_events": False,
             "slave_heartbeat": heartbeat,
             "report_slave": (self.reader._report_host, "", "", 0),
             "pymysql_wrapper": connect,
@@ -400,6 +418,15 @@ class ReadSession:
                     ):
                         return  # a start by GTID alone can be at or past `stop`
                     continue
+                if kind == OTHER and a.event_type in UNREADABLE:
+                    what, setting = UNREADABLE[a.event_type]
+                    raise SourceError(
+                        f"source {source!r}: the binlog holds {what} at {file}:{end - size}, "
+                        "which dbus cannot read, so the read stops there rather than lose its "
+                        f"changes; set {setting} on the server (and in the sessions that set "
+                        "it), then bootstrap the tables it changed and start after it",
+                        source=source,
+                    )
                 commit = kind == XID or type(a) is XAPrepareEvent
                 if type(a) is QueryEvent:
                     statement = a.query

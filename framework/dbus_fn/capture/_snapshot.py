@@ -3,8 +3,10 @@
 MariaDB's ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` pins both the rows a
 transaction sees and the binlog position they correspond to
 (``binlog_snapshot_file``/``binlog_snapshot_position``), without locking any
-table. Every row of every captured table is read inside that transaction and
-handed out as an insert at the snapshot position; the binlog then continues from
+table; MySQL holds a global read lock for the moment it takes to start the
+transaction and read the binlog's end (``begin_consistent_snapshot``). Every
+row of every captured table is read inside that transaction and handed out as an
+insert at the snapshot position; the binlog then continues from
 exactly that position, so nothing is missed and nothing is read twice.
 
 Values are turned into the forms capture documents (``dbus_fn.columns``), equal
@@ -27,7 +29,6 @@ import pymysql.cursors
 from dbus_fn._zero_dates import DateKind, zero_date_from_select
 from dbus_fn.capture._positions import neutral_boundary
 from dbus_fn.capture._text_rows import read_natively
-from dbus_fn.errors import PositionError
 from dbus_fn.events import (
     BinlogPosition,
     CaptureItem,
@@ -173,17 +174,34 @@ def begin_consistent_snapshot(
     reader: BinlogReader, connection: Any
 ) -> tuple[BinlogPosition, datetime]:
     """Start a consistent-snapshot transaction on ``connection``: what it reads from
-    now on is the tables exactly as of the returned binlog position (and when)."""
+    now on is the tables exactly as of the returned binlog position (and when).
+
+    MariaDB gives the snapshot's binlog position with the snapshot. MySQL does not: a
+    global read lock (``FLUSH TABLES WITH READ LOCK``, which waits for the writes
+    under way) is held from just before the snapshot until its position and GTID set
+    are read, a moment in which no commit can come between them."""
+    info = reader.server_info()
     with connection.cursor() as cursor:
         cursor.execute("SET SESSION time_zone = '+00:00'")
         cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        cursor.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-        status = {str(k).lower(): str(v) for k, v in cursor.fetchall()}
-        file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
-        # At once: the sooner after the snapshot, the likelier no commit came since,
-        # and the GTID is read without scanning the binlog file (``gtid_at``).
-        gtid = reader.gtid_at(file, pos)
+        if info.is_mariadb:
+            cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            cursor.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+            status = {str(k).lower(): str(v) for k, v in cursor.fetchall()}
+            file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+            # At once: the sooner after the snapshot, the likelier no commit came since,
+            # and the GTID is read without scanning the binlog file (``gtid_at``).
+            gtid = reader.gtid_at(file, pos)
+        else:
+            cursor.execute("FLUSH TABLES WITH READ LOCK")
+            try:
+                cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+                cursor.execute(info.binlog_status_sql)
+                (row,) = cursor.fetchall()  # the connection's cursors are unbuffered
+            finally:
+                cursor.execute("UNLOCK TABLES")
+            file, pos = str(row[0]), int(row[1])
+            gtid = str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else None
         cursor.execute("SELECT UTC_TIMESTAMP(6)")
         (now,) = cursor.fetchall()[0]
     if reader.spec.fails_over:  # a source of several servers (``_positions``)
@@ -196,19 +214,11 @@ def read_snapshot(reader: BinlogReader) -> Iterator[CaptureItem]:
 
     The rows are inserts at one position (the snapshot's), in table order; a
     ``TransactionCommit`` at that position ends the snapshot, so a reader that
-    resumes from it misses nothing the snapshot did not hold. No table is
-    locked: MariaDB's consistent snapshot gives rows and position together.
+    resumes from it misses nothing the snapshot did not hold. MariaDB's consistent
+    snapshot gives rows and position together; MySQL's is taken under a global read
+    lock held for a moment (``begin_consistent_snapshot``).
     """
     info = reader.server_info()
-    if not info.is_mariadb:
-        raise PositionError(
-            f"source {reader.spec.name!r}: a snapshot start needs MariaDB's consistent "
-            "snapshot position, which this server does not give; use --from earliest "
-            "or --from latest",
-            source=reader.spec.name,
-            position="snapshot",
-            choices=("earliest", "latest"),
-        )
     tables = snapshot_tables(reader)
     connection = reader._connect(cursorclass=pymysql.cursors.SSCursor)
     try:

@@ -225,7 +225,7 @@ def test_without_flags_the_runtime_reads_the_local_services_that_up_recorded(
     from dbus_deploy.services._endpoints import write_endpoints
 
     monkeypatch.setenv("DBUS_HOME", str(tmp_path))
-    monkeypatch.setenv("DBUS_MARIADB_PORT", "3316")
+    monkeypatch.setenv("DBUS_MARIADB_PORT", "3317")
     monkeypatch.setenv("DBUS_KAFKA_PORT", "9096")
     write_endpoints(load_config(), ["mariadb", "kafka", "elasticsearch"])
     monkeypatch.delenv("DBUS_MARIADB_PORT")  # the shell that ran `up` is gone
@@ -234,7 +234,7 @@ def test_without_flags_the_runtime_reads_the_local_services_that_up_recorded(
         sources=(), deployments=(ORDERS,), kafka=None, elasticsearch=None, checkpoint=None
     )
     (binding,) = config.sources
-    assert (binding.spec.name, binding.spec.dsn) == ("local", "mysql://dbus:dbus@127.0.0.1:3316")
+    assert (binding.spec.name, binding.spec.dsn) == ("local", "mysql://dbus:dbus@127.0.0.1:3317")
     assert config.kafka_bootstrap == "127.0.0.1:9096"
     assert config.elasticsearch_url == "http://127.0.0.1:9200"
     assert config.checkpoint_dir == str(tmp_path / "runtime" / "checkpoint")

@@ -1,0 +1,144 @@
+"""Capture from a real MySQL 9 (``dbus services up mysql``): where its binlog ends, its
+binary JSON with every opaque value as SELECT shows it, a resume, and the row events
+it may write that the capture cannot read yet, which stop the read instead of being
+lost. Each read runs with the native decoder and with mysql-replication's."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from capture_support import commits, execute, read_all, rows
+
+from dbus_fn import BinlogPosition
+from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
+from dbus_fn.errors import SourceError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["native", "python"])
+def mysql_reader(
+    request: pytest.FixtureRequest, mysql_database: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[BinlogReader]:
+    """A reader of every table of the test's MySQL database, with the native decoder
+    or with mysql-replication's (``DBUS_NATIVE_DECODE=0``)."""
+    from dbus_fn.capture._native import SWITCH
+
+    if request.param == "python":
+        monkeypatch.setenv(SWITCH, "0")
+    spec = SourceSpec(name="my", dsn=mysql_database.endpoint.dsn,
+                      tables=(f"{mysql_database.name}.*",))  # fmt: skip
+    reader = BinlogReader(spec, replica_id=replica_id_for(f"test/{uuid.uuid4()}"), heartbeat=0.2)
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+def test_the_binlog_end_comes_from_show_binary_log_status_with_the_gtid_set(
+    mysql_database: Any, mysql_reader: BinlogReader
+) -> None:
+    connection = mysql_database.connect()
+    execute(connection, "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1)")
+    end = mysql_reader.master_position()
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW BINARY LOG STATUS")
+        file, pos, *_rest, executed = cursor.fetchone()
+    assert (end.file, end.pos) == (file, pos)
+    assert end.gtid == executed.replace("\n", "")
+    assert mysql_reader.server_info().flavour.startswith("MySQL 9.")
+
+
+# Each document holds opaque values (a TIME, a DATETIME, a DECIMAL cast into it),
+# which MySQL's binary JSON keeps in their own binary form.
+DOCUMENTS = [
+    "JSON_OBJECT('time_key', CAST('18:54:12' AS TIME), "
+    "'datetime_key', CAST('2023-09-24 18:54:12' AS DATETIME), "
+    "'decimal', CAST('99.99' AS DECIMAL(10,2)))",
+    "JSON_ARRAY(CAST('-838:59:59' AS TIME), CAST('838:59:58.999999' AS TIME(6)), "
+    "CAST('01:02:03.5' AS TIME(1)))",
+    "JSON_OBJECT('d', CAST('2024-02-29' AS DATE), 'min', CAST('1000-01-01' AS DATE), "
+    "'max', CAST('9999-12-31 23:59:59.999999' AS DATETIME(6)))",
+    "JSON_OBJECT('n', CAST('-0.001' AS DECIMAL(10,3)), 'whole', CAST('42' AS DECIMAL(5,0)), "
+    "'big', CAST('12345678901234567890.123456789' AS DECIMAL(40,9)))",
+    "JSON_OBJECT('bytes', CAST(x'00ff01' AS BINARY), 'bits', b'101', 'year', CAST(2024 AS YEAR))",
+    "JSON_OBJECT('nested', JSON_ARRAY(JSON_OBJECT('t', CAST('00:00:00' AS TIME)), 'x', 1.5, "
+    "NULL, TRUE), 'unicode', 'grüße ✓')",
+]
+
+
+def test_json_documents_with_opaque_values_read_as_select_shows_them(
+    mysql_database: Any, mysql_reader: BinlogReader
+) -> None:
+    connection = mysql_database.connect()
+    execute(connection, "CREATE TABLE docs (id INT PRIMARY KEY, j JSON)")
+    start = mysql_reader.master_position()
+    for number, document in enumerate(DOCUMENTS, 1):
+        execute(connection, f"INSERT INTO docs VALUES ({number}, {document})")
+    execute(connection, "UPDATE docs SET j = JSON_ARRAY(CAST('23:59:59' AS TIME)) WHERE id = 1")
+    changes = rows(read_all(mysql_reader, start))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, j FROM docs ORDER BY id")
+        selected = {row_id: json.loads(text) for row_id, text in cursor.fetchall()}
+    inserted = {change.after["id"]: change.after["j"] for change in changes[:-1]}
+    assert inserted.keys() == selected.keys()
+    for row_id in range(2, len(DOCUMENTS) + 1):
+        assert inserted[row_id] == selected[row_id], DOCUMENTS[row_id - 1]
+    update = changes[-1]
+    assert update.before is not None
+    assert update.before["j"] == inserted[1] == {
+        "time_key": "18:54:12.000000", "datetime_key": "2023-09-24 18:54:12.000000",
+        "decimal": 99.99,
+    }  # fmt: skip
+    assert update.after["j"] == selected[1] == ["23:59:59.000000"]
+
+
+def test_a_resume_from_each_commit_yields_exactly_the_items_after_it(
+    mysql_database: Any, mysql_reader: BinlogReader
+) -> None:
+    connection = mysql_database.connect()
+    execute(connection, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+    start = mysql_reader.master_position()
+    execute(connection, "INSERT INTO t VALUES (1, 'a')", "INSERT INTO t VALUES (2, 'b')",
+            "UPDATE t SET v = 'c' WHERE id = 1", "DELETE FROM t WHERE id = 2")  # fmt: skip
+    end = mysql_reader.master_position()
+    everything = read_all(mysql_reader, start, end)
+    assert [(c.op.value, c.row["id"]) for c in rows(everything)] == [
+        ("insert", 1), ("insert", 2), ("update", 1), ("delete", 2)
+    ]  # fmt: skip
+    for commit in commits(everything):
+        index = everything.index(commit)
+        at = BinlogPosition(commit.position.file, commit.position.pos)
+        resumed = read_all(mysql_reader, at, end)
+        assert [repr(item) for item in resumed] == [repr(item) for item in everything[index + 1 :]]
+
+
+@pytest.mark.parametrize(
+    ("setting", "statement", "event"),
+    [
+        ("binlog_row_value_options = 'PARTIAL_JSON'",
+         "UPDATE docs SET j = JSON_SET(j, '$.a', 2) WHERE id = 1", "partial JSON update"),
+        ("binlog_transaction_compression = ON",
+         "INSERT INTO docs VALUES (2, '[]')", "compressed transaction"),
+    ],
+)  # fmt: skip
+def test_a_row_event_the_capture_cannot_read_stops_the_read_where_it_is(
+    mysql_database: Any, mysql_reader: BinlogReader, setting: str, statement: str, event: str
+) -> None:
+    connection = mysql_database.connect()
+    document = json.dumps({"a": 1, "b": "long enough to be kept"})
+    execute(connection, "CREATE TABLE docs (id INT PRIMARY KEY, j JSON)",
+            f"INSERT INTO docs VALUES (1, '{document}')")  # fmt: skip
+    start = mysql_reader.master_position()
+    # A session setting any client may use: the server writes that session's changes so.
+    execute(connection, f"SET SESSION {setting}", statement)
+    with pytest.raises(SourceError, match=event) as stopped:
+        read_all(mysql_reader, start)
+    message = str(stopped.value)
+    assert "\n" not in message
+    assert setting.split(" = ")[0] in message, "it names the setting that avoids it"
+    assert start.file in message, "it names where the read stopped"
