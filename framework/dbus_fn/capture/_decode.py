@@ -58,6 +58,12 @@ class TableDecoder:
     native: Any = None
     """The native decoder of these columns (``_native``); None: Python decodes."""
 
+    def whole(self, present: bytes) -> bool:
+        """Whether a row event's bitmap of the columns it holds names every column: a
+        session with ``binlog_row_image=MINIMAL`` or ``NOBLOB`` logs fewer."""
+        every = (1 << len(self.columns)) - 1
+        return int.from_bytes(present, "little") & every == every
+
     def images(
         self,
         data: bytes,

@@ -362,6 +362,17 @@ class ReadSession:
                     decoder = tables.get(a)
                     if decoder is None:
                         continue
+                    if not decoder.whole(b) or (c is not None and not decoder.whole(c)):
+                        raise SourceError(
+                            f"source {source!r}: the binlog holds row images of "
+                            f"{decoder.database}.{decoder.table} without every column at "
+                            f"{file}:{end - size}, written by a session with "
+                            "binlog_row_image=MINIMAL or NOBLOB; the read stops there rather "
+                            "than deliver partial rows; set binlog_row_image=FULL on the "
+                            "server (and in the sessions that set it), then bootstrap the "
+                            "table and start after it",
+                            source=source,
+                        )
                     position = (
                         neutral_position(txn_total, produced, txn_gtid) if neutral
                         else BinlogPosition(file, end - size, txn_gtid)

@@ -160,3 +160,22 @@ def test_bad_server_ids_are_config_errors(source: SourceSpec) -> None:
     for bad in (0, -1, 2**32, "7", True):
         with pytest.raises(ConfigError, match="server_id"):
             BinlogReader(source, bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("image", ["MINIMAL", "NOBLOB"])
+def test_a_session_logging_partial_row_images_stops_the_read_where_it_is(
+    tables_at: TablesAt, reader: BinlogReader, image: str
+) -> None:
+    # binlog_row_image is a session setting: the server's FULL, checked at the start,
+    # does not hold for a client that sets its own.
+    connection, start = tables_at(
+        "CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10), b BLOB)",
+        "INSERT INTO t VALUES (1, 'a', 'b')",
+    )
+    execute(connection, f"SET SESSION binlog_row_image = '{image}'",
+            "UPDATE t SET a = 'z' WHERE id = 1")  # fmt: skip
+    with pytest.raises(SourceError, match="without every column") as stopped:
+        list(reader.read(start, stop=reader.master_position(), idle_timeout=10))
+    message = str(stopped.value)
+    assert "\n" not in message
+    assert "binlog_row_image=FULL" in message and start.file in message

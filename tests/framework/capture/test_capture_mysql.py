@@ -1,7 +1,8 @@
 """Capture from a real MySQL 9 (``dbus services up mysql``): where its binlog ends, its
 binary JSON with every opaque value as SELECT shows it, a resume, and the row events
-it may write that the capture cannot read yet, which stop the read instead of being
-lost. Each read runs with the native decoder and with mysql-replication's."""
+it may write that the capture cannot read yet (and images without every column),
+which stop the read instead of being lost. Each read runs with the native decoder and
+with mysql-replication's."""
 
 from __future__ import annotations
 
@@ -117,6 +118,34 @@ def test_a_resume_from_each_commit_yields_exactly_the_items_after_it(
         assert [repr(item) for item in resumed] == [repr(item) for item in everything[index + 1 :]]
 
 
+def test_invisible_keys_and_columns_and_instant_column_changes_read_whole(
+    mysql_database: Any, mysql_reader: BinlogReader
+) -> None:
+    connection = mysql_database.connect()
+    start = mysql_reader.master_position()
+    execute(
+        connection,
+        # MySQL makes the key itself (my_row_id, invisible) for a table created without one.
+        "SET SESSION sql_generate_invisible_primary_key = ON",
+        "CREATE TABLE g (a VARCHAR(10), h INT INVISIBLE, v INT AS (h + 1) VIRTUAL, "
+        "s INT AS (h * 2) STORED)",
+        "INSERT INTO g (a, h) VALUES ('x', 1)",
+        "ALTER TABLE g ADD COLUMN n INT DEFAULT 5, ALGORITHM=INSTANT",
+        "UPDATE g SET a = 'y'",
+        "ALTER TABLE g DROP COLUMN n, ALGORITHM=INSTANT",
+        "UPDATE g SET a = 'z'",
+    )
+    changes = rows(read_all(mysql_reader, start))
+    assert [(change.op.value, change.key) for change in changes] == [
+        ("insert", (1,)), ("update", (1,)), ("update", (1,)),
+    ]  # fmt: skip
+    assert changes[1].after == {"my_row_id": 1, "a": "y", "h": 1, "v": 2, "s": 2, "n": 5}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT my_row_id, a, h, v, s FROM g")
+        (selected,) = cursor.fetchall()
+    assert tuple(changes[2].after.values()) == selected
+
+
 @pytest.mark.parametrize(
     ("setting", "statement", "event"),
     [
@@ -124,6 +153,8 @@ def test_a_resume_from_each_commit_yields_exactly_the_items_after_it(
          "UPDATE docs SET j = JSON_SET(j, '$.a', 2) WHERE id = 1", "partial JSON update"),
         ("binlog_transaction_compression = ON",
          "INSERT INTO docs VALUES (2, '[]')", "compressed transaction"),
+        ("binlog_row_image = 'MINIMAL'",
+         "UPDATE docs SET j = '[]' WHERE id = 1", "without every column"),
     ],
 )  # fmt: skip
 def test_a_row_event_the_capture_cannot_read_stops_the_read_where_it_is(
