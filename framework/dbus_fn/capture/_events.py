@@ -15,6 +15,9 @@ and its size in the binlog, then what the kind holds:
 - ``XID``: a transaction's commit;
 - ``OTHER``: ``a`` mysql-replication's event (a statement, an XA prepare...).
 
+A compressed transaction (MySQL's ``TRANSACTION_PAYLOAD_EVENT``) is handed on as the
+events it holds (``payload_events``).
+
 ``native_events`` reads the connection's bytes itself and splits them natively
 (``dbus_native.split_events``) into those tuples, leaving every other event to
 mysql-replication; a one-row transaction's four events cost a fraction of what
@@ -48,6 +51,7 @@ from pymysqlreplication.row_event import (
 
 from dbus_fn._native import native
 from dbus_fn.capture._native import SWITCH
+from dbus_fn.errors import SourceError
 
 OTHER, HEARTBEAT, ROTATE, TABLE_MAP, WRITE, UPDATE, DELETE, GTID, XID, ERROR, END = range(11)
 """The kinds of event (``ERROR`` and ``END`` stay in this module)."""
@@ -108,28 +112,36 @@ def library_events(stream: Any) -> Iterator[Event]:
     It skips a table map whose id it has read already (``freeze_schema``) and
     forgets them at each rotation, as the read loop forgets its tables."""
     while True:
-        yield _fetched(stream)
+        event = _fetched(stream)
+        if event[0] == OTHER and event[4].event_type == PAYLOAD:
+            yield from payload_events(stream, event[4])
+        else:
+            yield event
 
 
-def _library_event(stream: Any, payload: bytes) -> Any | None:
+def _library_event(stream: Any, payload: bytes, checksum: bool | None = None) -> Any | None:
     """mysql-replication's event of one packet's ``payload``, with what its own read
     does on the way (a format description's post-header lengths, a table's map);
-    None for an event it would not hand out."""
+    None for an event it would not hand out. ``checksum``: whether the event ends
+    with one (None: as the connection's events do)."""
+    settings = [
+        _private(stream, name)
+        for name in (
+            "use_checksum", "allowed_events_in_packet", "only_tables", "ignored_tables",
+            "only_schemas", "ignored_schemas", "freeze_schema", "ignore_decode_errors",
+            "verify_checksum", "optional_meta_data", "enable_logging",
+            "use_column_name_cache", "post_header_lengths",
+        )
+    ]  # fmt: skip
+    if checksum is not None:
+        settings[0] = checksum
     wrapped = BinLogPacketWrapper(
         MysqlPacket(payload, stream._stream_connection.encoding),
         stream.table_map,
         stream._ctl_connection,
         stream.mysql_version,
-        *(
-            _private(stream, name)
-            for name in (
-                "use_checksum", "allowed_events_in_packet", "only_tables", "ignored_tables",
-                "only_schemas", "ignored_schemas", "freeze_schema", "ignore_decode_errors",
-                "verify_checksum", "optional_meta_data", "enable_logging",
-                "use_column_name_cache", "post_header_lengths",
-            )
-        ),
-    )  # fmt: skip
+        *settings,
+    )
     event = wrapped.event
     if event is None:
         return None
@@ -188,6 +200,9 @@ def native_events(
                 other = _library_event(stream, event[1])
                 if other is None:
                     continue
+                if other.event_type == PAYLOAD:
+                    yield from payload_events(stream, other)
+                    continue
                 event = as_tuple(other)
             elif kind == ERROR:
                 pymysql.err.raise_mysql_exception(event[1])
@@ -196,6 +211,62 @@ def native_events(
             elif kind == ROTATE and event[1]:
                 stream.table_map.clear()
             yield event
+
+
+PAYLOAD = 40
+"""MySQL's ``TRANSACTION_PAYLOAD_EVENT``: a transaction's events, compressed
+(``binlog_transaction_compression``)."""
+_PAYLOAD_FIELDS_END, _COMPRESSION = 0, 2
+_ZSTD, _NONE = 0, 255
+
+
+def _field_number(data: bytes, offset: int) -> tuple[int, int]:
+    """A length-encoded integer of the payload's header, and where it ends."""
+    first = data[offset]
+    if first < 251:
+        return first, offset + 1
+    width = {252: 2, 253: 3, 254: 8}[first]
+    return int.from_bytes(data[offset + 1 : offset + 1 + width], "little"), offset + 1 + width
+
+
+def payload_events(stream: Any, event: Any) -> Iterator[Event]:
+    """The events a compressed transaction holds, as the read loop's tuples: each
+    ends where the payload ends (inside it, MySQL gives them no position of their
+    own), so the transaction's commit is a boundary a read may resume from."""
+    raw = event.packet.packet.get_all_data()  # its OK byte, header, body, checksum
+    checksum = bool(_private(stream, "use_checksum"))
+    body = raw[20 : len(raw) - 4 if checksum else len(raw)]
+    fields: dict[int, int] = {}
+    offset = 0
+    while True:
+        kind, offset = _field_number(body, offset)
+        if kind == _PAYLOAD_FIELDS_END:
+            break
+        length, offset = _field_number(body, offset)
+        fields[kind] = _field_number(body, offset)[0]
+        offset += length
+    compression = fields.get(_COMPRESSION, _ZSTD)
+    if compression == _ZSTD:
+        import zstandard  # only a server that compresses needs it
+
+        data = zstandard.ZstdDecompressor().decompressobj().decompress(body[offset:])
+    elif compression == _NONE:
+        data = body[offset:]
+    else:
+        raise SourceError(
+            f"the binlog holds a compressed transaction ending at {event.packet.log_pos} in "
+            f"a compression dbus does not know (type {compression}); set "
+            "binlog_transaction_compression=OFF on the server, or read it with a newer dbus"
+        )
+    end = event.packet.log_pos.to_bytes(4, "little")
+    at = 0
+    while at < len(data):
+        size = int.from_bytes(data[at + 9 : at + 13], "little")
+        inner = b"\0" + data[at : at + 13] + end + data[at + 17 : at + size]
+        at += size
+        found = _library_event(stream, inner, checksum=False)
+        if found is not None:
+            yield as_tuple(found)
 
 
 def events(stream: Any, tables: MutableMapping[int, Any]) -> Iterator[Event]:

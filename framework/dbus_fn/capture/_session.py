@@ -103,9 +103,7 @@ ONLY_EVENTS = [
 ]
 UNREADABLE = {
     39: ("a partial JSON update (PARTIAL_UPDATE_ROWS_EVENT)", "binlog_row_value_options=''"),
-    40: ("a compressed transaction (TRANSACTION_PAYLOAD_EVENT)",
-         "binlog_transaction_compression=OFF"),
-}  # fmt: skip
+}
 """Binlog events (by type code) that hold row changes the capture cannot read yet,
 what each is, and the setting (global, or of the sessions that changed it) that
 makes the server write plain row events instead. Each stops the read where it is:

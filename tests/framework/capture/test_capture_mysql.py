@@ -1,8 +1,8 @@
 """Capture from a real MySQL 9 (``dbus services up mysql``): where its binlog ends, its
-binary JSON with every opaque value as SELECT shows it, a resume, and the row events
-it may write that the capture cannot read yet (and images without every column),
-which stop the read instead of being lost. Each read runs with the native decoder and
-with mysql-replication's."""
+binary JSON with every opaque value as SELECT shows it, a resume, compressed
+transactions, and the row events it may write that the capture cannot read yet (and
+images without every column), which stop the read instead of being lost. Each read
+runs with the native decoder and with mysql-replication's."""
 
 from __future__ import annotations
 
@@ -146,13 +146,54 @@ def test_invisible_keys_and_columns_and_instant_column_changes_read_whole(
     assert tuple(changes[2].after.values()) == selected
 
 
+def test_compressed_transactions_read_as_the_same_changes_uncompressed(
+    mysql_database: Any, mysql_reader: BinlogReader
+) -> None:
+    connection = mysql_database.connect()
+    execute(connection, "CREATE TABLE a (id INT PRIMARY KEY, v TEXT)",
+            "CREATE TABLE b (id INT PRIMARY KEY, j JSON)")  # fmt: skip
+    start = mysql_reader.master_position()
+    # A session setting any client may use: each of its transactions is one payload event.
+    execute(
+        connection,
+        "SET SESSION binlog_transaction_compression = ON",
+        "BEGIN",
+        "INSERT INTO a VALUES (1, REPEAT('x', 50000)), (2, 'y')",
+        "UPDATE a SET v = 'z' WHERE id = 2",
+        "COMMIT",
+        "INSERT INTO b VALUES (1, JSON_OBJECT('t', CAST('01:02:03' AS TIME)))",
+        "DELETE FROM a WHERE id = 1",
+        "SET SESSION binlog_transaction_compression = OFF",
+        "INSERT INTO a VALUES (3, 'plain')",
+    )
+    end = mysql_reader.master_position()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SHOW BINLOG EVENTS IN '{start.file}' FROM {start.pos}")
+        kinds = [row[2] for row in cursor.fetchall()]
+    assert kinds.count("Transaction_payload") == 3
+    items = read_all(mysql_reader, start, end)
+    changes = rows(items)
+    assert [(c.table, c.op.value, c.row["id"]) for c in changes] == [
+        ("a", "insert", 1), ("a", "insert", 2), ("a", "update", 2), ("b", "insert", 1),
+        ("a", "delete", 1), ("a", "insert", 3),
+    ]  # fmt: skip
+    assert changes[0].after == {"id": 1, "v": "x" * 50000}
+    assert changes[2].before == {"id": 2, "v": "y"} and changes[2].after == {"id": 2, "v": "z"}
+    assert changes[3].after == {"id": 1, "j": {"t": "01:02:03.000000"}}
+    assert [c.rows for c in commits(items) if c.rows] == [3, 1, 1, 1]
+    # Each commit is a place to resume from, the compressed ones too.
+    for commit in commits(items):
+        index = items.index(commit)
+        at = BinlogPosition(commit.position.file, commit.position.pos)
+        resumed = read_all(mysql_reader, at, end)
+        assert [repr(item) for item in resumed] == [repr(item) for item in items[index + 1 :]]
+
+
 @pytest.mark.parametrize(
     ("setting", "statement", "event"),
     [
         ("binlog_row_value_options = 'PARTIAL_JSON'",
          "UPDATE docs SET j = JSON_SET(j, '$.a', 2) WHERE id = 1", "partial JSON update"),
-        ("binlog_transaction_compression = ON",
-         "INSERT INTO docs VALUES (2, '[]')", "compressed transaction"),
         ("binlog_row_image = 'MINIMAL'",
          "UPDATE docs SET j = '[]' WHERE id = 1", "without every column"),
     ],
