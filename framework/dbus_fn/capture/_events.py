@@ -11,7 +11,9 @@ and its size in the binlog, then what the kind holds:
   definition until the server restarts, so a map seen once is not read again);
 - ``WRITE``, ``UPDATE``, ``DELETE``: ``a`` the table id, ``b`` the columns present,
   ``c`` the columns present after (``UPDATE``), ``d`` the rows' images;
-- ``GTID``: ``a`` the transaction's GTID;
+- ``GTID``: ``a`` the transaction's GTID (MySQL's tagged ones included);
+- ``PREVIOUS``: ``a`` the ``GtidSet`` executed before this binlog file (MySQL's
+  ``PREVIOUS_GTIDS_LOG_EVENT``, at each file's start);
 - ``XID``: a transaction's commit;
 - ``OTHER``: ``a`` mysql-replication's event (a statement, an XA prepare...).
 
@@ -38,6 +40,7 @@ from pymysqlreplication.event import (
     GtidEvent,
     HeartbeatLogEvent,
     MariadbGtidEvent,
+    NotImplementedEvent,
     RotateEvent,
     XidEvent,
 )
@@ -50,11 +53,23 @@ from pymysqlreplication.row_event import (
 )
 
 from dbus_fn._native import native
+from dbus_fn.capture._gtid_sets import GtidSet, tagged_gtid
 from dbus_fn.capture._native import SWITCH
 from dbus_fn.errors import SourceError
 
 OTHER, HEARTBEAT, ROTATE, TABLE_MAP, WRITE, UPDATE, DELETE, GTID, XID, ERROR, END = range(11)
 """The kinds of event (``ERROR`` and ``END`` stay in this module)."""
+PREVIOUS = 11
+"""The kind of a ``PREVIOUS_GTIDS`` event (never split natively: it is read here)."""
+
+PREVIOUS_GTIDS, TAGGED_GTID = 35, 42
+"""MySQL's event types read here from their bytes: mysql-replication reads only the
+untagged form of the first and does not know the second (MySQL 8.3+)."""
+_BODY = 20
+"""Where an event's body starts in its packet: the OK byte, then the 19-byte header."""
+# The library's reader of PREVIOUS_GTIDS fails on the tagged form; as an event it
+# does not know, its bytes reach ``as_tuple`` whole.
+BinLogPacketWrapper._BinLogPacketWrapper__event_map[PREVIOUS_GTIDS] = NotImplementedEvent
 
 Event = tuple[Any, ...]
 
@@ -92,6 +107,11 @@ def as_tuple(event: Any) -> Event:
         return (GTID, *head, event.gtid, None, None, None)
     if kind is XidEvent:
         return (XID, *head, None, None, None, None)
+    if kind is NotImplementedEvent and event.event_type in (PREVIOUS_GTIDS, TAGGED_GTID):
+        body = packet.packet.get_all_data()[_BODY:]  # what follows is read past
+        if event.event_type == PREVIOUS_GTIDS:
+            return (PREVIOUS, *head, GtidSet.decode(body), None, None, None)
+        return (GTID, *head, tagged_gtid(body), None, None, None)
     return (OTHER, *head, event, None, None, None)
 
 
@@ -284,6 +304,7 @@ __all__ = [
     "GTID",
     "HEARTBEAT",
     "OTHER",
+    "PREVIOUS",
     "ROTATE",
     "TABLE_MAP",
     "UPDATE",

@@ -2,19 +2,18 @@
 
 A DSN may list the servers of one replication topology (``_dsn``). A reader reads
 one of them; when it goes away or stops being a primary (``@@read_only`` turned
-on), the reader moves to the next server that answers and resumes after the GTID
-state of its last committed transaction: binlog files and offsets name places in
-one server's binlog only, so a source of several servers always resumes by GTID.
+on), the reader moves to the next server that answers and resumes after the GTIDs
+of its last committed transaction (MariaDB's GTID state, MySQL's executed set):
+binlog files and offsets name places in one server's binlog only, so a source of
+several servers always resumes by GTID.
 
 A server is chosen only when its binlog holds every transaction the reader has
-committed: a writable server before a read-only one, else in the DSN's order. A
+committed (MariaDB: ``@@gtid_binlog_state``; MySQL: ``@@gtid_executed`` holds the
+reader's whole set): a writable server before a read-only one, else in the DSN's order. A
 server behind the reader may still be applying its relay log, so the choice is
 asked again with the reader's backoff; past ``reconnect_for`` the reader raises
 ``failover_error``, which names the missing transactions and the ways on. Nothing
-is ever skipped silently.
-
-MariaDB only: MySQL GTID sets are not read back here, and a source of several
-servers on MySQL is refused.
+is ever skipped silently. The servers of one source are all MariaDB or all MySQL.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING
 import pymysql
 
 from dbus_fn.capture._dsn import ConnectionSettings
+from dbus_fn.capture._gtid_sets import GtidSet, looks_like_set
 from dbus_fn.capture._positions import (
     MariadbGtid,
     neutral_boundary,
@@ -56,12 +56,14 @@ class Probe:
     binlog_state: dict[tuple[int, int], int]
     """``@@gtid_binlog_state``: per (domain, server_id), the last sequence number logged."""
     is_mariadb: bool
+    executed: GtidSet
+    """MySQL's ``@@gtid_executed`` (empty on MariaDB)."""
 
 
 class NoServerReady(Exception):
     """No server of the source can take the read now (none answers, or each is behind)."""
 
-    def __init__(self, why: str, behind: list[tuple[Probe, list[MariadbGtid]]]) -> None:
+    def __init__(self, why: str, behind: list[tuple[Probe, str]]) -> None:
         super().__init__(why)
         self.behind = behind
 
@@ -79,14 +81,15 @@ def probe(reader: BinlogReader, index: int) -> Probe:
             cursor.execute("SELECT @@GLOBAL.read_only, @@version")
             read_only, version = cursor.fetchone()
             is_mariadb = "mariadb" in str(version).lower()
-            state = ""
-            if is_mariadb:
-                cursor.execute("SELECT @@GLOBAL.gtid_binlog_state")
-                state = str(cursor.fetchone()[0] or "")
+            variable = "gtid_binlog_state" if is_mariadb else "gtid_executed"
+            cursor.execute(f"SELECT @@GLOBAL.{variable}")
+            state = str(cursor.fetchone()[0] or "")
     finally:
         with contextlib.suppress(Exception):
             connection.close()
-    return Probe(index, settings, not int(read_only), binlog_state(state), is_mariadb)
+    if is_mariadb:
+        return Probe(index, settings, not int(read_only), binlog_state(state), True, GtidSet())
+    return Probe(index, settings, not int(read_only), {}, False, GtidSet.parse(state))
 
 
 def binlog_state(text: str) -> dict[tuple[int, int], int]:
@@ -132,21 +135,31 @@ def choose(reader: BinlogReader, committed: BinlogPosition | None) -> Probe:
             failures.append(f"{servers[index].address}: {error_text(exc)}")
     if not answered:
         raise NoServerReady("no server answers (" + "; ".join(failures) + ")", [])
-    if not all(p.is_mariadb for p in answered):
+    if len({p.is_mariadb for p in answered}) > 1:
         raise ConfigError(
-            f"source {reader.spec.name!r} lists several servers, and following a failover "
-            "by GTID is supported on MariaDB only; list one MySQL server",
+            f"source {reader.spec.name!r} lists MariaDB and MySQL servers, whose GTIDs "
+            "cannot follow one another; list the servers of one replication topology",
             setting="dsn",
         )
-    state = parse_gtid_state(committed.gtid) if committed is not None else {}
-    behind: list[tuple[Probe, list[MariadbGtid]]] = []
+    gtids = committed.gtid if committed is not None else None
+    behind: list[tuple[Probe, str]] = []
     for found in sorted(answered, key=lambda p: not p.writable):  # stable: order kept
-        lacking = missing(state, found.binlog_state)
+        lacking = lacks(gtids, found)
         if not lacking:
             return found
         behind.append((found, lacking))
-    lacks = ", ".join(f"{p.settings.address} lacks {gtids[0]}" for p, gtids in behind)
-    raise NoServerReady(f"every server that answers is behind ({lacks})", behind)
+    lacks_text = ", ".join(f"{p.settings.address} lacks {what}" for p, what in behind)
+    raise NoServerReady(f"every server that answers is behind ({lacks_text})", behind)
+
+
+def lacks(gtids: str | None, found: Probe) -> str:
+    """What of the reader's committed GTIDs the server ``found`` lacks ('' if none)."""
+    if not gtids:
+        return ""
+    if looks_like_set(gtids):
+        return str(GtidSet.parse(gtids).minus(found.executed))
+    lacking = missing(parse_gtid_state(gtids), found.binlog_state)
+    return str(lacking[0]) if lacking else ""
 
 
 def follow(
@@ -201,7 +214,8 @@ def by_gtid(reader: BinlogReader, position: BinlogPosition) -> BinlogPosition:
     if not position.gtid:
         raise PositionError(
             f"source {reader.spec.name!r} lists several servers and resumes by GTID, but "
-            f"position {position} has none; start from a GTID state (0-1-14), "
+            f"position {position} has none; start from a GTID state (0-1-14) or set "
+            "(uuid:1-100), "
             "--from latest or --from snapshot",
             source=reader.spec.name,
             position=str(position),
@@ -217,12 +231,13 @@ def neutral_end(reader: BinlogReader) -> BinlogPosition:
     why = ""
     for _ in range(len(reader.spec.servers) + 1):
         try:
-            rows = reader._sql("SELECT @@GLOBAL.gtid_binlog_pos, @@GLOBAL.read_only",
+            variable = "gtid_binlog_pos" if reader.server_info().is_mariadb else "gtid_executed"
+            rows = reader._sql(f"SELECT @@GLOBAL.{variable}, @@GLOBAL.read_only",
                                doing="reading the GTID state")  # fmt: skip
         except SourceUnreachableError as exc:
             why = str(exc)
         else:
-            state = str(rows[0][0]) if rows and rows[0][0] else None
+            state = str(rows[0][0]).replace("\n", "") if rows and rows[0][0] else None
             moved = better_server(reader, BinlogPosition("", 0, state)) if int(rows[0][1]) else None
             if moved is None:
                 return neutral_boundary(state)

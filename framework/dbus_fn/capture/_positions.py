@@ -2,7 +2,11 @@
 
 MariaDB GTIDs are ``domain-server-seq``; a server's position is a *state*, one
 GTID per replication domain (``0-1-14,1-2-3``), as in ``@@gtid_binlog_pos``.
-MySQL GTIDs are ``uuid:n``; they are parsed and carried, not used to resume.
+MySQL GTIDs are ``uuid:n`` (``uuid:tag:n`` since 8.3); a MySQL server's position is
+the *set* of every GTID it executed (``_gtid_sets``), as in ``@@gtid_executed``.
+A transaction boundary's position carries its server's kind of either; a row
+change's carries its transaction's own GTID. ``StreamGtids`` keeps one as a read
+passes transactions.
 
 A source of several servers (``_failover``) hands out *server-neutral* positions:
 file and offset name one server's binlog only, and its reads move between
@@ -10,6 +14,8 @@ servers. Such a position's file is ``gtid.N``, N the transaction's place in the
 replication stream (the sum of its GTID state's sequence numbers, one more with
 each transaction on any server); its offset is the change's place inside the
 transaction (rows handed out before it), or ``TRANSACTION_END`` at a boundary.
+(On MySQL, N is the number of transactions in the executed set: also one more
+with each transaction on any server.)
 ``coordinates`` orders them like any other; the GTID is carried as always.
 """
 
@@ -18,13 +24,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from dbus_fn.capture._gtid_sets import GtidSet, looks_like_set, parse_mysql_gtid
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
 
 _MARIADB = re.compile(r"^(\d+)-(\d+)-(\d+)$")
-_MYSQL = re.compile(
-    r"^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}):(\d+)$"
-)
 _FILE = re.compile(r"^(.*?)(\d+)$")
 
 
@@ -42,20 +46,25 @@ class MariadbGtid:
 class MysqlGtid:
     uuid: str
     number: int
+    tag: str = ""
 
     def __str__(self) -> str:
-        return f"{self.uuid}:{self.number}"
+        return f"{self.uuid}:{self.tag}:{self.number}" if self.tag else f"{self.uuid}:{self.number}"
 
 
 def parse_gtid(text: str) -> MariadbGtid | MysqlGtid:
-    """One GTID, MariaDB ``0-1-42`` or MySQL ``3e11fa47-...:23``."""
+    """One GTID, MariaDB ``0-1-42`` or MySQL ``3e11fa47-...:23`` (``uuid:tag:23``)."""
     value = text.strip()
     match = _MARIADB.match(value)
     if match:
         return MariadbGtid(*(int(g) for g in match.groups()))
-    match = _MYSQL.match(value)
-    if match:
-        return MysqlGtid(match.group(1).lower(), int(match.group(2)))
+    if looks_like_set(value):
+        try:
+            (uuid, tag), number = parse_mysql_gtid(value)
+        except ConfigError:
+            pass
+        else:
+            return MysqlGtid(uuid, number, tag)
     raise ConfigError(
         f"invalid GTID {text!r}: expected MariaDB domain-server-seq (0-1-42) "
         "or MySQL uuid:n (3e11fa47-71ca-11e1-9e33-c80aa9429562:23)",
@@ -108,6 +117,80 @@ def gtid_total(state: dict[int, MariadbGtid]) -> int:
     return sum(gtid.sequence for gtid in state.values())
 
 
+def state_total(text: str | None) -> int:
+    """The place in the replication stream of a position's GTIDs: a MariaDB state's
+    sequence numbers' sum, or how many transactions a MySQL set holds."""
+    if looks_like_set(text):
+        return len(GtidSet.parse(text))
+    return gtid_total(parse_gtid_state(text))
+
+
+def check_gtids(text: str) -> None:
+    """Raise ``ConfigError`` unless ``text`` is a MariaDB GTID state or a MySQL GTID set."""
+    if looks_like_set(text):
+        GtidSet.parse(text)
+    else:
+        parse_gtid_state(text)
+
+
+class StreamGtids:
+    """The GTIDs a read has passed, in the form its boundary positions carry:
+    MariaDB's state (the last GTID of each domain) or MySQL's executed set.
+
+    A MySQL set is known only from a start that carries one or from the
+    ``PREVIOUS_GTIDS`` event that opens each binlog file (``learn``); until then a
+    boundary carries no GTIDs rather than a set missing what came before.
+    """
+
+    __slots__ = ("_mysql", "_set", "_state")
+
+    def __init__(self, text: str | None, *, mysql: bool) -> None:
+        self._mysql = mysql
+        self._state: dict[int, MariadbGtid] = {} if mysql else parse_gtid_state(text)
+        self._set: GtidSet | None = GtidSet.parse(text) if mysql and text else None
+
+    def learn(self, executed: GtidSet) -> None:
+        """A binlog file's ``PREVIOUS_GTIDS``: the set before it, when none is known."""
+        if self._mysql and self._set is None:
+            self._set = executed.copy()
+
+    def commit(self, gtid: str | None) -> None:
+        """A transaction of GTID ``gtid`` committed."""
+        if gtid is None:
+            return
+        if self._mysql:
+            if self._set is not None:
+                self._set.add_gtid(gtid)
+            return
+        found = parse_gtid(gtid)
+        assert isinstance(found, MariadbGtid)  # a MariaDB server's event
+        self._state[found.domain] = found
+
+    def text(self) -> str | None:
+        """The GTIDs a boundary here carries (None: not known)."""
+        if self._mysql:
+            return str(self._set) if self._set else None
+        return format_gtid_state(self._state)
+
+    def total(self) -> int:
+        """This boundary's place in the replication stream (``state_total``)."""
+        if self._mysql:
+            return len(self._set) if self._set is not None else 0
+        return gtid_total(self._state)
+
+    def total_with(self, gtid: str | None) -> int:
+        """The place in the stream of the transaction ``gtid``, next after this one."""
+        total = self.total()
+        if gtid is None:
+            return total
+        if self._mysql:
+            return total if self._set is not None and gtid in self._set else total + 1
+        found = parse_gtid(gtid)
+        assert isinstance(found, MariadbGtid)
+        before = self._state.get(found.domain)
+        return total - (before.sequence if before is not None else 0) + found.sequence
+
+
 def neutral_position(total: int, pos: int, gtid: str | None) -> BinlogPosition:
     """A server-neutral position of a change (module docstring): its transaction's
     place ``total`` in the stream and its place ``pos`` inside the transaction."""
@@ -116,8 +199,7 @@ def neutral_position(total: int, pos: int, gtid: str | None) -> BinlogPosition:
 
 def neutral_boundary(gtid_state: str | None) -> BinlogPosition:
     """The server-neutral position of a transaction boundary, from its GTID state."""
-    total = gtid_total(parse_gtid_state(gtid_state))
-    return BinlogPosition(f"{NEUTRAL_FILE}{total}", TRANSACTION_END, gtid_state)
+    return BinlogPosition(f"{NEUTRAL_FILE}{state_total(gtid_state)}", TRANSACTION_END, gtid_state)
 
 
 def is_neutral(position: BinlogPosition) -> bool:
@@ -155,15 +237,23 @@ def position_from_json(data: dict[str, object]) -> BinlogPosition:
 
 
 def parse_position(text: str) -> BinlogPosition:
-    """``binlog.000001:1234``, ``binlog.000001:1234@0-1-14`` or a GTID state ``0-1-14``.
+    """``binlog.000001:1234``, ``binlog.000001:1234@0-1-14``, a MariaDB GTID state
+    ``0-1-14`` or a MySQL GTID set ``3e11fa47-...:1-100``.
 
-    A bare GTID state resumes by GTID (MariaDB); the file is then empty.
+    A bare GTID state or set resumes by GTID; the file is then empty.
     """
     value = text.strip()
     gtid: str | None = None
     if "@" in value:
         value, gtid = value.split("@", 1)
-        parse_gtid_state(gtid)
+        check_gtids(gtid)
+    elif looks_like_set(value):
+        canonical = str(GtidSet.parse(value))
+        if not canonical:
+            raise ConfigError(
+                f"invalid position {text!r}: the GTID set is empty", setting="position"
+            )
+        return BinlogPosition("", 0, canonical)
     elif value and ":" not in value:
         parse_gtid_state(value)
         return BinlogPosition("", 0, value)
@@ -171,7 +261,8 @@ def parse_position(text: str) -> BinlogPosition:
     if not sep or not file or not pos.isdigit():
         raise ConfigError(
             f"invalid position {text!r}: write file:pos (binlog.000001:1234), "
-            "file:pos@gtid, or a MariaDB GTID state (0-1-14)",
+            "file:pos@gtid, a MariaDB GTID state (0-1-14) or a MySQL GTID set "
+            "(3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100)",
             setting="position",
         )
     return BinlogPosition(file, int(pos), gtid)

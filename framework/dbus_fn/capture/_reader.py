@@ -7,8 +7,9 @@ usually driven:
   (``is_mariadb=False``): with ``is_mariadb=True`` mysql-replication 1.0.17
   ignores ``log_file``/``log_pos`` and replays the binlog from its first file.
   MariaDB GTID events are still parsed either way.
-* Resuming by GTID alone sends a corrected MariaDB dump request: the library's
-  declares its length one byte short, so the server misreads it and starts over.
+* Resuming by GTID alone sends dbus's own dump request: on MariaDB the library's
+  declares its length one byte short, so the server misreads it and starts over;
+  on MySQL it cannot send a set with tagged GTIDs (``_gtid_sets``).
 * Reconnecting is ours, not the library's: it reconnects silently, at once and
   forever, from the last event read, which can be mid-transaction. We reconnect
   with backoff from the last committed transaction and skip the items of the
@@ -23,6 +24,7 @@ the snapshot start ``_snapshot``, and what is known of the server ``_server``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import random
 import re
@@ -47,6 +49,7 @@ from dbus_fn.capture._failover import (
     follow_start,
     neutral_end,
 )
+from dbus_fn.capture._gtid_sets import GtidSet
 from dbus_fn.capture._positions import coordinates, neutral_boundary
 from dbus_fn.capture._replica_id import REPORT_PREFIX, check_replica_id, validate_replica_id
 from dbus_fn.capture._server import (
@@ -76,6 +79,11 @@ from dbus_fn.events import (
 
 log = logging.getLogger("dbus_fn.capture")
 
+LOG_STATUS_REFUSED = frozenset({1142, 1146, 1227})
+"""``performance_schema.log_status`` refused: no SELECT on it, no such table, or no
+``BACKUP_ADMIN``."""
+GTID_SCAN_PAGE = 5000
+"""Events asked of ``SHOW BINLOG EVENTS`` at a time while finding a MySQL position's set."""
 _JSON_VALID_CHECK = re.compile(r"^json_valid\(`((?:[^`]|``)+)`\)$", re.I)
 
 
@@ -112,6 +120,7 @@ class BinlogReader:
         self._control: Any = None
         self._lock = threading.RLock()
         self._server: ServerInfo | None = None
+        self._log_status_denied = False
         self._checked = False
         self._connected_once = False
         self._decoders: dict[bytes, TableDecoder] = {}
@@ -156,6 +165,7 @@ class BinlogReader:
         self._close_control()
         self.server_index = index
         self._server = None
+        self._log_status_denied = False
         self._checked = False
         self._decoders.clear()  # table ids name table maps of one server's binlog
         self._read_file, self._read_pos = None, 0
@@ -236,10 +246,20 @@ class BinlogReader:
         if self.spec.fails_over:
             return neutral_end(self)
         is_mariadb = self.server_info().is_mariadb
+        if not is_mariadb:
+            consistent = self._log_status()
+            if consistent is not None:
+                return consistent
         for _ in range(5):
             file, pos, gtid = self._binlog_status()
             if not is_mariadb:
-                return BinlogPosition(file, pos, gtid)
+                # The status reads its offset and its set one after the other, and a
+                # commit's GTID joins the set a moment after its bytes join the
+                # binlog: the set can be a transaction behind or ahead of the offset.
+                # The same status twice narrows that (``_log_status`` closes it).
+                if self._binlog_status() == (file, pos, gtid):
+                    return BinlogPosition(file, pos, gtid)
+                continue
             still, gtid = self._gtid_while_ending_at(file, pos)
             if still:
                 return BinlogPosition(file, pos, gtid)
@@ -269,6 +289,35 @@ class BinlogReader:
         gtid = str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else None
         return str(row[0]), int(row[1]), gtid
 
+    def _log_status(self) -> BinlogPosition | None:
+        """MySQL's binlog end and its executed set as one consistent pair, from
+        ``performance_schema.log_status`` (the server holds commits while it fills the
+        row); None when the account lacks ``BACKUP_ADMIN`` (asked once) or the server
+        has no such table (before 8.0.14)."""
+        if self._log_status_denied:
+            return None
+        try:
+            rows = self._query("SELECT LOCAL FROM performance_schema.log_status")
+        except pymysql.err.MySQLError as exc:
+            if error_code(exc) not in LOG_STATUS_REFUSED:
+                raise self._translate(exc, doing="reading performance_schema.log_status") from None
+            log.info("source %s: performance_schema.log_status is refused (%s); the binlog "
+                     "status gives its GTID set, exact only between commits: grant "
+                     "BACKUP_ADMIN", self.spec.name, error_text(exc))  # fmt: skip
+            self._log_status_denied = True
+            return None
+        except OSError as exc:
+            raise self._unreachable(exc) from None
+        local = json.loads(rows[0][0]) if rows and rows[0][0] else {}
+        if not local.get("binary_log_file"):
+            raise SourceError(
+                f"source {self.spec.name!r} has no binary log; enable log_bin on the server",
+                source=self.spec.name,
+            )
+        gtid = str(local.get("gtid_executed") or "").replace("\n", "") or None
+        file, pos = str(local["binary_log_file"]), int(local["binary_log_position"])
+        return BinlogPosition(file, pos, gtid)
+
     def _gtid_while_ending_at(self, file: str, pos: int) -> tuple[bool, str | None]:
         """``@@gtid_binlog_pos``, and whether the binlog status still says ``file:pos``
         after it: the caller saw the binlog end there just before, so no commit came
@@ -278,11 +327,38 @@ class BinlogReader:
         return self._binlog_status()[:2] == (file, pos), gtid
 
     def _gtid_at(self, file: str, pos: int) -> str | None:
+        """The GTIDs at ``file:pos``, a transaction boundary: MariaDB's state, or MySQL's
+        executed set (``_gtid_set_at``)."""
+        if not self.server_info().is_mariadb:
+            return self._gtid_set_at(file, pos)
         # NULL when the scan of the file meets an event over max_allowed_packet; the
         # position then carries no GTID and resumes by file and offset only.
         rows = self._sql("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos), doing="BINLOG_GTID_POS")
         value = rows[0][0] if rows else None
         return str(value) if value else None
+
+    def _gtid_set_at(self, file: str, pos: int) -> str | None:
+        """MySQL's executed set at ``file:pos``: the file's ``PREVIOUS_GTIDS`` and every
+        GTID logged before ``pos``, from ``SHOW BINLOG EVENTS`` a page at a time (MySQL
+        has no ``BINLOG_GTID_POS``; like MariaDB's, it reads the file up to ``pos``)."""
+        executed = GtidSet()
+        at = 4
+        while at < pos:
+            rows = self._sql(
+                f"SHOW BINLOG EVENTS IN %s FROM {int(at)} LIMIT {GTID_SCAN_PAGE}", (file,),
+                doing="SHOW BINLOG EVENTS",
+            )
+            for _, start, kind, _, end, info in rows:
+                if int(start) >= pos:
+                    return str(executed) or None
+                if kind == "Previous_gtids":
+                    executed = GtidSet.parse(str(info))
+                elif kind in ("Gtid", "Gtid_tagged_log_event"):
+                    executed.add_gtid(str(info).split("'")[1])
+                at = int(end)
+            if len(rows) < GTID_SCAN_PAGE:
+                break
+        return str(executed) or None
 
     def binary_logs(self) -> list[tuple[str, int]]:
         """The source's binlog files and their sizes, oldest first."""
@@ -476,8 +552,10 @@ class BinlogReader:
                 return
             start = snapshot_end
         several = self.spec.fails_over  # resumes by GTID (``_failover``)
-        # Checked on every read; the GTID state is not looked up here (BINLOG_GTID_POS
-        # scans the file), so positions without one resume by file and offset only.
+        # Checked on every read; a MariaDB GTID state is not looked up here
+        # (BINLOG_GTID_POS scans the file), so positions without one resume by file and
+        # offset only. A MySQL start without its set has it looked up (``_start``): a
+        # read's positions carry their set, so that happens once, at a given start.
         begin = self.resolve_start(start, fill_gtid=several)
         if (
             stop is not None

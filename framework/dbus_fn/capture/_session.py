@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pymysql
-from pymysql.constants.COMMAND import COM_BINLOG_DUMP
+from pymysql.constants.COMMAND import COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
@@ -45,6 +45,7 @@ from dbus_fn.capture._events import (
     GTID,
     HEARTBEAT,
     OTHER,
+    PREVIOUS,
     ROTATE,
     TABLE_MAP,
     UPDATE,
@@ -54,18 +55,15 @@ from dbus_fn.capture._events import (
     events,
 )
 from dbus_fn.capture._failover import PRIMARY_CHECK_SECONDS, better_server
+from dbus_fn.capture._gtid_sets import GtidSet, looks_like_set
 from dbus_fn.capture._positions import (
     TRANSACTION_END,
-    MariadbGtid,
+    StreamGtids,
     coordinates,
     file_sequence,
-    format_gtid_state,
-    gtid_total,
     is_neutral,
     neutral_boundary,
     neutral_position,
-    parse_gtid,
-    parse_gtid_state,
 )
 from dbus_fn.capture._server import TRANSIENT_CODES, ServerInfo, error_code
 from dbus_fn.capture._shard import Shard
@@ -127,17 +125,6 @@ def behind(stamp: float) -> bool:
     return time.time() - (stamp + 1) >= BEHIND_SECONDS
 
 
-def _total_with(state: dict[int, MariadbGtid], gtid: str | None) -> int:
-    """The place in the stream of the transaction ``gtid``, after the GTID ``state``."""
-    total = gtid_total(state)
-    if gtid is None:
-        return total
-    found = parse_gtid(gtid)
-    assert isinstance(found, MariadbGtid)  # several servers are MariaDB's (``_failover``)
-    before = state.get(found.domain)
-    return total - (before.sequence if before is not None else 0) + found.sequence
-
-
 def _deadline(until: float | Callable[[], float] | None) -> Callable[[], float] | None:
     """``ReadSession.until`` as a function to ask (a fixed moment answers itself)."""
     if until is None or callable(until):
@@ -147,15 +134,29 @@ def _deadline(until: float | Callable[[], float] | None) -> Callable[[], float] 
 
 
 class GtidDumpStream(BinLogStreamReader):  # type: ignore[misc]
-    """mysql-replication with a MariaDB GTID dump request of the right length."""
+    """mysql-replication asking for the binlog by GTID with dbus's own dump request:
+    MariaDB's of the right length, or MySQL's ``COM_BINLOG_DUMP_GTID`` with a set
+    that may hold tagged GTIDs (the library's knows neither). The library builds its
+    GTID request in one hook, named for MariaDB, which answers for both here."""
+
+    def __init__(self, *, executed: GtidSet | None, **settings: Any) -> None:
+        super().__init__(is_mariadb=True, **settings)
+        self.executed = executed
+        """MySQL: the set the reader holds (None on MariaDB)."""
 
     def _BinLogStreamReader__set_mariadb_settings(self) -> bytes:
+        server_id = self._BinLogStreamReader__server_id
+        if self.executed is not None:
+            # flags 4 (through GTID, blocking), our server_id, no file name, position 4
+            data = self.executed.encode()
+            body = bytes([COM_BINLOG_DUMP_GTID]) + struct.pack("<HII", 4, server_id, 0)
+            body += struct.pack("<QI", 4, len(data)) + data
+            return struct.pack("<i", len(body)) + body
         cursor = self._stream_connection.cursor()
         cursor.execute("SET @slave_connect_state = %s", (self.auto_position,))
         cursor.execute("SET @slave_gtid_strict_mode = 1")
         cursor.execute("SET @slave_gtid_ignore_duplicates = 0")
         cursor.close()
-        server_id = self._BinLogStreamReader__server_id
         # position 4, flags 0 (blocking), our server_id, empty file name
         body = bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", 4, 0, server_id)
         return struct.pack("<i", len(body)) + body
@@ -252,7 +253,8 @@ class ReadSession:
                 is_mariadb=False,
                 **common,
             )
-        return GtidDumpStream(is_mariadb=True, auto_position=resume.gtid, **common)
+        executed = GtidSet.parse(resume.gtid) if looks_like_set(resume.gtid) else None
+        return GtidDumpStream(executed=executed, auto_position=resume.gtid, **common)
 
     def items(self) -> Iterator[CaptureItem]:
         """Yield items until ``stop``, idle or a fault (raised as ``StreamLost``)."""
@@ -284,10 +286,10 @@ class ReadSession:
         stream = self.open_stream(resume, heartbeat)
         source, server = reader.spec.name, info.identity
         stop_at = coordinates(stop) if stop is not None and stop.file else None
-        gtid_state = parse_gtid_state(resume.gtid) if info.is_mariadb else {}
+        gtids = StreamGtids(resume.gtid, mysql=not info.is_mariadb)
         # A source of several servers: positions name no server's binlog (``_positions``).
         neutral = reader.spec.fails_over
-        txn_total = gtid_total(gtid_state)  # the transaction's place, when neutral
+        txn_total = gtids.total()  # the transaction's place, when neutral
         tables: dict[int, TableDecoder | None] = {}
         file = "" if neutral else resume.file  # the server's own, from its first rotation
         file_seq = file_sequence(file)[1]
@@ -334,7 +336,7 @@ class ReadSession:
                     # `stop` may be where no transaction ends (a fresh binlog file after
                     # a rotation): the server's heartbeat says it has nothing more.
                     at = (
-                        (gtid_total(gtid_state), TRANSACTION_END) if neutral
+                        (gtids.total(), TRANSACTION_END) if neutral
                         else (file_sequence(a or file)[1], end)
                     )  # fmt: skip
                     if (
@@ -355,6 +357,9 @@ class ReadSession:
                 reader._last_event_time = stamp
                 if kind == TABLE_MAP:
                     tables[a] = self.decoder_for(b, info)
+                    continue
+                if kind == PREVIOUS:
+                    gtids.learn(a)
                     continue
                 if WRITE <= kind <= DELETE:
                     decoder = tables.get(a)
@@ -419,7 +424,7 @@ class ReadSession:
                     txn_rows = produced = 0
                     explicit = False
                     if neutral:
-                        txn_total = _total_with(gtid_state, txn_gtid)
+                        txn_total = gtids.total_with(txn_gtid)
                     if (
                         stop_at is not None
                         and ((txn_total, 0) if neutral else (file_seq, txn_start)) >= stop_at
@@ -461,11 +466,8 @@ class ReadSession:
                         commit = not explicit
                 if not commit:
                     continue
-                if txn_gtid is not None and info.is_mariadb:
-                    gtid = parse_gtid(txn_gtid)
-                    assert isinstance(gtid, MariadbGtid)  # a MariaDB server's event
-                    gtid_state[gtid.domain] = gtid
-                state = format_gtid_state(gtid_state) if info.is_mariadb else txn_gtid
+                gtids.commit(txn_gtid)
+                state = gtids.text()
                 position = neutral_boundary(state) if neutral else BinlogPosition(file, end, state)
                 yield TransactionCommit(
                     source,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pymysql
 
+from dbus_fn.capture._gtid_sets import GtidSet, looks_like_set
 from dbus_fn.capture._positions import file_sequence, parse_gtid_state
 from dbus_fn.capture._server import error_code
 from dbus_fn.errors import ConfigError, PositionError
@@ -33,8 +34,7 @@ def resolve_start(
             return reader.master_position()
         if choice == "earliest":
             first = reader.binary_logs()[0][0]
-            gtid = reader._gtid_at(first, 4) if reader.server_info().is_mariadb else None
-            return BinlogPosition(first, 4, gtid)
+            return BinlogPosition(first, 4, reader._gtid_at(first, 4))
         if choice == "snapshot":
             raise PositionError(
                 "a snapshot is not a position: read('snapshot') hands out the tables "
@@ -97,7 +97,10 @@ def check_file_start(
             raise position_error(reader,
                 start, f"the offset is inside a transaction (at a {rows[0][2]} event)"
             )
-    if fill_gtid and start.gtid is None and reader.server_info().is_mariadb:
+    # A MySQL position always carries its executed set: a read passing it carries it
+    # on, and a set that missed what came before would resume by GTID from the start.
+    mysql = not reader.server_info().is_mariadb
+    if start.gtid is None and (fill_gtid or mysql):
         return BinlogPosition(start.file, start.pos, reader._gtid_at(start.file, start.pos))
     return start
 
@@ -105,11 +108,13 @@ def check_file_start(
 def check_gtid_start(reader: BinlogReader, start: BinlogPosition) -> BinlogPosition:
     if not start.gtid:
         raise ConfigError("invalid start: a position needs a file or a GTID", setting="from")
-    if not reader.server_info().is_mariadb:
-        raise ConfigError(
-            "resuming by GTID alone is supported on MariaDB only; give a file:pos position",
-            setting="from",
-        )
+    mysql = not reader.server_info().is_mariadb
+    if mysql != looks_like_set(start.gtid):
+        server, form = ("MySQL", "a GTID set (uuid:1-100)") if mysql else (
+            "MariaDB", "a GTID state (0-1-14)")  # fmt: skip
+        raise position_error(reader, start, f"the source is a {server} server; give {form}")
+    if mysql:
+        return check_gtid_set_start(reader, start)
     wanted = parse_gtid_state(start.gtid)
     first = reader.binary_logs()[0][0]
     oldest = parse_gtid_state(reader._gtid_at(first, 4))
@@ -123,3 +128,23 @@ def check_gtid_start(reader: BinlogReader, start: BinlogPosition) -> BinlogPosit
         if domain not in newest or gtid.sequence > newest[domain].sequence:
             raise position_error(reader, start, f"GTID {gtid} is not in the source's binlog")
     return start
+
+
+def check_gtid_set_start(reader: BinlogReader, start: BinlogPosition) -> BinlogPosition:
+    """A MySQL start by GTID set: the server must still have every transaction the set
+    lacks (none in ``@@gtid_purged``) and hold every one it has (``@@gtid_executed``)."""
+    wanted = GtidSet.parse(start.gtid)
+    rows = reader._sql("SELECT @@GLOBAL.gtid_purged, @@GLOBAL.gtid_executed",
+                       doing="reading gtid_purged and gtid_executed")  # fmt: skip
+    purged, executed = (GtidSet.parse(str(value or "")) for value in rows[0])
+    lost = purged.minus(wanted)
+    if lost:
+        raise position_error(reader, start,
+            f"the server purged transactions the set lacks ({lost}; @@gtid_purged is {purged})"
+        )  # fmt: skip
+    ahead = wanted.minus(executed)
+    if ahead:
+        raise position_error(reader, start,
+            f"transactions {ahead} are not in the source's binlog (@@gtid_executed is {executed})"
+        )  # fmt: skip
+    return BinlogPosition("", 0, str(wanted))

@@ -13,6 +13,25 @@ from dbus_fn import BinlogPosition
 from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 
 
+@pytest.fixture(params=["native", "python"])
+def mysql_reader(
+    request: pytest.FixtureRequest, mysql_database: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[BinlogReader]:
+    """A reader of every table of the test's MySQL database, with the native decoder
+    or with mysql-replication's (``DBUS_NATIVE_DECODE=0``)."""
+    from dbus_fn.capture._native import SWITCH
+
+    if request.param == "python":
+        monkeypatch.setenv(SWITCH, "0")
+    spec = SourceSpec(name="my", dsn=mysql_database.endpoint.dsn,
+                      tables=(f"{mysql_database.name}.*",))  # fmt: skip
+    reader = BinlogReader(spec, replica_id=replica_id_for(f"test/{uuid.uuid4()}"), heartbeat=0.2)
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
 @pytest.fixture
 def source(fresh_database: Any) -> SourceSpec:
     """A source capturing every table of the test's fresh database."""

@@ -1,8 +1,9 @@
 """A source of several servers follows a failover by GTID.
 
 Each test runs its own primary and replica (``dbus services up mariadb
-mariadb-replica`` in a private home on free ports), so killing the primary touches
-no other test. The replica replicates by GTID with ``log_slave_updates``.
+mariadb-replica``, or ``mysql mysql-replica``, in a private home on free ports), so
+killing the primary touches no other test. The replica replicates by GTID with
+``log_slave_updates``: MariaDB's GTID states, MySQL's GTID sets.
 
 The load's writer holds between two commits while the primary is killed, once the
 replica has every commit: with asynchronous replication, a transaction committed
@@ -30,15 +31,17 @@ from failover_support import TABLE, Pair, private_pair
 from support import wait_for
 
 from dbus_fn.capture import BinlogReader, SourceSpec, coordinates, replica_id_for
+from dbus_fn.capture._gtid_sets import GtidSet
 from dbus_fn.errors import PositionError, SourceUnreachableError
 from dbus_fn.events import BinlogPosition, RowChange
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[Pair]:
-    with private_pair(tmp_path) as found:
+@pytest.fixture(params=["mariadb", "mysql"])
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pair]:
+    """A private primary and replica: MariaDB's (GTID states) or MySQL's (GTID sets)."""
+    with private_pair(tmp_path, request.param) as found:
         yield found
 
 
@@ -80,7 +83,7 @@ def test_source_tail_follows_a_killed_primary_to_its_promoted_replica(pair: Pair
     dbus_command = Path(sys.executable).parent / "dbus"
     start = pair.gtid(pair.primary())
     tail = subprocess.Popen(
-        [str(dbus_command), "source", "tail", pair.endpoints.failover_dsn, "--tables", TABLE,
+        [str(dbus_command), "source", "tail", pair.failover_dsn, "--tables", TABLE,
          "--from", start, "--idle-timeout", "15", "--no-commits",
          "--server-id", str(replica_id_for(f"test/{uuid.uuid4()}"))],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -113,7 +116,7 @@ def test_source_tail_follows_a_killed_primary_to_its_promoted_replica(pair: Pair
 
 
 def test_a_reader_moves_to_the_replica_when_the_primary_turns_read_only(pair: Pair) -> None:
-    spec = SourceSpec("shop", pair.endpoints.failover_dsn, (TABLE,))
+    spec = SourceSpec("shop", pair.failover_dsn, (TABLE,))
     reader = BinlogReader(spec, replica_id_for(f"test/{uuid.uuid4()}"), heartbeat=0.2)
     start = reader.resolve_start("latest")
     assert reader.server_index == 0
@@ -121,7 +124,8 @@ def test_a_reader_moves_to_the_replica_when_the_primary_turns_read_only(pair: Pa
         cursor.execute("INSERT INTO shop.orders VALUES (1, 'before')")
     items = reader.read(start, idle_timeout=20)
     first = next(item for item in items if isinstance(item, RowChange))
-    assert (first.row["note"], first.server_id) == ("before", "1")
+    primary_id, replica_id = pair.server_id(pair.primary()), pair.server_id(pair.replica())
+    assert (first.row["note"], first.server_id) == ("before", primary_id)
     # The switch-over a failover tool makes with both servers up: the old primary
     # becomes read-only, the replica writable, and writes go on there.
     with pair.primary() as connection, connection.cursor() as cursor:
@@ -130,7 +134,7 @@ def test_a_reader_moves_to_the_replica_when_the_primary_turns_read_only(pair: Pa
     with pair.replica() as connection, connection.cursor() as cursor:
         cursor.execute("INSERT INTO shop.orders VALUES (2, 'after')")
     second = next(item for item in items if isinstance(item, RowChange))
-    assert (second.row["note"], second.server_id, reader.server_index) == ("after", "2", 1)
+    assert (second.row["note"], second.server_id, reader.server_index) == ("after", replica_id, 1)
     # Positions name no server's binlog: the stream's order holds across the move.
     assert first.position.file.startswith("gtid.") and second.position.file.startswith("gtid.")
     assert coordinates(start) < coordinates(first.position) < coordinates(second.position)
@@ -139,19 +143,23 @@ def test_a_reader_moves_to_the_replica_when_the_primary_turns_read_only(pair: Pa
 
 
 def test_a_replica_missing_committed_transactions_is_one_clear_error(pair: Pair) -> None:
-    with pair.replica() as connection, connection.cursor() as cursor:
-        cursor.execute("STOP SLAVE")  # the replica falls behind for good
+    pair.stop_replication()  # the replica falls behind for good
+    before = pair.gtid(pair.primary())
     with pair.primary() as connection, connection.cursor() as cursor:
         cursor.execute("INSERT INTO shop.orders VALUES (1, 'only on the primary')")
     committed = pair.gtid(pair.primary())
+    # MariaDB names the domain's newest GTID (its state), MySQL the set's missing part.
+    lacking = str(GtidSet.parse(committed).minus(GtidSet.parse(before))) if pair.mysql else (
+        committed)  # fmt: skip
+    assert (lacking and lacking != committed) or not pair.mysql
     pair.kill_primary()
-    spec = SourceSpec("shop", pair.endpoints.failover_dsn, (TABLE,))
+    spec = SourceSpec("shop", pair.failover_dsn, (TABLE,))
     reader = BinlogReader(spec, replica_id_for(f"test/{uuid.uuid4()}"), reconnect_for=2)
     with pytest.raises(PositionError) as caught:
         list(reader.read(BinlogPosition("", 0, committed), idle_timeout=5))
     message = str(caught.value)
     assert f"no server can resume after GTID {committed}" in message
-    assert f"{pair.endpoints.mariadb_replica.port} lacks {committed}" in message
+    assert f"{pair.replica_endpoint.port} lacks {lacking}" in message
     assert "dbus fn backfill" in message and "\n" not in message
     assert caught.value.exit_code != 0
 
@@ -161,7 +169,7 @@ def test_a_snapshot_of_several_servers_is_read_where_one_answers(pair: Pair) -> 
         cursor.execute("INSERT INTO shop.orders VALUES (1, 'kept')")
     pair.caught_up()
     pair.kill_primary()
-    spec = SourceSpec("shop", pair.endpoints.failover_dsn, (TABLE,))
+    spec = SourceSpec("shop", pair.failover_dsn, (TABLE,))
     reader = BinlogReader(spec, replica_id_for(f"test/{uuid.uuid4()}"))
     items = list(reader.read("snapshot", idle_timeout=1))
     assert [(i.row["id"], i.row["note"]) for i in items if isinstance(i, RowChange)] == [
@@ -175,7 +183,7 @@ def test_a_source_whose_servers_all_fail_names_each(pair: Pair) -> None:
     pair.kill_primary()
     with pair.replica() as connection, connection.cursor() as cursor:
         cursor.execute("SHUTDOWN")
-    spec = SourceSpec("shop", pair.endpoints.failover_dsn, (TABLE,))
+    spec = SourceSpec("shop", pair.failover_dsn, (TABLE,))
     reader = BinlogReader(spec, replica_id_for(f"test/{uuid.uuid4()}"))
     with pytest.raises(SourceUnreachableError) as caught:
         reader.resolve_start("latest")

@@ -267,16 +267,16 @@ def test_a_server_has_committed_gtids_only_from_their_own_server_ids() -> None:
 def test_server_neutral_positions_order_transactions_by_gtid_state_then_changes() -> None:
     from dbus_fn.capture._positions import (
         TRANSACTION_END,
+        StreamGtids,
         is_neutral,
         neutral_boundary,
         neutral_position,
     )
-    from dbus_fn.capture._session import _total_with
 
-    state = parse_gtid_state("0-1-40,1-2-7")
+    state = StreamGtids("0-1-40,1-2-7", mysql=False)
     # The next transaction of either domain is one place further, on any server.
-    assert _total_with(state, "1-3-8") == _total_with(state, "0-2-41") == 48
-    assert _total_with({}, "0-1-5") == 5
+    assert state.total_with("1-3-8") == state.total_with("0-2-41") == 48
+    assert StreamGtids(None, mysql=False).total_with("0-1-5") == 5
     end = neutral_boundary("0-1-40,1-2-7")
     assert (end.file, end.pos, end.gtid) == ("gtid.47", TRANSACTION_END, "0-1-40,1-2-7")
     inside = [neutral_position(48, n, "0-2-41") for n in (0, 3, TRANSACTION_END + 5)]
