@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pymysqlreplication.constants import FIELD_TYPE
+
 from dbus_fn.capture._column_readers import (
     Reader,
     column_reader,
@@ -22,6 +24,8 @@ from dbus_fn.capture._column_readers import (
     declared_reader,
 )
 from dbus_fn.capture._declared_types import agreed_types
+from dbus_fn.capture._events import field_number
+from dbus_fn.capture._json_diff import UnappliedDiff, apply_diffs, read_diffs
 from dbus_fn.capture._native import native_plan
 from dbus_fn.errors import SourceError
 
@@ -108,6 +112,46 @@ class TableDecoder:
                 after, offset = decode(data, offset, second)
                 yield image, after
 
+    def partial_images(
+        self,
+        data: bytes,
+        present: bytes,
+        present_after: bytes,
+        owns: Callable[[list[Any]], bool] | None = None,
+    ) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+        """The ``(before, after)`` images of a MySQL ``PARTIAL_UPDATE_ROWS_EVENT``: a
+        JSON column the after image holds as diffs is its before image's document with
+        the diffs applied (``_json_diff``); every other column reads as ``images`` reads
+        it. Raises ``UnappliedDiff`` for diffs that do not apply. With ``owns``, a row
+        whose after image's key it does not own is ``(None, None)``."""
+        first = self._selection(present)
+        second = self._selection(present_after)
+        json_columns = [c.name for c in self.columns if c.type_code == FIELD_TYPE.JSON]
+        partial_width = (len(json_columns) + 7) >> 3
+        found: list[tuple[dict[str, Any] | None, dict[str, Any] | None]] = []
+        offset, end = 0, len(data)
+        while offset < end:
+            before, offset = _decode_image(data, offset, first)
+            options, offset = field_number(data, offset)
+            partial: frozenset[str] = frozenset()
+            if options & _PARTIAL_JSON:
+                bits = int.from_bytes(data[offset : offset + partial_width], "little")
+                offset += partial_width
+                partial = frozenset(n for i, n in enumerate(json_columns) if bits >> i & 1)
+            after, offset = _decode_image(data, offset, second, partial)
+            for name in json_columns:
+                if name not in partial or name not in after:
+                    continue
+                diffs = after[name]
+                if before.get(name) is None:
+                    raise UnappliedDiff(f"column {name!r} holds diffs of a NULL before image")
+                after[name] = apply_diffs(before[name], diffs)
+            if owns is not None and not owns([after[name] for name in self.shard_key]):
+                found.append((None, None))
+            else:
+                found.append((before, after))
+        return found
+
     def _skim(self, present: bytes) -> _Skim:
         bits = int.from_bytes(present, "little")
         key_at = {name: i for i, name in enumerate(self.shard_key)}
@@ -122,13 +166,24 @@ class TableDecoder:
         return tuple((c.name, c.reader) for i, c in enumerate(self.columns) if bits >> i & 1)
 
 
+_PARTIAL_JSON = 1
+"""The bit of a partial update's after image that says JSON columns may be diffs."""
+
+
 def _decode_image(
-    data: bytes, offset: int, columns: tuple[tuple[str, Reader], ...]
+    data: bytes,
+    offset: int,
+    columns: tuple[tuple[str, Reader], ...],
+    diffs: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, Any], int]:
+    """One row image at ``offset`` and where it ends; the columns named in ``diffs``
+    hold the diffs of a partial JSON update (``_json_diff.read_diffs``), read as such."""
     width = (len(columns) + 7) >> 3
     nulls = int.from_bytes(data[offset : offset + width], "little")
     offset += width
     image: dict[str, Any] = {}
+    if diffs:
+        columns = tuple((n, read_diffs if n in diffs else r) for n, r in columns)
     if nulls == 0:
         for name, read in columns:
             image[name], offset = read(data, offset)

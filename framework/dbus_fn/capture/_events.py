@@ -11,6 +11,8 @@ and its size in the binlog, then what the kind holds:
   definition until the server restarts, so a map seen once is not read again);
 - ``WRITE``, ``UPDATE``, ``DELETE``: ``a`` the table id, ``b`` the columns present,
   ``c`` the columns present after (``UPDATE``), ``d`` the rows' images;
+- ``PARTIAL_UPDATE``: as ``UPDATE``, MySQL's ``PARTIAL_UPDATE_ROWS_EVENT``, whose
+  after images may hold a JSON column as diffs of its before image (``_json_diff``);
 - ``GTID``: ``a`` the transaction's GTID (MySQL's tagged ones included);
 - ``PREVIOUS``: ``a`` the ``GtidSet`` executed before this binlog file (MySQL's
   ``PREVIOUS_GTIDS_LOG_EVENT``, at each file's start);
@@ -47,6 +49,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import (
     DeleteRowsEvent,
+    PartialUpdateRowsEvent,
     TableMapEvent,
     UpdateRowsEvent,
     WriteRowsEvent,
@@ -58,8 +61,9 @@ from dbus_fn.capture._native import SWITCH
 from dbus_fn.errors import SourceError
 
 OTHER, HEARTBEAT, ROTATE, TABLE_MAP, WRITE, UPDATE, DELETE, GTID, XID, ERROR, END = range(11)
+PARTIAL_UPDATE = 11
 """The kinds of event (``ERROR`` and ``END`` stay in this module)."""
-PREVIOUS = 11
+PREVIOUS = 12
 """The kind of a ``PREVIOUS_GTIDS`` event (never split natively: it is read here)."""
 
 PREVIOUS_GTIDS, TAGGED_GTID = 35, 42
@@ -76,7 +80,12 @@ Event = tuple[Any, ...]
 READ_SIZE = 1 << 16
 """Bytes asked of the connection at a time when the next packet's size is not known."""
 
-_ROWS = {WriteRowsEvent: WRITE, UpdateRowsEvent: UPDATE, DeleteRowsEvent: DELETE}
+_ROWS = {
+    WriteRowsEvent: WRITE,
+    UpdateRowsEvent: UPDATE,
+    DeleteRowsEvent: DELETE,
+    PartialUpdateRowsEvent: PARTIAL_UPDATE,
+}
 
 
 class StreamLost(Exception):
@@ -101,7 +110,7 @@ def as_tuple(event: Any) -> Event:
     rows = _ROWS.get(kind)
     if rows is not None:
         data = packet.read(event.event_size - packet.read_bytes)
-        after = event.columns_present_bitmap2 if rows == UPDATE else None
+        after = event.columns_present_bitmap2 if rows in (UPDATE, PARTIAL_UPDATE) else None
         return (rows, *head, event.table_id, event.columns_present_bitmap, after, data)
     if kind is MariadbGtidEvent or kind is GtidEvent:
         return (GTID, *head, event.gtid, None, None, None)
@@ -240,8 +249,9 @@ _PAYLOAD_FIELDS_END, _COMPRESSION = 0, 2
 _ZSTD, _NONE = 0, 255
 
 
-def _field_number(data: bytes, offset: int) -> tuple[int, int]:
-    """A length-encoded integer of the payload's header, and where it ends."""
+def field_number(data: bytes, offset: int) -> tuple[int, int]:
+    """A length-encoded integer (MySQL's ``net_field_length``: a payload's header
+    fields, a partial JSON update's lengths) at ``offset``, and where it ends."""
     first = data[offset]
     if first < 251:
         return first, offset + 1
@@ -259,11 +269,11 @@ def payload_events(stream: Any, event: Any) -> Iterator[Event]:
     fields: dict[int, int] = {}
     offset = 0
     while True:
-        kind, offset = _field_number(body, offset)
+        kind, offset = field_number(body, offset)
         if kind == _PAYLOAD_FIELDS_END:
             break
-        length, offset = _field_number(body, offset)
-        fields[kind] = _field_number(body, offset)[0]
+        length, offset = field_number(body, offset)
+        fields[kind] = field_number(body, offset)[0]
         offset += length
     compression = fields.get(_COMPRESSION, _ZSTD)
     if compression == _ZSTD:
@@ -304,6 +314,7 @@ __all__ = [
     "GTID",
     "HEARTBEAT",
     "OTHER",
+    "PARTIAL_UPDATE",
     "PREVIOUS",
     "ROTATE",
     "TABLE_MAP",
@@ -313,6 +324,7 @@ __all__ = [
     "StreamLost",
     "as_tuple",
     "events",
+    "field_number",
     "library_events",
     "native_events",
 ]

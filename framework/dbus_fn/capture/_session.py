@@ -6,7 +6,7 @@ import contextlib
 import logging
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -45,6 +45,7 @@ from dbus_fn.capture._events import (
     GTID,
     HEARTBEAT,
     OTHER,
+    PARTIAL_UPDATE,
     PREVIOUS,
     ROTATE,
     TABLE_MAP,
@@ -56,6 +57,7 @@ from dbus_fn.capture._events import (
 )
 from dbus_fn.capture._failover import PRIMARY_CHECK_SECONDS, better_server
 from dbus_fn.capture._gtid_sets import GtidSet, looks_like_set
+from dbus_fn.capture._json_diff import UnappliedDiff
 from dbus_fn.capture._positions import (
     TRANSACTION_END,
     StreamGtids,
@@ -82,7 +84,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dbus_fn.capture")
 
-OPERATIONS = {WRITE: Operation.INSERT, UPDATE: Operation.UPDATE, DELETE: Operation.DELETE}
+OPERATIONS = {
+    WRITE: Operation.INSERT,
+    UPDATE: Operation.UPDATE,
+    DELETE: Operation.DELETE,
+    PARTIAL_UPDATE: Operation.UPDATE,
+}
 ONLY_EVENTS = [
     WriteRowsEvent,
     UpdateRowsEvent,
@@ -95,14 +102,13 @@ ONLY_EVENTS = [
     MariadbGtidEvent,
     RotateEvent,
     HeartbeatLogEvent,
-    # Seen only to be refused (``UNREADABLE``): the library would skip them unseen.
     PartialUpdateRowsEvent,
+    # Seen only to be refused (``UNREADABLE``): the library would skip them unseen.
     NotImplementedEvent,
 ]
-UNREADABLE = {
-    39: ("a partial JSON update (PARTIAL_UPDATE_ROWS_EVENT)", "binlog_row_value_options=''"),
-}
-"""Binlog events (by type code) that hold row changes the capture cannot read yet,
+UNREADABLE: dict[int, tuple[str, str]] = {}
+"""Binlog events (by type code) that hold row changes the capture cannot read yet
+(none at present: MySQL's partial JSON updates are read since ``_json_diff``),
 what each is, and the setting (global, or of the sessions that changed it) that
 makes the server write plain row events instead. Each stops the read where it is:
 skipping it would lose its changes without a word."""
@@ -361,7 +367,7 @@ class ReadSession:
                 if kind == PREVIOUS:
                     gtids.learn(a)
                     continue
-                if WRITE <= kind <= DELETE:
+                if WRITE <= kind <= DELETE or kind == PARTIAL_UPDATE:
                     decoder = tables.get(a)
                     if decoder is None:
                         continue
@@ -383,7 +389,23 @@ class ReadSession:
                     op = OPERATIONS[kind]
                     txn_id = txn_gtid or f"{file}:{txn_start}"
                     index = 0
-                    for image, after in decoder.images(d, b, c, owns):
+                    images: Iterable[tuple[dict[str, Any] | None, dict[str, Any] | None]]
+                    if kind == PARTIAL_UPDATE:
+                        try:
+                            images = decoder.partial_images(d, b, c, owns)
+                        except UnappliedDiff as exc:
+                            raise SourceError(
+                                f"source {source!r}: the partial JSON update of "
+                                f"{decoder.database}.{decoder.table} at {file}:{end - size} "
+                                f"cannot be applied ({exc}); the read stops there rather than "
+                                "guess the document; set binlog_row_value_options='' on the "
+                                "server (and in the sessions that set it), then bootstrap the "
+                                "table and start after it",
+                                source=source,
+                            ) from exc
+                    else:
+                        images = decoder.images(d, b, c, owns)
+                    for image, after in images:
                         produced += 1
                         txn_rows += 1
                         if produced <= skip or image is None:  # replayed, or another shard's

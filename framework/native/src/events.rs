@@ -2,10 +2,11 @@
 //!
 //! `split_events` cuts the bytes read from the connection into its packets and
 //! reads the events every transaction is made of (its GTID, table maps, rows
-//! events, XID) and the stream's own (rotations, heartbeats) into plain tuples,
-//! as `dbus_fn.capture._events` documents them. Any other event, or one whose
-//! layout is not the one expected, is handed back whole (`OTHER`) for
-//! mysql-replication to read, which stays the reference for every event.
+//! events, MySQL's partial JSON updates among them, XID) and the stream's own
+//! (rotations, heartbeats) into plain tuples, as `dbus_fn.capture._events`
+//! documents them. Any other event, or one whose layout is not the one
+//! expected, is handed back whole (`OTHER`) for mysql-replication to read,
+//! which stays the reference for every event.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
@@ -21,6 +22,7 @@ const GTID: u8 = 7;
 const XID: u8 = 8;
 const ERROR: u8 = 9;
 const END: u8 = 10;
+const PARTIAL_UPDATE: u8 = 11;
 
 /// A packet's payload at its largest; a longer one goes on in the next packet.
 const FULL: usize = 0xFF_FFFF;
@@ -102,7 +104,7 @@ fn rows<'py>(
     head: &Header,
     post_headers: &[u8],
 ) -> Option<[Bound<'py, PyAny>; 4]> {
-    let v2 = matches!(head.kind, 30..=32);
+    let v2 = matches!(head.kind, 30..=32 | 39);
     let known = if v2 { 10 } else { 8 };
     let declared = post_headers.get(usize::from(head.kind) - 1).map_or(known, |&n| usize::from(n));
     if declared < known {
@@ -119,7 +121,7 @@ fn rows<'py>(
     let width = columns.div_ceil(8);
     let present = data.get(after_count..after_count + width)?;
     at = after_count + width;
-    let present_after = if matches!(head.kind, 24 | 31) {
+    let present_after = if matches!(head.kind, 24 | 31 | 39) {
         let bits = data.get(at..at + width)?;
         at += width;
         PyBytes::new(py, bits).into_any()
@@ -187,6 +189,8 @@ fn event<'py>(
         23 | 30 => rows(py, payload, &head, post_headers).map(|fields| (WRITE, fields)),
         24 | 31 => rows(py, payload, &head, post_headers).map(|fields| (UPDATE, fields)),
         25 | 32 => rows(py, payload, &head, post_headers).map(|fields| (DELETE, fields)),
+        // MySQL's partial JSON update: its images are read in Python (`_json_diff`).
+        39 => rows(py, payload, &head, post_headers).map(|fields| (PARTIAL_UPDATE, fields)),
         33 | 162 => gtid(payload, &head)
             .map(|text| (GTID, [PyString::new(py, &text).into_any(), none(), none(), none()])),
         _ => None,

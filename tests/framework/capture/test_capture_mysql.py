@@ -1,8 +1,8 @@
 """Capture from a real MySQL 9 (``dbus services up mysql``): where its binlog ends, its
 binary JSON with every opaque value as SELECT shows it, a resume, compressed
-transactions, and the row events it may write that the capture cannot read yet (and
-images without every column), which stop the read instead of being lost. Each read
-runs with the native decoder and with mysql-replication's."""
+transactions, partial JSON updates read as whole documents, and images without every
+column, which stop the read instead of being lost. Each read runs with the native
+decoder and with mysql-replication's."""
 
 from __future__ import annotations
 
@@ -185,11 +185,70 @@ def test_compressed_transactions_read_as_the_same_changes_uncompressed(
         assert [repr(item) for item in resumed] == [repr(item) for item in items[index + 1 :]]
 
 
+# Each is one UPDATE a session with binlog_row_value_options=PARTIAL_JSON logs as diffs
+# of the before image's document (most of them: a diff longer than the document it
+# changes is logged whole, as is a column not set by JSON_SET/REPLACE/REMOVE).
+PARTIAL_UPDATES = [
+    "UPDATE docs SET j = JSON_SET(j, '$.a', 2) WHERE id = 1",
+    "UPDATE docs SET j = JSON_REPLACE(j, '$.b', 'shorter', '$.missing', 1) WHERE id = 1",
+    "UPDATE docs SET j = JSON_SET(j, '$.new', JSON_OBJECT('x', 1), '$.c', 0) WHERE id = 1",
+    "UPDATE docs SET j = JSON_REMOVE(j, '$.nested.list[1]', '$.b') WHERE id = 1",
+    "UPDATE docs SET j = JSON_SET(j, '$.nested.list[0]', 10, '$.nested.list[9]', 'end') "
+    "WHERE id = 1",
+    "UPDATE docs SET j = JSON_SET(j, '$.nested.deep.k', 'v', '$.\"key with space\"', TRUE) "
+    "WHERE id = 1",
+    "UPDATE docs SET j = JSON_REPLACE(j, '$.nested.list[last]', NULL) WHERE id = 1",
+    "UPDATE docs SET j = JSON_SET(j, '$.t', CAST('-01:02:03.5' AS TIME(1)), "
+    "'$.d', CAST('1.50' AS DECIMAL(4,2)), '$.day', CAST('2024-02-29' AS DATE)) WHERE id = 1",
+    "UPDATE docs SET j = JSON_SET(j, '$.a', 3), k = JSON_REMOVE(k, '$[0]') WHERE id = 1",
+    "UPDATE docs SET j = JSON_SET(j, '$.a', 4), k = JSON_ARRAY('whole', 1) WHERE id = 1",
+    "UPDATE docs SET k = JSON_SET(k, '$[0]', 'both rows'), note = 'n' WHERE id IN (1, 2)",
+]
+
+
+def test_partial_json_updates_read_as_the_documents_select_shows(
+    mysql_database: Any, mysql_reader: BinlogReader
+) -> None:
+    connection = mysql_database.connect()
+    document = {"a": 1, "b": "long enough to be kept in place", "c": [1, 2],
+                "nested": {"list": [1, 2, 3, 4], "deep": {"x": None}}}  # fmt: skip
+    execute(connection, "CREATE TABLE docs (id INT PRIMARY KEY, j JSON, k JSON, note TEXT)",
+            f"INSERT INTO docs VALUES (1, '{json.dumps(document)}', '[1, 2, 3]', ''), "
+            "(2, '{}', '[\"x\", \"y\"]', '')")  # fmt: skip
+    start = mysql_reader.master_position()
+    execute(connection, "SET SESSION binlog_row_value_options = 'PARTIAL_JSON'")
+
+    def selected() -> dict[int, dict[str, Any]]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id, j, k, note FROM docs ORDER BY id")
+            return {i: {"id": i, "j": json.loads(j), "k": json.loads(k), "note": note}
+                    for i, j, k, note in cursor.fetchall()}  # fmt: skip
+
+    expected = []
+    for statement in PARTIAL_UPDATES:
+        before = selected()
+        execute(connection, statement)
+        after = selected()
+        expected += [(before[i], after[i]) for i in after if after[i] != before[i]]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SHOW BINLOG EVENTS IN '{start.file}' FROM {start.pos}")
+        kinds = [row[2] for row in cursor.fetchall()]
+    # The server wrote each as a partial update (the one that sets k whole too: its j
+    # is partial).
+    assert kinds.count("Update_rows_partial") == len(PARTIAL_UPDATES)
+    changes = rows(read_all(mysql_reader, start))
+    assert [(c.op.value, c.before, c.after) for c in changes] == [
+        ("update", before, after) for before, after in expected
+    ]
+    assert changes[7].after is not None
+    assert {k: changes[7].after["j"][k] for k in ("t", "d", "day")} == {
+        "t": "-01:02:03.500000", "d": 1.5, "day": "2024-02-29"
+    }  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("setting", "statement", "event"),
     [
-        ("binlog_row_value_options = 'PARTIAL_JSON'",
-         "UPDATE docs SET j = JSON_SET(j, '$.a', 2) WHERE id = 1", "partial JSON update"),
         ("binlog_row_image = 'MINIMAL'",
          "UPDATE docs SET j = '[]' WHERE id = 1", "without every column"),
     ],

@@ -18,6 +18,7 @@ from dbus_fn.capture._events import (
     GTID,
     HEARTBEAT,
     OTHER,
+    PARTIAL_UPDATE,
     ROTATE,
     TABLE_MAP,
     UPDATE,
@@ -66,10 +67,12 @@ def test_transaction_events_are_read_into_their_fields() -> None:
     write_v1 = TABLE_ID + b"\x01\x00" + b"\x03" + b"\x07" + ROWS
     update_v1 = TABLE_ID + b"\x01\x00" + b"\x03" + b"\x07" + b"\x05" + ROWS
     delete_v2 = TABLE_ID + b"\x01\x00" + b"\x05\x00" + b"\x01\xaa\xbb" + b"\x03" + b"\x07" + ROWS
+    partial = TABLE_ID + b"\x01\x00" + b"\x02\x00" + b"\x03" + b"\x07" + b"\x06" + ROWS
     found = split_all(packets(
         event(162, gtid, server_id=11, end=500), event(33, mysql_gtid),
         event(19, TABLE_ID + b"\x00\x00rest-of-map"), event(23, write_v1),
-        event(24, update_v1), event(32, delete_v2), event(16, struct.pack("<Q", 77), end=900),
+        event(24, update_v1), event(32, delete_v2), event(39, partial),
+        event(16, struct.pack("<Q", 77), end=900),
         event(4, rotate, stamp=0), event(27, b"mysql-bin.000007", stamp=0),
     ))  # fmt: skip
     head = (1700000000, 500, 19 + len(gtid) + 4)
@@ -80,10 +83,11 @@ def test_transaction_events_are_read_into_their_fields() -> None:
     assert found[3][0] == WRITE and found[3][4:] == (0x0102030405, b"\x07", None, ROWS)
     assert found[4][0] == UPDATE and found[4][4:] == (0x0102030405, b"\x07", b"\x05", ROWS)
     assert found[5][0] == DELETE and found[5][4:] == (0x0102030405, b"\x07", None, ROWS)
-    assert found[6][:3] == (XID, 1700000000, 900)
-    assert found[7][0] == ROTATE and found[7][1] == 0
-    assert found[7][4:6] == ("mysql-bin.000007", 4)
-    assert found[8][0] == HEARTBEAT and found[8][4] == "mysql-bin.000007"
+    assert found[6][0] == PARTIAL_UPDATE and found[6][4:] == (0x0102030405, b"\x07", b"\x06", ROWS)
+    assert found[7][:3] == (XID, 1700000000, 900)
+    assert found[8][0] == ROTATE and found[8][1] == 0
+    assert found[8][4:6] == ("mysql-bin.000007", 4)
+    assert found[9][0] == HEARTBEAT and found[9][4] == "mysql-bin.000007"
 
 
 def test_without_checksums_the_body_runs_to_the_events_end() -> None:
