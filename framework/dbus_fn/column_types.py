@@ -26,6 +26,7 @@ ColumnFamily = Literal[
     "set",
     "bit",
     "json",
+    "vector",
 ]
 
 _INTEGER_BITS = {
@@ -86,6 +87,7 @@ _FAMILIES: dict[str, ColumnFamily] = {
     "set": "set",
     "bit": "bit",
     "json": "json",
+    "vector": "vector",
 }
 _NUMERIC_FAMILIES = frozenset({"integer", "decimal", "float"})
 

@@ -33,6 +33,9 @@ enum(...)                              ``str``                   string
 set(...)                               ``frozenset[str]``        sorted list of strings
 bit(n)                                 ``int``                   number
 json                                   parsed JSON value         the JSON value itself
+vector(n) (MySQL 9)                    ``list[float]``, each the array of numbers
+                                       shortest decimal of its
+                                       float32
 NULL in any type                       ``None``                  ``null``
 =====================================  ========================  ==============================
 
@@ -52,7 +55,7 @@ Details that matter:
 - MariaDB stores ``json`` as ``longtext``; such a column is a ``str``.
 - ``set`` and ``enum`` members are not checked against the declared list: the
   table's definition can change while older events are still in flight.
-- A column type dbus does not know (``vector``, a misspelling) raises
+- A column type dbus does not know (``vecter``, a misspelling) raises
   ``UnsupportedColumnTypeError`` rather than guessing a form, because a guess
   would not read back as the same value.
 """
@@ -362,6 +365,12 @@ def _json_from_json(value: Any) -> Any:
     return value
 
 
+def _vector_value(value: Any) -> JsonValue:
+    if not isinstance(value, list):
+        raise _Mismatch("a list of finite floats")
+    return [_float_value(item) for item in value]
+
+
 @lru_cache(maxsize=4096)
 def _codec(column_type: str) -> _Codec:
     parsed = parse_column_type(column_type)
@@ -381,6 +390,7 @@ def _codec(column_type: str) -> _Codec:
         "bytes": _Codec(_bytes_to_json, _bytes_from_json),
         "set": _Codec(_set_to_json, _set_from_json),
         "json": _Codec(_json_to_json, _json_from_json),
+        "vector": _Codec(_vector_value, _vector_value),
     }
     return simple[family]
 

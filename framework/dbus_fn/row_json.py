@@ -23,6 +23,7 @@ _NATIVE_FAMILIES: dict[ColumnFamily, str] = {
     "integer": "int", "bit": "int", "float": "float", "date": "date", "time": "time",
     "datetime": "datetime", "timestamp": "timestamp", "year": "year", "text": "text",
     "enum": "text", "bytes": "bytes", "set": "set", "decimal": "pystr", "json": "python",
+    "vector": "python",
 }  # fmt: skip
 """How the native encoder writes each family; ``pystr``: the codec's string, quoted;
 ``python``: the JSON text of the codec's value."""

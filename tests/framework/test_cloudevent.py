@@ -222,8 +222,8 @@ def test_images_that_no_type_holds_name_the_column() -> None:
 
 
 def test_to_cloudevent_rejects_unknown_column_types() -> None:
-    change = row_change(column_types={**row_change().column_types, "vc": "vector(3)"})
-    with pytest.raises(UnsupportedColumnTypeError, match=r"'vc'.*vector"):
+    change = row_change(column_types={**row_change().column_types, "vc": "sketch(3)"})
+    with pytest.raises(UnsupportedColumnTypeError, match=r"'vc'.*sketch"):
         to_cloudevent(change)
 
 
@@ -273,8 +273,8 @@ def test_from_cloudevent_lists_every_problem() -> None:
                                  "columns": {"id": "int"}}}, "data.key must be a list"),
         (row_change(), {"data": {"after": {"id": 1}}}, "no 'columns' member"),
         (row_change(Operation.INSERT), {"data": {"before": None, "after": {"g": "AA=="},
-                                                 "key": [], "columns": {"g": "vector(2)"}}},
-         "vector"),
+                                                 "key": [], "columns": {"g": "sketch(2)"}}},
+         "sketch"),
         (transaction_commit(), {"data": {"rows": -1}}, "non-negative"),
         (schema_change(), {"data": {"database": 1, "table": None, "statement": "x"}},
          "data.database"),

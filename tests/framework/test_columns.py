@@ -66,6 +66,8 @@ GOLDEN: list[tuple[str, Any, Any]] = [
     ("json", {"a": [1, None, {"b": 2.5}], "t": True}, {"a": [1, None, {"b": 2.5}], "t": True}),
     ("json", [], []),
     ("json", 3, 3),
+    ("vector(3)", [1.0, 2.5, -3.0], [1.0, 2.5, -3.0]),
+    ("vector(2)", [0.1, 1], [0.1, 1.0]),
 ]
 
 
@@ -132,7 +134,7 @@ def test_integer_widths() -> None:
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
-        ("vector(3)", "no JSON mapping for type 'vector'"),
+        ("sketch(3)", "no JSON mapping for type 'sketch'"),
         ("varchr(10)", "no JSON mapping"),
         ("", "does not read as"),
         ("int(", "does not read as"),
@@ -181,6 +183,8 @@ def test_non_string_type_is_refused() -> None:
         ("json", {1: "a"}, "keys must be str"),
         ("json", {"a": float("nan")}, "no NaN"),
         ("json", {"a": object()}, "a JSON value"),
+        ("vector(3)", (1.0, 2.0, 3.0), "a list of finite floats"),
+        ("vector(3)", [1.0, float("nan")], "a finite float"),
     ],
 )
 def test_python_values_that_do_not_fit_their_type(

@@ -100,15 +100,15 @@ def test_a_prepared_message_and_traceback_are_taken_as_given() -> None:
 
 
 def test_a_change_without_an_event_form_is_still_dead_lettered() -> None:
-    broken = row_change(column_types={**row_change().column_types, "tiny": "vector(2)"})
+    broken = row_change(column_types={**row_change().column_types, "tiny": "sketch(2)"})
     event = dead_letter_event(broken, function="f", error=ValueError("x"), stage="filter")
     data = event.get_data()
     assert isinstance(data, dict)
     assert data["original"] is None
-    assert "vector" in data["original_error"]
+    assert "sketch" in data["original_error"]
     assert data["position"]["pos"] == 123456789
     assert event.get_id() == "1:mysql-bin.000042:123456789:3:deadletter:f:filter"
-    with pytest.raises(EventFormatError, match="vector"):
+    with pytest.raises(EventFormatError, match="sketch"):
         original_from_dead_letter(event)
 
 

@@ -18,6 +18,7 @@ from dbus_spark.sinks.elasticsearch import field_mapping
         ("float(35,5) unsigned", "double"),
         ("float(7,2) unsigned zerofill", "double"),
         ("double(10,3)", "double"),
+        ("vector(3)", "float"),  # MySQL 9: an array of float32s
         ("uuid", "keyword"),
         ("inet4", "keyword"),
         ("inet6", "keyword"),

@@ -72,6 +72,8 @@ _ES_TYPES: tuple[tuple[str, Mapping[str, Any]], ...] = (
     ("enum", {"type": "keyword"}),
     ("set", {"type": "keyword"}),
     ("json", {"type": "object", "enabled": False}),
+    # MySQL 9's VECTOR: an array of floats (a dense_vector needs its similarity chosen).
+    ("vector", {"type": "float"}),
     ("char", {"type": "keyword"}),
     ("varchar", {"type": "text", "fields": {"raw": {"type": "keyword", "ignore_above": 256}}}),
     ("text", {"type": "text"}),
