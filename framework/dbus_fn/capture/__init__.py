@@ -48,7 +48,8 @@ Guarantees and choices:
   ``LONGTEXT`` with a ``json_valid`` check) is recognised by that check; values
   are what SELECT shows: ``FLOAT`` with 6 significant digits, ``FLOAT(M,D)`` with
   ``D`` decimals, MariaDB ``UUID``/``INET4``/``INET6`` as their text; zero
-  and partial dates are their text (``"0000-00-00"``); ``TIMESTAMP`` is aware UTC.
+  and partial dates are their text (``"0000-00-00"``); ``TIMESTAMP`` is aware UTC;
+  MySQL 9's ``VECTOR`` is a list of floats (``_column_readers.vector_values``).
 * Shards: ``read(..., shard=Shard(i, n))`` yields only the rows whose key hashes
   to shard ``i`` of ``n`` (and every schema change and commit): ``n`` readers of
   one range share its decoding, and one key's changes stay in one shard, in order.

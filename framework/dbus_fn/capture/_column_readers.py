@@ -20,9 +20,17 @@ from pymysqlreplication.constants import FIELD_TYPE
 
 from dbus_fn._zero_dates import zero_date_text
 from dbus_fn.capture._json_binary import json_document
+from dbus_fn.capture._table_map import VECTOR
 from dbus_fn.errors import SourceError
 
-__all__ = ["NATIVE", "Reader", "column_reader", "column_width", "declared_reader"]
+__all__ = [
+    "NATIVE",
+    "Reader",
+    "column_reader",
+    "column_width",
+    "declared_reader",
+    "vector_values",
+]
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 
@@ -37,6 +45,7 @@ _U64 = struct.Struct("<Q").unpack_from
 _F32 = struct.Struct("<f").unpack_from
 _F64 = struct.Struct("<d").unpack_from
 _BE_U32 = struct.Struct(">I").unpack_from
+_F32_PACK = struct.Struct("<f").pack
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ZERO_TIMESTAMP = zero_date_text("timestamp", 0, 0, 0)  # TIMESTAMP's only zero date
 
@@ -189,6 +198,37 @@ def _json_binary(length_size: int) -> Reader:
         if not value:
             return None, end
         return json_document(value), end
+
+    return read
+
+
+def vector_values(raw: bytes) -> list[float]:
+    """A VECTOR value (little-endian float32s) as its floats, each the shortest decimal
+    that is the same float32 (``0.1``, not 0.10000000149011612), as Debezium gives it."""
+    found = []
+    for at in range(0, len(raw) - 3, 4):
+        value, packed = _F32(raw, at)[0], raw[at : at + 4]
+        for digits in range(1, 10):  # 9 significant digits always hold a float32
+            shortest = float(f"{value:.{digits}g}")
+            if _same_float32(shortest, packed):
+                break
+        found.append(shortest)
+    return found
+
+
+def _same_float32(value: float, packed: bytes) -> bool:
+    try:
+        return _F32_PACK(value) == packed
+    except OverflowError:  # rounded past the largest float32
+        return False
+
+
+def _vector(length_size: int) -> Reader:
+    raw = _length_prefixed(length_size)
+
+    def read(data: bytes, offset: int) -> tuple[list[float], int]:
+        value, end = raw(data, offset)
+        return vector_values(value), end
 
     return read
 
@@ -440,6 +480,10 @@ def column_reader(column: Any, *, is_json: bool = False) -> tuple[str, Reader]:
         return f"bit({column.bits})", _native(_bit(column.bytes), "bit", column.bytes)
     if code == FIELD_TYPE.GEOMETRY:
         return "geometry", _length_prefixed(column.length_size)
+    if code == VECTOR:
+        dimensions = getattr(column, "dimensions", None)
+        declared = "vector" if dimensions is None else f"vector({dimensions})"
+        return declared, _native(_vector(column.length_size), "vector", column.length_size)
     raise SourceError(
         f"column {column.name!r} has binlog type code {code}, which dbus cannot decode yet; "
         "exclude the table from the source's table patterns or report the type"

@@ -24,10 +24,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pymysql
+import pymysql.connections
 import pymysql.cursors
 
 from dbus_fn._zero_dates import DateKind, zero_date_from_select
+from dbus_fn.capture._column_readers import vector_values
 from dbus_fn.capture._positions import neutral_boundary
+from dbus_fn.capture._table_map import VECTOR
 from dbus_fn.capture._text_rows import read_natively
 from dbus_fn.events import (
     BinlogPosition,
@@ -42,6 +45,11 @@ if TYPE_CHECKING:
     from dbus_fn.capture._reader import BinlogReader
 
 log = logging.getLogger("dbus_fn.capture")
+
+# PyMySQL decodes a value of a type it does not know as ASCII text; a VECTOR's
+# (MySQL 9) is float32 bytes. Among its binary-capable types, a binary collation
+# (which a VECTOR has) gives the bytes.
+pymysql.connections.TEXT_TYPES.add(VECTOR)
 
 @dataclass(frozen=True, slots=True)
 class SnapshotTable:
@@ -91,6 +99,8 @@ def _converter(column_type: str) -> Callable[[Any], Any] | None:
         return lambda v: int.from_bytes(v, "big")
     if base == "json":
         return json.loads
+    if base == "vector":
+        return vector_values
     return None
 
 

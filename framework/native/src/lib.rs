@@ -43,6 +43,8 @@ enum Kind {
     Enum { size: usize },
     Set { size: usize },
     Bit { size: usize },
+    /// MySQL 9's VECTOR after a length of `prefix` bytes: little-endian float32s.
+    Vector { prefix: usize },
 }
 
 struct Column {
@@ -92,6 +94,7 @@ fn kind_of(name: &str, a: usize, b: usize) -> PyResult<Kind> {
         "enum" if matches!(a, 1 | 2) => Kind::Enum { size: a },
         "set" if matches!(a, 1..=8) => Kind::Set { size: a },
         "bit" if matches!(a, 1..=8) => Kind::Bit { size: a },
+        "vector" if matches!(a, 1..=4) => Kind::Vector { prefix: a },
         _ => {
             return Err(PyValueError::new_err(format!(
                 "no native column kind {name:?} with ({a}, {b}); decode it in Python (kind \"python\")"
@@ -188,6 +191,24 @@ fn six_digits(value: f32) -> f64 {
         return wide;
     }
     format!("{wide:.5e}").parse().unwrap_or(wide)
+}
+
+/// A VECTOR's float32 as the shortest decimal that reads back as the same float32:
+/// of 1 to 9 significant digits, the first whose correctly rounded value does, as
+/// the Python reader (`vector_values`) finds it, ties included.
+fn shortest(value: f32) -> f64 {
+    let wide = f64::from(value);
+    if !wide.is_finite() {
+        return wide;
+    }
+    for digits in 0..9 {
+        if let Ok(candidate) = format!("{wide:.digits$e}").parse::<f64>() {
+            if (candidate as f32).to_bits() == value.to_bits() {
+                return candidate;
+            }
+        }
+    }
+    wide
 }
 
 impl Plan {
@@ -314,6 +335,15 @@ impl Plan {
             Kind::Bit { size } => match big(data, at, size) {
                 None => None,
                 Some(value) => Some((value.into_pyobject(py)?.into_any(), at + size)),
+            },
+            Kind::Vector { prefix } => match length_prefixed(data, at, prefix) {
+                Some((bytes, end)) if bytes.len() % 4 == 0 => {
+                    let values = bytes.chunks_exact(4).map(|four| {
+                        shortest(f32::from_le_bytes([four[0], four[1], four[2], four[3]]))
+                    });
+                    Some((PyList::new(py, values)?.into_any(), end))
+                }
+                _ => None,
             },
         };
         Ok(made)

@@ -1,12 +1,15 @@
 """Capture from a real MySQL 9 (``dbus services up mysql``): where its binlog ends, its
 binary JSON with every opaque value as SELECT shows it, a resume, compressed
-transactions, partial JSON updates read as whole documents, and images without every
-column, which stop the read instead of being lost. Each read runs with the native
+transactions, partial JSON updates read as whole documents, VECTOR columns, and images
+without every column, which stop the read instead of being lost. Each read runs with the native
 decoder and with mysql-replication's."""
 
 from __future__ import annotations
 
 import json
+import struct
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -244,6 +247,59 @@ def test_partial_json_updates_read_as_the_documents_select_shows(
     assert {k: changes[7].after["j"][k] for k in ("t", "d", "day")} == {
         "t": "-01:02:03.500000", "d": 1.5, "day": "2024-02-29"
     }  # fmt: skip
+
+
+def _as_select_shows(values: list[float]) -> str:
+    """A vector as MySQL's VECTOR_TO_STRING prints it."""
+    return "[" + ",".join(f"{value:.5e}" for value in values) + "]"
+
+
+def test_vector_columns_read_as_their_floats_from_the_binlog_and_a_snapshot(
+    mysql_database: Any, mysql_reader: BinlogReader
+) -> None:
+    connection = mysql_database.connect()
+    # The table map describes a VECTOR with metadata mysql-replication does not read;
+    # the columns after one (a text, an enum) must read right too.
+    execute(connection, "CREATE TABLE vec (id INT PRIMARY KEY, v VECTOR(3), w VARCHAR(5), "
+            "big VECTOR(300), e ENUM('a','b'))")  # fmt: skip
+    big = "[" + ",".join(f"{i * 0.37 - 50:.3f}" for i in range(300)) + "]"
+    start = mysql_reader.master_position()
+    execute(
+        connection,
+        "INSERT INTO vec VALUES (1, STRING_TO_VECTOR('[1,2.5,-3]'), 'é', NULL, 'b')",
+        f"INSERT INTO vec VALUES (2, STRING_TO_VECTOR('[0.1,1e-3,123456]'), 'x', "
+        f"STRING_TO_VECTOR('{big}'), 'a')",
+        "UPDATE vec SET v = STRING_TO_VECTOR('[12345.678,-1.17e-30,1.2345678]') WHERE id = 1",
+    )
+    changes = rows(read_all(mysql_reader, start))
+    assert [(c.op.value, c.row["id"]) for c in changes] == [
+        ("insert", 1), ("insert", 2), ("update", 1)
+    ]  # fmt: skip
+    assert changes[0].after == {"id": 1, "v": [1.0, 2.5, -3.0], "w": "é", "big": None, "e": "b"}
+    assert changes[1].after is not None and changes[1].after["v"] == [0.1, 0.001, 123456.0]
+    assert changes[2].before == changes[0].after
+    assert dict(changes[0].column_types) == {
+        "id": "int", "v": "vector(3)", "w": "varchar(5)", "big": "vector(300)",
+        "e": "enum('a','b')",
+    }  # fmt: skip
+    latest = {c.row["id"]: c.after for c in changes[1:]}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, HEX(v), VECTOR_TO_STRING(v), HEX(big), "
+                       "VECTOR_TO_STRING(big) FROM vec ORDER BY id")  # fmt: skip
+        selected = cursor.fetchall()
+    for row_id, v_hex, v_text, big_hex, big_text in selected:
+        after = latest[row_id]
+        assert after is not None
+        for name, raw, text in (("v", v_hex, v_text), ("big", big_hex, big_text)):
+            if raw is None:
+                assert after[name] is None
+                continue
+            values = after[name]
+            # Every float is the stored float32 itself, shown as SELECT shows it.
+            assert struct.pack(f"<{len(values)}f", *values) == bytes.fromhex(raw)
+            assert _as_select_shows(values) == text
+    snapshot = [item.after for item in rows(list(mysql_reader.snapshot()))]
+    assert snapshot == [latest[1], latest[2]]
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 from dbus_fn.capture._column_readers import NATIVE, column_width
 from dbus_fn.capture._decode import TableDecoder, compile_table
 from dbus_fn.capture._native import SWITCH, native_decoding
+from dbus_fn.capture._table_map import VECTOR
 
 UTF8 = "utf8mb4_general_ci"
 
@@ -122,6 +123,37 @@ def test_float_ties_and_extremes_round_to_six_digits_alike(native: None) -> None
     for value in values:
         data = b"\0" + struct.pack("<f", value)
         assert _outcome(decoder, data, b"\x01", None) == _outcome(python, data, b"\x01", None)
+
+
+def test_vectors_read_as_the_shortest_decimals_of_their_float32s_alike(native: None) -> None:
+    import math
+    import struct
+
+    column = _column("v", VECTOR, length_size=4, dimensions=None)
+    decoder = compile_table("db", "t", [column], [])
+    assert getattr(decoder.columns[0].reader, NATIVE)[0] == "vector"
+    python = replace(decoder, native=None)
+    rng = random.Random(7)
+    floats = [0.1, 2.5, -3.0, 1.2345678, 1e-45, -0.0, 3.4028235e38, 1.17549435e-38,
+              float("inf"), 123456.0]  # fmt: skip
+    raw = struct.pack(f"<{len(floats)}f", *floats) + rng.randbytes(4 * 4000)
+    data = b"\0" + len(raw).to_bytes(4, "little") + raw
+    assert _outcome(decoder, data, b"\x01", None) == _outcome(python, data, b"\x01", None)
+    ((image, _),) = decoder.images(data, b"\x01", None)
+    values = image["v"]
+    assert values[:6] == [0.1, 2.5, -3.0, 1.2345678, 1e-45, -0.0]
+    for at, value in enumerate(values):
+        stored = raw[4 * at : 4 * at + 4]
+        if math.isnan(value) or math.isinf(value):
+            continue
+        assert struct.pack("<f", value) == stored, "every float is the stored float32"
+        digits = len(repr(abs(value)).split("e")[0].replace(".", "").strip("0"))
+        if digits > 1:  # and no decimal with a digit less is that float32
+            shorter = float(f"{value:.{digits - 1}g}")
+            assert abs(shorter) > 3.4028235e38 or struct.pack("<f", shorter) != stored
+    # A length that is not whole float32s: the Python reader's part, on both sides.
+    odd = b"\0" + (5).to_bytes(4, "little") + b"\0\0\x80?\x01"
+    assert _outcome(decoder, odd, b"\x01", None) == _outcome(python, odd, b"\x01", None)
 
 
 def test_columns_the_native_side_leaves_to_python_are_read_by_their_python_reader(
