@@ -16,8 +16,9 @@ import pytest
 from capture_support import commits, execute, read_all, rows
 
 from dbus_fn import BinlogPosition
-from dbus_fn.capture import BinlogReader
+from dbus_fn.capture import BinlogReader, Shard, SourceSpec, replica_id_for
 from dbus_fn.capture._gtid_sets import GtidSet
+from dbus_fn.capture._json_diff import UnappliedDiff
 from dbus_fn.errors import SourceError
 
 pytestmark = pytest.mark.integration
@@ -228,7 +229,9 @@ def test_partial_json_updates_read_as_the_documents_select_shows(
                     for i, j, k, note in cursor.fetchall()}  # fmt: skip
 
     expected = []
-    for statement in PARTIAL_UPDATES:
+    # The last one in a compressed transaction: its events are inside a payload event.
+    compressed = "SET SESSION binlog_transaction_compression = ON"
+    for statement in [*PARTIAL_UPDATES, compressed, PARTIAL_UPDATES[-1].replace("both", "2")]:
         before = selected()
         execute(connection, statement)
         after = selected()
@@ -237,12 +240,18 @@ def test_partial_json_updates_read_as_the_documents_select_shows(
         cursor.execute(f"SHOW BINLOG EVENTS IN '{start.file}' FROM {start.pos}")
         kinds = [row[2] for row in cursor.fetchall()]
     # The server wrote each as a partial update (the one that sets k whole too: its j
-    # is partial).
-    assert kinds.count("Update_rows_partial") == len(PARTIAL_UPDATES)
+    # is partial), the last inside a payload event (which lists its events too).
+    assert kinds.count("Update_rows_partial") == len(PARTIAL_UPDATES) + 1
+    assert kinds.count("Transaction_payload") == 1
     changes = rows(read_all(mysql_reader, start))
     assert [(c.op.value, c.before, c.after) for c in changes] == [
         ("update", before, after) for before, after in expected
     ]
+    # Each shard of two reads its own rows of them (by the key of the after image).
+    end = mysql_reader.master_position()
+    sharded = [rows(list(mysql_reader.read(start, stop=end, idle_timeout=10, shard=Shard(i, 2))))
+               for i in range(2)]  # fmt: skip
+    assert all(sharded) and sorted(map(repr, sharded[0] + sharded[1])) == sorted(map(repr, changes))
     assert changes[7].after is not None
     assert {k: changes[7].after["j"][k] for k in ("t", "d", "day")} == {
         "t": "-01:02:03.500000", "d": 1.5, "day": "2024-02-29"
@@ -305,12 +314,15 @@ def test_vector_columns_read_as_their_floats_from_the_binlog_and_a_snapshot(
 @pytest.mark.parametrize(
     ("setting", "statement", "event"),
     [
+        ("binlog_row_value_options = 'PARTIAL_JSON'",
+         "UPDATE docs SET j = JSON_SET(j, '$.a', 2) WHERE id = 1", "partial JSON update"),
         ("binlog_row_image = 'MINIMAL'",
          "UPDATE docs SET j = '[]' WHERE id = 1", "without every column"),
     ],
 )  # fmt: skip
 def test_a_row_event_the_capture_cannot_read_stops_the_read_where_it_is(
-    mysql_database: Any, mysql_reader: BinlogReader, setting: str, statement: str, event: str
+    mysql_database: Any, mysql_reader: BinlogReader, setting: str, statement: str, event: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     connection = mysql_database.connect()
     document = json.dumps({"a": 1, "b": "long enough to be kept"})
@@ -319,9 +331,17 @@ def test_a_row_event_the_capture_cannot_read_stops_the_read_where_it_is(
     start = mysql_reader.master_position()
     # A session setting any client may use: the server writes that session's changes so.
     execute(connection, f"SET SESSION {setting}", statement)
+    if "PARTIAL_JSON" in setting:
+        # A partial update is read, unless its diffs do not apply to the before image;
+        # a server writes no such diff, so the applier's refusal is injected.
+        def refused(document: Any, diffs: Any) -> Any:
+            raise UnappliedDiff("REPLACE at $.a: the before image lacks that member")
+
+        monkeypatch.setattr("dbus_fn.capture._decode.apply_diffs", refused)
     with pytest.raises(SourceError, match=event) as stopped:
         read_all(mysql_reader, start)
     message = str(stopped.value)
     assert "\n" not in message
+    assert f"{mysql_database.name}.docs" in message, "it names the table"
     assert setting.split(" = ")[0] in message, "it names the setting that avoids it"
     assert start.file in message, "it names where the read stopped"
