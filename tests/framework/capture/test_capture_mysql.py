@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import struct
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from capture_support import commits, execute, read_all, rows
 
 from dbus_fn import BinlogPosition
-from dbus_fn.capture import BinlogReader, Shard, SourceSpec, replica_id_for
+from dbus_fn.capture import BinlogReader, Shard
 from dbus_fn.capture._gtid_sets import GtidSet
 from dbus_fn.capture._json_diff import UnappliedDiff
 from dbus_fn.errors import SourceError
