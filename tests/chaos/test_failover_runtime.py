@@ -1,6 +1,7 @@
-"""The runtime follows its source's failover: the primary is killed with SIGKILL under
-load, the replica promoted, the writes go on there; the runtime is killed -9 once
-after that and restarted on its checkpoint. Afterwards every topic holds every
+"""The runtime follows its source's failover, on MariaDB (GTID states) and on MySQL
+(GTID sets): the primary is killed with SIGKILL under load, the replica promoted,
+the writes go on there; the runtime is killed -9 once after that and restarted on
+its checkpoint. Afterwards every topic holds every
 committed change, one key's in commit order, and every index equals its table.
 
 The source lists the private primary and its replica (``failover_support``). The
@@ -41,7 +42,7 @@ class Writer:
 
     def __init__(self, workload: Workload, pair: Pair) -> None:
         self.workload = workload
-        self.connect = lambda: pair.endpoints.mariadb.connect("chaos", autocommit=False)
+        self.connect = lambda: pair.primary_endpoint.connect("chaos", autocommit=False)
         self.pair = pair
         self.between = threading.Lock()
         self.stop = threading.Event()
@@ -62,9 +63,7 @@ class Writer:
             self.error = exc
 
     def move_to_replica(self) -> None:
-        self.connect = lambda: self.pair.endpoints.mariadb_replica.connect(
-            "chaos", autocommit=False
-        )
+        self.connect = lambda: self.pair.replica_endpoint.connect("chaos", autocommit=False)
 
     def wait_for(self, changes: int) -> None:
         wait_for(lambda: len(self.workload.committed) >= changes or self.error is not None,
@@ -90,19 +89,20 @@ def _until_first_commit(runtime: RuntimeProcess, pair: Pair) -> None:
         time.sleep(1)
 
 
+@pytest.mark.parametrize("flavour", ["mariadb", "mysql"])
 def test_the_runtime_follows_a_killed_primary_to_its_promoted_replica(
-    kafka_service: Any, elasticsearch_service: Any, chaos_seed: int, tmp_path: Path
+    flavour: str, kafka_service: Any, elasticsearch_service: Any, chaos_seed: int, tmp_path: Path
 ) -> None:
     bootstrap = kafka_service.bootstrap_servers
-    with private_pair(tmp_path / "pair") as pair:
+    with private_pair(tmp_path / "pair", flavour) as pair:
         with pair.primary() as conn, conn.cursor() as cur:
             cur.execute("CREATE DATABASE chaos")
-        workload = Workload(lambda **kw: pair.endpoints.mariadb.connect("chaos", **kw),
+        workload = Workload(lambda **kw: pair.primary_endpoint.connect("chaos", **kw),
                             seed=chaos_seed, pause=0.01)  # fmt: skip
         workload.create_tables()
         routes = new_routes("chaos", workload.tables)
         runtime = RuntimeProcess.for_runtime(
-            source_dsn=pair.endpoints.failover_dsn,
+            source_dsn=pair.failover_dsn,
             functions=write_function_folder(tmp_path / "fn", routes),
             kafka=bootstrap,
             elasticsearch=elasticsearch_service.url,
@@ -122,7 +122,7 @@ def test_the_runtime_follows_a_killed_primary_to_its_promoted_replica(
                 pair.kill_primary()
                 before = len(workload.committed)
                 with pytest.raises(pymysql.err.OperationalError):
-                    pair.endpoints.mariadb.connect("chaos")
+                    pair.primary_endpoint.connect("chaos")
                 pair.promote_replica()
                 writer.move_to_replica()
             writer.wait_for(before + 400)
@@ -130,7 +130,7 @@ def test_the_runtime_follows_a_killed_primary_to_its_promoted_replica(
             runtime.start()
             writer.wait_for(before + 800)
             writer.finish()
-            replica = pair.endpoints.mariadb_replica.connect("chaos")
+            replica = pair.replica_endpoint.connect("chaos")
             verdict, caught_up = wait_converged(
                 lambda: check_convergence(workload, routes, replica, bootstrap, es),
                 timeout=240,

@@ -103,15 +103,29 @@ ONLY_EVENTS = [
     RotateEvent,
     HeartbeatLogEvent,
     PartialUpdateRowsEvent,
-    # Seen only to be refused (``UNREADABLE``): the library would skip them unseen.
+    # Events the library has no class for: each is passed by (``PASSED_BY``) or
+    # refused (``unknown_event``), never skipped unseen.
     NotImplementedEvent,
 ]
-UNREADABLE: dict[int, tuple[str, str]] = {}
-"""Binlog events (by type code) that hold row changes the capture cannot read yet
-(none at present: MySQL's partial JSON updates are read since ``_json_diff``),
-what each is, and the setting (global, or of the sessions that changed it) that
-makes the server write plain row events instead. Each stops the read where it is:
-skipping it would lose its changes without a word."""
+PASSED_BY = {
+    28: "IGNORABLE_LOG_EVENT",
+    34: "ANONYMOUS_GTID_LOG_EVENT",  # a transaction without a GTID (gtid_mode OFF)
+    36: "TRANSACTION_CONTEXT_EVENT",  # group replication's certification data
+    37: "VIEW_CHANGE_EVENT",  # group replication's membership
+    41: "HEARTBEAT_LOG_EVENT_V2",
+}
+"""Event types the library has no class for that hold no row change (by type code)."""
+IGNORABLE_F = 0x80
+"""``LOG_EVENT_IGNORABLE_F``: the server marks an event a replica that does not know
+it may skip."""
+
+
+def unknown_event(event_type: int, flags: int) -> bool:
+    """Whether an event the library has no class for may hold changes: neither known
+    to hold none (``PASSED_BY``) nor marked ignorable by the server. Such an event
+    stops the read (MariaDB's compressed row events, MySQL's INCIDENT_EVENT, a type
+    newer than this dbus): skipping it could lose changes without a word."""
+    return event_type not in PASSED_BY and not flags & IGNORABLE_F
 # Errors that mean the connection went away, not that the request was wrong.
 # An open read asks the server for a heartbeat this often (seconds), so that it ends
 # close to its time when nothing is written.
@@ -238,7 +252,7 @@ class ReadSession:
             "blocking": True,
             "only_events": ONLY_EVENTS,
             # The events it has no class for reach the loop, which refuses the
-            # unreadable ones (``UNREADABLE``) instead of letting them pass unseen.
+            # unknown ones (``unknown_event``) instead of letting them pass unseen.
             "filter_non_implemented_events": False,
             "slave_heartbeat": heartbeat,
             "report_slave": (self.reader._report_host, "", "", 0),
@@ -454,13 +468,15 @@ class ReadSession:
                     ):
                         return  # a start by GTID alone can be at or past `stop`
                     continue
-                if kind == OTHER and a.event_type in UNREADABLE:
-                    what, setting = UNREADABLE[a.event_type]
+                if (
+                    kind == OTHER and type(a) is NotImplementedEvent
+                    and unknown_event(a.event_type, a.packet.flags)
+                ):  # fmt: skip
                     raise SourceError(
-                        f"source {source!r}: the binlog holds {what} at {file}:{end - size}, "
-                        "which dbus cannot read, so the read stops there rather than lose its "
-                        f"changes; set {setting} on the server (and in the sessions that set "
-                        "it), then bootstrap the tables it changed and start after it",
+                        f"source {source!r}: the binlog holds an event of type {a.event_type} "
+                        f"at {file}:{end - size} that dbus does not know, so the read stops "
+                        "there rather than skip changes it may hold; read it with a dbus that "
+                        "knows it, or bootstrap the tables it changed and start after it",
                         source=source,
                     )
                 commit = kind == XID or type(a) is XAPrepareEvent
