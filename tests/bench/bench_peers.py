@@ -13,7 +13,8 @@ first run, once with its defaults and once tuned. For dbus (the runtime as
 * peak PSS of its processes (the Spark driver JVM and Python workers; the worker
   JVM) through the run.
 
-    .venv/bin/python tests/bench/bench_peers.py [--rows 100000] [--skip tuned latency ...]
+    .venv/bin/python tests/bench/bench_peers.py [--rows 100000] [--server mysql]
+        [--skip tuned latency ...]
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_capture import NARROW, NARROW_FILL, WIDE, WIDE_FILL, fill_rows, master
+from bench_capture import NARROW, NARROW_FILL, WIDE, WIDE_FILL, fill_rows, master, on_server
 from bench_runtime import WARM, WARM_FILL, config, runtime_row_id
 from debezium_peer import (
     VARIANTS,
@@ -64,7 +65,9 @@ class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.local = endpoints()
-        self.settings = SourceSpec("bench", self.local.mariadb.dsn, ("*.*",)).connection
+        self.source = getattr(self.local, args.server)
+        """The server every engine reads (``--server``)."""
+        self.settings = SourceSpec("bench", self.source.dsn, ("*.*",)).connection
         self.run = uuid.uuid4().hex[:8]
         self.database = f"peers_{self.run}"
         self.work = load_config().home / "peers" / "runs" / self.run
@@ -163,7 +166,7 @@ class PeerRun:
             name,
             connector_config(
                 self.prefix(table),
-                self.bench.local.mariadb,
+                self.bench.source,
                 [f"{db}.{t}" for t in (table, *tables)],
                 replica_id_for(f"bench/peers/{self.bench.run}/{name}"),
                 self.worker.folder / f"{name}.history",
@@ -242,7 +245,7 @@ class DbusRun:
         # once, here, as the peer's workers started before they were measured.
         bench.cur.execute(WARM)
         warm = master(bench.cur)
-        bench.cur.execute(WARM_FILL.format(first=1, last=1000))
+        bench.cur.execute(on_server(bench.cur, WARM_FILL.format(first=1, last=1000)))
         topic = bench.topic(DBUS, "warm")
         with self.query("warm", topic, warm) as query:
             bench.count.seconds_until(topic, 1000, time.monotonic(), lambda: failure(query))
@@ -254,7 +257,7 @@ class DbusRun:
         from dbus_spark.job import start
 
         b = self.bench
-        cfg = config(b.work / DBUS, b.local.mariadb.dsn, b.database, f"kafka://{topic}", begin,
+        cfg = config(b.work / DBUS, b.source.dsn, b.database, f"kafka://{topic}", begin,
                      tables=table)  # fmt: skip
         query = start(cfg, spark=self.spark)
         try:
@@ -337,6 +340,10 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=20.0, help="length of a latency run")
     parser.add_argument(
+        "--server", choices=["mariadb", "mysql"], default="mariadb",
+        help="the source: `dbus services up mariadb` or `mysql` (the MySQL connector's home)",
+    )
+    parser.add_argument(
         "--skip",
         nargs="*",
         default=[],
@@ -378,6 +385,7 @@ def main() -> None:
     finally:
         bench.close()
     ran = [
+        f"source: {args.server}",
         *([] if "throughput" in args.skip else [f"{args.rows:,} rows per table"]),
         *([] if "latency" in args.skip else [f"latency runs of {args.seconds:g} s"]),
         f"{psutil.cpu_count()} cores, load average {began_load:.1f} at the start, "

@@ -168,12 +168,12 @@ def connector_config(
 def offsets_payload(prefix: str, start: BinlogPosition) -> dict[str, Any]:
     """The body of ``PATCH /connectors/NAME/offsets`` (KIP-875) that makes a MySQL
     connector read on from ``start``: its source partition is ``{"server": prefix}``,
-    its offset the binlog file and position (no row or event to skip)."""
-    return {
-        "offsets": [
-            {"partition": {"server": prefix}, "offset": {"file": start.file, "pos": start.pos}}
-        ]
-    }
+    its offset the binlog file and position (no row or event to skip), and on MySQL
+    the executed GTID set there, without which it cannot ask for the binlog."""
+    offset: dict[str, Any] = {"file": start.file, "pos": start.pos}
+    if start.gtid:
+        offset["gtids"] = start.gtid
+    return {"offsets": [{"partition": {"server": prefix}, "offset": offset}]}
 
 
 def row_id(key: bytes) -> int:

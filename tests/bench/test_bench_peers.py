@@ -57,6 +57,10 @@ def test_the_offset_names_the_connectors_partition_and_the_binlog_position() -> 
         ]
     }
     json.dumps(body)  # the REST body
+    # On MySQL with GTIDs the connector asks for the binlog by set: the offset holds it.
+    at = BinlogPosition("binlog.000002", 135078, "2d19560c-eed5-11f1-a2bc-02fc00000001:1-14")
+    offset = offsets_payload("p", at)["offsets"][0]["offset"]
+    assert offset == {"file": "binlog.000002", "pos": 135078, "gtids": at.gtid}
 
 
 def properties(text: str) -> dict[str, str]:
