@@ -24,9 +24,9 @@ from dbus_fn.capture._column_readers import (
     declared_reader,
 )
 from dbus_fn.capture._declared_types import agreed_types
-from dbus_fn.capture._events import field_number
 from dbus_fn.capture._json_diff import UnappliedDiff, apply_diffs, read_diffs
 from dbus_fn.capture._native import native_plan
+from dbus_fn.capture._wire import field_number
 from dbus_fn.errors import SourceError
 
 

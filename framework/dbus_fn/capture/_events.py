@@ -58,6 +58,7 @@ from pymysqlreplication.row_event import (
 from dbus_fn._native import native
 from dbus_fn.capture._gtid_sets import GtidSet, tagged_gtid
 from dbus_fn.capture._native import SWITCH
+from dbus_fn.capture._wire import field_number
 from dbus_fn.errors import SourceError
 
 OTHER, HEARTBEAT, ROTATE, TABLE_MAP, WRITE, UPDATE, DELETE, GTID, XID, ERROR, END = range(11)
@@ -249,16 +250,6 @@ _PAYLOAD_FIELDS_END, _COMPRESSION = 0, 2
 _ZSTD, _NONE = 0, 255
 
 
-def field_number(data: bytes, offset: int) -> tuple[int, int]:
-    """A length-encoded integer (MySQL's ``net_field_length``: a payload's header
-    fields, a partial JSON update's lengths) at ``offset``, and where it ends."""
-    first = data[offset]
-    if first < 251:
-        return first, offset + 1
-    width = {252: 2, 253: 3, 254: 8}[first]
-    return int.from_bytes(data[offset + 1 : offset + 1 + width], "little"), offset + 1 + width
-
-
 def payload_events(stream: Any, event: Any) -> Iterator[Event]:
     """The events a compressed transaction holds, as the read loop's tuples: each
     ends where the payload ends (inside it, MySQL gives them no position of their
@@ -324,7 +315,6 @@ __all__ = [
     "StreamLost",
     "as_tuple",
     "events",
-    "field_number",
     "library_events",
     "native_events",
 ]

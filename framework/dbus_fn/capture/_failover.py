@@ -46,6 +46,14 @@ PRIMARY_CHECK_SECONDS = 5.0
 """How often a reader of several servers asks whether its server is still writable."""
 
 
+Logged = dict[tuple[int, int], int] | GtidSet
+"""What a server's binlog holds: MariaDB's ``@@gtid_binlog_state`` as (domain,
+server_id) -> the last sequence number logged; MySQL's ``@@gtid_executed``."""
+
+Committed = dict[int, MariadbGtid] | GtidSet
+"""A reader's committed GTIDs, parsed once: MariaDB's state per domain, or MySQL's set."""
+
+
 @dataclass(frozen=True, slots=True)
 class Probe:
     """One server as a quick connection found it."""
@@ -53,11 +61,11 @@ class Probe:
     index: int
     settings: ConnectionSettings
     writable: bool
-    binlog_state: dict[tuple[int, int], int]
-    """``@@gtid_binlog_state``: per (domain, server_id), the last sequence number logged."""
-    is_mariadb: bool
-    executed: GtidSet
-    """MySQL's ``@@gtid_executed`` (empty on MariaDB)."""
+    logged: Logged
+
+    @property
+    def is_mariadb(self) -> bool:
+        return not isinstance(self.logged, GtidSet)
 
 
 class NoServerReady(Exception):
@@ -87,9 +95,8 @@ def probe(reader: BinlogReader, index: int) -> Probe:
     finally:
         with contextlib.suppress(Exception):
             connection.close()
-    if is_mariadb:
-        return Probe(index, settings, not int(read_only), binlog_state(state), True, GtidSet())
-    return Probe(index, settings, not int(read_only), {}, False, GtidSet.parse(state))
+    logged = binlog_state(state) if is_mariadb else GtidSet.parse(state)
+    return Probe(index, settings, not int(read_only), logged)
 
 
 def binlog_state(text: str) -> dict[tuple[int, int], int]:
@@ -141,10 +148,10 @@ def choose(reader: BinlogReader, committed: BinlogPosition | None) -> Probe:
             "cannot follow one another; list the servers of one replication topology",
             setting="dsn",
         )
-    gtids = committed.gtid if committed is not None else None
+    gtids = parse_committed(committed.gtid if committed is not None else None)
     behind: list[tuple[Probe, str]] = []
     for found in sorted(answered, key=lambda p: not p.writable):  # stable: order kept
-        lacking = lacks(gtids, found)
+        lacking = lacks(gtids, found.logged)
         if not lacking:
             return found
         behind.append((found, lacking))
@@ -152,13 +159,21 @@ def choose(reader: BinlogReader, committed: BinlogPosition | None) -> Probe:
     raise NoServerReady(f"every server that answers is behind ({lacks_text})", behind)
 
 
-def lacks(gtids: str | None, found: Probe) -> str:
-    """What of the reader's committed GTIDs the server ``found`` lacks ('' if none)."""
+def parse_committed(gtids: str | None) -> Committed | None:
+    """A reader's committed GTIDs (a MariaDB state or a MySQL set) as ``lacks`` takes them."""
     if not gtids:
+        return None
+    return GtidSet.parse(gtids) if looks_like_set(gtids) else parse_gtid_state(gtids)
+
+
+def lacks(committed: Committed | None, logged: Logged) -> str:
+    """What of the reader's ``committed`` GTIDs a server that ``logged`` them lacks ('' if
+    none). A MariaDB state asked of a MySQL server, or the reverse, lacks all of it."""
+    if not committed:
         return ""
-    if looks_like_set(gtids):
-        return str(GtidSet.parse(gtids).minus(found.executed))
-    lacking = missing(parse_gtid_state(gtids), found.binlog_state)
+    if isinstance(committed, GtidSet):
+        return str(committed.minus(logged if isinstance(logged, GtidSet) else GtidSet()))
+    lacking = missing(committed, logged if isinstance(logged, dict) else {})
     return str(lacking[0]) if lacking else ""
 
 

@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from dbus_fn.capture._events import field_number
 from dbus_fn.capture._json_binary import json_document
+from dbus_fn.capture._wire import field_number
 
 __all__ = ["Diff", "UnappliedDiff", "apply_diffs", "read_diffs"]
 

@@ -264,6 +264,24 @@ def test_a_server_has_committed_gtids_only_from_their_own_server_ids() -> None:
     assert [str(g) for g in missing(parse_gtid_state("2-1-1"), state)] == ["2-1-1"]
 
 
+def test_what_a_server_lacks_is_said_in_its_own_flavour_and_a_mixed_pair_lacks_all() -> None:
+    from dbus_fn.capture._failover import binlog_state, lacks, parse_committed
+    from dbus_fn.capture._gtid_sets import GtidSet
+
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    executed = GtidSet.parse(f"{uuid}:1-100")
+    mariadb = binlog_state("0-1-308")
+    assert parse_committed(None) is None and parse_committed("") is None
+    assert lacks(None, executed) == "" and lacks(None, mariadb) == ""
+    assert lacks(parse_committed(f"{uuid}:1-100"), executed) == ""
+    assert lacks(parse_committed(f"{uuid}:1-102"), executed) == f"{uuid}:101-102"
+    assert lacks(parse_committed("0-1-308"), mariadb) == ""
+    assert lacks(parse_committed("0-1-309"), mariadb) == "0-1-309"
+    # A MySQL set asked of a MariaDB server, or a MariaDB state of a MySQL one.
+    assert lacks(parse_committed(f"{uuid}:1-2"), mariadb) == f"{uuid}:1-2"
+    assert lacks(parse_committed("0-1-308"), executed) == "0-1-308"
+
+
 def test_server_neutral_positions_order_transactions_by_gtid_state_then_changes() -> None:
     from dbus_fn.capture._positions import (
         TRANSACTION_END,
