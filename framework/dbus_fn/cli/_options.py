@@ -24,8 +24,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 FROM_HELP = (
     "Where to start reading: latest, earliest, snapshot (the tables as they are, then "
-    "the binlog), file:pos, file:pos@gtid or a MariaDB GTID state such as 0-1-42 (not a "
-    "time: `dbus fn replay --from` takes one)."
+    "the binlog), file:pos, file:pos@gtid, a MariaDB GTID state such as 0-1-42 or a "
+    "MySQL GTID set such as 3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42 (not a time: "
+    "`dbus fn replay --from` takes one)."
 )
 
 

@@ -57,11 +57,16 @@ class StallingProxy:
     gives on demand; new connections after ``stall()`` are forwarded normally.
     """
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(
+        self, host: str, port: int, greeting: Callable[[bytes], bytes] | None = None
+    ) -> None:
+        """``greeting``: rewrites what the server sends first on each connection (its
+        handshake packet), to make it look like a server it is not."""
         import socket
         import threading
 
         self._upstream = (host, port)
+        self._greeting = greeting
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._pairs: list[dict[str, Any]] = []
@@ -80,6 +85,8 @@ class StallingProxy:
             server = socket.create_connection(self._upstream)
             pair = {"sockets": (client, server), "stalled": False}
             self._pairs.append(pair)
+            if self._greeting is not None:
+                client.sendall(self._greeting(server.recv(65536)))
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(pair, a, b), daemon=True).start()
 
@@ -114,3 +121,16 @@ class StallingProxy:
         for pair in self._pairs:
             for sock in pair["sockets"]:
                 sock.close()
+
+
+CLIENT_SSL = 0x0800
+"""The TLS bit of the capability flags in a MySQL server's handshake."""
+
+
+def without_tls(handshake: bytes) -> bytes:
+    """A MySQL server's handshake packet with its TLS capability cleared: the client
+    sees a server that cannot speak TLS and logs in over the plain connection."""
+    version_end = handshake.index(b"\0", 5)
+    flags = version_end + 1 + 4 + 8 + 1  # after the connection id, the salt and a filler
+    low = int.from_bytes(handshake[flags : flags + 2], "little") & ~CLIENT_SSL
+    return handshake[:flags] + low.to_bytes(2, "little") + handshake[flags + 2 :]

@@ -1,20 +1,23 @@
 """Capture from a real MySQL 9 (``dbus services up mysql``): where its binlog ends, its
 binary JSON with every opaque value as SELECT shows it, a resume, compressed
-transactions, partial JSON updates read as whole documents, VECTOR columns, and images
-without every column, which stop the read instead of being lost. Each read runs with the native
-decoder and with mysql-replication's."""
+transactions, partial JSON updates read as whole documents, VECTOR columns, images
+without every column, which stop the read instead of being lost, and MySQL's default
+login on a server without TLS. Each read runs with the native decoder and with
+mysql-replication's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
+import uuid
 from typing import Any
 
 import pytest
-from capture_support import commits, execute, read_all, rows
+from capture_support import StallingProxy, commits, execute, read_all, rows, without_tls
 
 from dbus_fn import BinlogPosition
-from dbus_fn.capture import BinlogReader, Shard
+from dbus_fn.capture import BinlogReader, Shard, SourceSpec, replica_id_for
 from dbus_fn.capture._gtid_sets import GtidSet
 from dbus_fn.capture._json_diff import UnappliedDiff
 from dbus_fn.errors import SourceError
@@ -88,6 +91,37 @@ def test_json_documents_with_opaque_values_read_as_select_shows_them(
         "decimal": 99.99,
     }  # fmt: skip
     assert update.after["j"] == selected[1] == ["23:59:59.000000"]
+
+
+def test_the_default_login_reads_from_a_server_without_tls(mysql_database: Any) -> None:
+    """caching_sha2_password's whole login over a plain connection (a new user, whom the
+    server has not cached): the password goes encrypted with the server's RSA key."""
+    connection = mysql_database.connect()
+    user, password = f"plain_{uuid.uuid4().hex[:8]}", "a secret"
+    execute(connection,
+            f"CREATE USER '{user}'@'%' IDENTIFIED WITH caching_sha2_password BY '{password}'",
+            f"GRANT SELECT, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '{user}'@'%'",
+            "CREATE TABLE t (id INT PRIMARY KEY)")  # fmt: skip
+    endpoint = mysql_database.endpoint
+    proxy = StallingProxy(endpoint.host, endpoint.port, greeting=without_tls)
+    spec = SourceSpec(name="plain", dsn=f"mysql://{user}:a%20secret@127.0.0.1:{proxy.port}",
+                      tables=(f"{mysql_database.name}.*",))  # fmt: skip
+    reader = BinlogReader(spec, replica_id=replica_id_for(f"test/{uuid.uuid4()}"), heartbeat=0.2)
+    try:
+        start = reader.master_position()
+        execute(connection, "INSERT INTO t VALUES (1)")
+        assert [(c.op.value, c.row["id"]) for c in rows(read_all(reader, start))] == [
+            ("insert", 1)
+        ]
+        login = reader._query("SELECT CURRENT_USER(), "
+                              "(SELECT variable_value FROM performance_schema.session_status "
+                              "WHERE variable_name = 'Ssl_cipher')")  # fmt: skip
+        assert login == [(f"{user}@%", "")], "logged in as the user, without TLS"
+    finally:
+        reader.close()
+        proxy.close()
+        with contextlib.suppress(Exception):
+            execute(connection, f"DROP USER '{user}'@'%'")
 
 
 def test_a_resume_from_each_commit_yields_exactly_the_items_after_it(
