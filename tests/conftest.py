@@ -56,6 +56,9 @@ SERVICE_FIXTURES = frozenset(
         "zk_root",
         "mysql_service",
         "mysql_database",
+        # A fresh database on the server a test chose (MariaDB or MySQL): the capture
+        # tests' and the CLI tests' fixture of that name.
+        "database",
     }
 )
 """Fixtures that start or reach a real service: a test using one, directly or through

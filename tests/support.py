@@ -170,6 +170,20 @@ def es_documents(es: Any, index: str) -> dict[str, Any] | None:
     return {hit["_id"]: hit["_source"] for hit in hits}
 
 
+def wait_index_holds(url: str, index: str, rows: dict[Any, dict[str, Any]], what: str) -> None:
+    """Wait until ``index`` holds exactly ``rows`` (by their ``id``), each document equal
+    to its row; ``what`` names the wait in its failure."""
+    from elasticsearch import Elasticsearch
+
+    with Elasticsearch(url, request_timeout=60) as es:
+
+        def settled() -> bool:
+            found = es_documents(es, index) or {}
+            return {document["id"]: document for document in found.values()} == rows
+
+        wait_for(settled, 120, what)
+
+
 def kafka_count(
     bootstrap: str, topic: str, *, expected: int | None = None, within: float = 120.0
 ) -> int:

@@ -2,7 +2,7 @@
 
 Chaos tests stop, restart and overload what they run against, and a shared
 service can be restarted under them by another test session; so each test gets
-its own MariaDB (and, where it stops them, its own Kafka and Elasticsearch) in a
+its own MariaDB or MySQL (and, where it stops them, its own Kafka and Elasticsearch) in a
 temp state directory on free ports, stopped when the test ends (or, where a
 module's tests share a cluster, when the module ends). Installed artefacts (Kafka
 jars, the Elasticsearch distribution) are shared, read-only. Each test's item
@@ -51,9 +51,21 @@ def private_mariadb(private_services: Callable[..., PrivateServices]) -> Private
 
 
 @pytest.fixture
-def chaos_database(private_mariadb: PrivateServices) -> Iterator[FreshDatabase]:
-    """A database on a private MariaDB, whose binlog holds only this test's changes."""
-    database = FreshDatabase("chaos", private_mariadb.endpoints.mariadb)
+def chaos_server() -> str:
+    """The server ``chaos_database`` runs: ``mariadb``, unless a test parametrizes this
+    name (``@pytest.mark.parametrize("chaos_server", ["mariadb", "mysql"])``)."""
+    return "mariadb"
+
+
+@pytest.fixture
+def chaos_database(
+    private_services: Callable[..., PrivateServices], chaos_server: str
+) -> Iterator[FreshDatabase]:
+    """A database on a private server (``chaos_server``), whose binlog holds only this
+    test's changes."""
+    started = private_services(chaos_server)
+    endpoint = started.endpoints.mysql if chaos_server == "mysql" else started.endpoints.mariadb
+    database = FreshDatabase("chaos", endpoint)
     with database.connect(use_database=False).cursor() as cur:
         cur.execute("CREATE DATABASE chaos")
     yield database

@@ -5,7 +5,8 @@ its whole process group (the CLI, Spark's JVM, its Python workers) at random
 moments, seeded and printed, and restarts it on the same checkpoint, while a
 writer runs a mixed workload on three tables. After the last restart catches
 up: every committed change is in its table's topic, one key's changes in commit
-order, and each table's index equals the table, value for value.
+order, and each table's index equals the table, value for value. The same on a
+MariaDB and on a MySQL source.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from elasticsearch import Elasticsearch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
-KILLS = 10
+KILLS = 5
+"""Kills per server: ten in all, each a restart of Spark under load."""
 # Where a kill lands: in Spark's start-up (before the run commits anything), or
 # in steady micro-batches, a random moment after the run's first commit.
 STARTUP_SHARE = 0.3
@@ -51,6 +53,7 @@ def _sleep_watching(runtime: RuntimeProcess, seconds: float) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.parametrize("chaos_server", ["mariadb", "mysql"])
 def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
     chaos_database: Any,
     kafka_service: Any,

@@ -33,6 +33,19 @@ def scratch(
 
 
 @pytest.fixture
+def mysql_scratch(
+    services: Any,
+    mysql_database: Any,
+    kafka_topic: str,
+    es_index: str,
+    tmp_path: Path,
+    function_folder: Any,
+) -> Scratch:
+    """``scratch`` whose database is on the local MySQL."""
+    return Scratch(services, mysql_database, kafka_topic, es_index, tmp_path, function_folder)
+
+
+@pytest.fixture
 def es_proxy(scratch: Scratch) -> Iterator[Any]:
     """A ``support.Proxy`` in front of the scratch's Elasticsearch, closed afterwards."""
     from support import Proxy

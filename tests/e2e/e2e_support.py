@@ -27,9 +27,10 @@ class Scratch(NamedTuple):
     function_folder: Any
 
     def runtime_config(self, folder: Path) -> RuntimeConfig:
-        """A runtime over the local services, the deployment in ``folder``, starting now."""
+        """A runtime over the local services, the deployment in ``folder``, starting now;
+        its source ``src`` is the server of the scratch's database."""
         return runtime_config(
-            sources=(f"src={self.services.mariadb.dsn}",),
+            sources=(f"src={self.fresh_database.endpoint.dsn}",),
             deployments=(str(folder),),
             kafka=self.services.kafka.bootstrap_servers,
             elasticsearch=self.services.elasticsearch.url,

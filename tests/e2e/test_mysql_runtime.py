@@ -6,15 +6,13 @@ transactions too."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
-from support import es_documents, kafka_events, wait_for
+from e2e_support import Scratch
+from support import kafka_events, wait_for, wait_index_holds
 
 from dbus_spark.job import start, stop
-from dbus_spark.settings import runtime_config
 
 pytestmark = pytest.mark.e2e
 
@@ -31,14 +29,13 @@ def _selected(connection: Any) -> dict[int, dict[str, Any]]:
 
 
 def test_a_mysql_source_reaches_kafka_and_elasticsearch_as_select_shows_it(
-    spark: Any,
-    services: Any,
-    mysql_database: Any,
-    kafka_topic: str,
-    es_index: str,
-    function_folder: Any,
-    tmp_path: Path,
+    spark: Any, mysql_scratch: Scratch
 ) -> None:
+    scratch = mysql_scratch
+    services, mysql_database, kafka_topic, es_index, function_folder = (
+        scratch.services, scratch.fresh_database, scratch.kafka_topic, scratch.es_index,
+        scratch.function_folder,
+    )  # fmt: skip
     connection = mysql_database.connect()
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE docs (id INT PRIMARY KEY, j JSON, n VARCHAR(20))")
@@ -55,15 +52,7 @@ def test_a_mysql_source_reaches_kafka_and_elasticsearch_as_select_shows_it(
         [table],
         dead_letter=f"kafka://{kafka_topic}.dead",
     )
-    config = runtime_config(
-        sources=(f"src={mysql_database.endpoint.dsn}",),
-        deployments=(str(folder),),
-        kafka=services.kafka.bootstrap_servers,
-        elasticsearch=services.elasticsearch.url,
-        checkpoint=str(tmp_path / "checkpoint"),
-        start="latest",
-    )
-    query = start(config, spark=spark)
+    query = start(scratch.runtime_config(folder), spark=spark)
     try:
         wait_for(lambda: query.exception() or query.lastProgress, 120, "the first batch")
         assert query.exception() is None
@@ -78,14 +67,8 @@ def test_a_mysql_source_reaches_kafka_and_elasticsearch_as_select_shows_it(
             cursor.execute("DELETE FROM docs WHERE id = 3")
         selected = _selected(connection)
         messages = kafka_events(services.kafka.bootstrap_servers, kafka_topic, 5, 180)
-        with Elasticsearch(services.elasticsearch.url) as es:
-
-            def settled() -> Any:
-                found = es_documents(es, es_index) or {}
-                documents = {document["id"]: document for document in found.values()}
-                return documents if documents == selected else None
-
-            wait_for(settled, 120, "the index to hold the table as SELECT shows it")
+        wait_index_holds(services.elasticsearch.url, es_index, selected,
+                         "the index to hold the table as SELECT shows it")  # fmt: skip
         assert query.exception() is None
     finally:
         stop(query, spark)

@@ -33,11 +33,22 @@ def mysql_reader(
 
 
 @pytest.fixture
-def source(fresh_database: Any) -> SourceSpec:
+def server() -> str:
+    """The server of the test's ``database``: ``mariadb``, unless the test parametrizes
+    this name (``@pytest.mark.parametrize("server", ["mariadb", "mysql"])``)."""
+    return "mariadb"
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest, server: str) -> Any:
+    """The test's fresh database on ``server``: ``fresh_database`` or ``mysql_database``."""
+    return request.getfixturevalue("mysql_database" if server == "mysql" else "fresh_database")
+
+
+@pytest.fixture
+def source(database: Any) -> SourceSpec:
     """A source capturing every table of the test's fresh database."""
-    return SourceSpec(
-        name="test", dsn=fresh_database.endpoint.dsn, tables=(f"{fresh_database.name}.*",)
-    )
+    return SourceSpec(name="test", dsn=database.endpoint.dsn, tables=(f"{database.name}.*",))
 
 
 BOTH_DECODERS = frozenset(
@@ -81,11 +92,11 @@ def reader(source: SourceSpec, decoding: str) -> Iterator[BinlogReader]:
 
 
 @pytest.fixture
-def tables_at(fresh_database: Any, reader: BinlogReader) -> TablesAt:
+def tables_at(database: Any, reader: BinlogReader) -> TablesAt:
     """Run statements in the test's database; the connection and the position after them."""
 
     def make(*statements: str) -> tuple[Any, BinlogPosition]:
-        connection = fresh_database.connect()
+        connection = database.connect()
         execute(connection, *statements)
         return connection, reader.master_position()
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from capture_support import execute, read_all, rows
+from column_type_rows import COLUMNS, write_every_type
 from test_capture_resume import signature
-from test_capture_types import COLUMNS, write_every_type
 
 from dbus_fn import BinlogPosition, RowChange, SchemaChange, TransactionCommit
 from dbus_fn.capture import BinlogReader, Shard, SourceSpec, replica_id_for

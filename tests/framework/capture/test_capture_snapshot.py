@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from capture_support import execute, read_all, rows
-from test_capture_types import COLUMNS, write_every_type
+from column_type_rows import COLUMNS, write_every_type
 
 from dbus_fn import Operation, TransactionCommit
 from dbus_fn.capture import BinlogReader
