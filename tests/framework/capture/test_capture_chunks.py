@@ -54,6 +54,7 @@ def test_chunks_cover_a_composite_key_once_in_order(tables_at: Any, reader: Binl
     assert keys == sorted(keys) and len(set(keys)) == 35
 
 
+@pytest.mark.parametrize("server", ["mariadb", "mysql"])
 def test_a_chunk_is_exact_at_its_position(tables_at: Any, reader: BinlogReader) -> None:
     connection, _ = tables_at(
         "CREATE TABLE t (id INT PRIMARY KEY, v INT)",

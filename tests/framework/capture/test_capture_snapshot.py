@@ -1,5 +1,5 @@
 """The snapshot start: the tables as they are, then the binlog from the snapshot's
-position, with nothing missed and nothing repeated."""
+position, with nothing missed and nothing repeated, on MariaDB and on MySQL."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from dbus_fn.capture import BinlogReader
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.parametrize("server", ["mariadb", "mysql"])
 def test_snapshot_rows_equal_the_binlogs_rows_for_every_type(
-    fresh_database: Any, reader: BinlogReader
+    database: Any, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
+    connection = database.connect()
     start, end = write_every_type(connection, reader)
     captured = [c for c in rows(read_all(reader, start, end)) if c.op is Operation.INSERT]
     items = list(reader.read("snapshot", stop=end, idle_timeout=10))
@@ -39,10 +40,11 @@ def test_snapshot_rows_equal_the_binlogs_rows_for_every_type(
     assert items[len(snapshot)].rows == len(snapshot)
 
 
+@pytest.mark.parametrize("server", ["mariadb", "mysql"])
 def test_changes_during_a_snapshot_come_once_from_the_binlog(
-    fresh_database: Any, reader: BinlogReader
+    database: Any, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
+    connection = database.connect()
     execute(
         connection,
         "CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(10))",
