@@ -57,12 +57,15 @@ def test_files_are_handed_out_longest_first_and_unknown_ones_in_the_middle() -> 
     ]  # fmt: skip
 
 
-def test_the_chaos_files_are_one_unit_costing_all_of_them() -> None:
-    tests = ["tests/chaos/test_a.py::one", "tests/chaos/test_b.py::two", "tests/e2e/test_c.py::x"]
+def test_the_chaos_and_docker_files_are_one_unit_costing_all_of_them() -> None:
+    tests = ["tests/chaos/test_a.py::one", "tests/chaos/test_b.py::two",
+             "tests/deploy/test_image.py::i", "tests/deploy/test_compose.py::c",
+             "tests/deploy/test_images.py::x", "tests/e2e/test_c.py::x"]  # fmt: skip
     units = [timing.work_unit(t) for t in tests]
-    assert units == ["tests/chaos/", "tests/chaos/", "tests/e2e/test_c.py"]
-    costs = {"tests/chaos/test_a.py": 100.0, "tests/chaos/test_b.py": 50.0}
-    assert timing.unit_cost(tests[:2], costs) == 150.0
+    assert units == [timing.LANE] * 4 + ["tests/deploy/test_images.py", "tests/e2e/test_c.py"]
+    costs = {"tests/chaos/test_a.py": 100.0, "tests/chaos/test_b.py": 50.0,
+             "tests/deploy/test_image.py": 20.0}  # fmt: skip
+    assert timing.unit_cost(tests[:4], costs) == 170.0 + timing.UNKNOWN_FILE_SECONDS
 
 
 def test_the_committed_cost_table_names_only_files_that_exist() -> None:

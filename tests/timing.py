@@ -9,9 +9,9 @@ A pytest plugin (registered by ``tests/conftest.py``) and a command:
 - Under ``--dist loadfile`` the files go to the workers longest first, by the
   measured seconds in ``tests/file_costs.json``, and a worker is given its next file
   only when it is about to run its last test: heavy files start early instead of
-  queueing behind each other at the end of the pass. The files of a folder in
-  ``ONE_LANE`` (the chaos tests) go as one unit: one worker runs them one after
-  another, never two of them side by side.
+  queueing behind each other at the end of the pass. The files ``ONE_LANE`` names
+  (the chaos tests, and the tests of the one Docker engine) go as one unit: one
+  worker runs them one after another, never two of them side by side.
 - ``python tests/timing.py TIMES [--slowest 25] [--costs tests/file_costs.json]``
   prints the passes and the slowest tests, and with ``--costs`` writes the measured
   seconds of each file back to the table.
@@ -74,18 +74,23 @@ class TimeRecorder:
             out.write(json.dumps(summary) + "\n")
 
 
-ONE_LANE = ("tests/chaos/",)
-"""Folders whose files run one after another on one worker, beside the other files on
-the others. A chaos test runs Spark runtimes under load and restarts them again and
+ONE_LANE = ("tests/chaos/", "tests/deploy/test_compose.py", "tests/deploy/test_image.py")
+"""Files (or folders) that run one after another on one worker, beside the other files
+on the others. A chaos test runs Spark runtimes under load and restarts them again and
 again, and each start is CPU: two side by side more than double each other (measured on
 2 cores: the kill -9 convergence test took 1,001 s beside another chaos test, 313 s beside
-lighter files)."""
+lighter files). The Docker tests (``chaos/test_worker_container.py`` among them) build,
+tag and remove images and run Spark in containers on the one Docker engine: never two
+at a time, and never beside a chaos test's restarts."""
+
+LANE = "the one lane"
+"""The work unit every file of ``ONE_LANE`` is handed out with."""
 
 
 def work_unit(nodeid: str) -> str:
-    """What a test is handed out with: its lane's folder, or else its file."""
+    """What a test is handed out with: the one lane, or else its file."""
     path = _file_of(nodeid)
-    return next((lane for lane in ONE_LANE if path.startswith(lane)), path)
+    return LANE if path.startswith(ONE_LANE) else path
 
 
 def unit_cost(tests: Iterable[str], costs: dict[str, float]) -> float:

@@ -41,9 +41,9 @@ from dbus_deploy.image import BuiltImage, WorkerContainer, start_worker, stop_wo
 from dbus_deploy.spark import SparkClusterConfig, down, load_spark_config, up
 from dbus_fn.errors import ConfigError
 
-# Exclusive (run apart from the parallel integration pass): runs containers on the one Docker
-# engine.
-pytestmark = [pytest.mark.e2e, pytest.mark.chaos, pytest.mark.exclusive]
+# Runs containers on the one Docker engine: in the parallel pass's one lane (tests/timing.py),
+# never beside another Docker or chaos test.
+pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
 ROWS = 3_000
 

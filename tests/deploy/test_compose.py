@@ -21,8 +21,9 @@ from dbus_deploy.image import build_image
 from dbus_deploy.services import ServicesConfig, apt_install, load_config
 from dbus_fn.errors import DbusError
 
-# Exclusive (run apart from the parallel integration pass): builds images on the one Docker engine.
-pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
+# Builds images on the one Docker engine: in the parallel pass's one lane (tests/timing.py),
+# never beside another Docker or chaos test.
+pytestmark = [pytest.mark.integration]
 
 COMPOSE_FILE = Path(__file__).resolve().parents[2] / "deploy" / "compose" / "spark-cluster.yml"
 

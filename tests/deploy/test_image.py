@@ -29,9 +29,9 @@ from dbus_deploy.image import BuiltImage, build_image, check_image, start_worker
 from dbus_deploy.services import ServicesConfig
 from dbus_fn.cli import cli
 
-# Exclusive (run apart from the parallel integration pass): builds and prunes images on the one
-# Docker engine; bounds a start time.
-pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
+# Builds and prunes images on the one Docker engine: in the parallel pass's one lane
+# (tests/timing.py), never beside another Docker or chaos test.
+pytestmark = [pytest.mark.integration]
 
 REPO = Path(__file__).resolve().parents[2]
 
