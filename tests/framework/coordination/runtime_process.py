@@ -3,7 +3,8 @@
 ``python runtime_process.py HOSTS CLUSTER RUNTIME_ID SESSION_TIMEOUT`` commits an
 ever-growing position for every source it works on, every 100 ms, and prints
 one JSON line per round: ``{"started": wall time of the round, "owned": {...},
-"outcomes": {source: ["committed" | "held" | "fenced", epoch]}}``. Like a runtime with a
+"outcomes": {source: ["committed" | "held" | "fenced", epoch, began, ended]}}``, the
+last two the wall times the commit was asked and answered. Like a runtime with a
 batch in flight, it keeps committing for sources it worked on until a commit is
 fenced. The coordinator's log goes to stderr.
 """
@@ -32,9 +33,10 @@ def main() -> None:
         started = time.time()
         owned = coordinator.owned_sources()
         working.update(owned)
-        outcomes: dict[str, tuple[str, int]] = {}
+        outcomes: dict[str, tuple[str, int, float, float]] = {}
         for source, epoch in sorted(working.items()):
             counter += 1
+            began = time.time()
             try:
                 outcome = coordinator.commit_position(
                     source, BinlogPosition(f"{runtime_id}.000001", counter), epoch
@@ -42,7 +44,7 @@ def main() -> None:
             except FencedError:
                 outcome = "fenced"
                 del working[source]
-            outcomes[source] = (outcome, epoch)
+            outcomes[source] = (outcome, epoch, began, time.time())
         line = {"started": started, "owned": owned, "outcomes": outcomes}
         print(json.dumps(line), flush=True)
         time.sleep(0.1)
