@@ -14,7 +14,7 @@ from dbus_fn.cloudevent import (
     to_cloudevent,
 )
 from dbus_fn.context import FunctionContext
-from dbus_fn.deadletter import dead_letter_event, original_from_dead_letter
+from dbus_fn.deadletter import capture_dead_letter, dead_letter_event, original_from_dead_letter
 from dbus_fn.decorators import filter, projection, route
 from dbus_fn.errors import (
     BundleError,
@@ -48,6 +48,7 @@ from dbus_fn.events import (
     RowChange,
     SchemaChange,
     TransactionCommit,
+    UndecodedRows,
 )
 from dbus_fn.json_format import event_from_json, event_to_json, read_jsonl, write_jsonl
 from dbus_fn.kafka_binding import KafkaMessage, from_kafka_message, to_kafka_message
@@ -94,9 +95,11 @@ __all__ = [
     "SecretLeakError",
     "ServiceError",
     "TransactionCommit",
+    "UndecodedRows",
     "UnsupportedColumnTypeError",
     "VersionConflictError",
     "ZooKeeperUnavailableError",
+    "capture_dead_letter",
     "dead_letter_event",
     "event_from_json",
     "event_id",

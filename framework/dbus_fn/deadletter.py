@@ -19,6 +19,12 @@ A Kafka message a Kafka source could not read as a change (``input_dead_letter``
 has ``stage`` ``input``, ``function`` the source's URL form ``kafka://<source>/<topic>``,
 ``position`` ``{"topic", "partition", "offset"}`` and ``original`` null: the
 message's key and value go as text in ``data.message`` (``{"key", "value"}``).
+
+Rows a binlog read could not decode (``UndecodedRows``, ``capture_dead_letter``) have
+``stage`` ``capture``, ``function`` ``binlog://<source>/<db>.<table>``, ``position``
+the rows event's (``row_index``: the first row not decoded) and ``original`` null:
+``data.rows`` holds the operation and the event's row images as the binlog wrote
+them, in hex (clipped), for a reader of the format to look at.
 """
 
 from __future__ import annotations
@@ -31,21 +37,37 @@ from typing import Any, Final
 from cloudevents.core.base import BaseCloudEvent
 
 from dbus_fn.cloudevent import (
+    BINLOG_FILE,
+    BINLOG_POS,
+    DBUS_SOURCE,
     DEAD_LETTER,
     DEFAULT_TYPE_PREFIX,
     EXTENSIONS,
+    GTID,
+    PARTITION_KEY,
+    SERVER_ID,
+    TRANSACTION_ID,
     CloudEvent,
     event_id,
+    event_id_prefix,
     new_event,
+    source_path,
     to_cloudevent,
 )
 from dbus_fn.errors import DbusError, EventFormatError
-from dbus_fn.events import CaptureItem, RowChange, SchemaChange, TransactionCommit
+from dbus_fn.events import (
+    CaptureItem,
+    RowChange,
+    SchemaChange,
+    TransactionCommit,
+    UndecodedRows,
+)
 from dbus_fn.json_format import event_from_json, event_to_json
 
 __all__ = [
     "FUNCTION",
     "STAGE",
+    "capture_dead_letter",
     "dead_letter_event",
     "input_dead_letter",
     "original_from_dead_letter",
@@ -200,6 +222,49 @@ def input_dead_letter(
         "message": {"key": text(key), "value": text(value)},
         "version": None,
     }
+    return new_event(attrs, data, where=f"dead letter of {place}")
+
+
+def capture_dead_letter(
+    rows: UndecodedRows, *, type_prefix: str = DEFAULT_TYPE_PREFIX
+) -> CloudEvent:
+    """The dead letter of rows a binlog read could not decode (module docstring):
+    where they are, why, and their bytes."""
+    function = f"binlog://{rows.source}/{rows.qualified_table}"
+    position = rows.position
+    place = f"{event_id_prefix(rows.server_id, position.file)}{position.pos}:{rows.row_index}"
+    attrs: dict[str, Any] = {
+        "specversion": "1.0",
+        "type": f"{type_prefix}.{DEAD_LETTER}",
+        "id": f"{place}:deadletter:capture",
+        "source": source_path(rows.source, rows.database, rows.table),
+        "time": datetime.now(UTC),
+        "datacontenttype": "application/json",
+        FUNCTION: function,
+        STAGE: "capture",
+        DBUS_SOURCE: rows.source,
+        SERVER_ID: rows.server_id,
+        BINLOG_FILE: position.file,
+        BINLOG_POS: str(position.pos),
+        PARTITION_KEY: rows.qualified_table,
+    }
+    if position.gtid:
+        attrs[GTID] = position.gtid
+    if rows.transaction_id:
+        attrs[TRANSACTION_ID] = rows.transaction_id
+    data = {
+        "function": function,
+        "stage": "capture",
+        "error": _error_data(rows.error, rows.error_type, ""),
+        "position": {
+            "server_id": rows.server_id, "file": position.file, "pos": position.pos,
+            "gtid": position.gtid, "row_index": rows.row_index,
+        },
+        "original": None,
+        "original_error": _clip(f"{rows.error_type}: {rows.error}"),
+        "rows": {"op": rows.op.value, "images": _clip(rows.images.hex())},
+        "version": None,
+    }  # fmt: skip
     return new_event(attrs, data, where=f"dead letter of {place}")
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX, CloudEvent, item_from_cloudevent, to_cloudevent
-from dbus_fn.deadletter import dead_letter_event
+from dbus_fn.deadletter import capture_dead_letter, dead_letter_event
 from dbus_fn.errors import DbusError, EventFormatError
-from dbus_fn.events import BinlogPosition, RowChange
+from dbus_fn.events import BinlogPosition, RowChange, UndecodedRows
 from dbus_fn.json_format import MAX_EVENT_BYTES, event_from_json, event_to_json, read_jsonl
 from dbus_fn.manifest import Destination
 from dbus_fn.pipeline import DeadLetter, Delivery, Outcome, Pipeline, PipelineStats
@@ -191,6 +191,16 @@ class Emulator:
                 error=dead.error,
             )
 
+    def _undecoded(self, rows: UndecodedRows) -> EmulatedRecord:
+        """Rows the capture could not decode: a dead letter, as the runtime sends it."""
+        self.report.dead_letters += 1
+        return EmulatedRecord(
+            self.deployment.manifest.dead_letter_route,
+            capture_dead_letter(rows, type_prefix=self.type_prefix),
+            dead_letter=True,
+            error=f"{rows.error_type}: {rows.error}",
+        )
+
     def _unencodable(self, delivery: Delivery, exc: DbusError) -> EmulatedRecord:
         self.report.dead_letters += 1
         message = (
@@ -240,6 +250,9 @@ class Emulator:
             for item in reader.read(start, idle_timeout=idle_timeout):
                 if isinstance(item, RowChange):
                     yield from self.run_change(item)
+                elif isinstance(item, UndecodedRows):
+                    if self.deployment.subscribes(item.qualified_table):
+                        yield self._undecoded(item)
                 else:
                     self.report.markers += 1
         finally:

@@ -289,4 +289,34 @@ class TransactionCommit:
     rows: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class UndecodedRows:
+    """Rows of one rows event the capture could not decode, from ``row_index`` to the
+    event's end: the read goes on past them, and they go to the dead letters of the
+    deployments that read the table, by position, with ``error`` saying why and
+    ``images`` holding the rows as the binlog wrote them (clipped, see
+    ``dbus_fn.deadletter``). The rows before ``row_index`` were read as changes."""
+
+    source: str
+    database: str
+    table: str
+    op: Operation
+    position: BinlogPosition
+    commit_time: datetime
+    server_id: str
+    row_index: int
+    error_type: str
+    error: str
+    images: bytes
+    transaction_id: str | None = None
+
+    @property
+    def qualified_table(self) -> str:
+        return f"{self.database}.{self.table}"
+
+
 CaptureItem = RowChange | SchemaChange | TransactionCommit
+"""What a binlog read yields and the SDK writes as CloudEvents."""
+
+ReadItem = CaptureItem | UndecodedRows
+"""What a binlog read yields: its items, and the rows it could not decode."""

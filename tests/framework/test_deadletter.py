@@ -17,7 +17,8 @@ from dbus_fn import (
     to_cloudevent,
     to_kafka_message,
 )
-from dbus_fn.deadletter import dead_letter_event, original_from_dead_letter
+from dbus_fn.deadletter import capture_dead_letter, dead_letter_event, original_from_dead_letter
+from dbus_fn.events import BinlogPosition, Operation, UndecodedRows
 from dbus_fn.json_format import event_from_json, event_to_json
 
 
@@ -124,3 +125,44 @@ def test_huge_error_messages_are_clipped() -> None:
 def test_original_from_an_ordinary_event_is_refused() -> None:
     with pytest.raises(EventFormatError, match="carries no original event"):
         original_from_dead_letter(to_cloudevent(row_change()))
+
+
+def _undecoded(images: bytes = b"\x01\x02undecodable") -> UndecodedRows:
+    return UndecodedRows(
+        "shop-primary", "shop", "orders", Operation.UPDATE,
+        BinlogPosition("binlog.000007", 4242, "3e11fa47-71ca-11e1-9e33-c80aa9429562:77"),
+        datetime(2024, 6, 1, tzinfo=UTC), "1", 2, "UnappliedDiff",
+        "REPLACE at $.a: the before image lacks that member", images, "txn-9",
+    )  # fmt: skip
+
+
+def test_rows_the_capture_could_not_decode_are_a_dead_letter_by_position() -> None:
+    event = capture_dead_letter(_undecoded())
+    assert event.get_type() == "io.dbus.deadletter"
+    assert event.get_id() == "1:binlog.000007:4242:2:deadletter:capture"
+    assert event.get_id() == capture_dead_letter(_undecoded()).get_id(), "deterministic"
+    assert event.get_source() == "/mysql/shop-primary/shop/orders"
+    assert event.get_extension("dbusfunction") == "binlog://shop-primary/shop.orders"
+    assert event.get_extension("dbusstage") == "capture"
+    assert event.get_extension("binlogfile") == "binlog.000007"
+    assert event.get_extension("binlogpos") == "4242"
+    assert event.get_extension("partitionkey") == "shop.orders"
+    data = event.get_data()
+    assert isinstance(data, dict)
+    assert data["stage"] == "capture" and data["original"] is None
+    assert data["error"]["type"] == "UnappliedDiff"
+    assert data["error"]["message"] == "REPLACE at $.a: the before image lacks that member"
+    assert data["position"] == {
+        "server_id": "1", "file": "binlog.000007", "pos": 4242,
+        "gtid": "3e11fa47-71ca-11e1-9e33-c80aa9429562:77", "row_index": 2,
+    }  # fmt: skip
+    assert data["rows"] == {"op": "update", "images": b"\x01\x02undecodable".hex()}
+    assert spec_problems(json.loads(event_to_json(event))) == []
+
+
+def test_the_rows_of_a_huge_undecoded_event_are_clipped() -> None:
+    data = capture_dead_letter(_undecoded(b"\xab" * 100_000)).get_data()
+    assert isinstance(data, dict)
+    assert len(data["rows"]["images"]) < 5000
+    assert data["rows"]["images"].startswith("abab")
+    assert "more characters" in data["rows"]["images"]

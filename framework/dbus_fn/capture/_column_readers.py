@@ -21,11 +21,11 @@ from pymysqlreplication.constants import FIELD_TYPE
 from dbus_fn._zero_dates import zero_date_text
 from dbus_fn.capture._json_binary import json_document
 from dbus_fn.capture._table_map import VECTOR
-from dbus_fn.errors import SourceError
 
 __all__ = [
     "NATIVE",
     "Reader",
+    "UnknownColumnType",
     "column_reader",
     "column_width",
     "declared_reader",
@@ -33,6 +33,12 @@ __all__ = [
 ]
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
+
+
+class UnknownColumnType(ValueError):
+    """A table map names a column type dbus has no reader for: the rows of that table
+    go to the dead letters (``UndecodedRows``), the read goes on."""
+
 
 _S8 = struct.Struct("<b").unpack_from
 _U8 = struct.Struct("<B").unpack_from
@@ -484,7 +490,7 @@ def column_reader(column: Any, *, is_json: bool = False) -> tuple[str, Reader]:
         dimensions = getattr(column, "dimensions", None)
         declared = "vector" if dimensions is None else f"vector({dimensions})"
         return declared, _native(_vector(column.length_size), "vector", column.length_size)
-    raise SourceError(
+    raise UnknownColumnType(
         f"column {column.name!r} has binlog type code {code}, which dbus cannot decode yet; "
         "exclude the table from the source's table patterns or report the type"
     )

@@ -6,19 +6,25 @@ frozenset even when empty, ``BIT`` as int, ``TIMESTAMP`` as aware UTC, MariaDB
 ``JSON`` parsed, negative fractional ``TIME`` right) and is several times faster
 than the library's per-value path, which re-looks-up the table map for every
 column of every row.
+
+A value that does not decode (malformed, of a type dbus does not know, a partial JSON
+update whose diffs do not apply) stops no read: the rest of its rows event becomes
+one ``UndecodedRows`` item, for the dead letters (``UNDECODABLE``).
 """
 
 from __future__ import annotations
 
+import struct
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
 
 from dbus_fn.capture._column_readers import (
     Reader,
+    UnknownColumnType,
     column_reader,
     column_width,
     declared_reader,
@@ -28,6 +34,41 @@ from dbus_fn.capture._json_diff import UnappliedDiff, apply_diffs, read_diffs
 from dbus_fn.capture._native import native_plan
 from dbus_fn.capture._wire import field_number
 from dbus_fn.errors import SourceError
+
+Images = tuple[dict[str, Any] | None, dict[str, Any] | None]
+"""A row's ``(image, after_image)``: ``after_image`` only for updates; both None for a
+row another shard owns."""
+
+UNDECODABLE = (ValueError, LookupError, ArithmeticError, TypeError, struct.error)
+"""What decoding a value the capture cannot read raises (``UnappliedDiff`` and
+``UnknownColumnType`` are ``ValueError``; the native decoder raises ``ValueError``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UndecodableTable:
+    """The decoder of a table version whose table map names a column dbus cannot read
+    (``reason``): its first row raises, so each of its rows events is one
+    ``UndecodedRows`` item."""
+
+    database: str
+    table: str
+    reason: str
+    primary_key: tuple[str, ...] = ()
+    column_types: Mapping[str, str] = field(default_factory=dict)
+    schema_version: int = 0
+
+    def whole(self, present: bytes) -> bool:
+        return True  # none of its rows is read: none is partial
+
+    def images(self, *_: Any) -> Iterator[Images]:
+        return _refused(self.reason)
+
+    partial_images = images
+
+
+def _refused(reason: str) -> Iterator[Images]:
+    raise UnknownColumnType(reason)
+    yield  # a generator: the error comes with its first row, as a decoder's would
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +115,7 @@ class TableDecoder:
         present: bytes,
         present_after: bytes | None,
         owns: Callable[[list[Any]], bool] | None = None,
-    ) -> Iterator[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+    ) -> Iterator[Images]:
         """Yield ``(image, after_image)`` per row; ``after_image`` only for updates.
 
         With ``owns`` (a shard's test of a row's key values), a row it does not own
@@ -118,17 +159,16 @@ class TableDecoder:
         present: bytes,
         present_after: bytes,
         owns: Callable[[list[Any]], bool] | None = None,
-    ) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
-        """The ``(before, after)`` images of a MySQL ``PARTIAL_UPDATE_ROWS_EVENT``: a
-        JSON column the after image holds as diffs is its before image's document with
-        the diffs applied (``_json_diff``); every other column reads as ``images`` reads
-        it. Raises ``UnappliedDiff`` for diffs that do not apply. With ``owns``, a row
-        whose after image's key it does not own is ``(None, None)``."""
+    ) -> Iterator[Images]:
+        """Yield the ``(before, after)`` images of a MySQL ``PARTIAL_UPDATE_ROWS_EVENT``:
+        a JSON column the after image holds as diffs is its before image's document
+        with the diffs applied (``_json_diff``); every other column reads as ``images``
+        reads it. Raises ``UnappliedDiff`` at a row whose diffs do not apply. With
+        ``owns``, a row whose after image's key it does not own is ``(None, None)``."""
         first = self._selection(present)
         second = self._selection(present_after)
         json_columns = [c.name for c in self.columns if c.type_code == FIELD_TYPE.JSON]
         partial_width = (len(json_columns) + 7) >> 3
-        found: list[tuple[dict[str, Any] | None, dict[str, Any] | None]] = []
         offset, end = 0, len(data)
         while offset < end:
             before, offset = _decode_image(data, offset, first)
@@ -147,10 +187,9 @@ class TableDecoder:
                     raise UnappliedDiff(f"column {name!r} holds diffs of a NULL before image")
                 after[name] = apply_diffs(before[name], diffs)
             if owns is not None and not owns([after[name] for name in self.shard_key]):
-                found.append((None, None))
+                yield None, None
             else:
-                found.append((before, after))
-        return found
+                yield before, after
 
     def _skim(self, present: bytes) -> _Skim:
         bits = int.from_bytes(present, "little")

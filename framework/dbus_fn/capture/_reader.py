@@ -73,6 +73,7 @@ from dbus_fn.errors import SourceAccessError, SourceError, SourceUnreachableErro
 from dbus_fn.events import (
     BinlogPosition,
     CaptureItem,
+    ReadItem,
     RowChange,
     TransactionCommit,
 )
@@ -518,7 +519,7 @@ class BinlogReader:
         shard: Shard | None = None,
         until: float | Callable[[], float] | None = None,
         catch_up: float | None = None,
-    ) -> Iterator[CaptureItem]:
+    ) -> Iterator[ReadItem]:
         """Items strictly after ``start`` (a transaction boundary), in commit order.
 
         With ``shard``, only the rows of that shard (by primary key; see ``Shard``)

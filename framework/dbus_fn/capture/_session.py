@@ -6,7 +6,7 @@ import contextlib
 import logging
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -32,13 +32,20 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
+from dbus_fn.capture._column_readers import UnknownColumnType
 from dbus_fn.capture._ddl import (
     ddl_target,
     is_account_statement,
     is_transaction_control,
     renamed_tables,
 )
-from dbus_fn.capture._decode import TableDecoder, compile_table
+from dbus_fn.capture._decode import (
+    UNDECODABLE,
+    Images,
+    TableDecoder,
+    UndecodableTable,
+    compile_table,
+)
 from dbus_fn.capture._dsn import database_matches
 from dbus_fn.capture._events import (
     DELETE,
@@ -57,7 +64,6 @@ from dbus_fn.capture._events import (
 )
 from dbus_fn.capture._failover import PRIMARY_CHECK_SECONDS, better_server
 from dbus_fn.capture._gtid_sets import GtidSet, looks_like_set
-from dbus_fn.capture._json_diff import UnappliedDiff
 from dbus_fn.capture._positions import (
     TRANSACTION_END,
     StreamGtids,
@@ -72,11 +78,12 @@ from dbus_fn.capture._shard import Shard
 from dbus_fn.errors import SourceError
 from dbus_fn.events import (
     BinlogPosition,
-    CaptureItem,
     Operation,
+    ReadItem,
     RowChange,
     SchemaChange,
     TransactionCommit,
+    UndecodedRows,
 )
 
 if TYPE_CHECKING:
@@ -276,7 +283,7 @@ class ReadSession:
         executed = GtidSet.parse(resume.gtid) if looks_like_set(resume.gtid) else None
         return GtidDumpStream(executed=executed, auto_position=resume.gtid, **common)
 
-    def items(self) -> Iterator[CaptureItem]:
+    def items(self) -> Iterator[ReadItem]:
         """Yield items until ``stop``, idle or a fault (raised as ``StreamLost``)."""
         reader, info, progress = self.reader, self.info, self.progress
         stop, idle_timeout, shard = self.stop, self.idle_timeout, self.shard
@@ -310,7 +317,7 @@ class ReadSession:
         # A source of several servers: positions name no server's binlog (``_positions``).
         neutral = reader.spec.fails_over
         txn_total = gtids.total()  # the transaction's place, when neutral
-        tables: dict[int, TableDecoder | None] = {}
+        tables: dict[int, TableDecoder | UndecodableTable | None] = {}
         file = "" if neutral else resume.file  # the server's own, from its first rotation
         file_seq = file_sequence(file)[1]
         txn_gtid: str | None = None
@@ -403,53 +410,60 @@ class ReadSession:
                     op = OPERATIONS[kind]
                     txn_id = txn_gtid or f"{file}:{txn_start}"
                     index = 0
-                    images: Iterable[tuple[dict[str, Any] | None, dict[str, Any] | None]]
-                    if kind == PARTIAL_UPDATE:
-                        try:
-                            images = decoder.partial_images(d, b, c, owns)
-                        except UnappliedDiff as exc:
-                            raise SourceError(
-                                f"source {source!r}: the partial JSON update of "
-                                f"{decoder.database}.{decoder.table} at {file}:{end - size} "
-                                f"cannot be applied ({exc}); the read stops there rather than "
-                                "guess the document; set binlog_row_value_options='' on the "
-                                "server (and in the sessions that set it), then bootstrap the "
-                                "table and start after it",
-                                source=source,
-                            ) from exc
-                    else:
-                        images = decoder.images(d, b, c, owns)
-                    for image, after in images:
+                    failure: Exception | None = None
+                    rows: Iterator[Images] = (
+                        decoder.partial_images(d, b, c, owns) if kind == PARTIAL_UPDATE
+                        else decoder.images(d, b, c, owns)
+                    )  # fmt: skip
+                    # A decoder raises at the row it cannot decode (the rows before it
+                    # were yielded); nothing else here raises these.
+                    try:
+                        for image, after in rows:
+                            produced += 1
+                            txn_rows += 1
+                            if produced <= skip or image is None:  # replayed, or another shard's
+                                index += 1
+                                continue
+                            if op is Operation.INSERT:
+                                before, after = None, image
+                            elif op is Operation.DELETE:
+                                before = image
+                            else:
+                                before = image
+                            yield RowChange(
+                                source,
+                                decoder.database,
+                                decoder.table,
+                                op,
+                                before,
+                                after,
+                                decoder.primary_key,
+                                position,
+                                txn_time,
+                                server,
+                                index,
+                                txn_id,
+                                decoder.column_types,
+                                decoder.schema_version,
+                            )
+                            index += 1
+                            progress.in_transaction = produced
+                            last_item = progress.last_item = now()
+                    except UNDECODABLE as exc:
+                        failure = exc
+                    if failure is not None:
+                        # The rest of the event as one item: a read resumed inside the
+                        # transaction meets the same bytes and counts it the same.
                         produced += 1
                         txn_rows += 1
-                        if produced <= skip or image is None:  # replayed, or another shard's
-                            index += 1
-                            continue
-                        if op is Operation.INSERT:
-                            before, after = None, image
-                        elif op is Operation.DELETE:
-                            before = image
-                        else:
-                            before = image
-                        yield RowChange(
-                            source,
-                            decoder.database,
-                            decoder.table,
-                            op,
-                            before,
-                            after,
-                            decoder.primary_key,
-                            position,
-                            txn_time,
-                            server,
-                            index,
-                            txn_id,
-                            decoder.column_types,
-                            decoder.schema_version,
-                        )
-                        index += 1
-                        progress.in_transaction = produced
-                        last_item = progress.last_item = now()
+                        if produced > skip:
+                            yield UndecodedRows(
+                                source, decoder.database, decoder.table, op, position,
+                                txn_time, server, index, type(failure).__name__,
+                                str(failure), bytes(d), txn_id,
+                            )  # fmt: skip
+                            progress.in_transaction = produced
+                            last_item = progress.last_item = now()
                     continue
                 if kind == GTID:
                     txn_gtid = a
@@ -556,7 +570,9 @@ class ReadSession:
         with contextlib.suppress(pymysql.err.MySQLError, OSError, SourceError):
             self.reader._sql(f"KILL CONNECTION {int(thread)}", doing="ending the binlog dump")
 
-    def decoder_for(self, event: Any, info: ServerInfo) -> TableDecoder | None:
+    def decoder_for(
+        self, event: Any, info: ServerInfo
+    ) -> TableDecoder | UndecodableTable | None:
         database, table = event.schema, event.table
         if not self.reader.spec.matches(database, table):
             return None
@@ -570,7 +586,10 @@ class ReadSession:
             key_indexes += [
                 i for i in (metadata.primary_keys_with_prefix or {}) if i not in key_indexes
             ]
-            decoder = compile_table(database, table, event.columns, key_indexes, declared)
+            try:
+                decoder = compile_table(database, table, event.columns, key_indexes, declared)
+            except UnknownColumnType as exc:  # its rows go to the dead letters
+                return UndecodableTable(database, table, str(exc))
             if len(self.reader._decoders) > 4096:
                 self.reader._decoders.clear()
             self.reader._decoders[key] = decoder

@@ -19,6 +19,7 @@ from dbus_fn.cli._options import (
     start_point,
 )
 from dbus_fn.cli._output import check_output, output_file
+from dbus_fn.errors import SourceError
 
 
 def _capture() -> Any:
@@ -59,18 +60,42 @@ def _reader(spec: Any, replica_id: int | None) -> Any:
     return capture.BinlogReader(spec, chosen)
 
 
-def _items(source: str, read: ReadOptions) -> Any:
-    """Row and DDL events of the source, plus commits of transactions that had rows."""
-    from dbus_fn.events import TransactionCommit
+def _items(source: str, read: ReadOptions, undecoded: list[Any]) -> Any:
+    """Row and DDL events of the source, plus commits of transactions that had rows.
+    Rows the capture could not decode are said on stderr, one line each, and kept in
+    ``undecoded`` (``_undecoded_error`` ends the command with them)."""
+    from dbus_fn.events import TransactionCommit, UndecodedRows
 
     reader = _reader(_spec(source, read.tables, read.keep_helper_tables), read.replica_id)
     try:
         for item in reader.read(_start(reader, read.start), idle_timeout=read.idle_timeout):
+            if isinstance(item, UndecodedRows):
+                undecoded.append(item)
+                click.echo(f"dbus: {_undecoded_text(item)}; they are not in the output",
+                           err=True)  # fmt: skip
+                continue
             if isinstance(item, TransactionCommit) and not item.rows:
                 continue
             yield item
     finally:
         reader.close()
+
+
+def _undecoded_text(rows: Any) -> str:
+    return (
+        f"the {rows.op.value} rows of {rows.qualified_table} at {rows.position} from row "
+        f"{rows.row_index} could not be decoded ({rows.error_type}: {rows.error})"
+    )
+
+
+def _undecoded_error(undecoded: list[Any]) -> None:
+    """Exit 1 after a read that met rows it could not decode: what was read is out."""
+    if undecoded:
+        raise SourceError(
+            f"{len(undecoded)} rows event(s) could not be decoded, the first: "
+            f"{_undecoded_text(undecoded[0])}; every other change was written; a runtime "
+            "sends such rows to the dead letters of the deployments that read the table"
+        )
 
 
 def _write(
@@ -269,12 +294,14 @@ def tail(source_name: str, read: ReadOptions, form: str, no_commits: bool) -> No
 
     SOURCE is a name from `dbus source list` or a DSN.
     """
-    items = _items(source_name, read)
+    undecoded: list[Any] = []
+    items = _items(source_name, read, undecoded)
     if no_commits:
         from dbus_fn.events import TransactionCommit
 
         items = (item for item in items if not isinstance(item, TransactionCommit))
     _write(items, sys.stdout.buffer, read.max_events, _line if form == "line" else None)
+    _undecoded_error(undecoded)
 
 
 @source.command("record")
@@ -291,6 +318,8 @@ def record(source_name: str, output: Path, force: bool, append: bool, read: Read
     source leaves an existing file as it was. Ctrl-C ends a recording and keeps it.
     """
     check_output(output, force=force, append=append)
+    undecoded: list[Any] = []
     with output_file(output, binary=True, append=append) as out:
-        count = _write(_items(source_name, read), out, read.max_events)
+        count = _write(_items(source_name, read, undecoded), out, read.max_events)
     click.echo(f"recorded {count} events to {output}", err=True)
+    _undecoded_error(undecoded)

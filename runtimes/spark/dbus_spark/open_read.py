@@ -61,10 +61,11 @@ from dbus_fn.capture import (
 from dbus_fn.errors import DbusError
 from dbus_fn.events import (
     BinlogPosition,
-    CaptureItem,
+    ReadItem,
     RowChange,
     SchemaChange,
     TransactionCommit,
+    UndecodedRows,
 )
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.open_read_socket import LISTEN_WAIT, address, ask, digest, listen
@@ -236,7 +237,7 @@ class OpenRead:
         process = self.stage.process
         try:
             items = cast(
-                Generator[CaptureItem, None, None],
+                Generator[ReadItem, None, None],
                 self._reader.read(start, stop=stop, until=self._until),
             )
             for item in items:
@@ -263,6 +264,9 @@ class OpenRead:
                             self._turn.notify_all()
                 elif isinstance(item, SchemaChange):
                     span.counts.ddl += 1
+                elif isinstance(item, UndecodedRows):
+                    for record in self.stage.undecoded(item, span.counts):
+                        span.out.put(record)
             items.close()
         except BaseException as exc:  # the task that owns the span raises it
             self.error = exc

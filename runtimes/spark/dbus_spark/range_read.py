@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from dbus_fn.capture import Shard, coordinates, position_to_json
-from dbus_fn.events import RowChange, SchemaChange, TransactionCommit
+from dbus_fn.events import RowChange, SchemaChange, TransactionCommit, UndecodedRows
 from dbus_spark import open_read, open_read_control
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.history import Gate
@@ -103,6 +103,9 @@ def read_source_range(
                     admission = slow.check(item, counts) or admission
             elif isinstance(item, SchemaChange) and not shard.index:
                 counts.ddl += 1  # every shard sees it; count it once
+            elif type(item) is UndecodedRows:
+                for record in stage.undecoded(item, counts):
+                    out.put(record)
     except BaseException:
         drop_reader(reader)  # the next attempt starts from a fresh connection
         raise

@@ -29,13 +29,13 @@ from dbus_fn.cloudevent import (
     row_json,
 )
 from dbus_fn.columns import row_encoder
-from dbus_fn.deadletter import dead_letter_event, input_dead_letter
+from dbus_fn.deadletter import capture_dead_letter, dead_letter_event, input_dead_letter
 from dbus_fn.errors import (
     ColumnValueError,
     DbusError,
     UnsupportedColumnTypeError,
 )
-from dbus_fn.events import Operation, RowChange
+from dbus_fn.events import Operation, RowChange, UndecodedRows
 from dbus_fn.json_format import event_to_json
 from dbus_fn.kafka_binding import to_kafka_message
 from dbus_fn.manifest import Destination
@@ -320,9 +320,27 @@ class FunctionStage:
                 source, message.topic(), message.partition(), message.offset(),
                 message.key(), message.value(), error, type_prefix=self._type_prefix,
             )  # fmt: skip
-            counts.dead[manifest.name] += 1
-            counts.routed[(manifest.name, manifest.dead_letter_route)] += 1
-            yield StageRecord(manifest.name, _structured(manifest.dead_letter_route.name, event))
+            yield self._made_dead_letter(deployment, event, counts)
+
+    def undecoded(
+        self, rows: UndecodedRows, counts: StageCounts, only: str | None = None
+    ) -> Iterator[StageRecord]:
+        """Rows the binlog read could not decode, as a dead letter of every deployment
+        that reads their table (or of the deployment ``only``, when one reads alone)."""
+        for deployment, _pipeline in self._subscribers(rows.source, rows.qualified_table):
+            if only is None or deployment.manifest.name == only:
+                event = capture_dead_letter(rows, type_prefix=self._type_prefix)
+                yield self._made_dead_letter(deployment, event, counts)
+
+    def _made_dead_letter(
+        self, deployment: LoadedDeployment, event: Any, counts: StageCounts
+    ) -> StageRecord:
+        """``event``, a dead letter the stage made itself, to ``deployment``'s
+        dead-letter route, counted as its dead."""
+        manifest = deployment.manifest
+        counts.dead[manifest.name] += 1
+        counts.routed[(manifest.name, manifest.dead_letter_route)] += 1
+        return StageRecord(manifest.name, _structured(manifest.dead_letter_route.name, event))
 
     def sink_keys(self, change: RowChange) -> tuple[str, str]:
         """How Elasticsearch (document id) and Kafka (message key) name the change's row."""

@@ -54,7 +54,7 @@ def source(database: Any) -> SourceSpec:
 BOTH_DECODERS = frozenset(
     {"test_capture_types", "test_capture_zero_dates", "test_capture_declared_types",
      "test_capture_schema_changes", "test_capture_shards", "test_capture_snapshot",
-     "test_capture_chunks", "test_capture_resume"}
+     "test_capture_chunks", "test_capture_resume", "test_capture_undecodable"}
 )  # fmt: skip
 """Modules whose readers run once with the native code and once with Python's: the
 binlog's events split (``dbus_fn.capture._events``) and their rows decoded, and a

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from capture_support import execute
 from click.testing import CliRunner
+from decode_faults import refuse_rows_holding
 
 from dbus_fn.capture import BinlogReader, SourceSpec, position_to_json, replica_id_for
 from dbus_fn.cli import cli
@@ -39,17 +40,9 @@ def add_source(runner: CliRunner, name: str, database: Any) -> None:
     assert added.exit_code == 0, added.output
 
 
-@pytest.fixture(params=["mariadb", "mysql"])
-def database(request: pytest.FixtureRequest) -> Any:
-    """The test's fresh database on the local MariaDB or the local MySQL: the commands
-    read both alike."""
-    fixture = "fresh_database" if request.param == "mariadb" else "mysql_database"
-    return request.getfixturevalue(fixture)
-
-
-ON_BOTH_SERVERS = pytest.mark.integration
-"""For a test on ``database``, which reaches a server only through ``getfixturevalue``
-(where the suite's marking by fixture names cannot see it)."""
+ON_BOTH_SERVERS = pytest.mark.parametrize("server", ["mariadb", "mysql"])
+"""For a test on ``database`` (the capture tests' fresh database on ``server``): the
+commands read both servers alike."""
 
 
 def end_of(database: Any) -> dict[str, Any]:
@@ -159,7 +152,6 @@ def test_bad_dsn_is_one_line_naming_the_problem_and_the_fix(
     assert ":p@" not in message
 
 
-@pytest.mark.integration
 @ON_BOTH_SERVERS
 def test_record_writes_cloudevents_the_emulator_reads(
     runner: CliRunner, database: Any, tmp_path: Path
@@ -182,6 +174,36 @@ def test_record_writes_cloudevents_the_emulator_reads(
     ]  # fmt: skip
     assert events[0].get_data()["after"] == {"id": 1, "s": "a"}
     assert "recorded 5 events" in result.output
+
+
+@ON_BOTH_SERVERS
+def test_record_says_each_rows_event_it_could_not_decode_writes_the_rest_and_exits_1(
+    runner: CliRunner, database: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refuse_rows_holding(monkeypatch, "bad", "a malformed value (injected)")
+    connection = database.connect()
+    execute(connection, "CREATE TABLE o (id INT PRIMARY KEY, note VARCHAR(5))")
+    position = end_of(database)
+    execute(connection, "INSERT INTO o VALUES (1, 'a'), (2, 'bad')",
+            "INSERT INTO o VALUES (3, 'c')")  # fmt: skip
+    add_source(runner, "rec", database)
+    output = tmp_path / "events.jsonl"
+    result = runner.invoke(cli, [
+        "source", "record", "rec", "--output", str(output), "--max-events", "4",
+        "--from", f"{position['file']}:{position['pos']}",
+    ])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    said, recorded, error = result.stderr.strip().splitlines()
+    where = f"{database.name}.o at {position['file']}:"
+    assert said.startswith(f"dbus: the insert rows of {where}") and "from row 1" in said
+    assert "(ValueError: a malformed value (injected)); they are not in the output" in said
+    assert recorded == f"recorded 4 events to {output}"
+    assert error.startswith("Error: 1 rows event(s) could not be decoded, the first: ")
+    assert "every other change was written" in error and "dead letters" in error
+    events = list(read_jsonl(output))
+    assert [e.get_data().get("after") for e in events] == [
+        {"id": 1, "note": "a"}, None, {"id": 3, "note": "c"}, None,
+    ]  # fmt: skip
 
 
 @ON_BOTH_SERVERS

@@ -19,7 +19,6 @@ from capture_support import StallingProxy, commits, execute, read_all, rows, wit
 from dbus_fn import BinlogPosition
 from dbus_fn.capture import BinlogReader, Shard, SourceSpec, replica_id_for
 from dbus_fn.capture._gtid_sets import GtidSet
-from dbus_fn.capture._json_diff import UnappliedDiff
 from dbus_fn.errors import SourceError
 
 pytestmark = pytest.mark.integration
@@ -350,15 +349,12 @@ def test_vector_columns_read_as_their_floats_from_the_binlog_and_a_snapshot(
 @pytest.mark.parametrize(
     ("setting", "statement", "event"),
     [
-        ("binlog_row_value_options = 'PARTIAL_JSON'",
-         "UPDATE docs SET j = JSON_SET(j, '$.a', 2) WHERE id = 1", "partial JSON update"),
         ("binlog_row_image = 'MINIMAL'",
          "UPDATE docs SET j = '[]' WHERE id = 1", "without every column"),
     ],
 )  # fmt: skip
 def test_a_row_event_the_capture_cannot_read_stops_the_read_where_it_is(
-    mysql_database: Any, mysql_reader: BinlogReader, setting: str, statement: str, event: str,
-    monkeypatch: pytest.MonkeyPatch,
+    mysql_database: Any, mysql_reader: BinlogReader, setting: str, statement: str, event: str
 ) -> None:
     connection = mysql_database.connect()
     document = json.dumps({"a": 1, "b": "long enough to be kept"})
@@ -367,13 +363,6 @@ def test_a_row_event_the_capture_cannot_read_stops_the_read_where_it_is(
     start = mysql_reader.master_position()
     # A session setting any client may use: the server writes that session's changes so.
     execute(connection, f"SET SESSION {setting}", statement)
-    if "PARTIAL_JSON" in setting:
-        # A partial update is read, unless its diffs do not apply to the before image;
-        # a server writes no such diff, so the applier's refusal is injected.
-        def refused(document: Any, diffs: Any) -> Any:
-            raise UnappliedDiff("REPLACE at $.a: the before image lacks that member")
-
-        monkeypatch.setattr("dbus_fn.capture._decode.apply_diffs", refused)
     with pytest.raises(SourceError, match=event) as stopped:
         read_all(mysql_reader, start)
     message = str(stopped.value)

@@ -29,7 +29,7 @@ from dbus_fn.capture import (
     read_chunk,
     replica_id_for,
 )
-from dbus_fn.events import BinlogPosition, Operation, RowChange, TransactionCommit
+from dbus_fn.events import BinlogPosition, Operation, RowChange, TransactionCommit, UndecodedRows
 from dbus_fn.manifest import Destination
 from dbus_spark.config import RuntimeConfig, SourceBinding
 from dbus_spark.history.gate import position_order
@@ -140,7 +140,9 @@ def _replay_part(
     read = OwnRead(partition.start)
     if not stop.file or not start.file or position_order(start) < position_order(stop):
         read = read_own(reader, partition.start, stop, partition.deployment, out, process,
-                        more=lambda: rows < REPLAY_ROWS)  # fmt: skip
+                        more=lambda: rows < REPLAY_ROWS,
+                        undecoded=lambda item: stage.undecoded(item, counts,
+                                                               partition.deployment))  # fmt: skip
     counts.read_seconds = time.monotonic() - began
     if _refused(partition, out, began, counts):
         return
@@ -171,11 +173,13 @@ def read_own(
     out: Output,
     process: Callable[[RowChange], Iterable[StageRecord] | None],
     more: Callable[[], bool],
+    undecoded: Callable[[UndecodedRows], Iterable[StageRecord]],
 ) -> OwnRead:
     """Read the binlog from ``start`` (a position as JSON) to ``stop`` for
     ``deployment`` alone: each change's records (``process``; None: read no further)
-    go to ``out``, until its sinks refuse them or, at a transaction boundary before
-    ``stop``, ``more()`` says no. A failed read drops the reader."""
+    and the dead letters of rows it could not decode (``undecoded``) go to ``out``,
+    until its sinks refuse them or, at a transaction boundary before ``stop``,
+    ``more()`` says no. A failed read drops the reader."""
     read = OwnRead(dict(start))
     items = reader.read(position_from_json(start), stop=stop)
     try:
@@ -188,6 +192,9 @@ def read_own(
                     out.put(record)
                 if out.refused(deployment):
                     break
+            elif type(item) is UndecodedRows:
+                for record in undecoded(item):
+                    out.put(record)
             elif type(item) is TransactionCommit:
                 read.reached = position_to_json(item.position)
                 read.commit_time = item.commit_time.timestamp()

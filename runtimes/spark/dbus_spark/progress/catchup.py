@@ -77,6 +77,7 @@ def _catch_up(
                 reader, partition.start, stop, name, out,
                 lambda change: stage.process_only(name, change, counts, gate=gate),
                 more=lambda: time.monotonic() - began < partition.seconds * READ_FOR,
+                undecoded=lambda rows: stage.undecoded(rows, counts, name),
             )  # fmt: skip
         except DbusError as exc:  # a position the server no longer has, say
             problem = f"its own read from {start} failed: {exc}"
