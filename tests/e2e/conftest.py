@@ -21,28 +21,29 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture
-def scratch(
-    services: Any,
-    fresh_database: Any,
-    kafka_topic: str,
-    es_index: str,
-    tmp_path: Path,
-    function_folder: Any,
-) -> Scratch:
-    return Scratch(services, fresh_database, kafka_topic, es_index, tmp_path, function_folder)
+def server() -> str:
+    """The server of the test's ``scratch`` database: ``mariadb``, unless the test
+    parametrizes this name (``@pytest.mark.parametrize("server", ["mariadb", "mysql"])``)."""
+    return "mariadb"
 
 
 @pytest.fixture
-def mysql_scratch(
+def database(request: pytest.FixtureRequest, server: str) -> Any:
+    """The test's fresh database on ``server``: ``fresh_database`` or ``mysql_database``."""
+    return request.getfixturevalue("mysql_database" if server == "mysql" else "fresh_database")
+
+
+@pytest.fixture
+def scratch(
     services: Any,
-    mysql_database: Any,
+    database: Any,
     kafka_topic: str,
     es_index: str,
     tmp_path: Path,
     function_folder: Any,
 ) -> Scratch:
-    """``scratch`` whose database is on the local MySQL."""
-    return Scratch(services, mysql_database, kafka_topic, es_index, tmp_path, function_folder)
+    """The services, a fresh database on ``server``, a topic, an index, a folder."""
+    return Scratch(services, database, kafka_topic, es_index, tmp_path, function_folder)
 
 
 @pytest.fixture

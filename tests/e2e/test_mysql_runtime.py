@@ -28,14 +28,11 @@ def _selected(connection: Any) -> dict[int, dict[str, Any]]:
         return {i: {"id": i, "j": json.loads(j), "n": n} for i, j, n in cursor.fetchall()}
 
 
+@pytest.mark.parametrize("server", ["mysql"])
 def test_a_mysql_source_reaches_kafka_and_elasticsearch_as_select_shows_it(
-    spark: Any, mysql_scratch: Scratch
+    spark: Any, scratch: Scratch
 ) -> None:
-    scratch = mysql_scratch
-    services, mysql_database, kafka_topic, es_index, function_folder = (
-        scratch.services, scratch.fresh_database, scratch.kafka_topic, scratch.es_index,
-        scratch.function_folder,
-    )  # fmt: skip
+    services, mysql_database, kafka_topic, es_index, _tmp, function_folder = scratch
     connection = mysql_database.connect()
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE docs (id INT PRIMARY KEY, j JSON, n VARCHAR(20))")

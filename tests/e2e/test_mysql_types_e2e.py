@@ -173,14 +173,11 @@ def _check_events(
     assert all(e.get_data()["key"] == ["my_row_id"] for e in k_events), what
 
 
+@pytest.mark.parametrize("server", ["mysql"])
 def test_every_mysql_type_reads_as_select_shows_it_by_record_kafka_and_elasticsearch(
-    spark: Any, mysql_scratch: Scratch, monkeypatch: pytest.MonkeyPatch
+    spark: Any, scratch: Scratch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scratch = mysql_scratch
-    services, mysql_database, kafka_topic, es_index, tmp_path = (
-        scratch.services, scratch.fresh_database, scratch.kafka_topic, scratch.es_index,
-        scratch.tmp_path,
-    )  # fmt: skip
+    services, mysql_database, kafka_topic, es_index, tmp_path, _ff = scratch
     connection = mysql_database.connect()
     create(connection, ", ".join(f"`{name}` {sql}" for name, (sql, _) in EXTRA.items()))
     with connection.cursor() as cursor:

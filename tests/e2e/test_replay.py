@@ -40,7 +40,7 @@ class Running:
 
 @pytest.fixture
 def running(spark: Any, scratch: Scratch) -> Iterator[Running]:
-    services, database, topic, _index, _tmp, _ff = scratch
+    _services, database, topic, _index, _tmp, _ff = scratch
     create_products(database.connect(), 300)
     table = f"{database.name}.products"
     config = catalog_and_other(scratch, table)
@@ -48,7 +48,7 @@ def running(spark: Any, scratch: Scratch) -> Iterator[Running]:
     try:
         assert query.exception() is None
         with serving_api(config.checkpoint_dir):  # what the commands ask
-            yield Running(config, topic, table, services.mariadb.dsn)
+            yield Running(config, topic, table, database.endpoint.dsn)
     finally:
         stop(query, spark)
 
@@ -70,11 +70,13 @@ def messages(bootstrap: str, topic: str, count: int, timeout: float = 120) -> li
     return found
 
 
+# On MySQL too: a range of its binlog by file and offset, the GTID sets found from there.
+@pytest.mark.parametrize("server", ["mariadb", "mysql"])
 def test_a_replay_to_a_shadow_topic_reproduces_the_range_and_touches_nothing_else(
-    running: Running, fresh_database: Any, services: Any
+    running: Running, scratch: Scratch
 ) -> None:
-    bootstrap = services.kafka.bootstrap_servers
-    connection = fresh_database.connect()
+    bootstrap = scratch.services.kafka.bootstrap_servers
+    connection = scratch.fresh_database.connect()
     begin = running.position()
     with connection.cursor() as cursor:
         for key in range(1, 51):
