@@ -261,7 +261,7 @@ def capture_dead_letter(
             "gtid": position.gtid, "row_index": rows.row_index,
         },
         "original": None,
-        "original_error": _clip(f"{rows.error_type}: {rows.error}"),
+        "original_error": _clip(rows.reason),
         "rows": {"op": rows.op.value, "images": _clip(rows.images.hex())},
         "version": None,
     }  # fmt: skip

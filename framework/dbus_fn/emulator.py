@@ -198,7 +198,7 @@ class Emulator:
             self.deployment.manifest.dead_letter_route,
             capture_dead_letter(rows, type_prefix=self.type_prefix),
             dead_letter=True,
-            error=f"{rows.error_type}: {rows.error}",
+            error=rows.reason,
         )
 
     def _unencodable(self, delivery: Delivery, exc: DbusError) -> EmulatedRecord:

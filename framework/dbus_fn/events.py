@@ -314,6 +314,11 @@ class UndecodedRows:
     def qualified_table(self) -> str:
         return f"{self.database}.{self.table}"
 
+    @property
+    def reason(self) -> str:
+        """Why the rows did not decode: the error's type and message."""
+        return f"{self.error_type}: {self.error}"
+
 
 CaptureItem = RowChange | SchemaChange | TransactionCommit
 """What a binlog read yields and the SDK writes as CloudEvents."""

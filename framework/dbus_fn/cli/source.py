@@ -84,7 +84,7 @@ def _items(source: str, read: ReadOptions, undecoded: list[Any]) -> Any:
 def _undecoded_text(rows: Any) -> str:
     return (
         f"the {rows.op.value} rows of {rows.qualified_table} at {rows.position} from row "
-        f"{rows.row_index} could not be decoded ({rows.error_type}: {rows.error})"
+        f"{rows.row_index} could not be decoded ({rows.reason})"
     )
 
 

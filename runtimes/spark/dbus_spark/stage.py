@@ -327,9 +327,10 @@ class FunctionStage:
     ) -> Iterator[StageRecord]:
         """Rows the binlog read could not decode, as a dead letter of every deployment
         that reads their table (or of the deployment ``only``, when one reads alone)."""
+        event = None  # one dead letter, made once, whoever reads the table
         for deployment, _pipeline in self._subscribers(rows.source, rows.qualified_table):
             if only is None or deployment.manifest.name == only:
-                event = capture_dead_letter(rows, type_prefix=self._type_prefix)
+                event = event or capture_dead_letter(rows, type_prefix=self._type_prefix)
                 yield self._made_dead_letter(deployment, event, counts)
 
     def _made_dead_letter(
