@@ -375,8 +375,11 @@ class ReadSession:
                 if kind == ROTATE:
                     file = a
                     file_seq = file_sequence(file)[1]
-                    if stamp:
-                        tables.clear()
+                    # A new file may be a new boot of the server, which numbers its
+                    # tables from the start again: the ids read so far may name other
+                    # tables now. A server stopped ends its file with no rotation of
+                    # its own, so the one its dump sends (no time) counts too.
+                    tables.clear()
                     reader._read_file, reader._read_pos = file, b
                     continue
                 reader._caught_up = False

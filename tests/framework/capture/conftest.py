@@ -62,7 +62,10 @@ snapshot's and a chunk's SELECT rows (``dbus_fn.capture._text_rows``)."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "decoding" in metafunc.fixturenames:
+    chosen = any(
+        "decoding" in str(mark.args[0]) for mark in metafunc.definition.iter_markers("parametrize")
+    )  # a test that names its decoders itself
+    if "decoding" in metafunc.fixturenames and not chosen:
         both = metafunc.module.__name__.rsplit(".", 1)[-1] in BOTH_DECODERS
         metafunc.parametrize("decoding", ["native", "python"] if both else ["native"],
                              indirect=True)  # fmt: skip

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import uuid
+from datetime import date
+from decimal import Decimal
 from typing import Any
 
 import pytest
-from capture_support import StallingProxy, TablesAt, execute
+from capture_support import StallingProxy, TablesAt, execute, read_all
 from scratch import FreshDatabase
 from support import PrivateServices
 
@@ -69,6 +72,33 @@ def drain_until(stream: Any, seen: list[int], end: Any) -> None:
     raise AssertionError("the stream ended before the expected commit")
 
 
+def restarted(database: FreshDatabase, server: PrivateServices) -> Any:
+    """Restart the module's own MariaDB (this process started it, and so reaps it at once
+    when it exits) and reconnect the test's connections; a new connection to it."""
+    restart(["mariadb"], config=server.config)
+    for opened in database._opened:  # the fixture closes these when the test ends
+        with contextlib.suppress(Exception):
+            opened.close()  # closes the dead socket (and raises: the server went away)
+        opened.connect()
+    return database.connect()
+
+
+def table_map_ids(connection: Any, database: str, since: str) -> dict[str, list[int]]:
+    """The table map ids the server's binlog gives each table of ``database`` from the
+    file ``since`` on, in binlog order."""
+    ids: dict[str, list[int]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW BINARY LOGS")
+        files = [row[0] for row in cursor.fetchall() if row[0] >= since]
+        for name in files:
+            cursor.execute(f"SHOW BINLOG EVENTS IN '{name}'")
+            for row in cursor.fetchall():
+                found = re.fullmatch(rf"table_id: (\d+) \({database}\.(\w+)\)", row[5])
+                if row[2] == "Table_map" and found:
+                    ids.setdefault(found[2], []).append(int(found[1]))
+    return ids
+
+
 def read_into_a_big_transaction(
     connection: Any, reader: BinlogReader
 ) -> tuple[Any, list[int], list[int], Any]:
@@ -111,20 +141,39 @@ def test_restarted_server_resumes_from_the_last_commit_without_loss_or_duplicate
     stream = reader.read(start, idle_timeout=60)
     seen: list[int] = []
     consume(stream, seen, 50)
-    # The module's own MariaDB, restarted by this process, which started it (and so
-    # reaps it at once when it exits).
-    restart(["mariadb"], config=module_mariadb.config)
-    for opened in fresh_database._opened:  # the fixture closes these when the test ends
-        with contextlib.suppress(Exception):
-            opened.close()  # closes the dead socket (and raises: the server went away)
-        opened.connect()
-    after = fresh_database.connect()
+    after = restarted(fresh_database, module_mariadb)
     execute(after, "INSERT INTO t VALUES (999999, 'after the restart')")
     end = reader.master_position()
     drain_until(stream, seen, end)
     stream.close()
     assert reader.reconnects >= 1
     assert seen == [*expected, 999999]
+
+
+# Both ways of splitting the binlog into events: each kept table maps by their ids.
+@pytest.mark.parametrize("decoding", ["native", "python"], indirect=True)
+def test_a_read_across_server_restarts_tells_apart_tables_whose_ids_a_restart_reused(
+    fresh_database: Any, reader: BinlogReader, module_mariadb: PrivateServices
+) -> None:
+    """A server numbers the tables it opens from the same start at each boot, so a table
+    map id of the binlog before a restart names another table after it. The first table
+    a test opens after each of two restarts gets the same id; a read from before both
+    must give each its own rows, decoded by its own columns."""
+    start = reader.master_position()
+    execute(restarted(fresh_database, module_mariadb),
+            "CREATE TABLE early (id INT PRIMARY KEY, note VARCHAR(20))",
+            "INSERT INTO early VALUES (1, 'before the restart')")  # fmt: skip
+    later = restarted(fresh_database, module_mariadb)
+    execute(later, "CREATE TABLE late (id BIGINT PRIMARY KEY, amount DECIMAL(8,2), day DATE)",
+            "INSERT INTO late VALUES (2, 12.50, '2026-12-03')")  # fmt: skip
+    ids = table_map_ids(later, fresh_database.name, start.file)
+    assert ids["early"] == ids["late"], f"the restarts gave the two tables other ids: {ids}"
+    changes = [(item.table, item.row) for item in read_all(reader, start)
+               if isinstance(item, RowChange)]  # fmt: skip
+    assert changes == [
+        ("early", {"id": 1, "note": "before the restart"}),
+        ("late", {"id": 2, "amount": Decimal("12.50"), "day": date(2026, 12, 3)}),
+    ]
 
 
 def test_network_stall_is_detected_and_resumed_without_loss_or_duplicate(
