@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -464,3 +464,18 @@ class PrivateHomes:
         for config in self._made:
             down(config=config)
             shutil.rmtree(config.home, ignore_errors=True)
+
+
+def own_events(listed: Sequence[tuple[Any, ...]], database: str) -> list[str]:
+    """The kinds of the events of ``database``'s transactions in a listing of SHOW BINLOG
+    EVENTS (other tests write the same binlog): a transaction runs from its Gtid event to
+    the next, a compressed one's events listed after its payload event."""
+    transactions: list[list[tuple[Any, ...]]] = []
+    for row in listed:
+        if row[2] == "Gtid" or not transactions:
+            transactions.append([])
+        transactions[-1].append(row)
+    mapped = f"({database}."
+    return [row[2] for events in transactions
+            if any(row[2] == "Table_map" and mapped in row[5] for row in events)
+            for row in events]  # fmt: skip

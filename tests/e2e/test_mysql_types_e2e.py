@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 from column_type_rows import COLUMNS, ROWS, create, insert, normalise_select
 from e2e_support import Scratch
-from support import kafka_events, wait_for, wait_index_holds
+from support import kafka_events, own_events, wait_for, wait_index_holds
 
 from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 from dbus_fn.cli import cli
@@ -120,21 +120,6 @@ def _k(connection: Any) -> dict[int, dict[str, Any]]:
     return _select(connection, "SELECT my_row_id, a, h FROM k")
 
 
-def _own_events(listed: Sequence[tuple[Any, ...]], database: str) -> list[str]:
-    """The kinds of the events of ``database``'s transactions in a listing of SHOW BINLOG
-    EVENTS (other tests write the same binlog): a transaction runs from its Gtid event to
-    the next, a compressed one's events listed after its payload event."""
-    transactions: list[list[tuple[Any, ...]]] = []
-    for row in listed:
-        if row[2] == "Gtid" or not transactions:
-            transactions.append([])
-        transactions[-1].append(row)
-    mapped = f"({database}."
-    return [row[2] for events in transactions
-            if any(row[2] == "Table_map" and mapped in row[5] for row in events)
-            for row in events]  # fmt: skip
-
-
 def _check_events(
     events: Sequence[Any],
     t_before: dict[int, dict[str, Any]],
@@ -230,7 +215,7 @@ def test_every_mysql_type_reads_as_select_shows_it_by_record_kafka_and_elasticse
         stop(query, spark)
     with connection.cursor() as cursor:
         cursor.execute(f"SHOW BINLOG EVENTS IN '{begin.file}' FROM {begin.pos}")
-        kinds = _own_events(cursor.fetchall(), mysql_database.name)
+        kinds = own_events(cursor.fetchall(), mysql_database.name)
     # Every update after PARTIAL_JSON is a partial one, the two inside the payload too
     # (which SHOW BINLOG EVENTS lists after the payload event).
     assert kinds.count("Update_rows_partial") == 4 and kinds.count("Transaction_payload") == 1
