@@ -479,3 +479,16 @@ def own_events(listed: Sequence[tuple[Any, ...]], database: str) -> list[str]:
     return [row[2] for events in transactions
             if any(row[2] == "Table_map" and mapped in row[5] for row in events)
             for row in events]  # fmt: skip
+
+
+def table_map_ids(listed: Sequence[tuple[Any, ...]], database: str) -> dict[str, list[int]]:
+    """The table map ids each table of ``database`` has in a listing of SHOW BINLOG
+    EVENTS, in binlog order."""
+    import re
+
+    ids: dict[str, list[int]] = {}
+    for row in listed:
+        found = re.fullmatch(rf"table_id: (\d+) \({re.escape(database)}\.(\w+)\)", str(row[5]))
+        if row[2] == "Table_map" and found:
+            ids.setdefault(found[2], []).append(int(found[1]))
+    return ids

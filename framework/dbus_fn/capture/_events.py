@@ -139,18 +139,14 @@ def _fetched(stream: Any) -> Event:
 def library_events(stream: Any) -> Iterator[Event]:
     """Every event of ``stream`` (a ``BinLogStreamReader``) read by mysql-replication.
 
-    It skips a table map whose id it has read already (``freeze_schema``); they are
-    forgotten at every new file, as the read loop forgets its tables (the library
-    itself forgets them only at a rotation with a time, not at the one a server's
-    dump sends after a file a stopped server ended)."""
+    It skips a table map whose id it has read already (``freeze_schema``); the read
+    loop forgets them at every new file (``_session``)."""
     while True:
         event = _fetched(stream)
         if event[0] == OTHER and event[4].event_type == PAYLOAD:
             yield from payload_events(stream, event[4])
-            continue
-        if event[0] == ROTATE:
-            stream.table_map.clear()
-        yield event
+        else:
+            yield event
 
 
 def _library_event(stream: Any, payload: bytes, checksum: bool | None = None) -> Any | None:
@@ -242,8 +238,6 @@ def native_events(
                 pymysql.err.raise_mysql_exception(event[1])
             elif kind == END:
                 raise StreamLost("the server ended the binlog stream")
-            elif kind == ROTATE:  # every new file, as the read loop (``_session``)
-                stream.table_map.clear()
             yield event
 
 

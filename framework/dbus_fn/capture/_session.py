@@ -378,8 +378,11 @@ class ReadSession:
                     # A new file may be a new boot of the server, which numbers its
                     # tables from the start again: the ids read so far may name other
                     # tables now. A server stopped ends its file with no rotation of
-                    # its own, so the one its dump sends (no time) counts too.
+                    # its own, so the one its dump sends (no time) counts too. Both
+                    # the decoders and mysql-replication's maps (which it forgets only
+                    # at a rotation with a time) are forgotten here, for either path.
                     tables.clear()
+                    stream.table_map.clear()
                     reader._read_file, reader._read_pos = file, b
                     continue
                 reader._caught_up = False

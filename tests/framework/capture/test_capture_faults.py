@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import uuid
 from datetime import date
 from decimal import Decimal
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 from capture_support import StallingProxy, TablesAt, execute, read_all
 from scratch import FreshDatabase
-from support import PrivateServices
+from support import PrivateServices, table_map_ids
 
 from dbus_deploy.services import restart
 from dbus_fn import RowChange, TransactionCommit
@@ -83,20 +82,16 @@ def restarted(database: FreshDatabase, server: PrivateServices) -> Any:
     return database.connect()
 
 
-def table_map_ids(connection: Any, database: str, since: str) -> dict[str, list[int]]:
-    """The table map ids the server's binlog gives each table of ``database`` from the
-    file ``since`` on, in binlog order."""
-    ids: dict[str, list[int]] = {}
+def binlog_listing(connection: Any, since: str) -> list[tuple[Any, ...]]:
+    """SHOW BINLOG EVENTS of every file from ``since`` on, in order."""
     with connection.cursor() as cursor:
         cursor.execute("SHOW BINARY LOGS")
         files = [row[0] for row in cursor.fetchall() if row[0] >= since]
+        listed: list[tuple[Any, ...]] = []
         for name in files:
             cursor.execute(f"SHOW BINLOG EVENTS IN '{name}'")
-            for row in cursor.fetchall():
-                found = re.fullmatch(rf"table_id: (\d+) \({database}\.(\w+)\)", row[5])
-                if row[2] == "Table_map" and found:
-                    ids.setdefault(found[2], []).append(int(found[1]))
-    return ids
+            listed += cursor.fetchall()
+    return listed
 
 
 def read_into_a_big_transaction(
@@ -166,7 +161,7 @@ def test_a_read_across_server_restarts_tells_apart_tables_whose_ids_a_restart_re
     later = restarted(fresh_database, module_mariadb)
     execute(later, "CREATE TABLE late (id BIGINT PRIMARY KEY, amount DECIMAL(8,2), day DATE)",
             "INSERT INTO late VALUES (2, 12.50, '2026-12-03')")  # fmt: skip
-    ids = table_map_ids(later, fresh_database.name, start.file)
+    ids = table_map_ids(binlog_listing(later, start.file), fresh_database.name)
     assert ids["early"] == ids["late"], f"the restarts gave the two tables other ids: {ids}"
     changes = [(item.table, item.row) for item in read_all(reader, start)
                if isinstance(item, RowChange)]  # fmt: skip

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from capture_support import TablesAt, execute, read_all, rows
 from decode_faults import refuse_rows_holding
+from support import table_map_ids
 
 from dbus_fn.capture import BinlogReader
 from dbus_fn.capture._column_readers import UnknownColumnType
@@ -34,11 +35,7 @@ def rows_events(reader: BinlogReader, start: Any, kind: str) -> list[int]:
     """The positions of the ``kind`` rows events (``Write_rows``...) of the test's table
     ``t`` after ``start``: other tests write on the same server meanwhile."""
     found = reader._sql(f"SHOW BINLOG EVENTS IN %s FROM {start.pos}", (start.file,), doing="t")
-    mapped = f"({_db(reader)}.t)"
-    ids = {
-        str(event[5]).split()[1] for event in found
-        if event[2] == "Table_map" and str(event[5]).endswith(mapped)
-    }  # fmt: skip
+    ids = {str(table_id) for table_id in table_map_ids(found, _db(reader)).get("t", [])}
     return [
         int(event[1]) for event in found
         if str(event[2]).startswith(kind) and str(event[5]).split()[1] in ids
