@@ -104,10 +104,15 @@ _STARTED: set[str] = set()
 starts."""
 
 
+_SETTING_UP: list[pytest.Item] = []
+"""The test whose set-up is running: the one a service fixture is set up for."""
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A shared service that died (a full disk stops Kafka) fails each later test at
     once, naming the service and its log's last word, instead of in its timeouts."""
+    _SETTING_UP[:] = [item]
     if not _STARTED:
         return
     from dbus_deploy.services import stopped
@@ -120,10 +125,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def _ensure(request: pytest.FixtureRequest, *names: str) -> Endpoints:
     from dbus_deploy.services import endpoints, up
 
-    if "not integration" in (request.config.option.markexpr or ""):
+    unit = [
+        item.nodeid
+        for item in _SETTING_UP
+        if not (item.get_closest_marker("integration") or item.get_closest_marker("e2e"))
+    ]
+    if unit:
         pytest.fail(
-            f"a run without integration tests asked for {', '.join(names)}: the test that "
-            "needs it must use a service fixture (so it is marked integration)",
+            f"the unit test {unit[0]} asked for {', '.join(names)}: a test that needs a "
+            "service must use a service fixture (so it is marked integration) or be marked e2e",
             pytrace=False,
         )
     try:
