@@ -63,13 +63,13 @@ def spawn_cli_runtime(
 def member_env(scratch: Scratch, zk_root: str, cluster: str, dsn_variable: str) -> dict[str, str]:
     """What `dbus` commands and a member of ``cluster`` (under the test's ZooKeeper root
     ``zk_root``) need in their environment: ZooKeeper, the cluster, a bundle cache of
-    the test's own and the source's DSN in ``dsn_variable``."""
+    the test's own and the DSN of the scratch database's server in ``dsn_variable``."""
     services = scratch.services
     return {
         "DBUS_ZOOKEEPER": f"{services.zookeeper.hosts}{zk_root}",
         "DBUS_CLUSTER": cluster,
         "DBUS_BUNDLE_CACHE": str(scratch.tmp_path / "bundles"),
-        dsn_variable: services.mariadb.dsn,
+        dsn_variable: scratch.fresh_database.endpoint.dsn,
     }
 
 

@@ -23,9 +23,11 @@ from dbus_spark.job import start, stop
 from dbus_spark.progress import ProgressBook
 from dbus_spark.settings import runtime_config
 
-# Exclusive (run apart from the parallel integration pass): bounds a healthy deployment's latency
-# while another is slow.
-pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
+pytestmark = pytest.mark.e2e
+
+# Exclusive (run apart from the parallel pass): bounds a healthy deployment's latency while
+# another is slow, and how soon a deployment is detached (2 s).
+ALONE = pytest.mark.exclusive
 
 
 def _deployment(scratch: Scratch, name: str, table: str, route: str, delay: float = 0.0,
@@ -114,7 +116,7 @@ def _run(
 ) -> Any:
     services = scratch.services
     config = runtime_config(
-        sources=(f"src={services.mariadb.dsn}",),
+        sources=(f"src={scratch.fresh_database.endpoint.dsn}",),
         deployments=tuple(str(f) for f in folders),
         kafka=services.kafka.bootstrap_servers,
         elasticsearch=elasticsearch,
@@ -128,6 +130,7 @@ def _run(
     return query, config
 
 
+@ALONE
 def test_a_cut_off_elasticsearch_detaches_its_deployment_alone_and_it_catches_up(
     spark: Any, scratch: Scratch, orders: str, es_proxy: Proxy
 ) -> None:
@@ -165,6 +168,7 @@ def test_a_cut_off_elasticsearch_detaches_its_deployment_alone_and_it_catches_up
         stop(query, spark)
 
 
+@ALONE
 def test_a_backfill_whose_elasticsearch_is_cut_off_waits_alone_and_ends_once_it_is_back(
     spark: Any, scratch: Scratch, orders: str, es_proxy: Proxy
 ) -> None:
@@ -236,6 +240,7 @@ def _shown(browser: Any, name: str) -> tuple[str, str]:
     return (states[0], texts[0]) if states else ("", "")
 
 
+@ALONE
 def test_a_function_slower_than_the_load_is_detached_and_catches_up_once_fast_again(
     spark: Any, scratch: Scratch, orders: str, browser: Any
 ) -> None:
@@ -306,6 +311,9 @@ def _kafka_keys(bootstrap: str, topic: str, count: int) -> list[tuple[int, str]]
     return [(json.loads(key)[0], event.get_type().rsplit(".", 1)[-1]) for key, event in events]
 
 
+# Pause and resume bound nothing: they run in the parallel pass, on both servers (what a
+# paused deployment holds, and reads again from, is a position of the server's kind).
+@pytest.mark.parametrize("server", ["mariadb", "mysql"])
 def test_a_paused_deployment_gets_nothing_and_after_resume_everything_in_key_order(
     spark: Any, scratch: Scratch, orders: str
 ) -> None:
@@ -379,6 +387,7 @@ def _fn_status(checkpoint: str) -> dict[str, str]:
     return {line.split()[0]: line for line in result.stdout.splitlines()}
 
 
+@ALONE
 def test_a_runtime_killed_while_a_deployment_is_detached_converges_after_restart(
     scratch: Scratch, orders: str, es_proxy: Proxy
 ) -> None:

@@ -1,6 +1,6 @@
 """The real pt-online-schema-change alters a table under a write load while a runtime
-streams ``db.*`` into Kafka and Elasticsearch: no helper-table row reaches a sink, and
-the sinks equal the table afterwards."""
+streams ``db.*`` into Kafka and Elasticsearch, on MariaDB and on MySQL: no helper-table
+row reaches a sink, and the sinks equal the table afterwards."""
 
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ def indices(scratch: Scratch) -> Iterator[dict[str, str]]:
             es.options(ignore_status=404).indices.delete(index=name)
 
 
+@pytest.mark.parametrize("server", ["mariadb", "mysql"])
 def test_pt_online_schema_change_under_a_write_load_reaches_no_sink_as_a_table(
     spark: Any, scratch: Scratch, indices: dict[str, str]
 ) -> None:
@@ -103,7 +104,7 @@ def test_pt_online_schema_change_under_a_write_load_reaches_no_sink_as_a_table(
             load.wait_for_statements(50)
             during = load.statements
             run_pt_online_schema_change(
-                tool, services.mariadb, database.name, "t",
+                tool, database.endpoint, database.name, "t",
                 f"ADD COLUMN {ADDED} VARCHAR(20) NOT NULL DEFAULT 'none'", chunk_size=250,
             )  # fmt: skip
             after = load.statements

@@ -1,10 +1,11 @@
 """`dbus fn preview` and the dashboard's preview page on a running cluster runtime, all
-real: version 1 of a deployment routes every order to one topic, version 2 (deployed
-over it) sends the even ones to a second topic. Over 100 real events kept by the
-runtime, a local version 3 that sends the even ones to a third topic (and fails on
-every 25th) shows the routes that appear and vanish and its new dead letters; the
-dashboard, in headless Chromium, shows version 1 beside version 2 (screenshot kept).
-The bad inputs each give one line and their exit code; nothing reaches a sink."""
+real, its source on MariaDB and on MySQL: version 1 of a deployment routes every order
+to one topic, version 2 (deployed over it) sends the even ones to a second topic. Over
+100 real events kept by the runtime, a local version 3 that sends the even ones to a
+third topic (and fails on every 25th) shows the routes that appear and vanish and its
+new dead letters; the dashboard, in headless Chromium, shows version 1 beside version 2
+(screenshot kept). The bad inputs each give one line and their exit code; nothing
+reaches a sink."""
 
 from __future__ import annotations
 
@@ -104,6 +105,9 @@ def _write_until_kept(scratch: Scratch, url: str, events: int) -> None:
     wait_for(kept, 180, f"the runtime keeps {events} events of orders", every=2.0)
 
 
+# On both servers: the member reads its source through the cluster's registry, on MariaDB
+# and on MySQL alike.
+@pytest.mark.parametrize("server", ["mariadb", "mysql"])
 def test_preview_shows_what_a_changed_route_does_to_100_real_events(
     scratch: Scratch, member: tuple[str, Path], browser: Any
 ) -> None:

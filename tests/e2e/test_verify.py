@@ -1,5 +1,5 @@
 """`dbus fn verify` finds drift planted in Elasticsearch and Kafka (missing, extra,
-differing), and `--repair` sends exactly those keys again."""
+differing), and `--repair` sends exactly those keys again, on MariaDB and on MySQL."""
 
 from __future__ import annotations
 
@@ -78,9 +78,13 @@ def _plant_kafka(bootstrap: str, topic: str, table: str, changes: list[tuple[Ope
     assert producer.flush(30) == 0
 
 
+# On both servers: verify reads the table in chunks as of a position, and a repair writes
+# as of the source's position then (Elasticsearch's external versions come from it).
+@pytest.mark.parametrize("server", ["mariadb", "mysql"])
 def test_verify_finds_planted_drift_and_repair_fixes_exactly_it(
-    running: Running, services: Any, fresh_database: Any
+    running: Running, services: Any, scratch: Scratch
 ) -> None:
+    fresh_database = scratch.fresh_database
     out = io.StringIO()
     report = verify("catalog", checkpoint=running.config.checkpoint_dir, out=out)
     assert report.bad == [] and report.rows == ROWS, out.getvalue()
