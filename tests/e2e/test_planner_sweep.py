@@ -7,7 +7,6 @@ same session starts them again.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Any
 
@@ -22,10 +21,13 @@ from dbus_spark.planners import PLANNER_MODULES, PlannerSweeper
 pytestmark = pytest.mark.e2e
 
 
-def _planners() -> list[str]:
-    """The planner modules some process of this test's Spark session still runs."""
+def _planners(spark: Any) -> list[str]:
+    """The planner modules some process of this test's Spark session still runs: the
+    Python processes under the session's JVM, not every process under this one (a
+    worker of the suite may have other children)."""
+    jvm = psutil.Process(int(spark.sparkContext._jvm.ProcessHandle.current().pid()))
     running = []
-    for process in psutil.Process(os.getpid()).children(recursive=True):
+    for process in jvm.children(recursive=True):
         try:
             command = process.cmdline()
         except psutil.Error:
@@ -61,11 +63,14 @@ def test_planner_processes_end_after_a_start_and_come_back_for_the_next(
             assert query.exception() is None
             # The first batch with data plans the writer; the first commit ends the start.
             assert kafka_count(bootstrap, topic, expected=shown + write(50)) == shown + written
-            wait_for(lambda: not _planners(), 30, "the planner processes to end")
+            try:
+                wait_for(lambda: not _planners(spark), 30, "the planner processes to end")
+            except AssertionError as late:
+                raise AssertionError(f"{late}; still running: {_planners(spark)}") from None
             # The query goes on without them.
             assert kafka_count(bootstrap, topic, expected=shown + write(50)) == shown + written
             assert query.isActive and query.exception() is None
-            assert not _planners()
+            assert not _planners(spark)
         finally:
             # As the runtime stops: its carried read ends with it. Spark's own stop left
             # it reading for ALIVE_SECONDS, so it sent the next run's first rows too.
