@@ -1,7 +1,9 @@
 """`dbus ui` for a whole cluster: two members each read one source; the ui finds them
 through ZooKeeper, asks each runtime's API, and serves one merged state (the same
 API, the same dashboard, opened in headless Chromium). When one member is SIGKILLed
-the ui says so at once, and shows its source moving to the other member."""
+the ui says so at once, and shows its source moving to the other member, which reads on
+from the position the killed one committed: the rows written while the source had no
+reader reach Kafka. On MariaDB and on MySQL (where that position is a GTID set)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from convergence import RuntimeProcess
+from history_support import TopicState
 from support import free_port, page_texts, wait_for
 
 from dbus_fn.cli import cli
@@ -43,7 +46,7 @@ def _deployment(folder: Path, database: str, topic: str) -> Path:
 
         @fn.route(tables=["{database}.east", "{database}.west"])
         def out(event: fn.RowChange) -> str:
-            return "kafka://{topic}"
+            return "kafka://{topic}-" + event.table
     '''))  # fmt: skip
     (folder / "dbus.toml").write_text(
         f'name = "both"\nversion = "1.0"\nmodule = "both.py"\n'
@@ -61,8 +64,10 @@ def _events(state: dict[str, Any]) -> int:
     return sum(d["events"] for d in state["deployments"] if d["name"] == "both")
 
 
+@pytest.mark.parametrize("server", ["mariadb", "mysql"])
 def test_one_ui_shows_the_whole_cluster_and_a_member_going(
-    fresh_database: Any,
+    server: str,
+    request: pytest.FixtureRequest,
     kafka_service: Any,
     elasticsearch_service: Any,
     private_zookeeper: tuple[Any, str],
@@ -71,6 +76,9 @@ def test_one_ui_shows_the_whole_cluster_and_a_member_going(
     tmp_path: Path,
 ) -> None:
     _, hosts = private_zookeeper
+    fresh_database = request.getfixturevalue(
+        "mysql_database" if server == "mysql" else "fresh_database"
+    )
     database = fresh_database.name
     connection = fresh_database.connect()
     with connection.cursor() as cur:
@@ -159,6 +167,7 @@ def test_one_ui_shows_the_whole_cluster_and_a_member_going(
         gone_id = split["west"]
         kept_id = split["east"]
         members[gone_id].kill9()
+        write("west", 20)  # while west has no reader: the next one reads them all the same
 
         def gone_shown() -> bool:
             runtimes = {r["id"]: r for r in _state(url)["cluster"]["runtimes"]}
@@ -179,6 +188,14 @@ def test_one_ui_shows_the_whole_cluster_and_a_member_going(
         metrics = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
         assert f'dbus_cluster_source_owner{{runtime="{kept_id}",source="west"}} 1.0' in metrics
         assert "dbus_cluster_zookeeper_up 1.0" in metrics
+        # Every row of west in Kafka: what the killed member delivered, what was written
+        # while the source had no reader and after it moved.
+        west = TopicState(kafka_service.bootstrap_servers, f"{kafka_topic}-west")
+        try:
+            wait_for(lambda: west.poll(1.0) or set(west.last) >= set(range(1, rows["west"] + 1)),
+                     60, "every row of west in Kafka")  # fmt: skip
+        finally:
+            west.consumer.close()
     finally:
         ui.send_signal(signal.SIGTERM)
         try:
