@@ -125,14 +125,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def _ensure(request: pytest.FixtureRequest, *names: str) -> Endpoints:
     from dbus_deploy.services import endpoints, up
 
-    unit = [
-        item.nodeid
-        for item in _SETTING_UP
-        if not (item.get_closest_marker("integration") or item.get_closest_marker("e2e"))
-    ]
-    if unit:
+    test = _SETTING_UP[0] if _SETTING_UP else None
+    if test is not None and not any(test.get_closest_marker(m) for m in ("integration", "e2e")):
         pytest.fail(
-            f"the unit test {unit[0]} asked for {', '.join(names)}: a test that needs a "
+            f"the unit test {test.nodeid} asked for {', '.join(names)}: a test that needs a "
             "service must use a service fixture (so it is marked integration) or be marked e2e",
             pytrace=False,
         )
@@ -190,6 +186,21 @@ def _scratch(name: str, maker: str, service: str) -> Any:
 fresh_database = _scratch("fresh_database", "scratch_database", "mariadb_service")
 # The same on the local MySQL.
 mysql_database = _scratch("mysql_database", "scratch_database", "mysql_service")
+
+
+@pytest.fixture
+def server() -> str:
+    """The server of the test's ``database``: ``mariadb``, unless the test parametrizes
+    this name (``@pytest.mark.parametrize("server", ["mariadb", "mysql"])``)."""
+    return "mariadb"
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest, server: str) -> Any:
+    """The test's fresh database on ``server``: ``fresh_database`` or ``mysql_database``."""
+    return request.getfixturevalue("mysql_database" if server == "mysql" else "fresh_database")
+
+
 # A new uuid-named Kafka topic (3 partitions), deleted after the test.
 kafka_topic = _scratch("kafka_topic", "scratch_topic", "kafka_service")
 # A fresh uuid-named index name (not created), deleted after the test.

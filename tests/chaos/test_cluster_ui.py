@@ -66,8 +66,7 @@ def _events(state: dict[str, Any]) -> int:
 
 @pytest.mark.parametrize("server", ["mariadb", "mysql"])
 def test_one_ui_shows_the_whole_cluster_and_a_member_going(
-    server: str,
-    request: pytest.FixtureRequest,
+    database: Any,
     kafka_service: Any,
     elasticsearch_service: Any,
     private_zookeeper: tuple[Any, str],
@@ -76,11 +75,7 @@ def test_one_ui_shows_the_whole_cluster_and_a_member_going(
     tmp_path: Path,
 ) -> None:
     _, hosts = private_zookeeper
-    fresh_database = request.getfixturevalue(
-        "mysql_database" if server == "mysql" else "fresh_database"
-    )
-    database = fresh_database.name
-    connection = fresh_database.connect()
+    connection = database.connect()
     with connection.cursor() as cur:
         for side in SIDES:
             cur.execute(f"CREATE TABLE {side} (id INT PRIMARY KEY, name VARCHAR(20))")
@@ -90,7 +85,7 @@ def test_one_ui_shows_the_whole_cluster_and_a_member_going(
         runtime_id: RuntimeProcess.for_member(
             runtime_id=runtime_id, cluster=CLUSTER, zookeeper=hosts, session_timeout=SESSION,
             kafka=kafka_service.bootstrap_servers, elasticsearch=elasticsearch_service.url,
-            folder=tmp_path / runtime_id, env={"UI_DSN": fresh_database.endpoint.dsn},
+            folder=tmp_path / runtime_id, env={"UI_DSN": database.endpoint.dsn},
             start="latest", options=["--api", "127.0.0.1:0"],
         )
         for runtime_id in ("rt-1", "rt-2")
@@ -115,8 +110,8 @@ def test_one_ui_shows_the_whole_cluster_and_a_member_going(
                  every=0.5, ignoring=(OSError, KeyError, TypeError))  # fmt: skip
         for side in SIDES:
             _dbus(env, "cluster", "source", "add", side, "--dsn-env", "UI_DSN",
-                  "--table", f"{database}.{side}")  # fmt: skip
-        _dbus(env, "fn", "deploy", str(_deployment(tmp_path / "both", database, kafka_topic)))
+                  "--table", f"{database.name}.{side}")  # fmt: skip
+        _dbus(env, "fn", "deploy", str(_deployment(tmp_path / "both", database.name, kafka_topic)))
 
         def owners() -> dict[str, str]:
             return {s["name"]: s["owner"] for s in _state(url)["sources"] if s["up"]}

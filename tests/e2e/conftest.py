@@ -20,18 +20,6 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-@pytest.fixture
-def server() -> str:
-    """The server of the test's ``scratch`` database: ``mariadb``, unless the test
-    parametrizes this name (``@pytest.mark.parametrize("server", ["mariadb", "mysql"])``)."""
-    return "mariadb"
-
-
-@pytest.fixture
-def database(request: pytest.FixtureRequest, server: str) -> Any:
-    """The test's fresh database on ``server``: ``fresh_database`` or ``mysql_database``."""
-    return request.getfixturevalue("mysql_database" if server == "mysql" else "fresh_database")
-
 
 @pytest.fixture
 def scratch(
