@@ -48,7 +48,8 @@ SERVICE_FIXTURES = frozenset(
         "private_zookeeper",
         "private_services",
         "module_services",
-        "module_mariadb",
+        "module_servers",
+        "private_server",
         "private_database",
         "fresh_database",
         "kafka_topic",
@@ -254,23 +255,42 @@ def module_services() -> Iterator[Callable[..., Any]]:
 
 
 @pytest.fixture(scope="module")
-def module_mariadb(module_services: Callable[..., PrivateServices]) -> PrivateServices:
-    """A MariaDB of the test module's own (``module_services``), one start per module.
+def module_servers(
+    module_services: Callable[..., PrivateServices],
+) -> Callable[[str], PrivateServices]:
+    """Database servers of the test module's own (``module_services``): ``module_servers
+    ("mysql")`` starts that server on the first call and hands the same one out after.
 
-    A module's tests in one process run one after another, so a test on it has the
+    A module's tests in one process run one after another, so a test on one has the
     server to itself: its binlog holds that test's changes alone (a read up to the
     server's last position, a lag that drops to zero), and the test may restart or
     reconfigure it without touching anyone else's."""
-    return module_services("mariadb")
+    started: dict[str, PrivateServices] = {}
+
+    def server(name: str) -> PrivateServices:
+        if name not in started:
+            started[name] = module_services(name)
+        return started[name]
+
+    return server
 
 
 @pytest.fixture
-def private_database(module_mariadb: PrivateServices) -> Iterator[FreshDatabase]:
-    """``fresh_database`` on the module's own MariaDB (``module_mariadb``): a new
+def private_server(
+    module_servers: Callable[[str], PrivateServices], server: str
+) -> PrivateServices:
+    """The test's ``server`` (MariaDB or MySQL), of the test module's own (``module_servers``)."""
+    return module_servers(server)
+
+
+@pytest.fixture
+def private_database(private_server: PrivateServices, server: str) -> Iterator[FreshDatabase]:
+    """``fresh_database`` on the module's own ``server`` (``private_server``): a new
     uuid-named database, dropped after the test."""
     import scratch
 
-    with scratch.scratch_database(module_mariadb.endpoints.mariadb) as database:
+    endpoint = getattr(private_server.endpoints, server)
+    with scratch.scratch_database(endpoint) as database:
         yield database
 
 

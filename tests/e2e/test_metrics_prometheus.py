@@ -36,7 +36,7 @@ def scratch(
     function_folder: Any,
 ) -> Scratch:
     """The scratch services with a MariaDB of this module's own as the source
-    (``module_mariadb``): its binlog holds only the test's changes, so the runtime's
+    (``private_server``): its binlog holds only the test's changes, so the runtime's
     source lag drops to zero once it has read them, whatever other tests write."""
     own = replace(services, mariadb=private_database.endpoint)
     return Scratch(own, private_database, kafka_topic, es_index, tmp_path, function_folder)

@@ -1,4 +1,5 @@
-"""Faults: killed connection, restarted server, stalled network — no loss, no duplicate."""
+"""Faults: killed connection, restarted server, stalled network — no loss, no duplicate,
+on MariaDB and on MySQL."""
 
 from __future__ import annotations
 
@@ -29,9 +30,14 @@ net.ipv4.tcp_rmem's maximum, 32 MiB on some machines), so a fault lands while th
 server is still sending it."""
 
 
+BOTH = pytest.mark.parametrize("server", ["mariadb", "mysql"])
+"""A fault the server takes part in (its restart, its dump thread killed or stalled),
+tested on each server."""
+
+
 @pytest.fixture
-def fresh_database(private_database: FreshDatabase) -> FreshDatabase:
-    """This module's databases are on a MariaDB of its own (``module_mariadb``): one
+def database(private_database: FreshDatabase) -> FreshDatabase:
+    """This module's databases are on a server of its own (``private_server``): one
     test restarts the server, and the others' 60 MB transactions stay out of the
     binlog every other test's reader goes through."""
     return private_database
@@ -46,7 +52,8 @@ def write_big_transaction(connection: Any, first_id: int = 1) -> list[int]:
             base = first_id + statement * ROWS_PER_STATEMENT
             last = base + ROWS_PER_STATEMENT - 1
             cursor.execute(
-                f"INSERT INTO t SELECT seq, REPEAT('x', {PAD}) FROM seq_{base}_to_{last}"
+                f"INSERT INTO t WITH RECURSIVE n (i) AS (SELECT {base} UNION ALL"
+                f" SELECT i + 1 FROM n WHERE i < {last}) SELECT i, REPEAT('x', {PAD}) FROM n"
             )
             ids += range(base, last + 1)
         cursor.execute("COMMIT")
@@ -71,10 +78,10 @@ def drain_until(stream: Any, seen: list[int], end: Any) -> None:
     raise AssertionError("the stream ended before the expected commit")
 
 
-def restarted(database: FreshDatabase, server: PrivateServices) -> Any:
-    """Restart the module's own MariaDB (this process started it, and so reaps it at once
-    when it exits) and reconnect the test's connections; a new connection to it."""
-    restart(["mariadb"], config=server.config)
+def restarted(database: FreshDatabase, server: str, services: PrivateServices) -> Any:
+    """Restart the module's own ``server`` (this process started it, and so reaps it at
+    once when it exits) and reconnect the test's connections; a new connection to it."""
+    restart([server], config=services.config)
     for opened in database._opened:  # the fixture closes these when the test ends
         with contextlib.suppress(Exception):
             opened.close()  # closes the dead socket (and raises: the server went away)
@@ -110,10 +117,11 @@ def read_into_a_big_transaction(
     return stream, seen, expected, end
 
 
+@BOTH
 def test_killed_replication_connection_resumes_mid_transaction_without_loss_or_duplicate(
-    fresh_database: Any, reader: BinlogReader
+    database: Any, reader: BinlogReader
 ) -> None:
-    connection = fresh_database.connect()
+    connection = database.connect()
     stream, seen, expected, end = read_into_a_big_transaction(connection, reader)
     execute(connection, f"KILL {reader.connection_id}")
     drain_until(stream, seen, end)
@@ -122,8 +130,13 @@ def test_killed_replication_connection_resumes_mid_transaction_without_loss_or_d
     assert seen == expected
 
 
+@BOTH
 def test_restarted_server_resumes_from_the_last_commit_without_loss_or_duplicate(
-    fresh_database: Any, tables_at: TablesAt, reader: BinlogReader, module_mariadb: PrivateServices
+    database: Any,
+    tables_at: TablesAt,
+    reader: BinlogReader,
+    server: str,
+    private_server: PrivateServices,
 ) -> None:
     connection, start = tables_at("CREATE TABLE t (id INT PRIMARY KEY, pad TEXT)")
     # The server's binlog dump blocks on the reader, which reads nothing while the test
@@ -136,7 +149,7 @@ def test_restarted_server_resumes_from_the_last_commit_without_loss_or_duplicate
     stream = reader.read(start, idle_timeout=60)
     seen: list[int] = []
     consume(stream, seen, 50)
-    after = restarted(fresh_database, module_mariadb)
+    after = restarted(database, server, private_server)
     execute(after, "INSERT INTO t VALUES (999999, 'after the restart')")
     end = reader.master_position()
     drain_until(stream, seen, end)
@@ -146,22 +159,23 @@ def test_restarted_server_resumes_from_the_last_commit_without_loss_or_duplicate
 
 
 # Both ways of splitting the binlog into events: each kept table maps by their ids.
+@BOTH
 @pytest.mark.parametrize("decoding", ["native", "python"], indirect=True)
 def test_a_read_across_server_restarts_tells_apart_tables_whose_ids_a_restart_reused(
-    fresh_database: Any, reader: BinlogReader, module_mariadb: PrivateServices
+    database: Any, reader: BinlogReader, server: str, private_server: PrivateServices
 ) -> None:
     """A server numbers the tables it opens from the same start at each boot, so a table
     map id of the binlog before a restart names another table after it. The first table
     a test opens after each of two restarts gets the same id; a read from before both
     must give each its own rows, decoded by its own columns."""
     start = reader.master_position()
-    execute(restarted(fresh_database, module_mariadb),
+    execute(restarted(database, server, private_server),
             "CREATE TABLE early (id INT PRIMARY KEY, note VARCHAR(20))",
             "INSERT INTO early VALUES (1, 'before the restart')")  # fmt: skip
-    later = restarted(fresh_database, module_mariadb)
+    later = restarted(database, server, private_server)
     execute(later, "CREATE TABLE late (id BIGINT PRIMARY KEY, amount DECIMAL(8,2), day DATE)",
             "INSERT INTO late VALUES (2, 12.50, '2026-12-03')")  # fmt: skip
-    ids = table_map_ids(binlog_listing(later, start.file), fresh_database.name)
+    ids = table_map_ids(binlog_listing(later, start.file), database.name)
     assert ids["early"] == ids["late"], f"the restarts gave the two tables other ids: {ids}"
     changes = [(item.table, item.row) for item in read_all(reader, start)
                if isinstance(item, RowChange)]  # fmt: skip
@@ -171,15 +185,16 @@ def test_a_read_across_server_restarts_tells_apart_tables_whose_ids_a_restart_re
     ]
 
 
+@BOTH
 def test_network_stall_is_detected_and_resumed_without_loss_or_duplicate(
-    fresh_database: Any,
+    database: Any,
 ) -> None:
-    endpoint = fresh_database.endpoint
+    endpoint = database.endpoint
     proxy = StallingProxy(endpoint.host, endpoint.port)
     spec = SourceSpec(
         name="stall",
         dsn=f"mysql://{endpoint.user}:{endpoint.password}@127.0.0.1:{proxy.port}",
-        tables=(f"{fresh_database.name}.*",),
+        tables=(f"{database.name}.*",),
     )
     # Silence of 2 s (ten heartbeats) is a stall: a false one on a loaded machine is only
     # one more reconnect, which the assertions allow.
@@ -187,7 +202,7 @@ def test_network_stall_is_detected_and_resumed_without_loss_or_duplicate(
         spec, replica_id_for(f"stall/{uuid.uuid4()}"), heartbeat=0.2, stall_timeout=2.0
     )
     try:
-        connection = fresh_database.connect()
+        connection = database.connect()
         stream, seen, expected, end = read_into_a_big_transaction(connection, reader)
         proxy.stall()
         drain_until(stream, seen, end)
@@ -200,7 +215,7 @@ def test_network_stall_is_detected_and_resumed_without_loss_or_duplicate(
 
 
 def test_an_event_type_the_capture_does_not_know_stops_the_read_in_one_line(
-    fresh_database: Any, tables_at: TablesAt, reader: BinlogReader
+    database: Any, tables_at: TablesAt, reader: BinlogReader
 ) -> None:
     # MariaDB compresses row events once log_bin_compress is turned on mid-read (a
     # global setting, checked at the read's start only): types 169-171, which

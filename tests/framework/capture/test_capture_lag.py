@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def fresh_database(private_database: FreshDatabase) -> FreshDatabase:
-    """This module's databases are on a MariaDB of its own (``module_mariadb``): its
+    """This module's databases are on a MariaDB of its own (``private_server``): its
     binlog holds only the test's changes, so a reader that has read them all is at the
     binlog's end and its lag drops to zero."""
     return private_database

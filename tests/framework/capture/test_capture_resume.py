@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def fresh_database(private_database: FreshDatabase) -> FreshDatabase:
-    """This module's databases are on a MariaDB of its own (``module_mariadb``): its
+    """This module's databases are on a MariaDB of its own (``private_server``): its
     binlog holds only the test's changes, so a read up to the server's last position
     ends at the test's last commit, and an idle server is idle."""
     return private_database

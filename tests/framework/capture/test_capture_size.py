@@ -21,7 +21,7 @@ MB = 1024 * 1024
 
 @pytest.fixture
 def fresh_database(private_database: FreshDatabase) -> FreshDatabase:
-    """This module's databases are on a MariaDB of its own (``module_mariadb``): a test
+    """This module's databases are on a MariaDB of its own (``private_server``): a test
     may raise its max_allowed_packet, and a million-row transaction stays out of the
     binlog every other test's reader goes through."""
     return private_database
