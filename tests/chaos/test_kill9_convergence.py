@@ -81,6 +81,7 @@ def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
     try:
         runtime.start()
         workload.start()
+        load_began = time.monotonic()
         writing = True
         for number in range(1, KILLS + 1):
             if rng.random() < STARTUP_SHARE:
@@ -100,6 +101,7 @@ def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
             runtime.start()
         _sleep_watching(runtime, rng.uniform(5.0, 10.0))
         workload.stop()
+        load_seconds = time.monotonic() - load_began
         writing = False
         verdict, caught_up = wait_converged(
             lambda: check_convergence(workload, routes, conn, bootstrap, es),
@@ -126,10 +128,13 @@ def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
 
     resumes = [run.resumed_after for run in runtime.runs[1:]]
     measured = sorted(r for r in resumes if r is not None)
+    replayed = sum(v.replayed for v in verdict.kafka.values())
+    rate = len(workload.committed) / load_seconds
     print(
         f"kills: {KILLS}; changes committed: {len(workload.committed)} in "
-        f"{workload.transactions} transactions ({workload.rolled_back} rolled back); "
-        f"replayed messages: {sum(v.replayed for v in verdict.kafka.values())}; "
+        f"{workload.transactions} transactions ({workload.rolled_back} rolled back) over "
+        f"{load_seconds:.0f}s ({rate:.0f} changes/s); replayed messages: {replayed}, "
+        f"{replayed / KILLS:.0f} per kill, {replayed / KILLS / rate:.1f}s of changes; "
         f"caught up {caught_up:.1f}s after the load stopped"
     )
     print(

@@ -5,14 +5,17 @@ MariaDB and Kafka: a change committed after a task ended reaches Kafka with no t
 running; the next task, planned from where the last one cut, takes the read over
 (in this process, or answered from it in another, as Spark's workers take turns)
 and counts that change once; a task planned from elsewhere ends it and reads again
-from its own start (at least once); a read no task takes ends by itself; and a task
-of a query that stopped starts none."""
+from its own start (at least once); a read no task takes ends by itself; a task of a
+query that stopped starts none; and a run killed between batches starts its next past
+what its read noted as delivered, not at its last batch."""
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -29,6 +32,7 @@ from support import kafka_consumer, relay_table
 
 from dbus_fn.errors import DbusError
 from dbus_spark import open_read, open_read_control
+from dbus_spark.checkpoint import ProgressFolder
 from dbus_spark.source import BinlogSourceReader, SourceRange
 from dbus_spark.writer import SinkWriter, TaskReport, task_counts
 
@@ -41,6 +45,17 @@ TASK = textwrap.dedent("""
     reader, partition = cloudpickle.loads(sys.stdin.buffer.read())
     report = task_counts(reader.read(partition))
     print(json.dumps({"rows": report.stage.rows, "reached": report.stage.reached}))
+""")
+
+
+KEPT_READING = textwrap.dedent("""
+    import base64, sys, time
+    from pyspark import cloudpickle
+    from dbus_spark.writer import task_counts
+    reader, partition = cloudpickle.loads(sys.stdin.buffer.read())
+    report = task_counts(reader.read(partition))
+    print(base64.b64encode(cloudpickle.dumps(report)).decode(), flush=True)
+    time.sleep(600)  # its open read goes on in this process until it is killed
 """)
 
 
@@ -272,3 +287,55 @@ def test_a_task_that_outlives_its_query_s_stop_starts_no_read(
     report = task_counts(BinlogSourceReader(str(batches.path), run="next").read(planned))
     assert report.stage.rows >= 1
     assert _ids(bootstrap, scratch.kafka_topic, 3, within=10) == [1, 2]
+
+
+def test_a_run_killed_between_batches_starts_past_what_its_read_noted_as_delivered(
+    scratch: Scratch, batches: Batches
+) -> None:
+    bootstrap = scratch.services.kafka.bootstrap_servers
+    notes = ProgressFolder.of(str(batches.planner._config.checkpoint_dir))
+    _insert(scratch, 1)
+    first = batches.plan()
+    # The batch's task runs in a process of its own, whose read goes on after it.
+    reading = subprocess.Popen(
+        [sys.executable, "-c", KEPT_READING], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        env=dict(os.environ), start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert reading.stdin is not None and reading.stdout is not None
+        reading.stdin.write(cloudpickle.dumps((batches.planner, first)))
+        reading.stdin.close()
+        batches.commit(cloudpickle.loads(base64.b64decode(reading.stdout.readline())))
+        # Between batches the read delivers 2 and 3, and notes how far its sinks
+        # acknowledged everything (about every second, at a transaction's end).
+        _insert(scratch, 2)
+        time.sleep(open_read.RECORD_SECONDS + 0.2)
+        _insert(scratch, 3)
+        assert _ids(bootstrap, scratch.kafka_topic, 3) == [1, 2, 3]
+        three = batches.planner.latestOffset(batches.offset)["src"]
+        deadline = time.monotonic() + 30
+        while _at(notes.read("delivered").get("src", {}).get("position")) != _at(three):
+            assert time.monotonic() < deadline, f"no note at 3's end: {notes.read('delivered')}"
+            time.sleep(0.1)
+    finally:
+        os.killpg(reading.pid, signal.SIGKILL)  # as kill -9 of the runtime: no batch commits
+        reading.wait()
+        if reading.stdout is not None:
+            reading.stdout.close()
+    _insert(scratch, 4)
+    # The next run plans from the last committed batch's end, and starts past 3.
+    after = Batches(batches.path)
+    after.offset = batches.offset
+    planned = after.plan()
+    assert _at(planned.start) == _at(three)
+    assert notes.read("delivered") == {}, "a note is taken once"
+    try:
+        assert task_counts(after.planner.read(planned)).stage.rows == 1
+    finally:
+        after.planner.stop()
+    assert _ids(bootstrap, scratch.kafka_topic, 5, within=10) == [1, 2, 3, 4], "each once"
+
+
+def _at(position: dict[str, object] | None) -> tuple[object, object]:
+    """A position's file and offset."""
+    return (position or {}).get("file"), (position or {}).get("pos")

@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -134,7 +134,7 @@ def local_folder(checkpoint: str) -> Path:
 
 PROGRESS = ".progress"
 """The one folder that holds each deployment's progress beside Spark's offset log."""
-SECTIONS = ("deployments", "reached", "history")
+SECTIONS = ("deployments", "reached", "delivered", "history")
 _LEGACY = {"deployments": ".progress.json", "reached": ".reached.json", "history": ".history.json"}
 """Where an older runtime kept each section, read once on upgrade."""
 
@@ -147,6 +147,9 @@ class ProgressFolder:
       stands and why (``dbus_spark.progress.ProgressBook``);
     - ``reached``: per source, how far an open read delivered past its batch's
       planned end (``record_reached``);
+    - ``delivered``: per source, how far a carried open read had its sinks
+      acknowledge everything while it read, noted about every second
+      (``record_delivered``), taken into ``reached`` when a run starts;
     - ``history``: bootstrap, backfill and replay tasks and how far each got
       (``dbus_spark.history.HistoryStore``).
 
@@ -250,7 +253,7 @@ class ProgressFolder:
         return {}
 
     def _legacy(self, section: str) -> Path | None:
-        if not self.path.name.endswith(PROGRESS):
+        if not self.path.name.endswith(PROGRESS) or section not in _LEGACY:
             return None
         name = self.path.name[: -len(PROGRESS)]
         return self.path.with_name(name + _LEGACY[section])
@@ -270,7 +273,43 @@ def load_reached(checkpoint: str) -> dict[str, dict[str, Any]]:
 
 def forget_reached(checkpoint: str) -> None:
     """A new checkpoint starts where it is told, whatever an old one reached."""
-    ProgressFolder.of(checkpoint).forget("reached")
+    ProgressFolder.of(checkpoint).forget("reached", "delivered")
+
+
+def record_delivered(
+    checkpoint: str, source: str, position: dict[str, Any], deployments: Iterable[str]
+) -> None:
+    """Note that ``deployments`` had everything of ``source`` up to ``position`` (a
+    transaction boundary) acknowledged by their sinks. A carried open read notes this
+    as it reads, about every second, while no batch commits: a runtime killed
+    meanwhile starts its next run there (``take_delivered``), not at its last batch."""
+    note = {"position": position, "deployments": sorted(deployments)}
+    ProgressFolder.of(checkpoint).update("delivered", lambda known: {**known, source: note})
+
+
+def take_delivered(checkpoint: str, deployments: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """At a run's start: what the last run's carried reads noted as delivered
+    (``record_delivered``) becomes ``reached`` where it is further, for each source
+    whose note covers every deployment the run has (a deployment added since got
+    none of it: the source then starts where its last batch did); the notes are
+    forgotten. What became reached, per source."""
+    wanted = set(deployments)
+    folder = ProgressFolder.of(checkpoint)
+    taken: dict[str, dict[str, Any]] = {}
+    with folder.held():
+        reached = folder.read("reached")
+        for source, note in folder.read("delivered").items():
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                further = position_from_json(note["position"])
+                if not wanted <= set(note["deployments"]):
+                    continue
+                known = reached.get(source)
+                if known is None or coordinates(further) > coordinates(position_from_json(known)):
+                    taken[source] = note["position"]
+        if taken:
+            folder.update("reached", lambda known: {**known, **taken})
+        folder.forget("delivered")
+    return taken
 
 
 class _Files(Protocol):
@@ -452,6 +491,8 @@ __all__ = [
     "local_folder",
     "local_twin",
     "pending_batch",
+    "record_delivered",
     "record_reached",
     "resolve",
+    "take_delivered",
 ]

@@ -22,6 +22,12 @@ merge, a deployment left out) ends it first too. A span no task takes for a whil
 ends (a stopped query, an idle source: ``ALIVE_SECONDS``), and a worker that ends
 takes its threads along.
 
+As it reads, about every second at a transaction boundary, the read has its sinks
+acknowledge all it delivered and notes that position beside the checkpoint
+(``checkpoint.record_delivered``): a runtime killed before its batch commits starts
+its next run there, so it sends again about a second of changes, not all since
+its last batch.
+
 A lock file per source (under the host's temporary folder: ``_files``) is held by
 the process whose thread reads it; another process that needs the source asks the
 holder to end (a stop file) and waits for the lock.
@@ -67,6 +73,7 @@ from dbus_fn.events import (
     TransactionCommit,
     UndecodedRows,
 )
+from dbus_spark.checkpoint import record_delivered
 from dbus_spark.config import RuntimeConfig
 from dbus_spark.open_read_socket import LISTEN_WAIT, address, ask, digest, listen
 from dbus_spark.progress import Admission
@@ -88,6 +95,13 @@ CHECK_SECONDS = 0.05
 """How often a reading thread looks at its stop file."""
 QUIET_WAIT = 60.0
 """How long a read waits for another process's open read of its source to end."""
+RECORD_SECONDS = 1.0
+"""How often a read notes how far its sinks acknowledged everything
+(``checkpoint.record_delivered``): a runtime killed between two batches sends again
+about this much, not all since its last batch."""
+ACK_WAIT = 0.5
+"""How long a read waits for Kafka's acknowledgments before it notes that (longer,
+it notes nothing this time, and reads on)."""
 _FAR = float("inf")
 STOPPED_KEPT = 86400.0
 """How long a stopped query's mark is kept (``mark_stopped``): far longer than Spark
@@ -197,6 +211,8 @@ class OpenRead:
         self.span: Span | None = Span(self, start)
         self._began = time.time()
         self._checked = 0.0
+        self._next_note = time.monotonic() + RECORD_SECONDS
+        self._deployments = [d.manifest.name for d in stage.deployments]
         self._stop_file = _files(config.checkpoint_dir, source).with_suffix(".stop")
         self._alive_for = ALIVE_SECONDS + config.trigger_seconds
         self._listener = listen(address(config.checkpoint_dir, source), source)
@@ -258,6 +274,8 @@ class OpenRead:
                 elif kind is TransactionCommit:
                     assert isinstance(item, TransactionCommit)
                     span.commit(item)
+                    if time.monotonic() >= self._next_note:  # before a cut may settle
+                        self._note_delivered(span)
                     with self._turn:
                         self._in_transaction = False
                         if self._cutting:
@@ -287,6 +305,16 @@ class OpenRead:
                     with contextlib.suppress(Exception):
                         left.out.settle(left.began, max(1.0, self.config.detach_seconds))
                 self._lock_file.close()  # the next reader of the source may go
+
+    def _note_delivered(self, span: Span) -> None:
+        """Note how far ``span`` delivered (a transaction boundary) once its sinks
+        acknowledged all of it, every deployment given everything
+        (``checkpoint.record_delivered``)."""
+        self._next_note = time.monotonic() + RECORD_SECONDS
+        if span.admission or not span.out.acknowledged(ACK_WAIT):
+            return
+        record_delivered(self.config.checkpoint_dir, self.source,
+                         position_to_json(span.reached), self._deployments)  # fmt: skip
 
     def take(self, start: BinlogPosition | None) -> Span | None:
         """The span not yet owned, for a task planned from ``start`` (None: wherever

@@ -21,7 +21,9 @@ history merges with, and no fence holds) is read *open*: the task reads on past 
 planned end for ``open_read_seconds``. Once the sinks acknowledged it all, the
 batch's commit notes how far the task got (``checkpoint.record_reached``) and the
 next batch starts there. A batch replayed after a crash reads from its planned
-start: at least once, as always, never less. A Spark micro-batch costs a few hundred
+start, or from further where a carried read noted its sinks had everything
+(``checkpoint.take_delivered``, at a run's first plan): at least once, as always,
+never less. A Spark micro-batch costs a few hundred
 milliseconds of planning and commits; with every deployment with the stream, the
 open read goes on in the meantime and the next task takes it over
 (``dbus_spark.open_read``), so no change waits for the next batch. Otherwise (a
@@ -69,7 +71,7 @@ from dbus_fn.events import (
 )
 from dbus_fn.manifest import Manifest
 from dbus_spark import open_read, open_read_control
-from dbus_spark.checkpoint import load_reached
+from dbus_spark.checkpoint import load_reached, take_delivered
 from dbus_spark.config import ConfigFile, RuntimeConfig, SourceBinding, WriteFencing
 from dbus_spark.history import (
     HistoryStore,
@@ -165,6 +167,9 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         self._plan_log: PlanLog | None = None
         self._shipper = Shipper()
         self._book = ProgressBook(self._config.checkpoint_dir)
+        self._took_delivered = False
+        """Whether this run took what the last one's carried reads delivered
+        (``checkpoint.take_delivered``): at its first plan."""
 
     def _current(self) -> RuntimeConfig:
         """The configuration as the runtime last wrote it (sources come and go in a cluster)."""
@@ -378,6 +383,9 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         config = self._current()
         shipment = self._shipper.ship(config)
         self._history.reload()
+        if not self._took_delivered:
+            self._took_delivered = True
+            take_delivered(config.checkpoint_dir, (d.name for d in config.deployments))
         reached = load_reached(config.checkpoint_dir)
         kafka = {name: upto for name, upto in end.items() if KAFKA in upto}
         end = {name: upto for name, upto in end.items() if name not in kafka}

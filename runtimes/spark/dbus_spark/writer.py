@@ -23,7 +23,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -273,21 +273,7 @@ class _Sinks:
             self.finish(report, started)
             return {}
         deadline = time.monotonic() + (self.within if within is None else within)
-        for name, sink in list(self._elasticsearch.items()):
-            if name in self.failed:
-                sink.drop()
-                continue
-            try:
-                report.elasticsearch += sink.flush(within=max(0.5, deadline - time.monotonic()))
-            except DbusError as exc:
-                self._fail(name, str(exc))
-        for name, letter in self._refused:
-            if name not in self.failed:
-                try:
-                    self.kafka_for(name).write(letter, name)
-                except DbusError as exc:
-                    self._fail(name, str(exc))
-        self._refused.clear()
+        self._send_buffered(report, lambda: max(0.5, deadline - time.monotonic()))
         failed, self.failed = self.failed, {}
         for producer in list(self._producers.values()):
             sent, late = producer.settle(max(0.5, deadline - time.monotonic()))
@@ -299,14 +285,51 @@ class _Sinks:
         report.seconds = time.monotonic() - started
         return failed
 
+    def acknowledged(self, report: TaskReport, wait: float) -> bool:
+        """Whether every record delivered so far is acknowledged by its sinks, with no
+        deployment refused: what Elasticsearch buffers is sent (as a full buffer is, within
+        the task's bound), then Kafka is given ``wait`` seconds. It judges no deployment
+        for a slow Kafka (``settle`` does), and says no for fenced writes (they commit in
+        transactions, at ``settle``)."""
+        if self._fence is not None:
+            return False
+        self._send_buffered(report, lambda: self.within)
+        if self.failed:
+            return False
+        deadline = time.monotonic() + wait
+        return all(
+            producer.acknowledged(max(0.0, deadline - time.monotonic()))
+            for producer in list(self._producers.values())
+        )
+
+    def _send_buffered(self, report: TaskReport, within: Callable[[], float | None]) -> None:
+        """Send what each deployment's Elasticsearch sink buffers (each within ``within()``
+        seconds), then to Kafka the dead letters of the documents it refused: first,
+        since a refused document becomes a dead letter. Paced, a deployment whose sink
+        fails is noted in ``failed`` (and what it buffers dropped); unpaced, it raises."""
+        for name, sink in list(self._elasticsearch.items()):
+            if name in self.failed:
+                sink.drop()
+                continue
+            try:
+                report.elasticsearch += sink.flush(within=within())
+            except DbusError as exc:
+                if self.within is None:
+                    raise
+                self._fail(name, str(exc))
+        for name, letter in self._refused:
+            if name not in self.failed:
+                try:
+                    self.kafka_for(name).write(letter, name if self.within is not None else None)
+                except DbusError as exc:
+                    if self.within is None:
+                        raise
+                    self._fail(name, str(exc))
+        self._refused.clear()
+
     def finish(self, report: TaskReport, started: float) -> TaskReport:
         """Wait until every record written is acknowledged; ``report`` with the counts."""
-        # Elasticsearch first: documents it refuses become dead letters for Kafka.
-        for sink in list(self._elasticsearch.values()):
-            report.elasticsearch += sink.flush()
-        for name, record in self._refused:
-            self.kafka_for(name).write(record)
-        self._refused.clear()
+        self._send_buffered(report, lambda: None)
         for producer in list(self._producers.values()):
             report.kafka += producer.flush()
             report.fenced += producer.fenced
@@ -411,6 +434,11 @@ class Output:
     def put(self, record: StageRecord) -> None:
         """Hand ``record`` to its deployment's sinks."""
         self.sinks.deliver(record, self.batcher.source, self.report)
+
+    def acknowledged(self, wait: float) -> bool:
+        """Whether everything put so far is acknowledged by its sinks, waiting at most
+        ``wait`` seconds for Kafka (``_Sinks.acknowledged``)."""
+        return self.sinks.acknowledged(self.report, wait)
 
     def refused(self, deployment: str) -> bool:
         """Whether ``deployment``'s sinks stopped taking this task's writes."""

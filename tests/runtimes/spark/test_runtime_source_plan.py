@@ -11,7 +11,14 @@ import pytest
 from test_runtime_config import _config
 
 from dbus_fn.capture import SourceSpec
-from dbus_spark.checkpoint import forget_reached, load_reached, record_reached
+from dbus_spark.checkpoint import (
+    ProgressFolder,
+    forget_reached,
+    load_reached,
+    record_delivered,
+    record_reached,
+    take_delivered,
+)
 from dbus_spark.config import SourceBinding, default_decode_shards
 from dbus_spark.source import SHARD_MIN_BYTES, BinlogSourceReader
 from dbus_spark.worker import worker_reader
@@ -83,6 +90,44 @@ def test_a_range_starts_past_what_an_open_read_delivered(config_path: str, tmp_p
     assert _starts(config_path, a=(_offset(100), _offset(900))) == [("a", 100, 900)]
 
 
+def test_a_run_s_first_plan_starts_past_what_the_last_run_s_read_noted_as_delivered(
+    config_path: str, tmp_path: Path
+) -> None:
+    checkpoint = str(tmp_path / "ckpt")
+    record_reached(checkpoint, {"a": {"file": "bin.000001", "pos": 300}})
+    record_delivered(checkpoint, "a", {"file": "bin.000001", "pos": 500}, ["orders", "old"])
+    # A run's first plan takes the note (its deployments all had it), once.
+    assert _starts(config_path, a=(_offset(100), _offset(900))) == [("a", 500, 900)]
+    assert load_reached(checkpoint) == {"a": {"file": "bin.000001", "pos": 500}}
+    assert ProgressFolder.of(checkpoint).read("delivered") == {}
+
+
+def test_a_note_is_taken_only_where_it_is_further_and_covers_every_deployment(
+    tmp_path: Path,
+) -> None:
+    checkpoint = str(tmp_path / "ckpt")
+    record_reached(
+        checkpoint, {"a": {"file": "bin.000002", "pos": 4}, "b": {"file": "bin.000001", "pos": 9}}
+    )
+    record_delivered(checkpoint, "a", {"file": "bin.000001", "pos": 500}, ["orders"])  # behind
+    record_delivered(checkpoint, "b", {"file": "bin.000001", "pos": 700}, ["orders"])
+    record_delivered(checkpoint, "c", {"file": "bin.000001", "pos": 800}, ["orders"])
+    # ``new`` was deployed since: it got none of what the notes cover.
+    assert take_delivered(checkpoint, ["orders", "new"]) == {}
+    assert load_reached(checkpoint)["b"] == {"file": "bin.000001", "pos": 9}
+    record_delivered(checkpoint, "a", {"file": "bin.000001", "pos": 500}, ["orders"])
+    record_delivered(checkpoint, "b", {"file": "bin.000001", "pos": 700}, ["orders"])
+    record_delivered(checkpoint, "c", {"file": "bin.000001", "pos": 800}, ["orders"])
+    assert take_delivered(checkpoint, ["orders"]) == {
+        "b": {"file": "bin.000001", "pos": 700}, "c": {"file": "bin.000001", "pos": 800},
+    }  # fmt: skip
+    assert load_reached(checkpoint)["a"] == {"file": "bin.000002", "pos": 4}
+    assert take_delivered(checkpoint, ["orders"]) == {}, "taken once"
+    record_delivered(checkpoint, "a", {"file": "bin.000003", "pos": 4}, ["orders"])
+    forget_reached(checkpoint)  # a new checkpoint: nothing of the old one's reads
+    assert take_delivered(checkpoint, ["orders"]) == {}
+
+
 def test_what_a_read_task_delivered_itself_adds_up_with_the_writers_counts() -> None:
     from dbus_spark.writer import TaskReport
 
@@ -137,9 +182,7 @@ def test_a_worker_keeps_one_reader_per_source_spec() -> None:
     [(None, True), ("", True), ("0", False), (" Off ", False), ("false", False), ("no", False),
      ("1", True), ("on", True)],
 )  # fmt: skip
-def test_reads_are_carried_across_batches_unless_switched_off(
-    value: str | None, on: bool
-) -> None:
+def test_reads_are_carried_across_batches_unless_switched_off(value: str | None, on: bool) -> None:
     from dbus_spark import open_read_control
 
     environ = {} if value is None else {open_read_control.SWITCH: value}

@@ -419,6 +419,16 @@ class KafkaSink:
             )
         return sent
 
+    def acknowledged(self, within: float) -> bool:
+        """Whether every message handed over so far is acknowledged, none refused,
+        waiting at most ``within`` seconds. It judges nothing: a message late or refused
+        stays for ``settle`` (or ``flush``) to report."""
+        if self._fence is not None:
+            return False  # its messages are readable once its transaction commits
+        self._producer.flush(within)
+        with self._lock:
+            return self._pending == 0 and not self._errors and not self._refused
+
     def settle(self, within: float) -> tuple[int, dict[str, str]]:
         """Wait up to ``within`` seconds for every message handed over: the number
         acknowledged and, per deployment, why some of its messages were not (refused,
