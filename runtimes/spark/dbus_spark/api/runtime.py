@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from dbus_fn.files import replace_file
 from dbus_spark.api.desk import RequestDesk
 from dbus_spark.api.server import ApiServer, ApiSettings, address_path, build_app
 from dbus_spark.metrics import RuntimeMetrics
@@ -42,7 +43,9 @@ class RuntimeApi:
         url = self.server.start()
         self.desk.open(checkpoint_dir)
         self.address_file = address_path(checkpoint_dir)
-        self.address_file.write_text(url + "\n")
+        # In one step: a command (or a test) that finds the file reads the whole URL,
+        # never the empty file between its making and its writing.
+        replace_file(self.address_file, url + "\n")
         logging.getLogger("dbus.runtime").info("api: serving %s/metrics", url)
         return url
 
