@@ -66,9 +66,9 @@ def demo(deployment: str | None, timeout: float, start_services: bool, verbose: 
     import pymysql
 
     from dbus_deploy.services import endpoints, load_config, up
-    from dbus_spark.job import spark_session
     from dbus_spark.job import start as start_query
     from dbus_spark.job import stop as stop_query
+    from dbus_spark.session import spark_session
     from dbus_spark.settings import runtime_config
 
     started = time.monotonic()

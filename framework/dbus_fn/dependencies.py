@@ -36,16 +36,12 @@ import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from dbus_fn._text import not_utf8, read_utf8
 from dbus_fn.errors import BundleError, ConfigError
-
-if TYPE_CHECKING:
-    from dbus_fn.registry import LoadedDeployment
 
 REQUIREMENTS = "requirements.txt"
 RUNTIME_PACKAGES = frozenset(
@@ -266,15 +262,6 @@ def packages_of(path: Path) -> Resolved | None:
     (``resolve``); None when it has no ``requirements.txt``."""
     requirements = read_requirements(path if path.is_dir() else path.parent)
     return None if requirements is None else resolve(requirements)
-
-
-def with_packages(path: Path, *, name: str | None = None) -> LoadedDeployment:
-    """The deployment of ``path`` with its own packages resolved (``resolve``), or as
-    it is when it has no ``requirements.txt``; ``name``: the name it is deployed
-    under, when not its manifest's."""
-    from dbus_fn.registry import load_deployment
-
-    return load_deployment(path, packages=packages_of(path), name=name)
 
 
 def archive_name(requirements: Requirements) -> str:

@@ -7,7 +7,8 @@ with a pluggy ``PluginManager`` (pluggy validates the implementation against the
 hook spec), and checks the functions against the manifest: no two functions may
 share a name, and every table glob a selector names must overlap a table the
 deployment subscribes to. The result is a ``LoadedDeployment``, which the
-pipeline runs.
+pipeline runs. ``with_packages`` loads one with its own packages
+(``dbus_fn.dependencies``), seen by its code alone.
 """
 
 from __future__ import annotations
@@ -22,18 +23,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pluggy
 
 from dbus_fn.decorators import FunctionInfo, FunctionKind, function_info, globs_overlap
+from dbus_fn.dependencies import PackageImports, Resolved, packages_of
 from dbus_fn.errors import FunctionValidationError, ModuleLoadError, RegistryError
 from dbus_fn.events import Operation
 from dbus_fn.hooks import HOOK_NAMES, plugin_manager
 from dbus_fn.manifest import DEFAULT_TIMEOUT, Destination, Manifest, load_manifest, manifest_path
-
-if TYPE_CHECKING:
-    from dbus_fn.dependencies import PackageImports, Resolved
 
 _KIND_ORDER: dict[FunctionKind, int] = {"filter": 0, "projection": 1, "route": 2}
 
@@ -340,12 +339,17 @@ def load_deployment(
         manifest = manifest.deployed_as(name)
     if packages is None:
         return build_deployment(manifest, load_module(manifest.module, root=manifest.root))
-    from dbus_fn.dependencies import PackageImports
-
     imports = PackageImports(packages.site, packages.modules)
     with imports:
         loaded = build_deployment(manifest, load_module(manifest.module, root=manifest.root))
     return replace(loaded, imports=imports)
+
+
+def with_packages(path: Path, *, name: str | None = None) -> LoadedDeployment:
+    """The deployment of ``path`` with its own packages resolved (``resolve``), or as
+    it is when it has no ``requirements.txt``; ``name``: the name it is deployed
+    under, when not its manifest's."""
+    return load_deployment(path, packages=packages_of(path), name=name)
 
 
 def deployment_from_module(
@@ -390,4 +394,5 @@ __all__ = [
     "load_deployment",
     "load_module",
     "manifest_path",
+    "with_packages",
 ]

@@ -35,7 +35,8 @@ from measures import TopicCount, steady_load
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.local_services import local_endpoints
 from dbus_spark.config import RuntimeConfig, SourceBinding
-from dbus_spark.job import spark_session, start
+from dbus_spark.job import start
+from dbus_spark.session import spark_session
 
 
 def deployments(work: Path, database: str, topics: list[str]) -> tuple[str, ...]:

@@ -49,7 +49,8 @@ from dbus_fn.capture._reader import BinlogReader
 from dbus_spark.config import RuntimeConfig, SourceBinding, deployment_folders
 from dbus_spark.history import HistoryStore, store_path
 from dbus_spark.history.verify import verify
-from dbus_spark.job import spark_session, start, stop
+from dbus_spark.job import start, stop
+from dbus_spark.session import spark_session
 
 
 def folder(work: Path, name: str, table: str, destination: str, initial: str) -> str:

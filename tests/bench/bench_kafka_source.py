@@ -37,9 +37,10 @@ from support import kafka_consumer
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec
 from dbus_spark.config import RuntimeConfig, deployment_folders
-from dbus_spark.job import spark_session, start
+from dbus_spark.job import start
 from dbus_spark.kafka_read import change_of
 from dbus_spark.kafka_source import KafkaSource
+from dbus_spark.session import spark_session
 
 
 def _produced(bootstrap: str, topic: str, messages: list[Any]) -> None:

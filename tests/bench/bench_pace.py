@@ -49,8 +49,9 @@ from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.local_services import local_endpoints
 from dbus_spark.config import RuntimeConfig, SourceBinding, deployment_folders
 from dbus_spark.history.follow import backfill
-from dbus_spark.job import spark_session, start
+from dbus_spark.job import start
 from dbus_spark.progress import ProgressBook
+from dbus_spark.session import spark_session
 
 
 def _folder(folder: Path, name: str, database: str, destination: str, delay: float,

@@ -236,7 +236,7 @@ class DbusRun:
     engine = DBUS
 
     def __init__(self, bench: Bench) -> None:
-        from dbus_spark.job import spark_session
+        from dbus_spark.session import spark_session
 
         self.bench = bench
         self.spark = spark_session("local[2]", app_name="dbus-bench-peers")

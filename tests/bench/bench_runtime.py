@@ -56,8 +56,9 @@ from dbus_spark.config import (
     SourceBinding,
     deployment_folders,
 )
-from dbus_spark.job import spark_session, start
+from dbus_spark.job import start
 from dbus_spark.metrics import RuntimeMetrics
+from dbus_spark.session import spark_session
 
 WARM = WIDE.replace("CREATE TABLE wide", "CREATE TABLE warm")
 WARM_FILL = WIDE_FILL.replace("INSERT INTO wide", "INSERT INTO warm")

@@ -33,7 +33,8 @@ from support import kafka_consumer, relay_table
 from dbus_fn.errors import DbusError
 from dbus_spark import open_read, open_read_control
 from dbus_spark.checkpoint import ProgressFolder
-from dbus_spark.source import BinlogSourceReader, SourceRange
+from dbus_spark.range_read import SourceRange
+from dbus_spark.source import BinlogSourceReader
 from dbus_spark.writer import SinkWriter, TaskReport, task_counts
 
 pytestmark = [pytest.mark.e2e]

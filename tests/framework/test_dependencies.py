@@ -135,8 +135,8 @@ def test_two_deployments_in_one_process_each_run_with_their_own_version(
 ) -> None:
     import sys
 
-    from dbus_fn.dependencies import with_packages
     from dbus_fn.pipeline import Pipeline
+    from dbus_fn.registry import with_packages
     from dbus_fn.testing import insert
 
     monkeypatch.setenv("DBUS_HOME", str(tmp_path / "home"))

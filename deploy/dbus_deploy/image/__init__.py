@@ -10,7 +10,7 @@ base``). ``dbus image worker`` starts a Spark worker in a container of the image
 
 from __future__ import annotations
 
-from dbus_deploy.image._base import BaseRecipe, debian_mirror, ensure_base_image
+from dbus_deploy.image._base import BaseRecipe, ensure_base_image
 from dbus_deploy.image._build import BuiltImage, build_image
 from dbus_deploy.image._check import ImageCheck, check_image
 from dbus_deploy.image._daemon import docker_client, start_daemon
@@ -31,6 +31,7 @@ from dbus_deploy.image._recipe import (
     runtime_requirements,
 )
 from dbus_deploy.image._worker import WorkerContainer, start_worker, stop_worker
+from dbus_deploy.services._install import debian_mirror
 
 __all__ = [
     "DEFAULT_BASE",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -21,8 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dbus_deploy.services import ServicesConfig, ToolMissingError, apt_install
-from dbus_deploy.services._install import run_install_step
-from dbus_fn.errors import ConfigError
+from dbus_deploy.services._install import debian_mirror, run_install_step
 
 if TYPE_CHECKING:
     import docker
@@ -58,52 +56,6 @@ class BaseRecipe:
     def tag(self) -> str:
         digest = hashlib.sha256(f"{self.suite}\n{','.join(self.packages)}".encode()).hexdigest()
         return f"{BASE_REPOSITORY}:{self.suite}-{digest[:12]}"
-
-
-_ONE_LINE = re.compile(r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)")
-
-
-def debian_mirror(suite: str = SUITE, apt_dir: Path = Path("/etc/apt")) -> str:
-    """The mirror the host's apt fetches ``suite`` from (one-line or deb822 sources)."""
-    files = [apt_dir / "sources.list"]
-    folder = apt_dir / "sources.list.d"
-    if folder.is_dir():
-        files += sorted(folder.glob("*.list")) + sorted(folder.glob("*.sources"))
-    for path in files:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        found = _deb822_mirror(text, suite) if path.suffix == ".sources" else None
-        for line in [] if path.suffix == ".sources" else text.splitlines():
-            match = _ONE_LINE.match(line)
-            if match and match.group(2) == suite:
-                found = match.group(1)
-                break
-        if found:
-            return found.rstrip("/")
-    raise ConfigError(
-        f"no Debian mirror for {suite} in {apt_dir}/sources.list or sources.list.d; "
-        "pass one with --mirror URL",
-        setting="--mirror",
-    )
-
-
-def _deb822_mirror(text: str, suite: str) -> str | None:
-    for stanza in re.split(r"\n\s*\n", text):
-        fields: dict[str, str] = {}
-        for line in stanza.splitlines():
-            if line.startswith("#") or ":" not in line or line[:1].isspace():
-                continue
-            key, _, value = line.partition(":")
-            fields[key.strip().lower()] = value.strip()
-        if fields.get("enabled", "yes").lower() == "no":
-            continue
-        if "deb" in fields.get("types", "").split() and suite in fields.get("suites", "").split():
-            uris = fields.get("uris", "").split()
-            if uris:
-                return uris[0]
-    return None
 
 
 def base_dir(config: ServicesConfig) -> Path:

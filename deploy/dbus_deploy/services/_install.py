@@ -1,8 +1,9 @@
 """Installing what the services run: Debian packages, Java, Maven artefacts.
 
-MariaDB and ZooKeeper come from Debian packages; Kafka and Elasticsearch from
-Maven Central through the small poms in ``deploy/services/`` (``~/.m2`` caches
-them). Missing tools are reported with the command that installs them.
+MariaDB and ZooKeeper come from Debian packages (MySQL from the mirror the host's apt
+uses, ``debian_mirror``); Kafka and Elasticsearch from Maven Central through the small
+poms in ``deploy/services/`` (``~/.m2`` caches them). Missing tools are reported with
+the command that installs them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from dbus_deploy.services._config import ServicesConfig
 from dbus_deploy.services._errors import InstallError, ToolMissingError
 from dbus_deploy.services._process import last_log_line, run_logged
+from dbus_fn.errors import ConfigError
 
 _JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 MIN_JAVA = 17
@@ -205,3 +207,49 @@ def extract_zip(archive: Path, destination: Path) -> None:
                 target.chmod(mode)
     shutil.rmtree(destination, ignore_errors=True)
     partial.rename(destination)
+
+
+_ONE_LINE = re.compile(r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)")
+
+
+def debian_mirror(suite: str, apt_dir: Path = Path("/etc/apt")) -> str:
+    """The mirror the host's apt fetches ``suite`` from (one-line or deb822 sources)."""
+    files = [apt_dir / "sources.list"]
+    folder = apt_dir / "sources.list.d"
+    if folder.is_dir():
+        files += sorted(folder.glob("*.list")) + sorted(folder.glob("*.sources"))
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        found = _deb822_mirror(text, suite) if path.suffix == ".sources" else None
+        for line in [] if path.suffix == ".sources" else text.splitlines():
+            match = _ONE_LINE.match(line)
+            if match and match.group(2) == suite:
+                found = match.group(1)
+                break
+        if found:
+            return found.rstrip("/")
+    raise ConfigError(
+        f"no Debian mirror for {suite} in {apt_dir}/sources.list or sources.list.d; "
+        "pass one with --mirror URL",
+        setting="--mirror",
+    )
+
+
+def _deb822_mirror(text: str, suite: str) -> str | None:
+    for stanza in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if line.startswith("#") or ":" not in line or line[:1].isspace():
+                continue
+            key, _, value = line.partition(":")
+            fields[key.strip().lower()] = value.strip()
+        if fields.get("enabled", "yes").lower() == "no":
+            continue
+        if "deb" in fields.get("types", "").split() and suite in fields.get("suites", "").split():
+            uris = fields.get("uris", "").split()
+            if uris:
+                return uris[0]
+    return None

@@ -30,7 +30,7 @@ import pymysql
 
 from dbus_deploy.services._config import ServicesConfig
 from dbus_deploy.services._errors import ServiceStartError, ToolMissingError
-from dbus_deploy.services._install import run_install_step
+from dbus_deploy.services._install import debian_mirror, run_install_step
 from dbus_deploy.services._process import last_log_line, run_logged
 from dbus_deploy.services._sql_server import ReplicaOf, SqlServer
 from dbus_fn.local_services import MARIADB_PASSWORD as PASSWORD
@@ -52,8 +52,6 @@ def mysql_root(config: ServicesConfig) -> Path:
 
 
 def _mirror() -> str:
-    from dbus_deploy.image._base import debian_mirror
-
     try:
         return debian_mirror("bookworm") or MIRROR
     except Exception:  # an unreadable apt configuration: the public mirror

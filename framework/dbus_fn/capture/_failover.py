@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pymysql
 
@@ -33,12 +32,10 @@ from dbus_fn.capture._positions import (
     parse_gtid,
     parse_gtid_state,
 )
+from dbus_fn.capture._reader_view import ReaderView
 from dbus_fn.capture._server import error_text
 from dbus_fn.errors import ConfigError, PositionError, SourceUnreachableError
 from dbus_fn.events import BinlogPosition
-
-if TYPE_CHECKING:
-    from dbus_fn.capture._reader import BinlogReader
 
 log = logging.getLogger("dbus_fn.capture")
 
@@ -76,7 +73,7 @@ class NoServerReady(Exception):
         self.behind = behind
 
 
-def probe(reader: BinlogReader, index: int) -> Probe:
+def probe(reader: ReaderView, index: int) -> Probe:
     """Connect to server ``index`` of the reader's source and read what choosing needs;
     ``OSError`` or ``pymysql`` errors when it does not answer."""
     settings = reader.spec.servers[index]
@@ -125,7 +122,7 @@ def missing(
     ]
 
 
-def choose(reader: BinlogReader, committed: BinlogPosition | None) -> Probe:
+def choose(reader: ReaderView, committed: BinlogPosition | None) -> Probe:
     """The server to read from now: every server is asked, the current one first.
 
     ``committed`` is where the read resumes (None: a read that has not started,
@@ -178,7 +175,7 @@ def lacks(committed: Committed | None, logged: Logged) -> str:
 
 
 def follow(
-    reader: BinlogReader, committed: BinlogPosition | None, why: str = ""
+    reader: ReaderView, committed: BinlogPosition | None, why: str = ""
 ) -> BinlogPosition | None:
     """Point the reader at the server ``choose`` picks, after a fault (``why``) or at a
     read's start (``committed``: its start position, if one). Returns where to resume:
@@ -213,7 +210,7 @@ def follow(
     return by_gtid(reader, committed) if committed is not None else None
 
 
-def follow_start(reader: BinlogReader, start: str | BinlogPosition) -> str | BinlogPosition:
+def follow_start(reader: ReaderView, start: str | BinlogPosition) -> str | BinlogPosition:
     """Choose the server a read of several servers starts on; its start, by GTID state
     when it has one (a file and offset may name another server's binlog)."""
     if not isinstance(start, BinlogPosition):
@@ -224,7 +221,7 @@ def follow_start(reader: BinlogReader, start: str | BinlogPosition) -> str | Bin
     return at
 
 
-def by_gtid(reader: BinlogReader, position: BinlogPosition) -> BinlogPosition:
+def by_gtid(reader: ReaderView, position: BinlogPosition) -> BinlogPosition:
     """``position`` as a source of several servers resumes: by its GTID state alone."""
     if not position.gtid:
         raise PositionError(
@@ -238,7 +235,7 @@ def by_gtid(reader: BinlogReader, position: BinlogPosition) -> BinlogPosition:
     return BinlogPosition("", 0, position.gtid)
 
 
-def neutral_end(reader: BinlogReader) -> BinlogPosition:
+def neutral_end(reader: ReaderView) -> BinlogPosition:
     """Where the stream of a source of several servers ends now: the GTID state of the
     server the reader asks, as a server-neutral boundary (``_positions``). A server
     that does not answer, or that turned read-only while another writable one holds
@@ -271,7 +268,7 @@ def neutral_end(reader: BinlogReader) -> BinlogPosition:
     )
 
 
-def failover_error(reader: BinlogReader, committed: BinlogPosition, why: str) -> PositionError:
+def failover_error(reader: ReaderView, committed: BinlogPosition, why: str) -> PositionError:
     """No server of the source could take the read for ``reconnect_for`` seconds."""
     return PositionError(
         f"source {reader.spec.name!r}: no server can resume after GTID {committed.gtid}: {why}; "
@@ -283,7 +280,7 @@ def failover_error(reader: BinlogReader, committed: BinlogPosition, why: str) ->
     )
 
 
-def better_server(reader: BinlogReader, committed: BinlogPosition) -> str | None:
+def better_server(reader: ReaderView, committed: BinlogPosition) -> str | None:
     """Why the reader should move now, else None: its server turned read-only and
     another one, writable, holds every transaction the reader committed."""
     try:

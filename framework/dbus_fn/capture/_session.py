@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pymysql
 from pymysql.constants.COMMAND import COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID
@@ -73,6 +73,7 @@ from dbus_fn.capture._positions import (
     neutral_boundary,
     neutral_position,
 )
+from dbus_fn.capture._reader_view import ReaderView
 from dbus_fn.capture._server import TRANSIENT_CODES, ServerInfo, error_code
 from dbus_fn.capture._shard import Shard
 from dbus_fn.errors import SourceError
@@ -85,9 +86,6 @@ from dbus_fn.events import (
     TransactionCommit,
     UndecodedRows,
 )
-
-if TYPE_CHECKING:
-    from dbus_fn.capture._reader import BinlogReader
 
 log = logging.getLogger("dbus_fn.capture")
 
@@ -208,7 +206,7 @@ class ReadSession:
 
     def __init__(
         self,
-        reader: BinlogReader,
+        reader: ReaderView,
         info: ServerInfo,
         progress: Progress,
         stop: BinlogPosition | None,

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pymysql
 import pymysql.connections
@@ -30,6 +30,7 @@ import pymysql.cursors
 from dbus_fn._zero_dates import DateKind, zero_date_from_select
 from dbus_fn.capture._column_readers import vector_values
 from dbus_fn.capture._positions import neutral_boundary
+from dbus_fn.capture._reader_view import ReaderView
 from dbus_fn.capture._table_map import VECTOR
 from dbus_fn.capture._text_rows import read_natively
 from dbus_fn.events import (
@@ -40,9 +41,6 @@ from dbus_fn.events import (
     RowChange,
     TransactionCommit,
 )
-
-if TYPE_CHECKING:
-    from dbus_fn.capture._reader import BinlogReader
 
 log = logging.getLogger("dbus_fn.capture")
 
@@ -181,7 +179,7 @@ __all__ = ["SnapshotTable", "captured_values", "describe_table", "snapshot_rows"
 
 
 def begin_consistent_snapshot(
-    reader: BinlogReader, connection: Any
+    reader: ReaderView, connection: Any
 ) -> tuple[BinlogPosition, datetime]:
     """Start a consistent-snapshot transaction on ``connection``: what it reads from
     now on is the tables exactly as of the returned binlog position (and when).
@@ -219,7 +217,7 @@ def begin_consistent_snapshot(
     return BinlogPosition(file, pos, gtid), now.replace(tzinfo=UTC)
 
 
-def read_snapshot(reader: BinlogReader) -> Iterator[CaptureItem]:
+def read_snapshot(reader: ReaderView) -> Iterator[CaptureItem]:
     """Every row of the captured tables as it is now, then where the binlog goes on.
 
     The rows are inserts at one position (the snapshot's), in table order; a
@@ -264,7 +262,7 @@ def read_snapshot(reader: BinlogReader) -> Iterator[CaptureItem]:
     )
 
 
-def snapshot_tables(reader: BinlogReader) -> list[SnapshotTable]:
+def snapshot_tables(reader: ReaderView) -> list[SnapshotTable]:
     rows = reader._sql(
         "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
         "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN "
@@ -279,7 +277,7 @@ def snapshot_tables(reader: BinlogReader) -> list[SnapshotTable]:
     ]
 
 
-def table_description(reader: BinlogReader, database: str, table: str) -> SnapshotTable:
+def table_description(reader: ReaderView, database: str, table: str) -> SnapshotTable:
     """One table's columns and key as capture names them."""
     columns = reader._declared_types_of(database, table, fresh=True)
     key = reader._sql(

@@ -7,25 +7,21 @@ its own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pymysql
 
 from dbus_fn.capture._gtid_sets import GtidSet, looks_like_set
 from dbus_fn.capture._positions import file_sequence, parse_gtid_state
+from dbus_fn.capture._reader_view import ReaderView
 from dbus_fn.capture._server import error_code
 from dbus_fn.errors import ConfigError, PositionError
 from dbus_fn.events import BinlogPosition
-
-if TYPE_CHECKING:
-    from dbus_fn.capture._reader import BinlogReader
 
 NO_ROWS_FROM = ("Table_map", "Write_rows", "Update_rows", "Delete_rows", "Xid")
 """Events a transaction cannot start at: a position there is inside one."""
 
 
 def resolve_start(
-    reader: BinlogReader, start: str | BinlogPosition, *, fill_gtid: bool = True
+    reader: ReaderView, start: str | BinlogPosition, *, fill_gtid: bool = True
 ) -> BinlogPosition:
     """Turn ``"earliest"``, ``"latest"`` or a position into a checked start position."""
     if isinstance(start, str):
@@ -58,7 +54,7 @@ def resolve_start(
     return check_file_start(reader, start, fill_gtid=fill_gtid)
 
 
-def position_error(reader: BinlogReader, position: BinlogPosition, problem: str) -> PositionError:
+def position_error(reader: ReaderView, position: BinlogPosition, problem: str) -> PositionError:
     return PositionError(
         f"cannot start source {reader.spec.name!r} at {position}: {problem}; "
         "choose explicitly: --from earliest (oldest binlog still on the server), "
@@ -69,7 +65,7 @@ def position_error(reader: BinlogReader, position: BinlogPosition, problem: str)
 
 
 def check_file_start(
-    reader: BinlogReader, start: BinlogPosition, *, fill_gtid: bool
+    reader: ReaderView, start: BinlogPosition, *, fill_gtid: bool
 ) -> BinlogPosition:
     logs = dict(reader.binary_logs())
     if start.file not in logs:
@@ -105,7 +101,7 @@ def check_file_start(
     return start
 
 
-def check_gtid_start(reader: BinlogReader, start: BinlogPosition) -> BinlogPosition:
+def check_gtid_start(reader: ReaderView, start: BinlogPosition) -> BinlogPosition:
     if not start.gtid:
         raise ConfigError("invalid start: a position needs a file or a GTID", setting="from")
     mysql = not reader.server_info().is_mariadb
@@ -130,7 +126,7 @@ def check_gtid_start(reader: BinlogReader, start: BinlogPosition) -> BinlogPosit
     return start
 
 
-def check_gtid_set_start(reader: BinlogReader, start: BinlogPosition) -> BinlogPosition:
+def check_gtid_set_start(reader: ReaderView, start: BinlogPosition) -> BinlogPosition:
     """A MySQL start by GTID set: the server must still have every transaction the set
     lacks (none in ``@@gtid_purged``) and hold every one it has (``@@gtid_executed``)."""
     wanted = GtidSet.parse(start.gtid)

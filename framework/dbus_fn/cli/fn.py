@@ -37,14 +37,13 @@ from dbus_fn.cli._output import check_output, output_file
 from dbus_fn.cli._plugins import PluginGroup
 from dbus_fn.cli.cluster import ZooKeeperOptions, zookeeper_options
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
-from dbus_fn.dependencies import with_packages
 from dbus_fn.emulator import EmulatedRecord, Emulator, read_event_file
 from dbus_fn.errors import ConfigError, EventFormatError
 from dbus_fn.events import RowChange
 from dbus_fn.files import cannot_create_in
 from dbus_fn.json_format import write_jsonl
 from dbus_fn.manifest import NAME_MAX
-from dbus_fn.registry import LoadedDeployment, load_deployment
+from dbus_fn.registry import LoadedDeployment, load_deployment, with_packages
 from dbus_fn.testing import row_change
 
 _PATH = click.argument(

@@ -22,12 +22,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from dbus_fn.dependencies import with_packages
 from dbus_fn.errors import EventFormatError
 from dbus_fn.events import BinlogPosition, Operation, RowChange
 from dbus_fn.manifest import manifest_path
 from dbus_fn.pipeline import Outcome, Pipeline
-from dbus_fn.registry import LoadedDeployment, deployment_from_module
+from dbus_fn.registry import LoadedDeployment, deployment_from_module, with_packages
 
 __all__ = [
     "delete",

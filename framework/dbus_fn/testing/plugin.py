@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from dbus_fn.dependencies import with_packages
 from dbus_fn.events import RowChange
 from dbus_fn.manifest import MANIFEST_FILE
 from dbus_fn.pipeline import Outcome, Pipeline
-from dbus_fn.registry import LoadedDeployment
+from dbus_fn.registry import LoadedDeployment, with_packages
 
 
 def nearest_manifest(start: Path) -> Path | None:

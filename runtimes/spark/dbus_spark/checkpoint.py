@@ -31,6 +31,7 @@ from dbus_fn.capture import coordinates, position_from_json
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.files import cannot_create_in, replace_file
+from dbus_fn.home import dbus_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -113,11 +114,9 @@ def local_twin(checkpoint: str) -> Path:
     name, with a hash of it so two URIs never share one)."""
     if not is_uri(checkpoint):
         return Path(checkpoint)
-    from dbus_spark.settings import default_home
-
     readable = re.sub(r"[^A-Za-z0-9.]+", "-", checkpoint).strip("-")[-80:]
     digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:10]
-    return default_home() / "checkpoints" / f"{readable}-{digest}"
+    return dbus_home() / "checkpoints" / f"{readable}-{digest}"
 
 
 def beside(checkpoint: str, suffix: str) -> Path:

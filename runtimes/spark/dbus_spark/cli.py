@@ -287,7 +287,7 @@ def start(
     one line saying how far the sinks have every change and exits 130; SIGTERM exits 0."""
     from dbus_spark import open_read_control
     from dbus_spark.job import stop as stop_query
-    from dbus_spark.job import workers_python
+    from dbus_spark.session import workers_python
 
     os.environ[LOG_FORMAT_ENV] = log_format  # Spark's Python workers inherit it
     if executor_python:

@@ -48,7 +48,7 @@ DEFAULT_PREVIEW_WINDOW = 100
 DEFAULT_API_ADDRESS = "127.0.0.1:9464"
 """Where a runtime serves its metrics unless told otherwise (see ``dbus_spark.api``)."""
 EXECUTOR_PYTHON_ENV = "DBUS_EXECUTOR_PYTHON"
-"""The Python Spark's executors run (``dbus_spark.job.workers_python``)."""
+"""The Python Spark's executors run (``dbus_spark.session.workers_python``)."""
 DEFAULT_UI_ADDRESS = "127.0.0.1:9465"
 """Where ``dbus ui`` serves a cluster's dashboard unless told otherwise."""
 

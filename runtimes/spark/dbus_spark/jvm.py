@@ -123,7 +123,7 @@ def build(path: Path, timeout: float = BUILD_SECONDS) -> float:
     env = {**os.environ, _DUMP_ENV: str(partial)}
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "dbus_spark.jvm", "--session"],
+            [sys.executable, "-m", "dbus_spark.session"],
             env=env, check=True, timeout=timeout, capture_output=True, text=True,
         )  # fmt: skip
         # The JVM outlives the Python process a moment: it writes the archive as it ends.
@@ -140,14 +140,7 @@ def build(path: Path, timeout: float = BUILD_SECONDS) -> float:
     return time.monotonic() - began
 
 
-def main(argv: list[str]) -> int:
-    if argv[:1] == ["--session"]:  # ``build``'s: its JVM writes the archive as it ends
-        from dbus_spark.job import spark_session
-
-        spark = spark_session("local[1]", app_name="dbus-class-archive")
-        print(spark.sparkContext._jvm.ProcessHandle.current().pid(), flush=True)
-        spark.stop()
-        return 0
+def main() -> int:
     path = archive_path()
     if path is None:
         print(f"dbus: Spark's class archive is off ({ARCHIVE_ENV}=off)")
@@ -167,4 +160,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main())

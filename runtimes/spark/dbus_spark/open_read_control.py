@@ -23,7 +23,7 @@ SWITCH = "DBUS_CARRY_OPEN_READS"
 Set to 0 (or off, false, no), each batch's task reads on its own, and changes
 committed between two batches wait for the next one."""
 LOCAL_ENV = "DBUS_LOCAL_EXECUTORS"
-"""Set to 1 by the runtime on a local master with ``SWITCH`` on (``job.spark_session``):
+"""Set to 1 by the runtime on a local master with ``SWITCH`` on (``session.spark_session``):
 its executors are processes of the driver's host, where a source's open read can be
 found (its socket, its lock) by every task and by the driver."""
 

@@ -1,4 +1,5 @@
-"""A ``SourceRange`` read on an executor (``dbus_spark.source``): the source's binlog
+"""A ``SourceRange``, one source's binlog between two positions as the driver plans it
+(``dbus_spark.source``), and its read on an executor: the source's binlog
 from the range's start, every change through the function stage to the sinks as it
 is read, handed to the read carried across batches where it may be
 (``dbus_spark.open_read``), else read open by the task itself; Spark gets its counts."""
@@ -8,9 +9,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
 
 from dbus_fn.capture import Shard, coordinates, position_to_json
 from dbus_fn.events import RowChange, SchemaChange, TransactionCommit, UndecodedRows
@@ -19,14 +22,29 @@ from dbus_spark.config import RuntimeConfig
 from dbus_spark.history import Gate
 from dbus_spark.progress import Admission
 from dbus_spark.progress.shared_read import SlowWatch, read_events
+from dbus_spark.shipment import Shipment
 from dbus_spark.stage import FunctionStage, StageCounts
 from dbus_spark.worker import Batcher, drop_reader, hold, offset_to_position, worker_reader
 from dbus_spark.writer import Output, paces
 
-if TYPE_CHECKING:
-    from dbus_spark.source import SourceRange
-
 log = logging.getLogger("dbus_spark.source")
+
+
+@dataclass(frozen=True)
+class SourceRange(InputPartition):  # type: ignore[misc]
+    """Read one source from ``start`` (exclusive) to ``end`` (inclusive)."""
+
+    shipment: Shipment
+    source: str
+    start: dict[str, Any]
+    end: dict[str, Any]
+    shard: int = 0
+    shards: int = 1
+    gate: dict[str, Any] | None = None
+    """The history tasks' ``Gate`` as JSON, when any task of the source needs one."""
+    admission: dict[str, Any] | None = None
+    """Which deployments the read serves from where (``progress.Admission`` as JSON),
+    when some are not with the stream."""
 
 
 def read_source_range(

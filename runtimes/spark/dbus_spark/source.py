@@ -48,14 +48,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from kazoo.exceptions import KazooException
 from pyspark.sql.datasource import (
     DataSourceStreamReader,
-    InputPartition,
 )
 
 from dbus_fn.capture import (
@@ -101,7 +99,7 @@ from dbus_spark.progress.shared_read import (
     admission_of,
     caught_up_with,
 )
-from dbus_spark.range_read import read_source_range
+from dbus_spark.range_read import SourceRange, read_source_range
 from dbus_spark.shipment import Shipment, Shipper
 from dbus_spark.worker import (
     Batcher,
@@ -118,23 +116,6 @@ log = logging.getLogger(__name__)
 # A range smaller than this is read by one task: a shard costs a replication
 # connection and a task (~10-20 ms), worth it only when decoding takes longer.
 SHARD_MIN_BYTES = 256 * 1024
-
-
-@dataclass(frozen=True)
-class SourceRange(InputPartition):  # type: ignore[misc]
-    """Read one source from ``start`` (exclusive) to ``end`` (inclusive)."""
-
-    shipment: Shipment
-    source: str
-    start: dict[str, Any]
-    end: dict[str, Any]
-    shard: int = 0
-    shards: int = 1
-    gate: dict[str, Any] | None = None
-    """The history tasks' ``Gate`` as JSON, when any task of the source needs one."""
-    admission: dict[str, Any] | None = None
-    """Which deployments the read serves from where (``progress.Admission`` as JSON),
-    when some are not with the stream."""
 
 
 class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]

@@ -154,7 +154,7 @@ def test_sparks_python_workers_import_pyspark_from_byte_code() -> None:
     path = bytecode.worker_zip()
     assert path is not None and bytecode.compiled(path), "python -m dbus_spark.bytecode"
     script = (
-        "from dbus_spark.job import spark_session\n"
+        "from dbus_spark.session import spark_session\n"
         "spark = spark_session('local[1]')\n"
         "print(spark.sparkContext.parallelize([0], 1)"
         ".map(lambda _: __import__('pyspark').__file__).collect()[0])\n"

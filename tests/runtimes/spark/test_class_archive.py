@@ -68,7 +68,7 @@ def test_the_default_archive_belongs_to_this_environment(monkeypatch: pytest.Mon
 
 _SESSION = """
 import json, sys
-from dbus_spark.job import spark_session
+from dbus_spark.session import spark_session
 spark = spark_session("local[1]")
 print(json.dumps({"pid": int(spark.sparkContext._jvm.ProcessHandle.current().pid())}), flush=True)
 sys.stdin.readline()

@@ -25,7 +25,8 @@ from dbus_spark.progress import (
     start_order,
 )
 from dbus_spark.progress.catchup import CatchUpRange
-from dbus_spark.source import BinlogSourceReader, SourceRange
+from dbus_spark.range_read import SourceRange
+from dbus_spark.source import BinlogSourceReader
 
 
 def _at(pos: int) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from support import route_code
 from dbus_fn.capture import position_to_json
 from dbus_fn.events import BinlogPosition
 from dbus_fn.testing import update
-from dbus_spark.history import ChunkDone, Gate, HistoryStore, HistoryTask, position_order
+from dbus_spark.history import ChunkDone, Gate, HistoryStore, HistoryTask
 from dbus_spark.history.queries import key_of_text, keys_where
+from dbus_spark.sinks.records import position_order
 
 TABLE = "shop.products"
 

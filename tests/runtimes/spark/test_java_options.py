@@ -10,7 +10,7 @@ pytest.importorskip("pyspark")
 
 from dbus_fn.errors import ConfigError
 from dbus_spark import jvm, logs
-from dbus_spark.job import spark_session
+from dbus_spark.session import spark_session
 
 
 def test_the_added_options_come_after_dbus_own(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,10 +17,9 @@ from support import kafka_events
 
 from dbus_fn.capture import BinlogReader, position_to_json, replica_id_for
 from dbus_spark.config import deployment_folders
-from dbus_spark.range_read import read_source_range
+from dbus_spark.range_read import SourceRange, read_source_range
 from dbus_spark.settings import runtime_config
 from dbus_spark.shipment import Shipment
-from dbus_spark.source import SourceRange
 from dbus_spark.stage import FunctionStage
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ runtime; ``verify`` and ``deadletters`` are those commands.
 
 from __future__ import annotations
 
-from dbus_spark.history.gate import Gate, position_order
+from dbus_spark.history.gate import Gate
 from dbus_spark.history.queries import chunked_of, plan_chunks
 from dbus_spark.history.records import (
     ChunkDone,
@@ -30,7 +30,6 @@ __all__ = [
     "PlannedChunk",
     "chunked_of",
     "plan_chunks",
-    "position_order",
     "progress_text",
     "store_path",
     "task_id",

@@ -22,16 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from dbus_fn.capture import key_from_json, key_to_json, position_from_json
 from dbus_fn.columns import to_json_value
-from dbus_fn.events import BinlogPosition, RowChange
-from dbus_spark.sinks.records import document_version
+from dbus_fn.events import RowChange
+from dbus_spark.sinks.records import position_order
 
 if TYPE_CHECKING:
     from dbus_spark.history.records import HistoryTask
-
-
-def position_order(position: BinlogPosition) -> int:
-    """An integer that orders binlog positions (file number, then offset)."""
-    return document_version(position, 0)
 
 
 def _comparable(key: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
@@ -119,4 +114,4 @@ class Gate:
         return gate
 
 
-__all__ = ["Gate", "position_order"]
+__all__ = ["Gate"]

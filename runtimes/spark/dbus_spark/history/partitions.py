@@ -32,11 +32,11 @@ from dbus_fn.capture import (
 from dbus_fn.events import BinlogPosition, Operation, RowChange, TransactionCommit, UndecodedRows
 from dbus_fn.manifest import Destination
 from dbus_spark.config import RuntimeConfig, SourceBinding
-from dbus_spark.history.gate import position_order
 from dbus_spark.history.queries import chunked_of, key_of_text
 from dbus_spark.history.records import ChunkDone, HistoryTask, PlannedChunk
 from dbus_spark.logs import runtime_logger
 from dbus_spark.shipment import Shipment
+from dbus_spark.sinks.records import position_order
 from dbus_spark.stage import FunctionStage, StageCounts, StageRecord
 from dbus_spark.worker import (
     Batcher,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbus_fn.capture import position_from_json
-from dbus_spark.history.gate import position_order
+from dbus_spark.sinks.records import position_order
 
 KeyJson = list[Any] | None
 

@@ -38,10 +38,10 @@ from dbus_fn.events import BinlogPosition
 from dbus_fn.files import replace_file
 from dbus_fn.manifest import Destination, Manifest
 from dbus_spark.checkpoint import beside
-from dbus_spark.history.gate import position_order
 from dbus_spark.history.records import ReplayTask
 from dbus_spark.history.tasks import HistoryStore
 from dbus_spark.kafka_source import KAFKA, KafkaPlanner
+from dbus_spark.sinks.records import position_order
 
 log = logging.getLogger("dbus.runtime")
 

@@ -8,10 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dbus_fn.dependencies import with_packages
 from dbus_fn.errors import ConfigError, HistoryError, ServiceUnreachableError
 from dbus_fn.manifest import Manifest
-from dbus_fn.registry import LoadedDeployment
+from dbus_fn.registry import LoadedDeployment, with_packages
 from dbus_spark.checkpoint import beside
 from dbus_spark.config import RuntimeConfig, load_config
 from dbus_spark.history.tasks import HistoryStore

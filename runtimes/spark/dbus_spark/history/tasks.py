@@ -49,7 +49,7 @@ from dbus_fn.errors import HistoryError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.manifest import Manifest
 from dbus_spark.checkpoint import PROGRESS, ProgressFolder, beside
-from dbus_spark.history.gate import Gate, position_order
+from dbus_spark.history.gate import Gate
 from dbus_spark.history.queries import (
     check_where,
     estimated_rows,
@@ -67,6 +67,7 @@ from dbus_spark.history.records import (
     progress_text,
     task_id,
 )
+from dbus_spark.sinks.records import position_order
 
 log = logging.getLogger("dbus.runtime")
 

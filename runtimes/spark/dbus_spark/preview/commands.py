@@ -20,7 +20,6 @@ import click
 
 from dbus_fn.cli._options import env_option
 from dbus_fn.cli.cluster import ZooKeeperOptions, cluster_or_local_options
-from dbus_fn.dependencies import with_packages
 from dbus_fn.errors import ConfigError, DbusError, HistoryError
 from dbus_fn.preview import (
     DEFAULT_EVENTS,
@@ -32,6 +31,7 @@ from dbus_fn.preview import (
     render,
     row_changes,
 )
+from dbus_fn.registry import with_packages
 from dbus_spark.api.client import SLACK_SECONDS, NoState, call, runtime_url, unanswered
 from dbus_spark.history.commands import CHECKPOINT_HELP, api_token_option
 from dbus_spark.preview.window import patterns_meet

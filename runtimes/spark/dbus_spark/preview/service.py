@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dbus_fn.dependencies import with_packages
 from dbus_fn.errors import DbusError, FunctionNotFoundError
 from dbus_fn.preview import (
     DEFAULT_EVENTS,
@@ -26,7 +25,7 @@ from dbus_fn.preview import (
     outcomes,
     row_changes,
 )
-from dbus_fn.registry import LoadedDeployment
+from dbus_fn.registry import LoadedDeployment, with_packages
 from dbus_spark.config import DeploymentFolder, RuntimeConfig
 from dbus_spark.preview.window import RecentWindow, patterns_meet, table_matches
 from dbus_spark.shipment import folder_signature

@@ -46,8 +46,8 @@ from typing import Any
 from dbus_fn.capture import position_from_json
 from dbus_fn.events import RowChange
 from dbus_spark.checkpoint import ProgressFolder
-from dbus_spark.history import position_order
 from dbus_spark.history.records import MAX_BACKOFF, backoff
+from dbus_spark.sinks.records import position_order
 
 # A deployment whose functions took more than this share of a read's time, once the
 # read has run for ``SLOW_AFTER`` seconds, holds the others back: it is detached.

@@ -23,10 +23,11 @@ from pyspark.sql.datasource import InputPartition
 from dbus_fn.capture import position_from_json, replica_id_for
 from dbus_fn.errors import DbusError
 from dbus_spark.config import SourceBinding
-from dbus_spark.history import Gate, position_order
+from dbus_spark.history import Gate
 from dbus_spark.history.partitions import SETTLED_BY, OwnRead, one_deployment, read_own
 from dbus_spark.progress import caught_up_to, not_taken
 from dbus_spark.shipment import Shipment
+from dbus_spark.sinks.records import position_order
 from dbus_spark.stage import FunctionStage, StageCounts
 from dbus_spark.worker import worker_reader
 from dbus_spark.writer import Output

@@ -65,6 +65,13 @@ _TOTAL_BITS = 38
 """A server-neutral position's transaction place (2.7e11 transactions)."""
 
 
+def position_order(position: BinlogPosition) -> int:
+    """The one order of positions the runtime keeps as a number: file number, then
+    offset (a server-neutral position: transaction place, then place inside it), as
+    ``dbus_fn.capture.coordinates`` orders them; ``document_version`` at row 0."""
+    return document_version(position, 0)
+
+
 def document_version(position: BinlogPosition, row_index: int) -> int:
     """A version that orders writes by binlog position: file number, offset, row.
 
