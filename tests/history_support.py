@@ -208,7 +208,7 @@ def catalog_and_other(scratch: Any, table: str, **changes: Any) -> Any:
     ``<topic>.other``)."""
     from dataclasses import replace
 
-    from dbus_spark.config import deployment_folders
+    from dbus_spark.config.runtime import deployment_folders
 
     _services, _db, topic, index, _tmp, function_folder = scratch
     catalog = function_folder(
@@ -227,7 +227,7 @@ def chunk_thresholds(store_file: Any, source: str, task: str) -> Callable[[int],
     """For a key, the (binlog file number, position) its chunk's micro-batch ended at."""
     import bisect
 
-    from dbus_spark.history import HistoryStore
+    from dbus_spark.state.history import HistoryStore
 
     done = HistoryStore(store_file).tasks(source)[task].done
     uppers = [upper[0][1] for upper, _, _ in done if upper is not None]

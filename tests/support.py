@@ -283,10 +283,10 @@ def sample_sum(samples: Mapping[tuple[str, Any], float], name: str, **labels: st
 
 
 def runtime_api(checkpoint: Any, within: float = 180.0) -> str:
-    """The API URL a runtime started with ``checkpoint`` serves (``dbus_spark.api``)."""
+    """The API URL a runtime started with ``checkpoint`` serves (``dbus_spark.interfaces.api``)."""
     from pathlib import Path
 
-    from dbus_spark.api import address_path
+    from dbus_spark.interfaces.api import address_path
 
     path = address_path(str(checkpoint))
     wait_for(lambda: Path(path).exists(), within, f"the runtime writes {path}")
@@ -295,10 +295,10 @@ def runtime_api(checkpoint: Any, within: float = 180.0) -> str:
 
 @contextlib.contextmanager
 def serving_api(checkpoint: Any, token: str | None = None) -> Iterator[str]:
-    """The API a runtime serves (``dbus_spark.api.runtime``), here, for the runtime at
+    """The API a runtime serves (``dbus_spark.interfaces.api.runtime``), here, for the runtime at
     ``checkpoint``: one a test runs in its own process, or none (then nothing takes
     the requests posted to it). Yields its URL."""
-    from dbus_spark.api.runtime import RuntimeApi
+    from dbus_spark.interfaces.api.runtime import RuntimeApi
 
     api = RuntimeApi.serve("127.0.0.1:0", token, "test")
     assert api is not None
@@ -311,11 +311,11 @@ def serving_api(checkpoint: Any, token: str | None = None) -> Iterator[str]:
 @contextlib.contextmanager
 def answering_planner(checkpoint: Any) -> Iterator[list[Any]]:
     """Answers every request posted for the runtime at ``checkpoint`` as its planner
-    would, from the same mailbox (``dbus_spark.history.requests``): a deployment named
+    would, from the same mailbox (``dbus_spark.planning.requests``): a deployment named
     ``nope`` is refused, the others accepted with one task. Yields what it was asked."""
     import threading
 
-    from dbus_spark.history.requests import Answer, answer, pending
+    from dbus_spark.planning.requests import Answer, answer, pending
 
     asked: list[Any] = []
     stop = threading.Event()

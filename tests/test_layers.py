@@ -1,7 +1,7 @@
 """Layers point one way: the SDK (framework/) imports neither the runtime, nor deploy/,
 nor pyspark; the runtime does not import deploy/ (deploy/ may use both); no package
 has an import cycle; and the runtime's modules import only from their own layer and
-the layers below it (``RUNTIME_LAYERS``, docs/runtime.md "Layers").
+the layers below it, each layer a folder (``RUNTIME_LAYERS``, docs/runtime.md "Layers").
 
 Every import counts: at the top of a module, inside a function, and under
 ``TYPE_CHECKING``: a cycle that only type checkers see still ties the modules'
@@ -18,42 +18,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("framework/dbus_fn", "runtimes/spark/dbus_spark", "deploy/dbus_deploy")
 
-RUNTIME_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # What the runtime is told: its configuration, its logging, Spark's JVM options.
-    ("config", ("jvm", "logs", "secrets", "kafka_source", "config", "sinks.clusters")),
-    # What it keeps and the values the layers above hand each other: the files beside
-    # the checkpoint, history tasks, each deployment's pace, the records sinks take.
-    ("state", (
-        "checkpoint", "sinks.records", "sinks.activity", "sinks.kafka_reports",
-        "history.records", "history.gate", "history.queries", "history.plans",
-        "history.tasks", "history", "progress", "metrics.state", "metrics.reports",
-        "metrics.live", "preview.window",
-    )),
-    # The function stage and what a Spark worker keeps between tasks.
-    ("stage", ("shipment", "stage", "worker")),
-    # Kafka and Elasticsearch, and the sink writer of a worker.
-    ("sinks", ("sinks.kafka_admin", "sinks.kafka", "sinks.elasticsearch", "sinks", "writer")),
-    # Reads on the executors: the stream, carried reads, history chunks, Kafka sources.
-    ("reads", (
-        "open_read_socket", "progress.shared_read", "open_read", "open_read_control",
-        "range_read", "history.partitions", "progress.catchup", "kafka_read",
-    )),
-    # The driver's plan of each micro-batch, and the requests it takes.
-    ("planning", ("history.requests", "source")),
-    # One runtime as a member of a cluster.
-    ("cluster", ("cluster",)),
-    # What a running runtime shows of itself.
-    ("observe", ("metrics.families", "metrics.runtime", "metrics")),
-    # Spark: the session, the data sources it registers, the streaming query.
-    ("spark", ("bytecode", "planners", "preflight", "datasources", "session", "job")),
-    # What users and other programs call: the CLI, the HTTP API, the `dbus fn` commands.
-    ("interfaces", (
-        "settings", "api.token", "api.desk", "preview.service", "api.server", "api.client",
-        "api", "api.runtime", "api.cluster", "history.target", "history.follow",
-        "history.verify", "history.deadletters", "history.commands", "preview.commands",
-        "progress.commands", "cli", "api.ui", "preview",
-    )),
+RUNTIME_LAYERS = (
+    "config",  # what the runtime is told: configuration, logging, Spark's JVM options
+    "state",  # what it keeps: checkpoint files, history tasks, paces, the records sinks take
+    "stage",  # the function stage, and what a Spark worker keeps between tasks
+    "sinks",  # Kafka, Elasticsearch, and a worker's sink writer
+    "reads",  # reads on the executors: stream, carried, history chunks, catch-up, Kafka
+    "planning",  # the driver's plan of each micro-batch, and the requests it takes
+    "cluster",  # one runtime as a member of a cluster
+    "observe",  # what a running runtime shows of itself
+    "spark",  # the Spark session, the data sources it registers, the streaming query
+    "interfaces",  # the CLI, the HTTP API and dashboard, the `dbus fn` commands
 )
+"""The runtime's layers, lowest first: each is a folder of ``dbus_spark``."""
 
 
 def _modules(package: Path) -> dict[str, Path]:
@@ -140,25 +117,25 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def upward_imports(
-    graph: Mapping[str, set[str]], layers: tuple[tuple[str, tuple[str, ...]], ...], prefix: str
-) -> list[str]:
-    """Each import of a module from a layer above its own, and each module no layer
-    names, as one line."""
-    rank = {f"{prefix}{module}": i for i, (_, modules) in enumerate(layers) for module in modules}
-    names = [layer for layer, _ in layers]
-    root = prefix.rstrip(".")  # the package itself: an empty __init__
+def upward_imports(graph: Mapping[str, set[str]], layers: tuple[str, ...], root: str) -> list[str]:
+    """Each import of a module from a layer above its own, and each module outside
+    every layer's folder, as one line (a module's layer: its first folder in ``root``)."""
+    rank = {layer: i for i, layer in enumerate(layers)}
+
+    def layer(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if parts[0] == root and len(parts) > 1 and parts[1] in rank else None
+
     problems = [
-        f"{module}: in no layer of RUNTIME_LAYERS"
+        f"{module}: in no layer's folder"
         for module in graph
-        if module not in rank and module != root
+        if module != root and not layer(module)
     ]
-    problems += [
-        f"{module} ({names[rank[module]]}) imports {target} ({names[rank[target]]})"
-        for module, targets in graph.items()
-        for target in targets
-        if module in rank and target in rank and rank[target] > rank[module]
-    ]
+    for module, targets in graph.items():
+        for target in targets:
+            low, high = layer(module), layer(target)
+            if low and high and rank[high] > rank[low]:
+                problems.append(f"{module} ({low}) imports {target} ({high})")
     return sorted(problems)
 
 
@@ -186,14 +163,14 @@ def test_no_package_has_an_import_cycle(package: str) -> None:
 
 def test_the_runtime_imports_only_its_own_layer_and_those_below() -> None:
     graph = import_graph(REPO / "runtimes/spark/dbus_spark")
-    assert upward_imports(graph, RUNTIME_LAYERS, "dbus_spark.") == []
+    assert upward_imports(graph, RUNTIME_LAYERS, "dbus_spark") == []
 
 
-def test_every_layer_of_the_runtime_names_modules_that_exist() -> None:
-    modules = set(import_graph(REPO / "runtimes/spark/dbus_spark"))
-    named = [f"dbus_spark.{module}" for _, layer in RUNTIME_LAYERS for module in layer]
-    assert sorted(set(named) - modules) == []
-    assert len(named) == len(set(named))  # a module in one layer only
+def test_each_layer_is_a_folder_of_the_runtime_that_says_what_it_holds() -> None:
+    for layer in RUNTIME_LAYERS:
+        package = REPO / "runtimes/spark/dbus_spark" / layer / "__init__.py"
+        assert package.is_file(), layer
+        assert ast.get_docstring(ast.parse(package.read_text(encoding="utf-8"))), layer
 
 
 def _package(root: Path, files: Mapping[str, str]) -> Path:
@@ -220,12 +197,13 @@ def test_a_cycle_is_found_through_imports_in_functions_and_for_type_checking(
 def test_an_upward_import_and_a_module_without_a_layer_are_found(tmp_path: Path) -> None:
     package = _package(tmp_path, {
         "__init__.py": "",
-        "low.py": "def f():\n    from pkg.high import g\n",
-        "high.py": "from pkg import low\n",
+        "bottom/__init__.py": "",
+        "bottom/low.py": "def f():\n    from pkg.top.high import g\n",
+        "top/__init__.py": "",
+        "top/high.py": "from pkg.bottom import low\n",
         "stray.py": "",
     })  # fmt: skip
-    layers = (("bottom", ("low",)), ("top", ("high",)))
-    assert upward_imports(import_graph(package), layers, "pkg.") == [
-        "pkg.low (bottom) imports pkg.high (top)",
-        "pkg.stray: in no layer of RUNTIME_LAYERS",
+    assert upward_imports(import_graph(package), ("bottom", "top"), "pkg") == [
+        "pkg.bottom.low (bottom) imports pkg.top.high (top)",
+        "pkg.stray: in no layer's folder",
     ]

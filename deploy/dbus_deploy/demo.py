@@ -55,7 +55,7 @@ TOPICS = r"^orders\..*"
 )
 def demo(deployment: str | None, timeout: float, start_services: bool, verbose: bool) -> None:
     """Start the local services and run the runtime with an example function."""
-    from dbus_spark import logs
+    from dbus_spark.config import logs
 
     # The demo's output is its results; the runtime's log is for --verbose. Set
     # before the runtime's modules load: its Spark workers inherit it.
@@ -66,10 +66,10 @@ def demo(deployment: str | None, timeout: float, start_services: bool, verbose: 
     import pymysql
 
     from dbus_deploy.services import endpoints, load_config, up
-    from dbus_spark.job import start as start_query
-    from dbus_spark.job import stop as stop_query
-    from dbus_spark.session import spark_session
-    from dbus_spark.settings import runtime_config
+    from dbus_spark.interfaces.settings import runtime_config
+    from dbus_spark.spark.job import start as start_query
+    from dbus_spark.spark.job import stop as stop_query
+    from dbus_spark.spark.session import spark_session
 
     started = time.monotonic()
     if start_services:
@@ -163,7 +163,7 @@ def _read_kafka(
     from confluent_kafka import Consumer
 
     from dbus_fn.kafka_binding import from_kafka_message
-    from dbus_spark.logs import kafka_config
+    from dbus_spark.config.logs import kafka_config
 
     # Message keys are the primary key as a JSON array, e.g. [42].
     wanted = {json.dumps([i]) for i in ids["all"]}

@@ -34,9 +34,9 @@ from measures import TopicCount, steady_load
 
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.local_services import local_endpoints
-from dbus_spark.config import RuntimeConfig, SourceBinding
-from dbus_spark.job import start
-from dbus_spark.session import spark_session
+from dbus_spark.config.runtime import RuntimeConfig, SourceBinding
+from dbus_spark.spark.job import start
+from dbus_spark.spark.session import spark_session
 
 
 def deployments(work: Path, database: str, topics: list[str]) -> tuple[str, ...]:

@@ -46,11 +46,11 @@ from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.capture._chunks import ChunkRead, chunked_table, next_boundary, read_chunk
 from dbus_fn.capture._native import SWITCH as NATIVE_SWITCH
 from dbus_fn.capture._reader import BinlogReader
-from dbus_spark.config import RuntimeConfig, SourceBinding, deployment_folders
-from dbus_spark.history import HistoryStore, store_path
-from dbus_spark.history.verify import verify
-from dbus_spark.job import start, stop
-from dbus_spark.session import spark_session
+from dbus_spark.config.runtime import RuntimeConfig, SourceBinding, deployment_folders
+from dbus_spark.interfaces.history.verify import verify
+from dbus_spark.spark.job import start, stop
+from dbus_spark.spark.session import spark_session
+from dbus_spark.state.history import HistoryStore, store_path
 
 
 def folder(work: Path, name: str, table: str, destination: str, initial: str) -> str:

@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from dbus_deploy.services import endpoints
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
-from dbus_spark.sinks.records import KafkaRecord
+from dbus_spark.state.records import KafkaRecord
 
 VALUE = b"x" * 1000  # about a 20-column row's CloudEvent
 

@@ -10,7 +10,7 @@ filter, a route):
   Spark's ``noop`` sink, ``local[2]``, one ``availableNow`` batch; seconds from
   the query's start to its end (the session's start apart);
 * (d) dbus's way: a Python consumer, as a Kafka source's task reads
-  (``dbus_spark.kafka_read``), the work in the same process.
+  (``dbus_spark.reads.kafka_read``), the work in the same process.
 
     .venv/bin/python tests/bench/bench_kafka_read.py [--rows 100000] [--runs 3]
 """

@@ -6,7 +6,7 @@ as in ``bench_runtime.py``) runs twice over the same 20-column rows:
 * (b) binlog-sourced: ``--rows`` rows inserted into MariaDB; rows/s from the start
   of the writes until the output topic holds them all;
 * (k) Kafka-sourced: the CloudEvents (b) wrote, produced again into a topic a
-  runtime reads as a Kafka source (``dbus_spark.kafka_source``); rows/s from the
+  runtime reads as a Kafka source (``dbus_spark.config.kafka_source``); rows/s from the
   start of that produce until the output topic holds them all;
 * (p) the bare read of (k) for scale: one Python consumer of the same topic,
   decoding each message into a row change, no Spark, no functions, no sink.
@@ -36,11 +36,11 @@ from support import kafka_consumer
 
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec
-from dbus_spark.config import RuntimeConfig, deployment_folders
-from dbus_spark.job import start
-from dbus_spark.kafka_read import change_of
-from dbus_spark.kafka_source import KafkaSource
-from dbus_spark.session import spark_session
+from dbus_spark.config.kafka_source import KafkaSource
+from dbus_spark.config.runtime import RuntimeConfig, deployment_folders
+from dbus_spark.reads.kafka_read import change_of
+from dbus_spark.spark.job import start
+from dbus_spark.spark.session import spark_session
 
 
 def _produced(bootstrap: str, topic: str, messages: list[Any]) -> None:

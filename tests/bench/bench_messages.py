@@ -72,8 +72,8 @@ def messages(data: list[RowChange]) -> int:
 
 
 def stage(folder: Path) -> Callable[[list[RowChange]], int]:
-    from dbus_spark.config import deployment_folders
-    from dbus_spark.stage import FunctionStage, StageCounts
+    from dbus_spark.config.runtime import deployment_folders
+    from dbus_spark.stage.functions import FunctionStage, StageCounts
 
     def run(data: list[RowChange]) -> int:
         _ROW_MESSAGES._shapes.clear()  # a shape's writer is chosen by the switch when first met

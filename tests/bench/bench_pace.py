@@ -47,11 +47,11 @@ from support import Proxy, kafka_count, serving_api
 
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.local_services import local_endpoints
-from dbus_spark.config import RuntimeConfig, SourceBinding, deployment_folders
-from dbus_spark.history.follow import backfill
-from dbus_spark.job import start
-from dbus_spark.progress import ProgressBook
-from dbus_spark.session import spark_session
+from dbus_spark.config.runtime import RuntimeConfig, SourceBinding, deployment_folders
+from dbus_spark.interfaces.history.follow import backfill
+from dbus_spark.spark.job import start
+from dbus_spark.spark.session import spark_session
+from dbus_spark.state.progress import ProgressBook
 
 
 def _folder(folder: Path, name: str, database: str, destination: str, delay: float,

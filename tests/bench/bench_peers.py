@@ -236,7 +236,7 @@ class DbusRun:
     engine = DBUS
 
     def __init__(self, bench: Bench) -> None:
-        from dbus_spark.session import spark_session
+        from dbus_spark.spark.session import spark_session
 
         self.bench = bench
         self.spark = spark_session("local[2]", app_name="dbus-bench-peers")
@@ -254,7 +254,7 @@ class DbusRun:
     def query(self, table: str, topic: str, begin: BinlogPosition) -> Iterator[Any]:
         """The runtime reading ``table`` from ``begin`` into ``topic``; stopped after,
         once its batch is done (a stop mid-batch aborts it, loudly)."""
-        from dbus_spark.job import start
+        from dbus_spark.spark.job import start
 
         b = self.bench
         cfg = config(b.work / DBUS, b.source.dsn, b.database, f"kafka://{topic}", begin,

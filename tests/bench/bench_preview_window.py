@@ -21,8 +21,8 @@ from pathlib import Path
 from bench_pipeline import changes
 
 from dbus_fn.events import RowChange
-from dbus_spark.config import deployment_folders
-from dbus_spark.stage import FunctionStage, StageCounts
+from dbus_spark.config.runtime import deployment_folders
+from dbus_spark.stage.functions import FunctionStage, StageCounts
 
 MODULE = """
 import dbus_fn as fn

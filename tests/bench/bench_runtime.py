@@ -18,7 +18,7 @@ In one run, on the same binlog of 20-column rows:
         [--decode-shards N] [--open-read SECONDS]
 
 A source's read goes on across micro-batches unless ``DBUS_CARRY_OPEN_READS=0``
-(``dbus_spark.open_read_control``); the first line printed says which.
+(``dbus_spark.reads.open_read_control``); the first line printed says which.
 """
 
 from __future__ import annotations
@@ -48,17 +48,17 @@ from measures import PeakMemory, SteadyLoad, TopicCount, steady_load
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.events import BinlogPosition
-from dbus_spark import open_read_control
-from dbus_spark.api import ApiServer, ApiSettings, build_app
-from dbus_spark.config import (
+from dbus_spark.config.runtime import (
     DEFAULT_OPEN_READ_SECONDS,
     RuntimeConfig,
     SourceBinding,
     deployment_folders,
 )
-from dbus_spark.job import start
-from dbus_spark.metrics import RuntimeMetrics
-from dbus_spark.session import spark_session
+from dbus_spark.interfaces.api import ApiServer, ApiSettings, build_app
+from dbus_spark.observe import RuntimeMetrics
+from dbus_spark.reads import open_read_control
+from dbus_spark.spark.job import start
+from dbus_spark.spark.session import spark_session
 
 WARM = WIDE.replace("CREATE TABLE wide", "CREATE TABLE warm")
 WARM_FILL = WIDE_FILL.replace("INSERT INTO wide", "INSERT INTO warm")

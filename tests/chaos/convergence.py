@@ -41,7 +41,7 @@ from support import kafka_consumer, topic_exists
 
 from dbus_fn.columns import row_to_json
 from dbus_fn.kafka_binding import from_kafka_message
-from dbus_spark import logs
+from dbus_spark.config import logs
 
 Key = tuple[Any, ...]
 SEED_ENV = "DBUS_CHAOS_SEED"

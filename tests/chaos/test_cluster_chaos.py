@@ -57,7 +57,7 @@ from support import wait_until as _wait_until
 from dbus_deploy.services import ServicesConfig, down, up
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings, close, cluster_status, connect
-from dbus_spark.config import load_config
+from dbus_spark.config.runtime import load_config
 
 # Exclusive (run apart from the parallel integration pass): 4 s ZooKeeper sessions and bounded
 # handoffs under three runtimes.

@@ -61,8 +61,9 @@ def test_the_image_runs_dbus_pyspark_and_java(
     # Pinned to what runs here: a driver on this machine and workers in the image agree.
     assert found.pyspark == metadata.version("pyspark")
     assert found.python.startswith("3.11.")
-    # Its Spark workers import pyspark from byte code (``dbus_spark.bytecode``).
-    probe = "from dbus_spark.bytecode import compiled, worker_zip; print(compiled(worker_zip()))"
+    # Its Spark workers import pyspark from byte code (``dbus_spark.spark.bytecode``).
+    probe = ("from dbus_spark.spark.bytecode import compiled, worker_zip; "
+             "print(compiled(worker_zip()))")
     assert _run(docker_client, runtime_image.tag, "python", "-c", probe).strip() == "True"
     listed = _run(docker_client, runtime_image.tag, "ls", "/opt/dbus/functions/orders")
     assert "dbus.toml" in listed.split()

@@ -89,7 +89,7 @@ def test_the_function_folders_are_the_last_layer_after_dbus_after_the_deps() -> 
     assert lines[-1] == "COPY functions/ /opt/dbus/functions/"
     # Once dbus is installed, its byte code step writes into the image's pyspark zip.
     install = next(line for line in lines if line.startswith("RUN pip install") and "dist/" in line)
-    assert install.endswith("&& python -m dbus_spark.bytecode"), install
+    assert install.endswith("&& python -m dbus_spark.spark.bytecode"), install
 
 
 def test_function_requirements_install_before_the_code_and_offline() -> None:

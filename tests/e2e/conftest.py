@@ -13,7 +13,7 @@ from e2e_support import Scratch
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from dbus_spark.session import spark_session
+    from dbus_spark.spark.session import spark_session
 
     session = spark_session("local[2]", app_name="dbus-tests")
     yield session

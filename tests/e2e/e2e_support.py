@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dbus_spark.config import RuntimeConfig
-from dbus_spark.settings import runtime_config
+from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.interfaces.settings import runtime_config
 
 
 class Scratch(NamedTuple):

@@ -16,10 +16,10 @@ from history_support import TopicState, catalog_and_other, create_products, expe
 from support import serving_api, wait_for
 
 from dbus_fn.errors import HistoryError, ServiceUnreachableError
-from dbus_spark.config import RuntimeConfig, deployment_folders
-from dbus_spark.history import HistoryStore, store_path
-from dbus_spark.history.follow import backfill
-from dbus_spark.job import start, stop
+from dbus_spark.config.runtime import RuntimeConfig, deployment_folders
+from dbus_spark.interfaces.history.follow import backfill
+from dbus_spark.spark.job import start, stop
+from dbus_spark.state.history import HistoryStore, store_path
 
 pytestmark = pytest.mark.e2e
 

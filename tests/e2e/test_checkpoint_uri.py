@@ -23,15 +23,15 @@ import pytest
 from e2e_support import Scratch, spawn_cli_runtime
 from support import kafka_consumer, relay_table, runtime_api, wait_for
 
-from dbus_spark.checkpoint import (
+from dbus_spark.interfaces.settings import default_home
+from dbus_spark.spark.job import start, stop
+from dbus_spark.state.checkpoint import (
     SparkLog,
     beside,
     committed_positions,
     local_twin,
     resolve,
 )
-from dbus_spark.job import start, stop
-from dbus_spark.settings import default_home
 
 pytestmark = pytest.mark.e2e
 

@@ -19,10 +19,10 @@ from test_deployment_pace import _documents, _kafka_keys, cut_while_writing
 
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings
-from dbus_spark.cluster import ClusterMember
-from dbus_spark.job import default_config_path, start_member, stop
-from dbus_spark.progress import ProgressBook
-from dbus_spark.settings import member_config
+from dbus_spark.cluster.member import ClusterMember
+from dbus_spark.interfaces.settings import member_config
+from dbus_spark.spark.job import default_config_path, start_member, stop
+from dbus_spark.state.progress import ProgressBook
 
 # Exclusive (run apart from the parallel integration pass): bounds a healthy deployment's latency
 # (detach after 2 s).

@@ -16,9 +16,9 @@ from support import kafka_consumer
 
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings
-from dbus_spark.cluster import ClusterMember
-from dbus_spark.job import default_config_path, start_member, stop
-from dbus_spark.settings import member_config
+from dbus_spark.cluster.member import ClusterMember
+from dbus_spark.interfaces.settings import member_config
+from dbus_spark.spark.job import default_config_path, start_member, stop
 
 # Exclusive (run apart from the parallel integration pass): bounds how fast a cluster sees a deploy
 # (10 s).

@@ -14,8 +14,8 @@ from e2e_support import Scratch
 from history_support import create_products, index_contents
 from support import serving_api, wait_for
 
-from dbus_spark.history.deadletters import FailedAgainError, dead_letters, redrive
-from dbus_spark.job import start, stop
+from dbus_spark.interfaces.history.deadletters import FailedAgainError, dead_letters, redrive
+from dbus_spark.spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from elasticsearch import Elasticsearch
 from support import kafka_events, wait_for
 
 from dbus_fn.columns import row_to_json
-from dbus_spark.job import start, stop
+from dbus_spark.spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 

@@ -17,10 +17,10 @@ from support import es_count, kafka_count, route_code, wait_for
 
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings
-from dbus_spark.cluster import ClusterMember
-from dbus_spark.job import default_config_path, start_member, stop
-from dbus_spark.progress import ProgressBook
-from dbus_spark.settings import member_config
+from dbus_spark.cluster.member import ClusterMember
+from dbus_spark.interfaces.settings import member_config
+from dbus_spark.spark.job import default_config_path, start_member, stop
+from dbus_spark.state.progress import ProgressBook
 
 pytestmark = pytest.mark.e2e
 

@@ -19,9 +19,9 @@ from e2e_support import Scratch
 from elasticsearch import Elasticsearch
 from support import Proxy, kafka_count, page_texts, sample_sum, scrape, serving_api, wait_for
 
-from dbus_spark.job import start, stop
-from dbus_spark.progress import ProgressBook
-from dbus_spark.settings import runtime_config
+from dbus_spark.interfaces.settings import runtime_config
+from dbus_spark.spark.job import start, stop
+from dbus_spark.state.progress import ProgressBook
 
 pytestmark = pytest.mark.e2e
 
@@ -175,8 +175,8 @@ def test_a_backfill_whose_elasticsearch_is_cut_off_waits_alone_and_ends_once_it_
     """History reads write to their deployment's sinks within the bound too: a chunk
     those sinks refuse is read again after a backoff, and the other deployment's
     stream goes on meanwhile."""
-    from dbus_spark.history import HistoryStore, store_path
-    from dbus_spark.history.follow import backfill
+    from dbus_spark.interfaces.history.follow import backfill
+    from dbus_spark.state.history import HistoryStore, store_path
 
     topic, index, es = scratch.kafka_topic, scratch.es_index, scratch.services.elasticsearch.url
     kafka = scratch.services.kafka.bootstrap_servers
@@ -244,8 +244,8 @@ def _shown(browser: Any, name: str) -> tuple[str, str]:
 def test_a_function_slower_than_the_load_is_detached_and_catches_up_once_fast_again(
     spark: Any, scratch: Scratch, orders: str, browser: Any
 ) -> None:
-    from dbus_spark.api import ApiServer, ApiSettings, build_app
-    from dbus_spark.metrics import RuntimeMetrics
+    from dbus_spark.interfaces.api import ApiServer, ApiSettings, build_app
+    from dbus_spark.observe import RuntimeMetrics
 
     topic, index = scratch.kafka_topic, scratch.es_index
     kafka = scratch.services.kafka.bootstrap_servers
@@ -317,7 +317,7 @@ def _kafka_keys(bootstrap: str, topic: str, count: int) -> list[tuple[int, str]]
 def test_a_paused_deployment_gets_nothing_and_after_resume_everything_in_key_order(
     spark: Any, scratch: Scratch, orders: str
 ) -> None:
-    from dbus_spark.progress.commands import ask
+    from dbus_spark.interfaces.pace import ask
 
     topic = scratch.kafka_topic
     kafka = scratch.services.kafka.bootstrap_servers

@@ -1,7 +1,7 @@
 """Deployments that bring their own packages (``requirements.txt``), on a local runtime:
 one imports ``phonenumbers``, which the runtime does not have, and two pin two
 versions of ``six``; each function sees its own, in one runtime. The driver resolves
-each set once and Spark serves it to the executors (``dbus_spark.shipment``)."""
+each set once and Spark serves it to the executors (``dbus_spark.stage.shipment``)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from e2e_support import Scratch, spawn_cli_runtime, stop_cli_runtime
 from support import es_count, kafka_count, route_code, wait_for
 
 from dbus_deploy.services import down, up
-from dbus_spark.progress import ProgressBook
+from dbus_spark.state.progress import ProgressBook
 
 # Exclusive (run apart from the parallel integration pass): bounds a healthy deployment's latency
 # (detach after 2 s).

@@ -25,8 +25,8 @@ from e2e_support import Scratch
 from pyspark import cloudpickle
 from support import kafka_consumer
 
-from dbus_spark.source import BinlogSourceReader
-from dbus_spark.writer import SinkWriter
+from dbus_spark.planning.source import BinlogSourceReader
+from dbus_spark.sinks.writer import SinkWriter
 
 pytestmark = [pytest.mark.e2e]
 

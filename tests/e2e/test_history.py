@@ -21,8 +21,8 @@ from history_support import (
 )
 from support import wait_for
 
-from dbus_spark.history import HistoryStore, store_path
-from dbus_spark.job import start, stop
+from dbus_spark.spark.job import start, stop
+from dbus_spark.state.history import HistoryStore, store_path
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import pytest
 from e2e_support import Scratch
 from support import kafka_events, wait_for, wait_index_holds
 
-from dbus_spark.job import start, stop
+from dbus_spark.spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 

@@ -24,7 +24,7 @@ from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 from dbus_fn.cli import cli
 from dbus_fn.columns import row_to_json
 from dbus_fn.json_format import read_jsonl
-from dbus_spark.job import start, stop
+from dbus_spark.spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 

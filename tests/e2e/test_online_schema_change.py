@@ -14,7 +14,7 @@ from history_support import TopicState
 from online_schema_change import WriteLoad, pt_online_schema_change, run_pt_online_schema_change
 from support import wait_for
 
-from dbus_spark.job import start, stop
+from dbus_spark.spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""A source's open read goes on between micro-batches (``dbus_spark.open_read``).
+"""A source's open read goes on between micro-batches (``dbus_spark.reads.open_read``).
 
 The driver's planning and the tasks are run as Spark runs them, on the real
 MariaDB and Kafka: a change committed after a task ended reaches Kafka with no task
@@ -31,18 +31,18 @@ from pyspark import cloudpickle
 from support import kafka_consumer, relay_table
 
 from dbus_fn.errors import DbusError
-from dbus_spark import open_read, open_read_control
-from dbus_spark.checkpoint import ProgressFolder
-from dbus_spark.range_read import SourceRange
-from dbus_spark.source import BinlogSourceReader
-from dbus_spark.writer import SinkWriter, TaskReport, task_counts
+from dbus_spark.planning.source import BinlogSourceReader
+from dbus_spark.reads import open_read, open_read_control
+from dbus_spark.reads.range_read import SourceRange
+from dbus_spark.sinks.writer import SinkWriter, TaskReport, task_counts
+from dbus_spark.state.checkpoint import ProgressFolder
 
 pytestmark = [pytest.mark.e2e]
 
 TASK = textwrap.dedent("""
     import json, sys
     from pyspark import cloudpickle
-    from dbus_spark.writer import task_counts
+    from dbus_spark.sinks.writer import task_counts
     reader, partition = cloudpickle.loads(sys.stdin.buffer.read())
     report = task_counts(reader.read(partition))
     print(json.dumps({"rows": report.stage.rows, "reached": report.stage.reached}))
@@ -52,7 +52,7 @@ TASK = textwrap.dedent("""
 KEPT_READING = textwrap.dedent("""
     import base64, sys, time
     from pyspark import cloudpickle
-    from dbus_spark.writer import task_counts
+    from dbus_spark.sinks.writer import task_counts
     reader, partition = cloudpickle.loads(sys.stdin.buffer.read())
     report = task_counts(reader.read(partition))
     print(base64.b64encode(cloudpickle.dumps(report)).decode(), flush=True)

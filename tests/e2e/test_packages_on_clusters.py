@@ -15,7 +15,7 @@ from packages_support import TwoDeployments
 from support import runtime_api, wait_for
 
 from dbus_fn.cli import cli
-from dbus_spark.api.client import call
+from dbus_spark.interfaces.api.client import call
 
 pytestmark = pytest.mark.e2e
 

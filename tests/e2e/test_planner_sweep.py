@@ -1,4 +1,4 @@
-"""Spark's planner processes end once a query has started (``dbus_spark.planners``).
+"""Spark's planner processes end once a query has started (``dbus_spark.spark.planners``).
 
 They hold about 400 MiB, a third of the runtime's memory, and a running query
 never uses them again. The query goes on without them, and the next query in the
@@ -15,8 +15,8 @@ import pytest
 from e2e_support import Scratch
 from support import kafka_count, relay_table, wait_for
 
-from dbus_spark.job import start, stop
-from dbus_spark.planners import PLANNER_MODULES, PlannerSweeper
+from dbus_spark.spark.job import start, stop
+from dbus_spark.spark.planners import PLANNER_MODULES, PlannerSweeper
 
 pytestmark = pytest.mark.e2e
 

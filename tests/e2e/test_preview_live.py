@@ -21,7 +21,7 @@ from e2e_support import Scratch, member_env, spawn_cli_member, stop_cli_runtime
 from support import page_texts, runtime_api, topic_exists, wait_for
 
 from dbus_fn.cli import cli
-from dbus_spark.api.client import call
+from dbus_spark.interfaces.api.client import call
 
 pytestmark = [pytest.mark.e2e]
 

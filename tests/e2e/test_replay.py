@@ -16,9 +16,9 @@ from history_support import catalog_and_other, create_products
 from support import kafka_consumer, serving_api, wait_for
 
 from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
-from dbus_spark.config import RuntimeConfig
-from dbus_spark.history.follow import replay
-from dbus_spark.job import start, stop
+from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.interfaces.history.follow import replay
+from dbus_spark.spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 

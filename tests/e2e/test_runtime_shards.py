@@ -15,8 +15,8 @@ from support import kafka_events
 from test_runtime_slice import _wait_for
 
 from dbus_fn.events import BinlogPosition
-from dbus_spark.job import start, stop
-from dbus_spark.source import SHARD_MIN_BYTES
+from dbus_spark.planning.source import SHARD_MIN_BYTES
+from dbus_spark.spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 

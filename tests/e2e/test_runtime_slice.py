@@ -12,8 +12,8 @@ from e2e_support import Scratch
 from elasticsearch import Elasticsearch
 from support import es_documents, kafka_events, wait_for
 
-from dbus_spark.config import RuntimeConfig
-from dbus_spark.job import start, stop
+from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 

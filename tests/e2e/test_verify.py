@@ -22,9 +22,9 @@ from support import serving_api, wait_for
 
 from dbus_fn.events import BinlogPosition, Operation, RowChange
 from dbus_fn.kafka_binding import to_kafka_message
-from dbus_spark.config import RuntimeConfig
-from dbus_spark.history.verify import DriftError, verify
-from dbus_spark.job import start, stop
+from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.interfaces.history.verify import DriftError, verify
+from dbus_spark.spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 

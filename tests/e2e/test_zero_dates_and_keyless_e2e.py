@@ -22,9 +22,9 @@ from support import kafka_consumer, wait_for
 from zero_date_rows import dbus_text, is_real
 
 from dbus_fn.kafka_binding import from_kafka_message
-from dbus_spark.history.verify import DriftError, verify
-from dbus_spark.job import start, stop
-from dbus_spark.settings import runtime_config
+from dbus_spark.interfaces.history.verify import DriftError, verify
+from dbus_spark.interfaces.settings import runtime_config
+from dbus_spark.spark.job import start, stop
 
 pytestmark = pytest.mark.e2e
 

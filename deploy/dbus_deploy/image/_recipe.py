@@ -156,7 +156,7 @@ class CoreRecipe:
             f"RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-index "
             f"/opt/dbus/dist/{self.dbus_wheel} && mkdir -p {IMAGE_HOME} "
             # Byte code in the zip Spark's Python processes import pyspark from.
-            "&& python -m dbus_spark.bytecode",
+            "&& python -m dbus_spark.spark.bytecode",
             'CMD ["dbus", "--help"]',
         ]
         if self.native_wheel:

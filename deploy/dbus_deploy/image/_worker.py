@@ -40,7 +40,7 @@ class WorkerContainer:
 def check_worker_arguments(image: str, master: str, cores: int, memory: str) -> None:
     """Refuse what a worker cannot use before the engine is asked anything."""
     from dbus_deploy.image._build import check_image_reference
-    from dbus_spark.preflight import master_addresses
+    from dbus_spark.spark.preflight import master_addresses
 
     check_image_reference(image, "--image")
 
@@ -68,7 +68,7 @@ def start_worker(
     timeout: float = 120.0,
 ) -> WorkerContainer:
     """Start a worker container and wait until the master accepted it."""
-    from dbus_spark.preflight import check_master
+    from dbus_spark.spark.preflight import check_master
 
     check_worker_arguments(image, master, cores, memory)
     check_image(client, image)

@@ -226,7 +226,7 @@ class ReadSession:
         self.until = until
         """Past ``stop``, read on until this ``time.monotonic()`` moment (None: stop there),
         or until the moment a function returns when asked (an open read that another
-        thread ends: ``dbus_spark.open_read``)."""
+        thread ends: ``dbus_spark.reads.open_read``)."""
         self.catch_up = catch_up
         """Past ``until``, read on while behind the server (a boundary's binlog time
         ``BEHIND_SECONDS`` or more before the clock), up to this ``time.monotonic()``

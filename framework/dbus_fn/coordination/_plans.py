@@ -1,6 +1,6 @@
 """``PlanLog``: what a source's owner is about to read for history, written first.
 
-A runtime's history reads (``dbus_spark.history``) send rows before their micro-
+A runtime's history reads (``dbus_spark.state.history``) send rows before their micro-
 batch's position is committed. If the source then moves, its new owner must read
 those parts again exactly as planned (the same key ranges, in a micro-batch that
 ends where the planned one did), or a delete made after the old owner's read but

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dbus_spark import config
-from dbus_spark.config import RuntimeConfig
+from dbus_spark.config import runtime as config
+from dbus_spark.config.runtime import RuntimeConfig
 
 
 @pytest.fixture

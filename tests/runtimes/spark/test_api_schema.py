@@ -11,12 +11,12 @@ import pytest
 from fastapi import FastAPI
 from support import answering_planner, keeps_to_its_document
 
-from dbus_spark.api import build_app
-from dbus_spark.api.desk import RequestDesk
-from dbus_spark.config import RuntimeConfig
-from dbus_spark.metrics import RuntimeMetrics
-from dbus_spark.metrics.live import Publisher
-from dbus_spark.stage import StageCounts
+from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.interfaces.api import build_app
+from dbus_spark.interfaces.api.desk import RequestDesk
+from dbus_spark.observe import RuntimeMetrics
+from dbus_spark.stage.functions import StageCounts
+from dbus_spark.state.live_counters import Publisher
 
 
 @pytest.fixture

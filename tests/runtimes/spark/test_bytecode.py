@@ -1,4 +1,4 @@
-"""Spark's Python processes import pyspark from byte code (``dbus_spark.bytecode``)."""
+"""Spark's Python processes import pyspark from byte code (``dbus_spark.spark.bytecode``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from dbus_spark import bytecode
+from dbus_spark.spark import bytecode
 
 _MODULES = {
     "pyspark/__init__.py": "VALUE = 'package'\n",
@@ -57,7 +57,7 @@ def test_a_zip_gets_byte_code_beside_its_sources_and_imports_use_it(tmp_path: Pa
     path = _spark_home(tmp_path)
     assert _imported(path)[0].endswith("pyspark/__init__.py")  # compiled in each process
 
-    done = _run(["-m", "dbus_spark.bytecode"], path)
+    done = _run(["-m", "dbus_spark.spark.bytecode"], path)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout.startswith("dbus: byte code for 2 modules written into"), done.stdout
     with zipfile.ZipFile(path) as archive:
@@ -74,7 +74,7 @@ def test_a_zip_gets_byte_code_beside_its_sources_and_imports_use_it(tmp_path: Pa
     assert (package_value, sub_value) == ("package", "sub")
 
     inode = path.stat().st_ino
-    again = _run(["-m", "dbus_spark.bytecode"], path)
+    again = _run(["-m", "dbus_spark.spark.bytecode"], path)
     assert again.returncode == 0 and again.stdout == again.stderr == "", "written once"
     assert path.stat().st_ino == inode
 
@@ -106,7 +106,7 @@ def test_byte_code_of_another_python_is_ignored_then_made_again(tmp_path: Path) 
     package, value, _, _ = _imported(path)
     assert value == "package" and package.endswith("pyspark/__init__.py")
 
-    assert _run(["-m", "dbus_spark.bytecode"], path).returncode == 0
+    assert _run(["-m", "dbus_spark.spark.bytecode"], path).returncode == 0
     assert bytecode.compiled(path)
     with zipfile.ZipFile(path) as archive:
         assert archive.namelist().count("pyspark/__init__.pyc") == 1
@@ -152,9 +152,9 @@ def test_sparks_python_workers_import_pyspark_from_byte_code() -> None:
     """In this environment (its install wrote the byte code), a Spark worker's pyspark
     comes from the zip's byte code."""
     path = bytecode.worker_zip()
-    assert path is not None and bytecode.compiled(path), "python -m dbus_spark.bytecode"
+    assert path is not None and bytecode.compiled(path), "python -m dbus_spark.spark.bytecode"
     script = (
-        "from dbus_spark.session import spark_session\n"
+        "from dbus_spark.spark.session import spark_session\n"
         "spark = spark_session('local[1]')\n"
         "print(spark.sparkContext.parallelize([0], 1)"
         ".map(lambda _: __import__('pyspark').__file__).collect()[0])\n"

@@ -10,8 +10,17 @@ from pathlib import Path
 import pytest
 
 from dbus_fn.errors import ConfigError
-from dbus_spark.api import address_path
-from dbus_spark.checkpoint import (
+from dbus_spark.interfaces.api import address_path
+from dbus_spark.interfaces.settings import (
+    checkpoint_dir,
+    default_home,
+    member_config,
+    runtime_config,
+)
+from dbus_spark.observe import reports_dir
+from dbus_spark.planning.requests import requests_dir
+from dbus_spark.spark.job import default_config_path
+from dbus_spark.state.checkpoint import (
     beside,
     check_creatable,
     committed_positions,
@@ -21,11 +30,7 @@ from dbus_spark.checkpoint import (
     pending_batch,
     resolve,
 )
-from dbus_spark.history import store_path
-from dbus_spark.history.requests import requests_dir
-from dbus_spark.job import default_config_path
-from dbus_spark.metrics import reports_dir
-from dbus_spark.settings import checkpoint_dir, default_home, member_config, runtime_config
+from dbus_spark.state.history import store_path
 
 ORDERS = Path(__file__).resolve().parents[3] / "functions" / "orders"
 

@@ -1,4 +1,5 @@
-"""Spark's JVM starts from an archive of its classes when there is one (``dbus_spark.jvm``)."""
+"""Spark's JVM starts from an archive of its classes when there is one
+(``dbus_spark.config.jvm``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from dbus_spark import jvm, logs
+from dbus_spark.config import jvm, logs
 
 
 def test_no_archive_no_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,7 +44,7 @@ def test_an_archive_there_is_used_and_its_failures_stay_quiet(
 def test_a_build_that_fails_warns_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     archive = tmp_path / "share" / "spark-classes.jsa"
     env = {**os.environ, jvm.ARCHIVE_ENV: str(archive), "JAVA_HOME": str(tmp_path / "no-java")}
-    done = subprocess.run([sys.executable, "-m", "dbus_spark.jvm"], env=env,
+    done = subprocess.run([sys.executable, "-m", "dbus_spark.config.jvm"], env=env,
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr  # an install goes on without it
     lines = done.stderr.strip().splitlines()
@@ -68,7 +69,7 @@ def test_the_default_archive_belongs_to_this_environment(monkeypatch: pytest.Mon
 
 _SESSION = """
 import json, sys
-from dbus_spark.session import spark_session
+from dbus_spark.spark.session import spark_session
 spark = spark_session("local[1]")
 print(json.dumps({"pid": int(spark.sparkContext._jvm.ProcessHandle.current().pid())}), flush=True)
 sys.stdin.readline()
@@ -80,11 +81,11 @@ spark.stop()
 def test_a_session_started_after_a_build_maps_the_archive(tmp_path: Path) -> None:
     archive = tmp_path / "share" / "spark-classes.jsa"
     env = {**os.environ, jvm.ARCHIVE_ENV: str(archive)}
-    made = subprocess.run([sys.executable, "-m", "dbus_spark.jvm"], env=env,
+    made = subprocess.run([sys.executable, "-m", "dbus_spark.config.jvm"], env=env,
                           capture_output=True, text=True, check=True, timeout=600)  # fmt: skip
     assert "class archive made" in made.stdout, made.stdout + made.stderr
     assert archive.is_file() and not list(archive.parent.glob(".*"))  # whole, renamed
-    again = subprocess.run([sys.executable, "-m", "dbus_spark.jvm"], env=env,
+    again = subprocess.run([sys.executable, "-m", "dbus_spark.config.jvm"], env=env,
                            capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
     assert again.stdout == "", "made once"
 

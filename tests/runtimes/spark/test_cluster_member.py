@@ -17,8 +17,8 @@ from support import Proxy, wait_until
 
 from dbus_deploy.services import MariaDBEndpoint, ServicesConfig, down, up
 from dbus_fn.coordination import SourceReference, SourceRegistry, ZooKeeperSettings, cluster_client
-from dbus_spark.cluster import ClusterMember
-from dbus_spark.settings import member_config
+from dbus_spark.cluster.member import ClusterMember
+from dbus_spark.interfaces.settings import member_config
 
 pytestmark = pytest.mark.integration
 

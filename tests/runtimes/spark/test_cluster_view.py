@@ -18,11 +18,11 @@ from support import free_port, keeps_to_its_document, parse_metrics
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ClusterStatus, RuntimeStatus, SourceStatus
 from dbus_fn.errors import DbusError
-from dbus_spark.api import ApiServer, ApiSettings, build_app
-from dbus_spark.api.cluster import ask_state, merge
-from dbus_spark.config import RuntimeConfig
-from dbus_spark.metrics import RuntimeMetrics
-from dbus_spark.metrics.state import (
+from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.interfaces.api import ApiServer, ApiSettings, build_app
+from dbus_spark.interfaces.api.cluster import ask_state, merge
+from dbus_spark.observe import RuntimeMetrics
+from dbus_spark.observe.state import (
     HANDING_OFF,
     DeploymentState,
     EdgeState,
@@ -144,7 +144,7 @@ def test_what_runtimes_share_is_summed_and_sources_are_told_by_their_readers(
 
 
 def test_only_named_counts_are_summed_and_each_is_a_number_of_its_state() -> None:
-    from dbus_spark.api.cluster import _COUNTS
+    from dbus_spark.interfaces.api.cluster import _COUNTS
 
     for state, names in _COUNTS.items():
         types = {f.name: f.type for f in fields(state)}
@@ -157,7 +157,7 @@ class _Fixed:
     def __init__(self, state: RuntimeState | None, problem: str | None = None) -> None:
         from prometheus_client import CollectorRegistry
 
-        from dbus_spark.api.cluster import _Scrape
+        from dbus_spark.interfaces.api.cluster import _Scrape
 
         self._state, self._problem = state, problem
         self.registry = CollectorRegistry(auto_describe=False)

@@ -11,15 +11,15 @@ import pytest
 from support import free_port
 from test_runtime_config import _config
 
-from dbus_spark.preflight import deployment_sink_problems
-from dbus_spark.sinks.clusters import (
+from dbus_spark.config.routes import (
     SinkSettingsError,
     elasticsearch_cluster,
     kafka_cluster,
 )
-from dbus_spark.sinks.records import KafkaRecord
-from dbus_spark.stage import StageRecord
-from dbus_spark.writer import TaskReport, _Sinks
+from dbus_spark.sinks.writer import TaskReport, _Sinks
+from dbus_spark.spark.preflight import deployment_sink_problems
+from dbus_spark.stage.functions import StageRecord
+from dbus_spark.state.records import KafkaRecord
 
 
 def test_kafka_options_become_producer_settings_with_credentials_from_the_environment(
@@ -208,7 +208,7 @@ def test_a_worker_s_sinks_send_each_deployment_to_its_own_cluster(
 
 def test_a_route_that_changes_mid_task_never_drops_what_a_sink_still_holds() -> None:
     from dbus_fn.testing import insert
-    from dbus_spark.stage import index_action
+    from dbus_spark.stage.functions import index_action
 
     sinks = _Sinks(_config(elasticsearch=f"http://127.0.0.1:{free_port()}"))
     held = sinks.elasticsearch("theirs")
@@ -227,7 +227,7 @@ def test_every_fenced_producer_of_a_worker_has_a_transactional_id_of_its_own() -
     from dataclasses import replace
 
     from dbus_fn.coordination import ZooKeeperSettings
-    from dbus_spark.config import WriteFencing
+    from dbus_spark.config.runtime import WriteFencing
 
     config = replace(_config(), fencing=WriteFencing(ZooKeeperSettings(), "rt-a"))
     first, again = _Sinks(config), _Sinks(config)

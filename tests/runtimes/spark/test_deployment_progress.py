@@ -12,7 +12,10 @@ from test_runtime_config import _config
 
 from dbus_fn.events import BinlogPosition
 from dbus_fn.testing import insert
-from dbus_spark.progress import (
+from dbus_spark.planning.source import BinlogSourceReader
+from dbus_spark.reads.catchup import CatchUpRange
+from dbus_spark.reads.range_read import SourceRange
+from dbus_spark.state.progress import (
     MAX_BACKOFF,
     Admission,
     Behind,
@@ -24,9 +27,6 @@ from dbus_spark.progress import (
     rejoined,
     start_order,
 )
-from dbus_spark.progress.catchup import CatchUpRange
-from dbus_spark.range_read import SourceRange
-from dbus_spark.source import BinlogSourceReader
 
 
 def _at(pos: int) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def test_a_deployment_behind_is_left_out_of_the_shared_read_and_read_for_alone(
 def test_a_deployment_behind_while_bootstrapped_reads_alone_through_the_history_gate(
     config_path: str,
 ) -> None:
-    from dbus_spark.history import Gate, HistoryTask
+    from dbus_spark.state.history import Gate, HistoryTask
 
     reader = BinlogSourceReader(config_path)
     task = HistoryTask("b", "shop.orders", ("id",), True, bootstrap=True)

@@ -12,10 +12,10 @@ from click.testing import CliRunner
 from support import free_port
 
 from dbus_fn.cli import cli
-from dbus_spark.api import ApiServer, ApiSettings, address_path, build_app
-from dbus_spark.config import RuntimeConfig
-from dbus_spark.metrics import RuntimeMetrics
-from dbus_spark.progress.commands import status_line
+from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.interfaces.api import ApiServer, ApiSettings, address_path, build_app
+from dbus_spark.interfaces.pace import status_line
+from dbus_spark.observe import RuntimeMetrics
 
 
 def _status(*args: str) -> tuple[int, str, str]:

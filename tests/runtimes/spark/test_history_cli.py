@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from support import serving_api
 
 from dbus_fn.cli import cli
-from dbus_spark.config import RuntimeConfig
-from dbus_spark.history.requests import requests_dir
-from dbus_spark.settings import runtime_config
+from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.interfaces.settings import runtime_config
+from dbus_spark.planning.requests import requests_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 ORDERS = str(ROOT / "functions" / "orders")
@@ -122,8 +122,8 @@ def test_ctrl_c_while_following_says_the_runtime_reads_on(tmp_path: Path) -> Non
     import threading
 
     from dbus_fn.cli._errors import Interrupted
-    from dbus_spark.history import HistoryStore, HistoryTask
-    from dbus_spark.history.follow import follow
+    from dbus_spark.interfaces.history.follow import follow
+    from dbus_spark.state.history import HistoryStore, HistoryTask
 
     store = HistoryStore(tmp_path / "history.json")
     task = HistoryTask("orders", "shop.orders", ("id",), True, started=time.time())

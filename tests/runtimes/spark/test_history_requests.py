@@ -10,7 +10,7 @@ import pytest
 from dbus_fn.capture import BinlogReader, SourceSpec, replica_id_for
 from dbus_fn.errors import HistoryError
 from dbus_fn.manifest import Manifest
-from dbus_spark.history import HistoryStore
+from dbus_spark.state.history import HistoryStore
 
 
 def test_a_backfill_during_the_bootstrap_names_the_bootstrap(
@@ -47,7 +47,7 @@ def both(event: fn.RowChange) -> list[str]:
 SAVE = """
 import sys
 from pathlib import Path
-from dbus_spark.settings import runtime_config
+from dbus_spark.interfaces.settings import runtime_config
 folder, dsn, kafka, es, checkpoint = sys.argv[1:]
 config = runtime_config(sources=(f"shop={dsn}",), deployments=(folder,), kafka=kafka,
                         elasticsearch=es, checkpoint=checkpoint)
@@ -145,7 +145,7 @@ def test_ctrl_c_of_verify_repair_withdraws_the_repair(stopped_runtime: tuple[str
 
     from support import serving_api
 
-    from dbus_spark.history.requests import requests_dir
+    from dbus_spark.planning.requests import requests_dir
 
     checkpoint, dsn = stopped_runtime
     with serving_api(checkpoint):  # its API up, its planner taking nothing

@@ -12,9 +12,9 @@ from support import route_code
 from dbus_fn.capture import position_to_json
 from dbus_fn.events import BinlogPosition
 from dbus_fn.testing import update
-from dbus_spark.history import ChunkDone, Gate, HistoryStore, HistoryTask
-from dbus_spark.history.queries import key_of_text, keys_where
-from dbus_spark.sinks.records import position_order
+from dbus_spark.state.history import ChunkDone, Gate, HistoryStore, HistoryTask
+from dbus_spark.state.history.queries import key_of_text, keys_where
+from dbus_spark.state.records import position_order
 
 TABLE = "shop.products"
 
@@ -125,7 +125,7 @@ def test_chunks_are_recorded_in_plan_order_and_a_replay_only_moves_positions(
 def test_a_deployment_whose_sinks_refused_its_history_is_read_again_after_a_backoff(
     tmp_path: Path,
 ) -> None:
-    from dbus_spark.history.records import ReplayTask
+    from dbus_spark.state.history.records import ReplayTask
 
     store = HistoryStore(tmp_path / "h.json")
     name = "catalog:shop.products"
@@ -208,7 +208,7 @@ def test_a_gained_source_takes_its_committed_history_over_once(tmp_path: Path) -
 def test_a_cluster_request_is_handed_to_the_driver_once_and_answered_back(
     tmp_path: Path,
 ) -> None:
-    from dbus_spark.history.requests import Answer, answer, forward, pending
+    from dbus_spark.planning.requests import Answer, answer, forward, pending
 
     checkpoint = str(tmp_path / "checkpoint")
     body = {"kind": "backfill", "id": "x", "deployment": "catalog", "tables": []}
@@ -267,7 +267,7 @@ def test_a_new_owner_reads_again_what_the_last_one_planned_and_did_not_commit(
         {"end": at(6100), "chunks": [["gone:shop.x", None, None, 1]]},  # no such task
         {"end": at(7000), "chunks": [[name, [["i", 300]], None, 1]]},
     ]  # fmt: skip
-    from dbus_spark.history.plans import open_plans
+    from dbus_spark.state.history.plans import open_plans
 
     still = open_plans(planned, committed)
     assert [plan["end"] for plan in still] == [at(6000), at(7000)]
@@ -286,8 +286,8 @@ def test_a_new_owner_reads_again_what_the_last_one_planned_and_did_not_commit(
 def test_a_deployment_s_own_read_is_gated_as_the_shared_read_is(function_folder: Any) -> None:
     """A deployment detached while it is bootstrapped catches up through the same gate:
     a change its chunks bring instead never comes before (or after) their rows."""
-    from dbus_spark.config import deployment_folders
-    from dbus_spark.stage import FunctionStage, StageCounts
+    from dbus_spark.config.runtime import deployment_folders
+    from dbus_spark.stage.functions import FunctionStage, StageCounts
 
     folder = function_folder("catalog", route_code(TABLE, "kafka://products"), [TABLE])
     stage = FunctionStage(deployment_folders((str(folder),)), type_prefix="dbus")

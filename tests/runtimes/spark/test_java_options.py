@@ -1,4 +1,4 @@
-"""JVM options of the user's for Spark (``DBUS_SPARK_JAVA_OPTIONS``, ``dbus_spark.jvm``):
+"""JVM options of the user's for Spark (``DBUS_SPARK_JAVA_OPTIONS``, ``dbus_spark.config.jvm``):
 they reach the driver and the executors after dbus's own, and options that are not
 options, or that the JVM refuses, are one line naming the variable and the fix."""
 
@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("pyspark")
 
 from dbus_fn.errors import ConfigError
-from dbus_spark import jvm, logs
-from dbus_spark.session import spark_session
+from dbus_spark.config import jvm, logs
+from dbus_spark.spark.session import spark_session
 
 
 def test_the_added_options_come_after_dbus_own(monkeypatch: pytest.MonkeyPatch) -> None:

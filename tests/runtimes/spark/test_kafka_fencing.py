@@ -27,7 +27,7 @@ from dbus_spark.sinks.kafka_admin import (
     MAX_MESSAGE_BYTES,
     abort_scan_seconds,
 )
-from dbus_spark.sinks.records import KafkaRecord
+from dbus_spark.state.records import KafkaRecord
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,8 @@ from support import free_port
 
 from dbus_fn.cli import cli
 from dbus_fn.errors import ConfigError, PositionError
-from dbus_spark.kafka_source import KafkaPlanner, KafkaSource, parse_kafka_source, ranges
-from dbus_spark.preflight import check_kafka_source
+from dbus_spark.config.kafka_source import KafkaPlanner, KafkaSource, parse_kafka_source, ranges
+from dbus_spark.spark.preflight import check_kafka_source
 
 MIRROR = str(Path(__file__).resolve().parents[3] / "functions" / "mirror")
 
@@ -188,7 +188,7 @@ def test_offsets_retention_deleted_before_they_were_read_are_refused(
 
 def test_history_and_pace_of_a_kafka_source_are_refused_with_the_reason() -> None:
     from dbus_fn.manifest import load_manifest
-    from dbus_spark.history.requests import (
+    from dbus_spark.planning.requests import (
         BackfillRequest,
         PaceRequest,
         ReplayRequest,
@@ -219,8 +219,8 @@ def test_history_and_pace_of_a_kafka_source_are_refused_with_the_reason() -> Non
 
 
 def test_a_busy_partition_is_shared_by_key_among_the_cores_while_partitions_are_few() -> None:
-    from dbus_spark.kafka_read import KafkaRange
-    from dbus_spark.kafka_source import SHARD_MIN_MESSAGES, kafka_shards
+    from dbus_spark.config.kafka_source import SHARD_MIN_MESSAGES, kafka_shards
+    from dbus_spark.reads.kafka_read import KafkaRange
 
     assert kafka_shards(SHARD_MIN_MESSAGES - 1, 1, 2) == 1  # too short to share
     assert kafka_shards(SHARD_MIN_MESSAGES, 3, 2) == 2

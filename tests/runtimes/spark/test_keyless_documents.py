@@ -11,8 +11,8 @@ from typing import Any
 from dbus_fn import Operation
 from dbus_fn.cloudevent import image_digests
 from dbus_fn.testing import row_change
-from dbus_spark.sinks.records import IndexAction
-from dbus_spark.stage import IndexActions
+from dbus_spark.stage.functions import IndexActions
+from dbus_spark.state.records import IndexAction
 
 TYPES = {"a": "int", "doc": "json"}
 OLD = {"a": 1, "doc": {"text": "x" * 600_000}}

@@ -20,12 +20,12 @@ from support import Samples, free_port, parse_metrics
 from dbus_fn.capture import SourceSpec
 from dbus_fn.errors import ConfigError
 from dbus_fn.testing import insert
-from dbus_spark.api import ApiServer, ApiSettings, build_app
-from dbus_spark.config import RuntimeConfig, SourceBinding, deployment_folders
-from dbus_spark.metrics import RuntimeMetrics, take_report, write_report
-from dbus_spark.metrics.live import Publisher, SinkPublisher
-from dbus_spark.sinks.activity import SinkActivity
-from dbus_spark.stage import FunctionStage, StageCounts
+from dbus_spark.config.runtime import RuntimeConfig, SourceBinding, deployment_folders
+from dbus_spark.interfaces.api import ApiServer, ApiSettings, build_app
+from dbus_spark.observe import RuntimeMetrics, take_report, write_report
+from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.state.live_counters import Publisher, SinkPublisher
+from dbus_spark.state.sink_activity import SinkActivity
 
 
 def _samples(metrics: RuntimeMetrics) -> Samples:

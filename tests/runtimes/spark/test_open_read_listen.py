@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from dbus_fn.errors import DbusError
-from dbus_spark import open_read_socket
+from dbus_spark.reads import open_read_socket
 
 
 def _name() -> str:

@@ -8,10 +8,10 @@ import json
 import multiprocessing
 from pathlib import Path
 
-from dbus_spark.checkpoint import ProgressFolder, load_reached, record_reached
-from dbus_spark.history import HistoryStore, store_path
-from dbus_spark.history.records import HistoryTask
-from dbus_spark.progress import Behind, ProgressBook, detached
+from dbus_spark.state.checkpoint import ProgressFolder, load_reached, record_reached
+from dbus_spark.state.history import HistoryStore, store_path
+from dbus_spark.state.history.records import HistoryTask
+from dbus_spark.state.progress import Behind, ProgressBook, detached
 
 AT = {"file": "bin.000001", "pos": 300}
 

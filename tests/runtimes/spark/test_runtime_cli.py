@@ -197,7 +197,7 @@ def test_a_malformed_local_service_port_is_named_not_ignored() -> None:
 
 
 def test_a_bare_executor_python_is_this_interpreter_here_and_the_path_elsewhere() -> None:
-    from dbus_spark.session import workers_python
+    from dbus_spark.spark.session import workers_python
 
     here = str(Path(sys.executable).parent)
     environ = {"PATH": "/usr/bin:/bin", "DBUS_EXECUTOR_PYTHON": "python3"}

@@ -12,15 +12,15 @@ import pytest
 from dbus_fn.coordination import ZooKeeperSettings
 from dbus_fn.errors import ConfigError
 from dbus_fn.events import BinlogPosition
-from dbus_spark.cluster import HANDOFF_MARGIN, handoff_seconds
-from dbus_spark.config import (
+from dbus_spark.cluster.member import HANDOFF_MARGIN, handoff_seconds
+from dbus_spark.config.runtime import (
     ConfigFile,
     DeploymentFolder,
     RuntimeConfig,
     WriteFencing,
     load_config,
 )
-from dbus_spark.settings import runtime_config
+from dbus_spark.interfaces.settings import runtime_config
 
 ORDERS = str(Path(__file__).resolve().parents[3] / "functions" / "orders")
 
@@ -153,7 +153,7 @@ def test_the_detach_bound_defaults_to_five_seconds_and_survives_the_config_file(
 
 def test_a_batch_reads_a_source_only_under_the_hold_it_was_planned_with(tmp_path: Path) -> None:
     """A micro-batch planned before a cluster moved a source away, or before this
-    runtime took it up again, must not read it (see dbus_spark.source)."""
+    runtime took it up again, must not read it (see dbus_spark.planning.source)."""
     config = _config()
     (binding,) = config.sources
     held = replace(config, sources=(replace(binding, epoch=4, generation=2),))
@@ -204,7 +204,7 @@ def test_key_shards_read_with_the_server_ids_claimed_for_them(tmp_path: Path) ->
 def test_the_default_checkpoint_does_not_depend_on_the_current_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dbus_spark.settings import member_config
+    from dbus_spark.interfaces.settings import member_config
 
     monkeypatch.setenv("DBUS_HOME", str(tmp_path / "home"))
     made = []

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from dbus_fn.cli import cli
-from dbus_spark.config import load_config
-from dbus_spark.settings import runtime_config
+from dbus_spark.config.runtime import load_config
+from dbus_spark.interfaces.settings import runtime_config
 
 ORDERS = str(Path(__file__).resolve().parents[3] / "functions" / "orders")
 

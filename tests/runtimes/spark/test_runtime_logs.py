@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from dbus_spark import logs
+from dbus_spark.config import logs
 
 
 @pytest.fixture(autouse=True)
@@ -108,7 +108,7 @@ def test_quiet_kafka_client_lines_are_at_most_one_per_interval() -> None:
 def test_the_stacks_signal_prints_every_thread_of_a_runtime_process() -> None:
     script = (
         "import os, threading, time\n"
-        "from dbus_spark import logs\n"
+        "from dbus_spark.config import logs\n"
         "logs.stacks_on_signal()\n"
         "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
         "print('ready', flush=True)\n"
@@ -202,7 +202,7 @@ def test_a_spark_worker_goes_on_through_ctrl_c_and_no_other_process_does(
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from pyspark import TaskContext\n"
         f"if {in_a_task}: TaskContext._getOrCreate()\n"
-        "from dbus_spark import logs\n"
+        "from dbus_spark.config import logs\n"
         "logs.ignore_ctrl_c()\n"
         "try:\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dbus_spark.config import RuntimeConfig
-from dbus_spark.logs import LOG_FORMAT_ENV, JsonFormatter, log_formatter
-from dbus_spark.stage import StageCounts
-from dbus_spark.writer import SinkWriter, TaskReport
+from dbus_spark.config.logs import LOG_FORMAT_ENV, JsonFormatter, log_formatter
+from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.sinks.writer import SinkWriter, TaskReport
+from dbus_spark.stage.functions import StageCounts
 
 
 @pytest.fixture

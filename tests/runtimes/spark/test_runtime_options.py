@@ -34,7 +34,7 @@ def test_a_batch_still_running_when_for_ends_blames_no_sink(tmp_path: Path) -> N
     from test_runtime_preflight import _checkpoint
 
     from dbus_fn.errors import UndeliveredError
-    from dbus_spark.cli import _check_delivered
+    from dbus_spark.interfaces.cli import _check_delivered
 
     checkpoint = str(_checkpoint(tmp_path / "cp", planned=2, committed=1))
     planned = 1_700_000_000.002
@@ -47,7 +47,7 @@ def test_a_batch_still_running_when_for_ends_blames_no_sink(tmp_path: Path) -> N
 
 
 def _config(checkpoint: Path, *names: str) -> Any:
-    from dbus_spark.settings import runtime_config
+    from dbus_spark.interfaces.settings import runtime_config
 
     return runtime_config(
         sources=tuple(f"{name}=mysql://u:p@127.0.0.1:1" for name in names),
@@ -81,7 +81,7 @@ def test_a_checkpoint_goes_on_under_its_names_and_takes_new_ones(
 ) -> None:
     from test_runtime_preflight import _checkpoint
 
-    from dbus_spark.job import _check_source_names
+    from dbus_spark.spark.job import _check_source_names
 
     checkpoint = _checkpoint(tmp_path / "cp", planned=2, committed=2)
     if names == ("more",):  # a new name, the old one gone: a rename

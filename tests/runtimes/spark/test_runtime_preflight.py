@@ -16,8 +16,8 @@ from click.testing import CliRunner, Result
 from support import free_port
 
 from dbus_fn.cli import cli
-from dbus_spark.checkpoint import pending_batch
-from dbus_spark.preflight import check_elasticsearch, check_kafka, check_master
+from dbus_spark.spark.preflight import check_elasticsearch, check_kafka, check_master
+from dbus_spark.state.checkpoint import pending_batch
 
 FUNCTIONS = str(Path(__file__).resolve().parents[3] / "functions" / "orders")
 

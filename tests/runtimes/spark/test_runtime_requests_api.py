@@ -19,9 +19,9 @@ import pytest
 from support import answering_planner, serving_api
 
 from dbus_fn.errors import ConfigError, HistoryError, ServiceUnreachableError
-from dbus_spark.api.client import ask_runtime, withdraw_at
-from dbus_spark.history.follow import ask
-from dbus_spark.history.requests import (
+from dbus_spark.interfaces.api.client import ask_runtime, withdraw_at
+from dbus_spark.interfaces.history.follow import ask
+from dbus_spark.planning.requests import (
     BackfillRequest,
     PaceRequest,
     RepairRequest,
@@ -143,8 +143,8 @@ def test_no_runtime_serving_the_checkpoint_is_one_line_at_once(checkpoint: str) 
 
 
 def test_a_clusters_view_takes_no_request_and_says_where_to_ask() -> None:
-    from dbus_spark.api import ApiServer, ApiSettings, build_app
-    from dbus_spark.metrics import RuntimeMetrics
+    from dbus_spark.interfaces.api import ApiServer, ApiSettings, build_app
+    from dbus_spark.observe import RuntimeMetrics
 
     settings = ApiSettings.parse("127.0.0.1:0")
     assert settings is not None
@@ -160,8 +160,8 @@ def test_a_request_the_planner_cannot_act_on_is_refused_and_the_next_one_answere
     checkpoint: str, tmp_path: Path
 ) -> None:
     """Whatever is posted, the planner (and with it the runtime's query) goes on."""
-    from dbus_spark.history import HistoryStore
-    from dbus_spark.history.requests import Answer, submit, take_requests
+    from dbus_spark.planning.requests import Answer, submit, take_requests
+    from dbus_spark.state.history import HistoryStore
 
     def pace(request: PaceRequest, only: str | None) -> Answer:
         if request.deployment == "odd":

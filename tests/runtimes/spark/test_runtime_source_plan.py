@@ -11,7 +11,10 @@ import pytest
 from test_runtime_config import _config
 
 from dbus_fn.capture import SourceSpec
-from dbus_spark.checkpoint import (
+from dbus_spark.config.runtime import SourceBinding, default_decode_shards
+from dbus_spark.planning.source import SHARD_MIN_BYTES, BinlogSourceReader
+from dbus_spark.stage.worker import worker_reader
+from dbus_spark.state.checkpoint import (
     ProgressFolder,
     forget_reached,
     load_reached,
@@ -19,9 +22,6 @@ from dbus_spark.checkpoint import (
     record_reached,
     take_delivered,
 )
-from dbus_spark.config import SourceBinding, default_decode_shards
-from dbus_spark.source import SHARD_MIN_BYTES, BinlogSourceReader
-from dbus_spark.worker import worker_reader
 
 
 def _offset(pos: int, file: str = "bin.000001") -> dict[str, Any]:
@@ -129,7 +129,7 @@ def test_a_note_is_taken_only_where_it_is_further_and_covers_every_deployment(
 
 
 def test_what_a_read_task_delivered_itself_adds_up_with_the_writers_counts() -> None:
-    from dbus_spark.writer import TaskReport
+    from dbus_spark.sinks.writer import TaskReport
 
     writer = TaskReport(records=2, kafka=2, seconds=0.5, started=20.0)
     writer.per_source["a"] += 2
@@ -145,7 +145,7 @@ def test_what_a_read_task_delivered_itself_adds_up_with_the_writers_counts() -> 
 
 
 def test_where_an_open_read_reached_travels_with_the_stage_counts() -> None:
-    from dbus_spark.stage import StageCounts
+    from dbus_spark.stage.functions import StageCounts
 
     one, other = StageCounts(), StageCounts()
     one.reached["a"] = {"file": "bin.000001", "pos": 500}
@@ -183,7 +183,7 @@ def test_a_worker_keeps_one_reader_per_source_spec() -> None:
      ("1", True), ("on", True)],
 )  # fmt: skip
 def test_reads_are_carried_across_batches_unless_switched_off(value: str | None, on: bool) -> None:
-    from dbus_spark import open_read_control
+    from dbus_spark.reads import open_read_control
 
     environ = {} if value is None else {open_read_control.SWITCH: value}
     assert open_read_control.switched_on(environ) is on
@@ -192,7 +192,7 @@ def test_reads_are_carried_across_batches_unless_switched_off(value: str | None,
 @pytest.mark.parametrize("value", ["2", "maybe", "of"])
 def test_a_carry_switch_that_is_neither_on_nor_off_is_refused(value: str) -> None:
     from dbus_fn.errors import ConfigError
-    from dbus_spark import open_read_control
+    from dbus_spark.reads import open_read_control
 
     with pytest.raises(ConfigError) as caught:
         open_read_control.switched_on({open_read_control.SWITCH: value})

@@ -14,7 +14,7 @@ import pytest
 
 from dbus_fn.capture import SourceSpec
 from dbus_fn.errors import ConfigError
-from dbus_spark.config import RuntimeConfig, SourceBinding, load_config
+from dbus_spark.config.runtime import RuntimeConfig, SourceBinding, load_config
 
 DSN = "mysql://dbus:s3cr%40t@127.0.0.1:3306"
 
@@ -45,7 +45,7 @@ def test_the_file_holds_no_password_and_this_process_answers_for_it(tmp_path: Pa
 
 ASK = textwrap.dedent("""
     import sys
-    from dbus_spark.config import load_config
+    from dbus_spark.config.runtime import load_config
     print(load_config(sys.argv[1]).sources[0].spec.dsn)
 """)
 
@@ -62,7 +62,7 @@ WRITE_AND_GO = textwrap.dedent("""
     import sys
     from pathlib import Path
     from dbus_fn.capture import SourceSpec
-    from dbus_spark.config import RuntimeConfig, SourceBinding
+    from dbus_spark.config.runtime import RuntimeConfig, SourceBinding
     RuntimeConfig(sources=(SourceBinding(SourceSpec("shop", sys.argv[2], ("*.*",)), 7),),
                   deployments=(), kafka_bootstrap="k:9092", elasticsearch_url="http://e:9200",
                   checkpoint_dir=sys.argv[3]).save(Path(sys.argv[1]))

@@ -17,9 +17,9 @@ import pytest
 from dbus_fn.bundle import build_bundle, unpack, zip_files
 from dbus_fn.capture import SourceSpec
 from dbus_fn.errors import BundleError
-from dbus_spark import shipment as shipping
-from dbus_spark.config import DeploymentFolder, RuntimeConfig, SourceBinding
-from dbus_spark.shipment import Shipper, unpacked
+from dbus_spark.config.runtime import DeploymentFolder, RuntimeConfig, SourceBinding
+from dbus_spark.stage import shipment as shipping
+from dbus_spark.stage.shipment import Shipper, unpacked
 
 
 def _config(tmp_path: Path, *folders: Path) -> RuntimeConfig:

@@ -15,9 +15,9 @@ from dbus_fn.errors import KafkaSinkError
 from dbus_fn.testing import insert
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink, ElasticsearchSinkError
 from dbus_spark.sinks.kafka import KafkaSink
-from dbus_spark.sinks.records import KafkaRecord
-from dbus_spark.stage import StageRecord, index_action
-from dbus_spark.writer import TaskReport, _Sinks
+from dbus_spark.sinks.writer import TaskReport, _Sinks
+from dbus_spark.stage.functions import StageRecord, index_action
+from dbus_spark.state.records import KafkaRecord
 
 
 def _record(topic: str) -> KafkaRecord:

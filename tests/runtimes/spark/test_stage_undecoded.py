@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dbus_fn.events import BinlogPosition, Operation, UndecodedRows
-from dbus_spark.config import deployment_folders
-from dbus_spark.sinks.records import KafkaRecord
-from dbus_spark.stage import FunctionStage, StageCounts
+from dbus_spark.config.runtime import deployment_folders
+from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.state.records import KafkaRecord
 
 RELAY = """
 import dbus_fn as fn

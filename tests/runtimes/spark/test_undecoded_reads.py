@@ -16,11 +16,11 @@ from decode_faults import refuse_rows_holding
 from support import kafka_events
 
 from dbus_fn.capture import BinlogReader, position_to_json, replica_id_for
-from dbus_spark.config import deployment_folders
-from dbus_spark.range_read import SourceRange, read_source_range
-from dbus_spark.settings import runtime_config
-from dbus_spark.shipment import Shipment
-from dbus_spark.stage import FunctionStage
+from dbus_spark.config.runtime import deployment_folders
+from dbus_spark.interfaces.settings import runtime_config
+from dbus_spark.reads.range_read import SourceRange, read_source_range
+from dbus_spark.stage.functions import FunctionStage
+from dbus_spark.stage.shipment import Shipment
 
 pytestmark = pytest.mark.integration
 

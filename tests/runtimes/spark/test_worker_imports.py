@@ -18,9 +18,9 @@ def test_the_source_and_sink_modules_load_no_elasticsearch_client_until_a_docume
     done = _run(
         """
         import sys
-        import dbus_spark.job, dbus_spark.source, dbus_spark.writer
+        import dbus_spark.spark.job, dbus_spark.planning.source, dbus_spark.sinks.writer
         from dbus_spark.sinks.elasticsearch import ElasticsearchSink
-        from dbus_spark.sinks.records import IndexAction
+        from dbus_spark.state.records import IndexAction
 
         sink = ElasticsearchSink("http://127.0.0.1:1", on_refused=print, retry_for=0)
         assert sink.flush() == 0
@@ -44,9 +44,10 @@ def test_the_registered_data_sources_load_no_reader_or_writer_until_one_is_made(
     done = _run(
         """
         import sys
-        from dbus_spark.datasources import BinlogDataSource, FunctionSinkDataSource
+        from dbus_spark.spark.datasources import BinlogDataSource, FunctionSinkDataSource
 
-        heavy = ("pyarrow", "dbus_spark.source", "dbus_spark.writer", "dbus_fn.capture")
+        heavy = ("pyarrow", "dbus_spark.planning.source", "dbus_spark.sinks.writer",
+                 "dbus_fn.capture")
         print(sorted(m for m in heavy if m in sys.modules))
         source = BinlogDataSource({"config": "/nonexistent.json"})
         print(source.name(), source.schema().fieldNames())
@@ -61,13 +62,13 @@ def test_the_registered_data_sources_load_no_reader_or_writer_until_one_is_made(
     lines = done.stdout.split("\n")
     assert lines[0] == "[]", "a planner that only creates the source imports no reader"
     assert lines[1] == "dbus_binlog ['source', 'record_type', 'value']"
-    assert "dbus_spark.source" in lines[2]
+    assert "dbus_spark.planning.source" in lines[2]
 
 
 def test_the_source_s_spark_schema_is_its_tasks_arrow_schema() -> None:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from dbus_spark.datasources import SCHEMA
-    from dbus_spark.worker import ARROW_SCHEMA
+    from dbus_spark.spark.datasources import SCHEMA
+    from dbus_spark.stage.worker import ARROW_SCHEMA
 
     assert from_arrow_schema(ARROW_SCHEMA) == SCHEMA

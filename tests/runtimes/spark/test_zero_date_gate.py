@@ -9,8 +9,8 @@ from datetime import date, datetime
 from dbus_fn.capture import key_to_json
 from dbus_fn.events import BinlogPosition
 from dbus_fn.testing import row_change
-from dbus_spark.history.gate import Gate
-from dbus_spark.sinks.records import document_version
+from dbus_spark.state.history.gate import Gate
+from dbus_spark.state.records import document_version
 
 TABLE = "shop.legacy"
 LATER = BinlogPosition("mysql-bin.000009", 900)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from dbus_spark.sinks.records import IndexAction, KafkaRecord
+from dbus_spark.state.records import IndexAction, KafkaRecord
 
 
 class Sink(Protocol):

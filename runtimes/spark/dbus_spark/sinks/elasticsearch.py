@@ -23,8 +23,8 @@ from tenacity import (
 )
 
 from dbus_fn.errors import DbusError
-from dbus_spark.sinks.activity import SinkActivity
-from dbus_spark.sinks.records import IndexAction
+from dbus_spark.state.records import IndexAction
+from dbus_spark.state.sink_activity import SinkActivity
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
@@ -139,7 +139,7 @@ class ElasticsearchSink:
         self._url = url if isinstance(url, str) else ",".join(url)
         self._hosts = url if isinstance(url, str) else list(url)
         self._options = {"request_timeout": 60, **(options or {})}
-        """The client's options: a deployment's own (``dbus_spark.sinks.clusters``)."""
+        """The client's options: a deployment's own (``dbus_spark.config.routes``)."""
         # Made on first use: the client library costs a Python worker ~17 MiB, and
         # most workers of a runtime that routes to Kafka only never need it.
         self._client = client

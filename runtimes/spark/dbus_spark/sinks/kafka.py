@@ -22,7 +22,7 @@ that cannot be confirmed (ZooKeeper away) waits, and so does a broker that is do
 
 Writes are counted per deployment (``write(record, deployment)``): ``settle`` waits up
 to a bound and names the deployments whose messages the broker refused or did not take
-in time, so those alone are detached (``dbus_spark.progress``) while the others'
+in time, so those alone are detached (``dbus_spark.state.progress``) while the others'
 positions are committed. Fenced, a transaction not committed in time is aborted and
 names every deployment in it: deployments sharing a producer share its fate.
 """
@@ -40,11 +40,11 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from dbus_fn.errors import KafkaSinkError, ServiceError
-from dbus_spark.logs import kafka_config
-from dbus_spark.sinks.activity import SinkActivity
+from dbus_spark.config.logs import kafka_config
 from dbus_spark.sinks.kafka_admin import MAX_MESSAGE_BYTES, create_missing_topics
 from dbus_spark.sinks.kafka_reports import LOST_BROKER, PURGED, REFUSED, not_delivered
-from dbus_spark.sinks.records import KafkaRecord
+from dbus_spark.state.records import KafkaRecord
+from dbus_spark.state.sink_activity import SinkActivity
 
 log = logging.getLogger(__name__)
 

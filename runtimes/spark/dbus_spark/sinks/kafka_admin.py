@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from dbus_fn.errors import KafkaSinkError
-from dbus_spark.logs import kafka_config
+from dbus_spark.config.logs import kafka_config
 
 log = logging.getLogger(__name__)
 

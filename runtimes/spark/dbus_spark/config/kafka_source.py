@@ -1,0 +1,342 @@
+"""Kafka topics of CloudEvents as a source, beside the binlog sources.
+
+``--source dc2=kafka://broker1:9092,broker2:9092/dbus.shop.*,orders`` names a
+source whose changes are the row-change CloudEvents (Kafka binding, binary or
+structured: what dbus writes, or anything that writes them) in the topics the
+patterns match, on that cluster. Query parameters are the consumer's librdkafka
+settings (``?security.protocol=SASL_SSL&sasl.password_env=DC2_PASSWORD``; a key
+ending ``_env`` takes its value from that environment variable of the process
+that reads; a login before the brokers, ``user:password@``, is refused). dbus keeps
+the group, commits and isolation to itself.
+
+The same functions run over those events: a deployment subscribes to the source
+by name (``sources = ["dc2"]`` in ``dbus.toml``) and to its tables as always. An
+event keeps its id, position and row; its source becomes the input's name.
+
+Positions are the topics' offsets, one per partition, kept in the batch's offset
+(``{"dc2": {"kafka": {"topic": {"0": 120}}}}``) and committed with it, so a batch
+replayed after a crash reads the same messages again (at least once, as the
+binlog). One task reads one partition in order (a busy partition, while
+the partitions are few, is read by several tasks, each keeping the messages of its
+share of the keys, told apart by the key's bytes before any decoding): a key's
+changes, in one partition, stay in order. Messages are read ``read_committed``: a producer's
+aborted transaction is never a change. A topic a pattern matches later is read
+from its start. A message that is not a row-change CloudEvent goes to the dead
+letters of every deployment subscribed to the source, with its topic, partition
+and offset; the read goes on.
+
+Here the source and the driver's planning; ``kafka_read`` reads on the executors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from dbus_fn.capture import redact_dsn
+from dbus_fn.errors import ConfigError, PositionError, SourceUnreachableError
+from dbus_spark.config.logs import kafka_config
+
+log = logging.getLogger("dbus_spark.config.kafka_source")
+
+SCHEME = "kafka://"
+KAFKA = "kafka"
+"""The key of a Kafka source's offsets in a batch's offset (module docstring)."""
+OWNED_SETTINGS = frozenset(
+    {"bootstrap.servers", "group.id", "enable.auto.commit", "isolation.level",
+     "enable.partition.eof", "auto.offset.reset", "enable.auto.offset.store"}
+)  # fmt: skip
+"""Consumer settings dbus sets itself: offsets live in the runtime's checkpoint."""
+
+Offsets = dict[str, dict[str, int]]
+"""Per topic, per partition (as text, JSON's keys), the next offset to read."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSource:
+    """A source of CloudEvents in Kafka topics (module docstring)."""
+
+    name: str
+    bootstrap: str
+    topics: tuple[str, ...]
+    """Topic names and ``*`` patterns."""
+    settings: Mapping[str, str] = field(default_factory=dict)
+    start: str | Offsets = "latest"
+    """``earliest``, ``latest`` or, once a runtime pinned it, the offsets it meant."""
+
+    def matches(self, topic: str) -> bool:
+        return any(fnmatchcase(topic, pattern) for pattern in self.topics)
+
+    def consumer_settings(self) -> dict[str, Any]:
+        """The librdkafka settings to read with, each ``KEY_env`` resolved here."""
+        settings: dict[str, Any] = {}
+        for key, value in self.settings.items():
+            if key.endswith("_env"):
+                found = os.environ.get(value)
+                if found is None:
+                    raise ConfigError(
+                        f"source {self.name!r}: setting {key} names the environment variable "
+                        f"{value}, which is not set; export it where the runtime runs",
+                        setting="source",
+                    )
+                settings[key.removesuffix("_env")] = found
+            else:
+                settings[key] = value
+        return {
+            **settings,
+            "bootstrap.servers": self.bootstrap,
+            "group.id": f"dbus-source-{self.name}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "bootstrap": self.bootstrap, "topics": list(self.topics),
+                "settings": dict(self.settings), "start": self.start}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KafkaSource:
+        return cls(data["name"], data["bootstrap"], tuple(data["topics"]),
+                   dict(data.get("settings", {})), data.get("start", "latest"))  # fmt: skip
+
+
+def is_kafka_url(dsn: str) -> bool:
+    return dsn.strip().lower().startswith(SCHEME)
+
+
+def parse_kafka_source(name: str, url: str, start: str = "latest") -> KafkaSource:
+    """``kafka://HOST:PORT[,HOST:PORT]/TOPIC[,TOPIC][?SETTING=VALUE&...]`` as a source
+    (``--source NAME=URL``); a mistake is a ``ConfigError`` quoting the URL without its
+    password and query."""
+    shown = redact_dsn(url.strip())
+
+    def fail(problem: str, fix: str) -> ConfigError:
+        return ConfigError(
+            f"--source {name + '=' + shown!r}: {problem}; {fix} "
+            f"(kafka://host:9092/topic-or-pattern,other?security.protocol=SSL)",
+            setting="source",
+        )
+
+    rest = url.strip()[len(SCHEME):]
+    rest, _, query = rest.partition("?")
+    # Brokers, topics and settings' names hold no '@': one is a login's end (a value
+    # may hold one, an e-mail address say).
+    if "@" in rest or any("@" in part.partition("=")[0] for part in query.split("&")):
+        raise fail(
+            "a user and password in the URL are not read",
+            "give them as settings after '?', the password by naming the environment "
+            "variable that holds it: ?security.protocol=SASL_SSL&sasl.mechanism=PLAIN"
+            "&sasl.username=USER&sasl.password_env=VARIABLE",
+        )
+    hosts, slash, patterns = rest.partition("/")
+    if not hosts:
+        raise fail("no broker", "name the cluster's bootstrap servers")
+    for host in hosts.split(","):
+        address, colon, port = host.rpartition(":")
+        if not colon or not address or not port.isdigit() or not 0 < int(port) < 65536:
+            # A password holding '?' and '=' may still lie in the brokers: not quoted then.
+            broker = "a broker" if "@" in url else f"broker {host!r}"
+            raise fail(f"{broker} is not host:port", "write each broker as host:port")
+    topics = tuple(unquote(t).strip() for t in patterns.split(",")) if slash else ()
+    if not topics or not all(topics):
+        raise fail("no topic (or an empty one)", "name the topics after a slash, comma-separated")
+    settings = dict(parse_qsl(query, keep_blank_values=True))
+    owned = sorted(OWNED_SETTINGS & {k.removesuffix("_env") for k in settings})
+    if owned:
+        raise fail(f"setting {owned[0]} is dbus's own", "leave it out")
+    return KafkaSource(name, hosts, topics, settings, start)
+
+
+# The driver ------------------------------------------------------------------------
+
+
+def consumer(source: KafkaSource, *, planning: bool = False) -> Any:
+    """A consumer of ``source``'s cluster; a setting librdkafka refuses is a
+    ``ConfigError`` naming it."""
+    from confluent_kafka import Consumer, KafkaException
+
+    settings = source.consumer_settings()
+    if planning:
+        settings.pop("enable.partition.eof")
+    try:
+        return Consumer(kafka_config(settings))  # its log lines through Python logging
+    except KafkaException as exc:
+        raise ConfigError(
+            f"source {source.name!r}: the Kafka consumer refuses its settings "
+            f"({exc.args[0].str() if exc.args else exc}); fix the URL's query",
+            setting="source",
+        ) from None
+
+
+class KafkaPlanner:
+    """Asks a Kafka source's cluster for its topics and offsets (the driver's side)."""
+
+    def __init__(self, source: KafkaSource) -> None:
+        self.source = source
+        self._consumer = consumer(source, planning=True)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def _unreachable(self, why: object) -> SourceUnreachableError:
+        return SourceUnreachableError(
+            f"source {self.source.name!r}: Kafka at {self.source.bootstrap} does not answer "
+            f"({why}); check that the brokers run and the URL's hosts and ports",
+            source=self.source.name,
+        )
+
+    def partitions(self) -> dict[str, list[int]]:
+        """Per topic the patterns match now, its partitions."""
+        from confluent_kafka import KafkaException
+
+        try:
+            metadata = self._consumer.list_topics(timeout=5)
+        except KafkaException as exc:
+            raise self._unreachable(exc.args[0].str() if exc.args else exc) from None
+        return {
+            name: sorted(topic.partitions)
+            for name, topic in metadata.topics.items()
+            if self.source.matches(name) and not name.startswith("__") and topic.error is None
+        }
+
+    def check_topics(self) -> None:
+        """Every topic named without a pattern exists (``ConfigError`` naming it)."""
+        found = self.partitions()
+        for topic in self.source.topics:
+            if "*" not in topic and "?" not in topic and topic not in found:
+                raise ConfigError(
+                    f"source {self.source.name!r}: topic {topic!r} does not exist on "
+                    f"{self.source.bootstrap}; create it, or name a pattern (orders.*) to "
+                    "read the topics it matches as they appear",
+                    setting="source",
+                )
+        if not found:
+            log.warning("source %s: no topic on %s matches %s yet; read as they appear",
+                        self.source.name, self.source.bootstrap, ",".join(self.source.topics))
+
+    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=10, cached=False
+            )
+        except KafkaException as exc:
+            raise self._unreachable(exc.args[0].str() if exc.args else exc) from None
+        return int(low), int(high)
+
+    def offsets(self, at: str) -> Offsets:
+        """Every partition's first (``earliest``) or next (``latest``) offset now."""
+        which = 0 if at == "earliest" else 1
+        return {
+            topic: {str(p): self._watermarks(topic, p)[which] for p in partitions}
+            for topic, partitions in self.partitions().items()
+        }
+
+    def at_time(self, moment: float) -> Offsets:
+        """Per partition, the first offset of a message at or after ``moment`` (epoch
+        seconds; its end when none is)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        wanted = [
+            TopicPartition(topic, p, int(moment * 1000))
+            for topic, partitions in self.partitions().items()
+            for p in partitions
+        ]
+        try:
+            found = self._consumer.offsets_for_times(wanted, timeout=10) if wanted else []
+        except KafkaException as exc:
+            raise self._unreachable(exc.args[0].str() if exc.args else exc) from None
+        offsets: Offsets = {}
+        for part in found:
+            offset = part.offset if part.offset >= 0 else self._watermarks(
+                part.topic, part.partition)[1]  # fmt: skip
+            offsets.setdefault(part.topic, {})[str(part.partition)] = offset
+        return offsets
+
+    def replay_bounds(
+        self, since: float | None, position: str | None, until: float | None
+    ) -> tuple[Offsets, Offsets]:
+        """Where a replay of this source starts and ends: from the messages of time
+        ``since``, or from ``TOPIC:PARTITION:OFFSET`` (that partition alone), up to the
+        messages of time ``until`` or the end now."""
+        end = self.at_time(until) if until is not None else self.latest(None)
+        if position is None:
+            return self.at_time(since or 0.0), end
+        topic, _, rest = position.rpartition(":")
+        topic, _, partition = topic.rpartition(":")
+        if not topic or not partition.isdigit() or not rest.isdigit():
+            raise ConfigError(
+                f"--from {position!r} is not a time nor TOPIC:PARTITION:OFFSET of Kafka "
+                f"source {self.source.name!r}; write dbus.shop.orders:0:1200 or an ISO time",
+                setting="from",
+            )
+        if partition not in end.get(topic, {}):
+            raise ConfigError(
+                f"--from {position!r}: source {self.source.name!r} reads no partition "
+                f"{partition} of a topic {topic!r}; name one it reads",
+                setting="from",
+            )
+        return {topic: {partition: int(rest)}}, {topic: {partition: end[topic][partition]}}
+
+    def latest(self, previous: Offsets | None) -> Offsets:
+        """Where each partition ends now (its last stable offset: what a committed read
+        sees). A partition the last offsets lacked starts at its first message; one
+        they hold below its first (retention deleted what was not read) is refused."""
+        ends: Offsets = {}
+        for topic, partitions in self.partitions().items():
+            ends[topic] = {}
+            for p in partitions:
+                low, high = self._watermarks(topic, p)
+                known = (previous or {}).get(topic, {}).get(str(p))
+                if known is not None and known < low:
+                    raise PositionError(
+                        f"source {self.source.name!r}: topic {topic} partition {p} no longer "
+                        f"holds offset {known} (its first is {low}): retention deleted "
+                        "messages not read yet; start again with a new checkpoint --from "
+                        "earliest, and backfill the tables at the origin (dbus fn backfill)",
+                        source=self.source.name,
+                        position=f"{topic}:{p}@{known}",
+                    )
+                ends[topic][str(p)] = high
+        return ends
+
+
+def start_offsets(source: KafkaSource, planner: KafkaPlanner) -> Offsets:
+    """The offsets a source's first batch starts at: pinned, or what its start means now."""
+    if isinstance(source.start, dict):
+        return source.start
+    return planner.offsets(source.start)
+
+
+SHARD_MIN_MESSAGES = 2000
+"""A partition's range this long or longer may be read by several tasks, each
+keeping the messages of its keys (``kafka_shards``)."""
+
+
+def kafka_shards(messages: int, partitions: int, cores: int) -> int:
+    """How many tasks read one partition's range of ``messages``, each keeping its share
+    of the keys (a key's messages all in one task, in order): one per core while the
+    partitions with messages are too few to keep every core busy alone."""
+    if messages < SHARD_MIN_MESSAGES or partitions >= 4 * cores:
+        return 1
+    return cores
+
+
+def ranges(begin: Offsets, end: Offsets) -> list[tuple[str, int, int, int]]:
+    """(topic, partition, first offset, end offset) of each partition with messages
+    between ``begin`` and ``end``; a partition ``begin`` lacks starts at 0."""
+    found = []
+    for topic, partitions in sorted(end.items()):
+        for p, upto in sorted(partitions.items(), key=lambda kv: int(kv[0])):
+            first = begin.get(topic, {}).get(p, 0)
+            if upto > first:
+                found.append((topic, int(p), first, upto))
+    return found

@@ -1,0 +1,565 @@
+"""Requests to a running runtime: a backfill, replay, repair, pause or resume.
+
+A command asks the runtime's API (``POST /api/v1/requests``, ``dbus_spark.interfaces.api``);
+in a cluster, ZooKeeper carries the request to each source's owner
+(``dbus_spark.cluster.member``). Either way the runtime's process hands it to its
+planner, a Spark Python worker of its own, through a mailbox beside the
+checkpoint: a small JSON file in ``<checkpoint>.requests/``, private to the
+runtime. The planner takes it when it plans its next micro-batch, checks it
+against what it runs (the deployment, the tables, the condition, what is being
+read already), and answers in ``<id>.answer.json``: accepted, with the tasks it
+started, or refused, with the one line that says why. It claims a request file
+(renames it) before it acts on it and removes it once answered, so a restarted
+runtime never takes it twice, and a request whose asker gives up waiting
+(Ctrl-C, or no answer in time) is withdrawn unless the planner claimed it first
+(``withdraw``): nothing queued runs later unasked. Nothing here needs Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dbus_fn.capture import BinlogReader, parse_position, position_to_json
+from dbus_fn.errors import (
+    ConfigError,
+    DbusError,
+    HistoryError,
+    PositionError,
+)
+from dbus_fn.events import BinlogPosition
+from dbus_fn.files import replace_file
+from dbus_fn.manifest import Destination, Manifest
+from dbus_spark.config.kafka_source import KAFKA, KafkaPlanner
+from dbus_spark.state.checkpoint import beside
+from dbus_spark.state.history.records import ReplayTask
+from dbus_spark.state.history.tasks import HistoryStore
+from dbus_spark.state.records import position_order
+
+log = logging.getLogger("dbus.runtime")
+
+
+def requests_dir(checkpoint_dir: str) -> Path:
+    return beside(checkpoint_dir, ".requests")
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillRequest:
+    deployment: str
+    tables: tuple[str, ...] = ()
+    where: str | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "backfill", "id": self.id, "deployment": self.deployment,
+            "tables": list(self.tables), "where": self.where,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BackfillRequest:
+        return cls(data["deployment"], tuple(data.get("tables", ())), data.get("where"),
+                   data["id"])  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RepairRequest:
+    """Send these keys again, and delete these extra ones, as ``dbus fn verify
+    --repair`` found them: per (source, table), the keys (as JSON) to read again and
+    the (destination, key text) pairs a destination holds that the table does not."""
+
+    deployment: str
+    items: tuple[tuple[str, str, tuple[Any, ...], tuple[tuple[str, str], ...]], ...]
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "repair", "id": self.id, "deployment": self.deployment,
+            "items": [
+                {"source": s, "table": t, "keys": list(k),
+                 "deletes": [{"destination": d, "key": key} for d, key in dl]}
+                for s, t, k, dl in self.items
+            ],
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RepairRequest:
+        items = tuple(
+            (item["source"], item["table"], tuple(item["keys"]),
+             tuple((d["destination"], d["key"]) for d in item["deletes"]))
+            for item in data["items"]
+        )  # fmt: skip
+        return cls(data["deployment"], items, data["id"])
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """Run a deployment's current version over retained binlog (``dbus fn replay``)."""
+
+    deployment: str
+    start: str
+    """A position (file:pos, file:pos@gtid, a GTID state) or an ISO time."""
+    end: str | None = None
+    route: str | None = None
+    source: str | None = None
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "replay", "id": self.id, "deployment": self.deployment,
+            "start": self.start, "end": self.end, "route": self.route, "source": self.source,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ReplayRequest:
+        return cls(data["deployment"], data["start"], data.get("end"), data.get("route"),
+                   data.get("source"), data["id"])  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PaceRequest:
+    """Pause a deployment (its position holds, it gets nothing) or resume it (it
+    catches up): ``dbus fn pause`` / ``dbus fn resume``, see ``dbus_spark.state.progress``."""
+
+    deployment: str
+    pause: bool
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "pace", "id": self.id, "deployment": self.deployment,
+                "pause": self.pause}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PaceRequest:
+        return cls(data["deployment"], bool(data["pause"]), data["id"])
+
+
+Request = BackfillRequest | RepairRequest | ReplayRequest | PaceRequest
+_KINDS: dict[str, Any] = {"repair": RepairRequest, "replay": ReplayRequest, "pace": PaceRequest}
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    accepted: bool
+    message: str
+    tasks: tuple[tuple[str, str], ...] = ()
+    """(source, task id) of every task started."""
+    error: str = "HistoryError"
+    """The refusal's error class, so the CLI exits with its code."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "message": self.message,
+                "tasks": [list(t) for t in self.tasks], "error": self.error}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Answer:
+        return cls(bool(data["accepted"]), str(data["message"]),
+                   tuple((s, t) for s, t in data.get("tasks", ())),
+                   str(data.get("error", "HistoryError")))  # fmt: skip
+
+    @classmethod
+    def refused(cls, error: DbusError) -> Answer:
+        return cls(False, str(error), error=type(error).__name__)
+
+    def raise_refusal(self) -> None:
+        if self.error == "PositionError":
+            raise PositionError(self.message, choices=("backfill",))
+        raise HistoryError(self.message)
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    replace_file(path, json.dumps(data), mode=0o600, parents=True)
+
+
+def submit(checkpoint_dir: str, request: Request) -> Path:
+    path = requests_dir(checkpoint_dir) / f"{request.id}.json"
+    _write(path, request.to_json())
+    return path
+
+
+def pending(checkpoint_dir: str) -> Iterator[tuple[Request, str | None]]:
+    """Requests not yet answered, oldest first (for the runtime's driver), each with
+    the one source it is for (a cluster's request, one per source) or None (all)."""
+    folder = requests_dir(checkpoint_dir)
+    if not folder.is_dir():
+        return
+    files = sorted(
+        (p for p in folder.glob("*.json") if not p.name.endswith(".answer.json")),
+        key=lambda p: p.stat().st_mtime,
+    )
+    for path in files:
+        claimed = path.with_name(f".{path.stem}.claimed")
+        try:
+            # Claimed by renaming, so a command withdrawing it (Ctrl-C) either takes it
+            # back before this runtime acts on it, or finds it taken and waits for the answer.
+            path.rename(claimed)
+        except FileNotFoundError:
+            continue  # withdrawn meanwhile
+        try:
+            data = json.loads(claimed.read_text())
+            request = request_from_json(data)
+        except (OSError, ValueError, KeyError, TypeError):
+            claimed.rename(path)  # half-written by a CLI that died, or not ours
+            continue
+        yield request, data.get("only")
+
+
+def answer(checkpoint_dir: str, request: Request, reply: Answer) -> None:
+    folder = requests_dir(checkpoint_dir)
+    _write(folder / f"{request.id}.answer.json", reply.to_json())
+    (folder / f".{request.id}.claimed").unlink(missing_ok=True)
+
+
+def withdraw(checkpoint_dir: str, request_id: str, *, wait: float = 10.0) -> Answer | None:
+    """Take back a request: None when no runtime had claimed it (it never runs) or it
+    was taken back already, else the answer of the runtime that claimed it first
+    (None if it gives none in ``wait`` seconds)."""
+    folder = requests_dir(checkpoint_dir)
+    try:
+        (folder / f"{request_id}.json").unlink()
+        return None
+    except FileNotFoundError:
+        pass
+    path = folder / f"{request_id}.answer.json"
+    claimed = folder / f".{request_id}.claimed"  # gone once answered (see ``answer``)
+    deadline = time.monotonic() + wait
+    while not path.exists() and claimed.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        reply = Answer.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError):
+        return None
+    path.unlink(missing_ok=True)
+    return reply
+
+
+def forward(
+    checkpoint_dir: str, body: dict[str, Any], request_id: str, source: str
+) -> dict[str, Any] | None:
+    """A cluster's request for ``source``, carried to this runtime's driver: its answer
+    once there is one (then forgotten here), else None (the request is handed over
+    once; a runtime restarted meanwhile neither loses nor repeats it)."""
+    folder = requests_dir(checkpoint_dir)
+    local = f"{request_id}-{source}"
+    answered = folder / f"{local}.answer.json"
+    if answered.exists():
+        reply: dict[str, Any] = json.loads(answered.read_text())
+        answered.unlink(missing_ok=True)
+        (folder / f".{local}.taken").unlink(missing_ok=True)
+        return reply
+    taken = folder / f".{local}.taken"
+    if not taken.exists():
+        _write(folder / f"{local}.json", {**body, "id": local, "only": source})
+        taken.touch()
+    return None
+
+
+def take_requests(
+    checkpoint_dir: str,
+    store: HistoryStore,
+    readers: Mapping[str, BinlogReader],
+    manifests: Sequence[Manifest],
+    pace: Callable[[PaceRequest, str | None], Answer] | None = None,
+    kafka: Mapping[str, KafkaPlanner] | None = None,
+) -> None:
+    """Answer every pending request (the runtime's driver, between micro-batches): a
+    backfill starts on each source that has the tables, or is refused as a whole;
+    ``pace`` answers a pause or a resume, on the one source a cluster's request is for
+    or on all (None: this runtime cannot). ``kafka``: the runtime's Kafka sources, whose
+    history is a replay of what their topics keep (``kafka_refusal``)."""
+    kafka = kafka or {}
+    for request, only in pending(checkpoint_dir):
+        readers_of = {s: r for s, r in readers.items() if only in (None, s)}
+        try:
+            refusal = kafka_refusal(request, manifests, list(readers), list(kafka))
+            reply = (
+                Answer.refused(refusal) if refusal is not None
+                else _reply(request, only, store, readers_of, manifests, pace, kafka)
+            )  # fmt: skip
+        except Exception as exc:  # what anyone may post must never stop the planner
+            log.exception("request %s of %s could not be acted on", request.id, request.deployment)
+            reply = Answer(False, f"the runtime could not act on the request ({exc}); check "
+                           "what it names and ask again")  # fmt: skip
+        answer(checkpoint_dir, request, reply)
+
+
+def kafka_refusal(
+    request: Request, manifests: Sequence[Manifest], binlogs: Sequence[str], kafka: Sequence[str]
+) -> HistoryError | None:
+    """Why a request cannot act on a Kafka source (``dbus_spark.config.kafka_source``), if it
+    names one or its deployment reads only those: a topic's retention, not a table, is
+    its history (a replay reads what they keep), and its reads go with the stream."""
+    manifest = next((m for m in manifests if m.name == request.deployment), None)
+    if manifest is None or not kafka:
+        return None
+    reads = [s for s in kafka if not manifest.sources or s in manifest.sources]
+    named = getattr(request, "source", None)
+    if isinstance(request, ReplayRequest) or not reads:
+        return None
+    if named is not None and named not in kafka:
+        return None
+    if isinstance(request, PaceRequest):
+        return HistoryError(
+            f"{request.deployment} reads the Kafka source {reads[0]}, which is read with the "
+            "stream and cannot be held: pause and resume act on binlog sources; stop the "
+            "runtime, or undeploy the deployment, to hold it"
+        )
+    mine = [s for s in binlogs if not manifest.sources or s in manifest.sources]
+    if named is None and mine:
+        return None  # its binlog sources are read; its Kafka ones have no history here
+    return HistoryError(
+        f"{request.deployment} reads the Kafka source {named or reads[0]}, whose history is "
+        "its topics' retention, not a table: backfill and repair read tables; replay what "
+        f"the topics keep (dbus fn replay {request.deployment} --from TIME)"
+    )
+
+
+def _reply(
+    request: Request,
+    only: str | None,
+    store: HistoryStore,
+    readers: Mapping[str, BinlogReader],
+    manifests: Sequence[Manifest],
+    pace: Callable[[PaceRequest, str | None], Answer] | None,
+    kafka: Mapping[str, KafkaPlanner],
+) -> Answer:
+    if isinstance(request, PaceRequest):
+        refusal = HistoryError(
+            "this runtime pauses no deployment: it runs with --detach-after 0, where "
+            "every deployment goes with the stream; start it with --detach-after above "
+            "0 to pause one"
+        )
+        return pace(request, only) if pace else Answer.refused(refusal)
+    if isinstance(request, ReplayRequest):
+        try:
+            started = start_replay(store, readers, manifests, request, kafka)
+        except DbusError as exc:
+            return Answer.refused(exc)
+        return Answer(True, f"started replaying {len(started)} source(s)", tuple(started))
+    started: list[tuple[str, str]] = []
+    problems: list[str] = []
+    for source, reader in readers.items():
+        try:
+            if isinstance(request, RepairRequest):
+                tasks = [
+                    store.repair(reader, manifests, request.deployment, table, keys, deletes)
+                    for item_source, table, keys, deletes in request.items
+                    if item_source == source
+                ]
+            else:
+                tasks = store.backfill(
+                    reader, manifests, request.deployment, request.tables, request.where
+                )
+        except HistoryError as exc:
+            problems.append(str(exc))
+            continue
+        started += [(source, task.id) for task in tasks]
+    if started:
+        return Answer(True, f"started {len(started)} table read(s)", tuple(started))
+    return Answer(False, problems[0] if problems else "no source runs here")
+
+
+def start_replay(
+    store: HistoryStore,
+    readers: Mapping[str, BinlogReader],
+    manifests: Sequence[Manifest],
+    request: ReplayRequest,
+    kafka: Mapping[str, KafkaPlanner] | None = None,
+) -> list[tuple[str, str]]:
+    """Check a replay against the sources and start it on each; nothing starts if any
+    part is refused. A Kafka source (``kafka``) replays what its topics keep."""
+    kafka = kafka or {}
+    manifest = next((m for m in manifests if m.name == request.deployment), None)
+    if manifest is None:
+        names = ", ".join(sorted(m.name for m in manifests)) or "none"
+        raise HistoryError(
+            f"no deployment {request.deployment!r} runs here (it runs: {names}); name one of them"
+        )
+    check_replay(request, manifest, [*readers, *kafka])
+    route = None if request.route is None else str(Destination.parse(request.route))
+    sources = [
+        name for name in [*readers, *kafka]
+        if (request.source in (None, name))
+        and (not manifest.sources or name in manifest.sources)
+    ]  # fmt: skip
+    if not sources:
+        raise HistoryError(f"no source {request.source!r} runs here for {request.deployment!r}")
+    since, start_text = time_or_position(request.start)
+    until, end_text = time_or_position(request.end) if request.end else (None, None)
+    if start_text is not None and len(sources) > 1:
+        raise HistoryError(
+            f"--from {request.start} is a position of one source; name it with --source "
+            f"({', '.join(sources)})"
+        )
+    replays = []
+    for name in sources:
+        if name in kafka:
+            first, last = kafka[name].replay_bounds(since, start_text, until)
+            replays.append((name, ReplayTask(request.deployment, {KAFKA: first}, {KAFKA: last},
+                                             route=route, since=since, until=until)))  # fmt: skip
+            continue
+        reader = readers[name]
+        try:
+            start = reader.resolve_start(
+                "earliest" if start_text is None else parse_position(start_text)
+            )
+        except PositionError as exc:
+            raise PositionError(
+                f"{exc.message.split('; choose')[0]}; replay only what the binlog still "
+                f"holds, or read the tables again with `dbus fn backfill {request.deployment}`",
+                source=name, position=request.start, choices=("backfill",),
+            ) from None  # fmt: skip
+        latest = reader.master_position()
+        end = latest if end_text is None else reader.resolve_start(parse_position(end_text))
+        if end.file and start.file and position_order(end) < position_order(start):
+            raise HistoryError(f"--to {request.end} comes before --from {request.start}")
+        replays.append((name, ReplayTask(
+            request.deployment, position_to_json(start), position_to_json(end), route=route,
+            since=since, until=until,
+        )))  # fmt: skip
+    running = [n for n, r in replays if (o := store.replays(n).get(r.deployment)) and not
+               o.finished]  # fmt: skip
+    if running:
+        raise HistoryError(
+            f"a replay of {request.deployment!r} is running on {running[0]}; wait for it "
+            "to end, then ask again"
+        )
+    return [(name, store.replay(name, replay).id) for name, replay in replays]
+
+
+def check_replay(
+    request: ReplayRequest, manifest: Manifest | None, sources: Sequence[str] | None
+) -> None:
+    """Refuse at once what a replay request gets wrong without a source to ask: a
+    position that does not parse, a time still to come, an end before its start (two
+    times, or two positions of one file), a ``--route`` that is the deployment's own
+    destination (``manifest``, when known) and a ``--source`` not among ``sources``
+    (when known). ``HistoryError`` or ``ConfigError``, exit 2."""
+    if sources is not None and request.source is not None and request.source not in sources:
+        raise HistoryError(
+            f"--source {request.source!r} is not a source here (the sources: "
+            f"{', '.join(sorted(sources)) or 'none'}); name one of them"
+        )
+    bounds = [("--from", request.start), ("--to", request.end)]
+    parsed = {flag: _replay_bound(flag, text) for flag, text in bounds if text is not None}
+    since = parsed["--from"]
+    until = parsed.get("--to")
+    if isinstance(since, float) and since > time.time():
+        raise HistoryError(
+            f"--from {request.start} is in the future (times are UTC unless they say): "
+            "nothing has been written there to replay; give a time that has passed"
+        )
+    ordered = None if until is None else _comparable_bounds(since, until)
+    if ordered is not None and ordered[1] < ordered[0]:
+        raise HistoryError(f"--to {request.end} comes before --from {request.start}; swap them")
+    route = None if request.route is None else Destination.parse(request.route)
+    if manifest is not None and route is not None:
+        own = [manifest.default_route, manifest.dead_letter_route]
+        if route in own:
+            raise HistoryError(
+                f"--route {route} is deployment {manifest.name!r}'s own destination, where "
+                "its live results go; name a shadow one (such as "
+                f"{route.scheme}://{route.name}.shadow), or leave --route out to replay into "
+                "the destinations its routes name"
+            )
+
+
+def _replay_bound(flag: str, text: str) -> float | BinlogPosition:
+    moment, position = time_or_position(text)
+    if position is None:
+        assert moment is not None
+        return moment
+    try:
+        return parse_position(position)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{flag} {text!r} is neither a time nor a position ({exc.message}; or an ISO "
+            "time such as 2026-11-25T08:00:00)",
+            setting="position",
+        ) from None
+
+
+def _comparable_bounds(
+    since: float | BinlogPosition, until: float | BinlogPosition
+) -> tuple[float, float] | None:
+    """Two times, or two positions in one binlog file, as numbers in their order; None
+    when only the source can order them (a GTID, a time against a position)."""
+    if isinstance(since, float) and isinstance(until, float):
+        return since, until
+    if (
+        isinstance(since, BinlogPosition)
+        and isinstance(until, BinlogPosition)
+        and since.file
+        and since.file == until.file
+    ):
+        return float(since.pos), float(until.pos)
+    return None
+
+
+def time_or_position(text: str) -> tuple[float | None, str | None]:
+    """An ISO time (epoch seconds) or a position's text."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None, text
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp(), None
+
+
+def request_from_json(data: Mapping[str, Any]) -> Request:
+    """A request as ``to_json`` wrote it; ``KeyError``, ``TypeError`` or ``ValueError``
+    when it is none."""
+    kind = data.get("kind", "backfill")
+    if kind != "backfill" and kind not in _KINDS:
+        raise ValueError(f"no request kind {kind!r} (kinds: backfill, {', '.join(_KINDS)})")
+    request: Request = _KINDS.get(kind, BackfillRequest).from_json(dict(data))
+    if not isinstance(request.deployment, str) or not request.deployment:
+        raise ValueError("a request names its deployment")
+    return request
+
+
+def answer_of(checkpoint_dir: str, request: Request, *, timeout: float) -> Answer | None:
+    """Hand ``request`` to the runtime's planner and wait for its answer (accepted or
+    refused); None when the planner did not take it within ``timeout`` seconds (it is
+    then withdrawn, and never runs)."""
+    submit(checkpoint_dir, request)
+    path = requests_dir(checkpoint_dir) / f"{request.id}.answer.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() <= deadline:
+        try:
+            reply = Answer.from_json(json.loads(path.read_text()))
+        except FileNotFoundError:
+            time.sleep(0.1)
+            continue
+        except (OSError, ValueError, KeyError):
+            return withdraw(checkpoint_dir, request.id)  # taken back meanwhile (Ctrl-C)
+        path.unlink(missing_ok=True)
+        return reply
+    return withdraw(checkpoint_dir, request.id)
+
+
+__all__ = [
+    "Answer",
+    "BackfillRequest",
+    "PaceRequest",
+    "RepairRequest",
+    "ReplayRequest",
+    "answer",
+    "answer_of",
+    "check_replay",
+    "pending",
+    "request_from_json",
+    "requests_dir",
+    "submit",
+    "take_requests",
+    "time_or_position",
+    "withdraw",
+]

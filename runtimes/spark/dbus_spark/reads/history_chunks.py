@@ -1,0 +1,349 @@
+"""The history partitions of the ``dbus_binlog`` source: a chunk of a table read for
+one deployment (bootstrap, backfill, repair), and a part of a replay.
+
+Each runs in a Spark Python worker beside the binlog partitions of the same
+micro-batch, through one deployment's functions only (see ``dbus_spark.state.history``).
+Where deployments go at their own pace (``dbus_spark.sinks.writer.paces``), it writes to
+its deployment's sinks itself, bounded like the shared read: a read those sinks do
+not take reports that it was refused (``StageCounts.refused``), records nothing
+done, and is read again after a backoff, so it never holds the batch, and with it
+the other deployments.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from dbus_fn.capture import (
+    BinlogReader,
+    ChunkRead,
+    key_from_json,
+    position_from_json,
+    position_to_json,
+    read_chunk,
+    replica_id_for,
+)
+from dbus_fn.events import BinlogPosition, Operation, RowChange, TransactionCommit, UndecodedRows
+from dbus_fn.manifest import Destination
+from dbus_spark.config.logs import runtime_logger
+from dbus_spark.config.runtime import RuntimeConfig, SourceBinding
+from dbus_spark.sinks.writer import Output, paces
+from dbus_spark.stage.functions import FunctionStage, StageCounts, StageRecord
+from dbus_spark.stage.shipment import Shipment
+from dbus_spark.stage.worker import (
+    Batcher,
+    drop_reader,
+    hold,
+    offset_to_position,
+    worker_reader,
+    worker_stage,
+)
+from dbus_spark.state.history.queries import chunked_of, key_of_text
+from dbus_spark.state.history.records import ChunkDone, HistoryTask, PlannedChunk
+from dbus_spark.state.records import position_order
+
+
+@dataclass(frozen=True)
+class ChunkRange(InputPartition):  # type: ignore[misc]
+    """Read one chunk of a history task (see ``dbus_spark.state.history``)."""
+
+    shipment: Shipment
+    source: str
+    end: dict[str, Any]
+    """The source's offset of the batch: the hold the chunk was planned under."""
+    chunk: list[Any]
+    """A ``PlannedChunk`` as JSON."""
+    seq: int
+    deployment: str
+    table: str
+    unchunked: bool
+    where: str | None = None
+    deletes: tuple[tuple[str, str], ...] = ()
+    """A repair's (destination, key text) pairs to delete if the read finds no row."""
+
+
+@dataclass(frozen=True)
+class ReplayRange(InputPartition):  # type: ignore[misc]
+    """Read a part of a replay: one deployment over retained binlog (``history``)."""
+
+    shipment: Shipment
+    source: str
+    end: dict[str, Any]
+    """The source's offset of the batch: the hold the part was planned under."""
+    deployment: str
+    run: int
+    start: dict[str, Any]
+    stop: dict[str, Any]
+    route: str | None
+    since: float | None
+    until: float | None
+
+
+REPLAY_ROWS = 20_000
+"""Rows a replay reads per micro-batch at most (it stops at the next commit)."""
+SETTLED_BY = 0.75
+"""Share of its time by which a read for one deployment (a catch-up, a history read)
+has its sinks take what it put: it ends before the shared read beside it does."""
+OWN_READ_SECONDS = 2.0
+"""A read for one deployment's time where open reads are off."""
+
+
+def own_read_seconds(config: RuntimeConfig) -> float:
+    """How long a read for one deployment takes at most: the open-read time."""
+    return config.open_read_seconds or OWN_READ_SECONDS
+
+
+def history_bound(config: RuntimeConfig) -> float:
+    """Seconds a history read's deployment's sinks have to take a write, and what it
+    put, where deployments go at their own pace (at most the detach bound): the share
+    of a micro-batch a catch-up read gives its sinks, so a refused read (above all in
+    a backfill's micro-batch, which reads no binlog) holds the others little longer."""
+    return own_read_seconds(config) * SETTLED_BY
+
+
+def read_replay_range(partition: ReplayRange) -> Iterator[pa.RecordBatch]:
+    """A part of a replay: retained binlog through one deployment only."""
+    return one_deployment(partition, _replay_part)
+
+
+def _replay_part(
+    partition: ReplayRange,
+    stage: FunctionStage,
+    binding: SourceBinding,
+    out: Output,
+    counts: StageCounts,
+) -> None:
+    reader = worker_reader(binding, replica_id_for(
+        f"{binding.replica_id}/replay/{partition.deployment}"))  # fmt: skip
+    start, stop = position_from_json(partition.start), position_from_json(partition.stop)
+    route = None if partition.route is None else Destination.parse(partition.route)
+
+    rows = 0
+
+    def process(change: RowChange) -> Iterable[StageRecord] | None:
+        nonlocal rows
+        moment = change.commit_time.timestamp()
+        if partition.until is not None and moment > partition.until:
+            return None
+        if partition.since is not None and moment < partition.since:
+            return ()
+        rows += 1
+        return stage.process_only(partition.deployment, change, counts, route)
+
+    began = time.monotonic()
+    read = OwnRead(partition.start)
+    if not stop.file or not start.file or position_order(start) < position_order(stop):
+        read = read_own(reader, partition.start, stop, partition.deployment, out, process,
+                        more=lambda: rows < REPLAY_ROWS,
+                        undecoded=lambda item: stage.undecoded(item, counts,
+                                                               partition.deployment))  # fmt: skip
+    counts.read_seconds = time.monotonic() - began
+    if _refused(partition, out, began, counts):
+        return
+    counts.replays.append({
+        "source": partition.source, "deployment": partition.deployment,
+        "run": partition.run, "start": partition.start, "stop": read.reached, "rows": rows,
+        "ended": read.ended,
+    })  # fmt: skip
+
+
+@dataclass
+class OwnRead:
+    """How far a read for one deployment got (``read_own``)."""
+
+    reached: dict[str, Any]
+    """The last transaction boundary read (a position, as JSON)."""
+    commit_time: float = 0.0
+    """Epoch seconds that transaction was committed (0: none read)."""
+    ended: bool = True
+    """It read up to its stop (else ``more`` stopped it at ``reached``)."""
+
+
+def read_own(
+    reader: BinlogReader,
+    start: dict[str, Any],
+    stop: BinlogPosition,
+    deployment: str,
+    out: Output,
+    process: Callable[[RowChange], Iterable[StageRecord] | None],
+    more: Callable[[], bool],
+    undecoded: Callable[[UndecodedRows], Iterable[StageRecord]],
+) -> OwnRead:
+    """Read the binlog from ``start`` (a position as JSON) to ``stop`` for
+    ``deployment`` alone: each change's records (``process``; None: read no further)
+    and the dead letters of rows it could not decode (``undecoded``) go to ``out``,
+    until its sinks refuse them or, at a transaction boundary before ``stop``,
+    ``more()`` says no. A failed read drops the reader."""
+    read = OwnRead(dict(start))
+    items = reader.read(position_from_json(start), stop=stop)
+    try:
+        for item in items:
+            if type(item) is RowChange:
+                records = process(item)
+                if records is None:
+                    break
+                for record in records:
+                    out.put(record)
+                if out.refused(deployment):
+                    break
+            elif type(item) is UndecodedRows:
+                for record in undecoded(item):
+                    out.put(record)
+            elif type(item) is TransactionCommit:
+                read.reached = position_to_json(item.position)
+                read.commit_time = item.commit_time.timestamp()
+                if not more() and (
+                    not stop.file or position_order(item.position) < position_order(stop)
+                ):
+                    read.ended = False
+                    break
+    except BaseException:
+        drop_reader(reader)
+        raise
+    finally:
+        items.close()
+    return read
+
+
+def read_chunk_range(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
+    """One history chunk, through its deployment's functions only."""
+    return one_deployment(partition, _chunk_rows)
+
+
+def _chunk_rows(
+    partition: ChunkRange,
+    stage: FunctionStage,
+    binding: SourceBinding,
+    out: Output,
+    counts: StageCounts,
+) -> None:
+    reader = worker_reader(binding, binding.replica_id)
+    chunk = PlannedChunk.from_json(partition.chunk)
+    task = HistoryTask(partition.deployment, partition.table, (), False,
+                       unchunked=partition.unchunked)  # fmt: skip
+    began = time.monotonic()
+    position: dict[str, Any] = {}
+    rows = 0
+    found: set[str] = set()
+    read: ChunkRead | None = None
+    try:
+        for item in read_chunk(
+            reader, chunked_of(reader, task), key_from_json(chunk.lower),
+            key_from_json(chunk.upper), where=partition.where,
+        ):  # fmt: skip
+            if type(item) is ChunkRead:
+                position = position_to_json(item.position)
+                read = item
+                continue
+            assert type(item) is RowChange
+            rows += 1
+            if partition.deletes:
+                found.update(stage.sink_keys(item))
+            for record in stage.process_snapshot(partition.deployment, item, counts):
+                out.put(record)
+            if out.refused(partition.deployment):
+                break
+        if read is not None and not out.refused(partition.deployment):
+            for record in _repair_deletes(partition, stage, read, found, counts, reader):
+                out.put(record)
+    except BaseException:
+        drop_reader(reader)
+        raise
+    counts.read_seconds = time.monotonic() - began
+    if _refused(partition, out, began, counts):
+        return  # not done: the chunk is planned again, after a backoff
+    runtime_logger().info(
+        "history: read chunk %s of %s for %s: %d rows at %s in %.3fs",
+        _bounds(chunk), partition.table, partition.deployment, rows,
+        position_from_json(position) if position else "-", counts.read_seconds,
+    )  # fmt: skip
+    counts.chunks.append(
+        ChunkDone(
+            partition.source,
+            chunk.task,
+            chunk.lower,
+            chunk.upper,
+            position,
+            rows,
+            partition.seq,
+            chunk.run,
+            position_to_json(offset_to_position(partition.end)),
+            counts.read_seconds,
+        ).to_json()
+    )
+
+
+def one_deployment(
+    partition: Any, read: Callable[..., None], *, paced: bool = False
+) -> Iterator[pa.RecordBatch]:
+    """A partition read for one deployment, its stage counts last; ``paced``: it writes
+    to its sinks itself, bounded, also where other reads do not (``Output``). Planned
+    before the source moved away or the deployment went, it reads nothing and records
+    nothing, so its work is planned again where it is read now."""
+    config, stage = worker_stage(partition.shipment)
+    batcher = Batcher(partition.source)
+    counts = StageCounts(started=time.time())
+    if config.reads(partition.source, *hold(partition.end)) and stage.has_deployment(
+        partition.deployment
+    ):
+        binding = config.source(partition.source)
+        out = Output(config, batcher, stage.routes, paced=paced or paces(config, stage),
+                     bound=None if paced else history_bound(config))  # fmt: skip
+        read(partition, stage, binding, out, counts)
+    batcher.add_stats(counts)
+    last = batcher.flush()
+    if last is not None:
+        yield last
+
+
+def _refused(partition: Any, out: Output, began: float, counts: StageCounts) -> bool:
+    """Settle what a history read put; whether its deployment's sinks refused it (then
+    it is reported so, and nothing of it counts as read)."""
+    reason = out.settle(began).get(partition.deployment)
+    if reason is None:
+        return False
+    counts.refused.append(
+        {"source": partition.source, "deployment": partition.deployment, "reason": reason}
+    )
+    return True
+
+
+def _repair_deletes(
+    partition: ChunkRange,
+    stage: FunctionStage,
+    read: ChunkRead,
+    found: set[str],
+    counts: StageCounts,
+    reader: BinlogReader,
+) -> Iterator[StageRecord]:
+    """Deletes of the keys a repair named that its read did not find, as of its position."""
+    missing = [(d, text) for d, text in partition.deletes if text not in found]
+    if not missing:
+        return
+    chunked = chunked_of(reader, HistoryTask(partition.deployment, partition.table, (), False))
+    info = reader.server_info()
+    database, table = partition.table.split(".", 1)
+    for destination, text in missing:
+        key = key_of_text(text, len(chunked.key))
+        if key is None:
+            continue
+        image = dict(zip(chunked.key, key, strict=True))
+        change = RowChange(
+            source=partition.source, database=database, table=table, op=Operation.DELETE,
+            before=image, after=None, primary_key=chunked.key, position=read.position,
+            commit_time=read.taken, server_id=info.identity,
+        )  # fmt: skip
+        counts.delivered[partition.deployment] += 1
+        yield stage.deletion(partition.deployment, destination, change)
+
+
+def _bounds(chunk: PlannedChunk) -> str:
+    lower, upper = key_from_json(chunk.lower), key_from_json(chunk.upper)
+    low = "-inf" if lower is None else list(lower)
+    return f"({low}, {'+inf' if upper is None else list(upper)}]"

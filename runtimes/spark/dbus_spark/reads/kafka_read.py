@@ -1,0 +1,207 @@
+"""A ``KafkaRange`` read on an executor (``dbus_spark.config.kafka_source``): one partition
+of one topic, in order, every change through the function stage to the sinks as it
+is read; Spark gets its counts."""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from dbus_fn.errors import DbusError, SourceUnreachableError
+from dbus_fn.events import RowChange
+from dbus_fn.kafka_binding import change_from_kafka_message
+from dbus_fn.manifest import Destination
+from dbus_spark.config.kafka_source import KAFKA, KafkaSource, consumer, ranges
+from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.reads.history_chunks import REPLAY_ROWS, ReplayRange
+from dbus_spark.sinks.writer import Output
+from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.stage.worker import Batcher
+
+
+@dataclass(frozen=True)
+class KafkaRange(InputPartition):  # type: ignore[misc]
+    """One partition of one topic of a Kafka source, from ``first`` up to ``end``."""
+
+    shipment: Any
+    source: str
+    topic: str
+    partition: int
+    first: int
+    end: int
+    shard: int = 0
+    shards: int = 1
+    """This task keeps the messages whose key hashes to ``shard`` of ``shards``."""
+
+    def keeps(self, key: bytes | None) -> bool:
+        return self.shards == 1 or zlib.crc32(key or b"") % self.shards == self.shard
+
+
+_consumers: dict[str, Any] = {}
+"""Per Kafka source (and its settings), this worker's consumer: kept across tasks, as
+a binlog reader is (``worker.worker_reader``); each task assigns it its partition."""
+
+
+def _consumer(source: KafkaSource) -> Any:
+    key = json.dumps(source.to_json(), sort_keys=True, default=str)
+    found = _consumers.get(key)
+    if found is None:
+        found = _consumers[key] = consumer(source)
+    return found
+
+
+def _drop(source: KafkaSource) -> None:
+    key = json.dumps(source.to_json(), sort_keys=True, default=str)
+    found = _consumers.pop(key, None)
+    if found is not None:
+        found.close()
+
+
+def read_messages(source: KafkaSource, part: KafkaRange) -> Iterator[Any]:
+    """The messages of ``part``, in order, up to its end (a producer's aborted
+    transactions and markers skipped by the committed read)."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    reader = _consumer(source)
+    ended = False
+    try:
+        reader.assign([TopicPartition(part.topic, part.partition, part.first)])
+        position, idle_since = part.first, time.monotonic()
+        while position < part.end:
+            messages = reader.consume(500, timeout=1.0)
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise SourceUnreachableError(
+                        f"source {source.name!r}: reading {part.topic}[{part.partition}] "
+                        f"on {source.bootstrap}: {error.str()}",
+                        source=source.name,
+                    )
+                if message.offset() >= part.end:
+                    ended = True
+                    return
+                yield message
+            [where] = reader.position([TopicPartition(part.topic, part.partition)])
+            if where.offset >= 0:
+                position = max(position, where.offset)
+            if messages:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > 60:
+                raise SourceUnreachableError(
+                    f"source {source.name!r}: {part.topic}[{part.partition}] gave nothing "
+                    f"for 60 s at offset {position} (planned up to {part.end}); check the "
+                    f"brokers at {source.bootstrap}",
+                    source=source.name,
+                )
+        ended = True
+    except KafkaException as exc:
+        raise SourceUnreachableError(
+            f"source {source.name!r}: Kafka at {source.bootstrap}: {exc}", source=source.name
+        ) from None
+    finally:
+        if ended:
+            reader.unassign()
+        else:  # a fault, or a read given up: the next task starts from a fresh consumer
+            _drop(source)
+
+
+def change_of(source: str, message: Any) -> RowChange | None:
+    """The row change a message holds, named after the input; None for a schema change or
+    a commit (not a row). ``DbusError`` when it is not a dbus CloudEvent."""
+    item = change_from_kafka_message(message.key(), message.value(), message.headers(),
+                                     source=source)  # fmt: skip
+    return item if isinstance(item, RowChange) else None
+
+
+def read_kafka_range(
+    part: KafkaRange, config: RuntimeConfig, stage: FunctionStage
+) -> Iterator[pa.RecordBatch]:
+    """Read one partition's range through the function stage to the sinks; Spark gets
+    the read's counts (as a binlog range's, ``range_read``)."""
+    source = config.kafka_source(part.source)
+    counts = StageCounts(started=time.time())
+    counts.positions[part.source] = f"{part.topic}[{part.partition}]@{part.end}"
+    batcher = Batcher(part.source)
+    out = Output(config, batcher, stage.routes, paced=False)
+    began = time.monotonic()
+    for message in read_messages(source, part):
+        if not part.keeps(message.key()):
+            continue
+        try:
+            change = change_of(part.source, message)
+        except DbusError as exc:
+            counts.rows += 1
+            for record in stage.input_dead_letters(part.source, message, exc, counts):
+                out.put(record)
+            continue
+        if change is None:
+            continue
+        counts.last_commit[part.source] = change.commit_time.timestamp()
+        for record in stage.process(change, counts):
+            out.put(record)
+    counts.read_seconds = time.monotonic() - began
+    out.settle(began)  # unpaced: every deployment's writes acknowledged
+    batcher.add_stats(counts)
+    last = batcher.flush()
+    if last is not None:
+        yield last
+
+
+def read_kafka_replay(
+    part: ReplayRange, config: RuntimeConfig, stage: FunctionStage
+) -> Iterator[pa.RecordBatch]:
+    """A part of a replay of a Kafka source (``dbus fn replay``): what its topics keep
+    from the replay's cursor, partition after partition, each in order, through one
+    deployment (to ``--route`` when given), up to ``REPLAY_ROWS`` rows; the cursor it
+    reached goes back with the counts (``HistoryStore.record_replays``)."""
+    source = config.kafka_source(part.source)
+    batcher = Batcher(part.source)
+    counts = StageCounts(started=time.time())
+    if stage.has_deployment(part.deployment):
+        out = Output(config, batcher, stage.routes, paced=False)
+        route = None if part.route is None else Destination.parse(part.route)
+        cursor = {topic: dict(offsets) for topic, offsets in part.start[KAFKA].items()}
+        end = part.stop[KAFKA]
+        rows, began = 0, time.monotonic()
+        for topic, partition, first, last in ranges(cursor, end):
+            if rows >= REPLAY_ROWS:
+                break
+            for message in read_messages(source, KafkaRange(None, part.source, topic,
+                                                            partition, first, last)):  # fmt: skip
+                cursor.setdefault(topic, {})[str(partition)] = message.offset() + 1
+                try:
+                    change = change_of(part.source, message)
+                except DbusError:
+                    continue  # a dead letter when the stream read it
+                moment = 0.0 if change is None else change.commit_time.timestamp()
+                if change is None or (part.until is not None and moment > part.until):
+                    continue
+                if part.since is not None and moment < part.since:
+                    continue
+                rows += 1
+                for record in stage.process_only(part.deployment, change, counts, route):
+                    out.put(record)
+                if rows >= REPLAY_ROWS:
+                    break
+            else:
+                cursor.setdefault(topic, {})[str(partition)] = last
+        counts.read_seconds = time.monotonic() - began
+        out.settle(began)
+        ended = not ranges(cursor, end)
+        counts.replays.append({
+            "source": part.source, "deployment": part.deployment, "run": part.run,
+            "start": part.start, "stop": {KAFKA: cursor}, "rows": rows, "ended": ended,
+        })  # fmt: skip
+    batcher.add_stats(counts)
+    last_batch = batcher.flush()
+    if last_batch is not None:
+        yield last_batch

@@ -1,0 +1,631 @@
+"""A source's open read, carried across micro-batches.
+
+A read task of ``dbus_spark.planning.source`` that alone reads a source, with every deployment
+with the stream, no history merging and no fence, reads in a thread of its worker
+(``OpenRead``) that outlives the task. The task owns what the thread delivers for a
+while (a ``Span``: its counts, its sinks' acknowledgments), then *cuts* it at a
+transaction boundary: the thread waits while the task settles its span, and goes on
+at once in a new span that no task owns yet. Changes committed while Spark commits
+the batch and plans the next are delivered as they come instead of waiting for the
+next task: between micro-batches nothing stops reading.
+
+Spark hands a source's tasks to its Python workers in turn, so the next task is
+usually in another process: it asks the reading process, over a local socket named
+after the checkpoint and the source, to take the span over for it (``ask``): if
+the span begins where the task's range does, the reading process runs the task's
+part (waits, cuts, settles) and answers with the task's rows (counts and
+acknowledgments). Otherwise the task ends that read, wherever it runs (``quiet``),
+and starts one from its range's start in its own process: the changes the old one
+delivered past its cut are delivered again (at least once, as after a crash), never
+interleaved with the new read's. Any other read of the source (a shard, a history
+merge, a deployment left out) ends it first too. A span no task takes for a while
+ends (a stopped query, an idle source: ``ALIVE_SECONDS``), and a worker that ends
+takes its threads along.
+
+As it reads, about every second at a transaction boundary, the read has its sinks
+acknowledge all it delivered and notes that position beside the checkpoint
+(``checkpoint.record_delivered``): a runtime killed before its batch commits starts
+its next run there, so it sends again about a second of changes, not all since
+its last batch.
+
+A lock file per source (under the host's temporary folder: ``_files``) is held by
+the process whose thread reads it; another process that needs the source asks the
+holder to end (a stop file) and waits for the lock.
+
+Whether reads are carried at all, and how the driver ends them, is
+``dbus_spark.reads.open_read_control``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import logging
+import pickle
+import queue
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import IO, Any, cast
+
+import pyarrow as pa
+
+from dbus_fn.capture import (
+    BinlogReader,
+    behind,
+    coordinates,
+    position_from_json,
+    position_to_json,
+)
+from dbus_fn.errors import DbusError
+from dbus_fn.events import (
+    BinlogPosition,
+    ReadItem,
+    RowChange,
+    SchemaChange,
+    TransactionCommit,
+    UndecodedRows,
+)
+from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.reads.open_read_socket import LISTEN_WAIT, address, ask, digest, listen
+from dbus_spark.reads.shared_read import SlowWatch, read_events
+from dbus_spark.sinks.writer import Output, own_sinks, paces
+from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.stage.worker import Batcher, drop_reader, offset_to_position
+from dbus_spark.state.checkpoint import record_delivered
+from dbus_spark.state.progress import Admission
+
+log = logging.getLogger(__name__)
+
+FOLDER = ".open-reads"
+CATCH_UP = 5
+"""A read behind the server at its time (``dbus_fn.capture.behind``) goes on, up to
+this many times its time, before it is cut: a batch costs cores a backlog needs."""
+ALIVE_SECONDS = 10.0
+"""A span no task took for this long (more the trigger interval, when the runtime has
+one) ends: the query stopped, or its source idles (the next change starts a read)."""
+CHECK_SECONDS = 0.05
+"""How often a reading thread looks at its stop file."""
+QUIET_WAIT = 60.0
+"""How long a read waits for another process's open read of its source to end."""
+RECORD_SECONDS = 1.0
+"""How often a read notes how far its sinks acknowledged everything
+(``checkpoint.record_delivered``): a runtime killed between two batches sends again
+about this much, not all since its last batch."""
+ACK_WAIT = 0.5
+"""How long a read waits for Kafka's acknowledgments before it notes that (longer,
+it notes nothing this time, and reads on)."""
+_FAR = float("inf")
+STOPPED_KEPT = 86400.0
+"""How long a stopped query's mark is kept (``mark_stopped``): far longer than Spark
+takes to kill its tasks."""
+
+_reads: dict[tuple[str, str], OpenRead] = {}
+"""This worker's open reads, per (checkpoint, source)."""
+
+
+def _files(checkpoint: str, source: str) -> Path:
+    """Where a source's lock and stop files are, on this host (never the driver's
+    folder: an executor may run elsewhere)."""
+    return Path(tempfile.gettempdir()) / "dbus-open-reads" / digest(checkpoint, source)
+
+
+def _stopped_file(checkpoint: str, source: str, run: str) -> Path:
+    path = _files(checkpoint, source)
+    return path.with_name(f"{path.name}.{run}.stopped")
+
+
+def mark_stopped(checkpoint: str, source: str, run: str) -> None:
+    """The query ``run`` stopped: no task of it starts a read of ``source`` any more.
+    Spark kills a stopped query's Python tasks seconds later, not at once; a task
+    still on its way to its read would otherwise start one, and send the changes
+    committed meanwhile, which the next run sends again from the committed position.
+    Marks older than ``STOPPED_KEPT`` are swept."""
+    path = _stopped_file(checkpoint, source, run)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(exist_ok=True)
+        path.touch()
+        old = time.time() - STOPPED_KEPT
+        for mark in path.parent.glob("*.stopped"):
+            with contextlib.suppress(OSError):
+                if mark.stat().st_mtime < old:
+                    mark.unlink()
+
+
+def refuse_if_stopped(checkpoint: str, source: str, run: str | None) -> None:
+    """Raise if the query ``run`` (None: not known) stopped (``mark_stopped``)."""
+    if run is not None and _stopped_file(checkpoint, source, run).exists():
+        raise DbusError(
+            f"source {source!r}: the query that planned this batch stopped; the batch "
+            "is read from its committed position when the runtime runs again"
+        )
+
+
+class Span:
+    """What an open read delivers between two cuts: its counts and its sinks'
+    acknowledgments, owned by one task (or, between tasks, by none yet)."""
+
+    def __init__(self, read: OpenRead, start: BinlogPosition) -> None:
+        self.start = start
+        self.reached = start
+        self.behind = False
+        """Whether the last commit delivered was a second or more old when it was read."""
+        self.began = time.monotonic()
+        self.counts = StageCounts(started=time.time())
+        self.batcher = Batcher(read.source)
+        self.out = Output(read.config, self.batcher, read.stage.routes,
+                          paced=read.paced, sinks=read.sinks)  # fmt: skip
+        self.admission = Admission()
+        self.slow = (
+            SlowWatch(read.source, read.stage, self.admission, self.began) if read.paced else None
+        )
+        self.owned = False
+
+    def commit(self, item: TransactionCommit) -> None:
+        stamp = item.commit_time.timestamp()
+        self.behind = behind(stamp)
+        self.counts.last_commit[item.source] = stamp
+        self.reached = item.position
+        if self.slow is not None:
+            self.admission = self.slow.check(item, self.counts) or self.admission
+
+
+class OpenRead:
+    """One source's read in a thread of this worker, from ``start`` on, delivering
+    into the current ``Span`` until it is ended."""
+
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        stage: FunctionStage,
+        shipment: str,
+        reader: BinlogReader,
+        source: str,
+        start: BinlogPosition,
+        stop: BinlogPosition,
+        lock: IO[bytes],
+    ) -> None:
+        self.config, self.stage, self.shipment = config, stage, shipment
+        self.source = source
+        self.paced = paces(config, stage)
+        self.sinks = own_sinks(config, stage.routes, f"-open-{source}")
+        self._reader = reader
+        self._lock_file = lock
+        self._turn = threading.Condition()
+        self._in_transaction = False
+        self._cutting = False
+        self._held = False
+        """Cut: the thread waits at the next transaction while the task settles."""
+        self._ending = False
+        self._hurried = False
+        """Its query is stopping: a task's span is cut as soon as it reaches its end."""
+        self.done = False
+        self.error: BaseException | None = None
+        self.span: Span | None = Span(self, start)
+        self._began = time.time()
+        self._checked = 0.0
+        self._next_note = time.monotonic() + RECORD_SECONDS
+        self._deployments = [d.manifest.name for d in stage.deployments]
+        self._stop_file = _files(config.checkpoint_dir, source).with_suffix(".stop")
+        self._alive_for = ALIVE_SECONDS + config.trigger_seconds
+        self._listener = listen(address(config.checkpoint_dir, source), source)
+        self._requests: queue.Queue[tuple[socket.socket, dict[str, Any]] | None]
+        self._requests = queue.Queue()
+        self._server = threading.Thread(
+            target=self._serve, name=f"dbus-open-read-{source}-asks", daemon=True
+        )
+        self._server.start()
+        threading.Thread(
+            target=self._work, name=f"dbus-open-read-{source}-tasks", daemon=True
+        ).start()
+        self._thread = threading.Thread(
+            target=self._run, args=(start, stop), name=f"dbus-open-read-{source}", daemon=True
+        )
+        self._thread.start()
+
+    def _until(self) -> float:
+        """When the read ends (asked at boundaries and heartbeats): never, unless it
+        is ended, another process asks for the source, or no task took a span for
+        ``ALIVE_SECONDS``."""
+        if self._ending:
+            return 0.0
+        now = time.monotonic()
+        if now - self._checked < CHECK_SECONDS:
+            return _FAR
+        self._checked = now
+        span = self.span
+        if span is not None and not span.owned and now - span.began > self._alive_for:
+            self._ending = True
+        with contextlib.suppress(FileNotFoundError):
+            if self._stop_file.stat().st_mtime >= self._began:
+                self._ending = True
+        return 0.0 if self._ending else _FAR
+
+    def _run(self, start: BinlogPosition, stop: BinlogPosition) -> None:
+        span: Span | None = None
+        process = self.stage.process
+        try:
+            items = cast(
+                Generator[ReadItem, None, None],
+                self._reader.read(start, stop=stop, until=self._until),
+            )
+            for item in items:
+                if not self._in_transaction:
+                    with self._turn:
+                        while self._held and not self._ending:  # the span just cut settles
+                            self._turn.wait()
+                        span = None if self._ending else self.span
+                        self._in_transaction = span is not None
+                    if span is None:
+                        break
+                assert span is not None
+                kind = type(item)
+                if kind is RowChange:
+                    assert isinstance(item, RowChange)
+                    for record in process(item, span.counts, None, span.admission or None):
+                        span.out.put(record)
+                elif kind is TransactionCommit:
+                    assert isinstance(item, TransactionCommit)
+                    span.commit(item)
+                    if time.monotonic() >= self._next_note:  # before a cut may settle
+                        self._note_delivered(span)
+                    with self._turn:
+                        self._in_transaction = False
+                        if self._cutting:
+                            self._turn.notify_all()
+                elif isinstance(item, SchemaChange):
+                    span.counts.ddl += 1
+                elif isinstance(item, UndecodedRows):
+                    for record in self.stage.undecoded(item, span.counts):
+                        span.out.put(record)
+            items.close()
+        except BaseException as exc:  # the task that owns the span raises it
+            self.error = exc
+            drop_reader(self._reader)
+        finally:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()  # tasks now find no read, and start their own
+            # The socket's name is free once no thread is in its accept(); the next
+            # read of the source (it may go once the lock is released) takes it.
+            self._server.join(timeout=LISTEN_WAIT)
+            with self._turn:
+                self.done, self._ending, self._in_transaction = True, True, False
+                left = self.span if self.span is not None and not self.span.owned else None
+                self._turn.notify_all()
+                if left is not None:
+                    # Delivered again by whoever reads on: only let it all out first.
+                    with contextlib.suppress(Exception):
+                        left.out.settle(left.began, max(1.0, self.config.detach_seconds))
+                self._lock_file.close()  # the next reader of the source may go
+
+    def _note_delivered(self, span: Span) -> None:
+        """Note how far ``span`` delivered (a transaction boundary) once its sinks
+        acknowledged all of it, every deployment given everything
+        (``checkpoint.record_delivered``)."""
+        self._next_note = time.monotonic() + RECORD_SECONDS
+        if span.admission or not span.out.acknowledged(ACK_WAIT):
+            return
+        record_delivered(self.config.checkpoint_dir, self.source,
+                         position_to_json(span.reached), self._deployments)  # fmt: skip
+
+    def take(self, start: BinlogPosition | None) -> Span | None:
+        """The span not yet owned, for a task planned from ``start`` (None: wherever
+        it begins): None if it begins elsewhere (or the read ended)."""
+        with self._turn:
+            span = self.span
+            if (
+                self.done
+                or self._ending
+                or span is None
+                or span.owned
+                or (start is not None and coordinates(span.start) != coordinates(start))
+            ):
+                return None
+            span.owned = True
+            return span
+
+    def cut(self, go_on: bool) -> tuple[Span, bool]:
+        """End the owned span at the next transaction boundary; the thread waits while
+        ``settle`` runs, then goes on in a new span (``go_on``) or ends. The span, and
+        whether the read still goes on."""
+        with self._turn:
+            self._cutting = True
+            while self._in_transaction and not self.done:
+                self._turn.wait(0.1)
+            self._cutting = False
+            self._held = True
+            span = self.span
+            assert span is not None and span.owned
+            return span, go_on and not self.done and not self._ending
+
+    def hand_on(self, after: Span | None) -> None:
+        """After ``cut``: the next span (None: the read ends)."""
+        with self._turn:
+            self.span = after
+            self._held = False
+            if after is None:
+                self._ending = True
+            self._turn.notify_all()
+
+    def end(self) -> None:
+        """End the read (at its next boundary or heartbeat) and wait for it."""
+        with self._turn:
+            self._ending = True
+            self._turn.notify_all()
+        self._thread.join()
+
+    def hurry(self) -> None:
+        """Its query is stopping: the span a task owns is cut as soon as it reaches
+        the task's planned end, and so is every span after it."""
+        self._hurried = True
+
+    def _serve(self) -> None:
+        """Take the source's requests, wherever they come from (``ask``): ``hurry``
+        at once (while a task's span runs), the others in turn (``_work``)."""
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                self._requests.put(None)
+                return  # the read ended
+            try:
+                request = json.loads(conn.makefile("rb").readline())
+            except (OSError, ValueError):
+                conn.close()
+                continue
+            if request.get("hurry"):
+                self.hurry()
+                with conn, contextlib.suppress(OSError):
+                    conn.sendall(b'{"hurried": true}\n')
+                continue
+            self._requests.put((conn, request))
+
+    def _work(self) -> None:
+        """Answer the source's tasks (and hand-overs), one at a time."""
+        while True:
+            asked = self._requests.get()
+            if asked is None:
+                return
+            conn, request = asked
+            with conn, contextlib.suppress(OSError):
+                try:
+                    answer = self._task(request)
+                except Exception as exc:  # a request this read cannot run: the task's own
+                    answer = {"taken": False, "why": str(exc)}
+                conn.sendall(json.dumps(answer).encode() + b"\n")
+
+    def _task(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run a task's part of the read (``request``: its range and shipment): its
+        rows, or that it cannot be run here (the read begins elsewhere)."""
+        if request.get("hand_over"):
+            return self._hand_over()
+        start = position_from_json(request["start"])
+        span = self.take(start) if request["shipment"] == self.shipment else None
+        if span is None:
+            return {"taken": False}
+        if request.get("reports"):
+            self.sinks.publisher.use(request["reports"])
+        try:
+            rows = self._own(span, position_from_json(request["end"]))
+        except BaseException as exc:
+            error = base64.b64encode(_pickled(exc)).decode()
+            return {"taken": True, "error": error, "text": str(exc)}
+        return {"taken": True, "rows": [[kind, base64.b64encode(v).decode()] for kind, v in rows]}
+
+    def _own(self, span: Span, planned_end: BinlogPosition) -> list[tuple[str, bytes]]:
+        """Own ``span`` for a task: for ``open_read_seconds`` and at least up to the
+        planned end, then cut it; the task's rows."""
+        seconds = self.config.open_read_seconds
+        window = time.monotonic() + seconds
+        longest = window + (CATCH_UP - 1) * seconds
+        target = coordinates(planned_end)
+        while not self.done:
+            now = time.monotonic()
+            # Behind: the last commit was old when read, and the server has sent more
+            # since (a heartbeat after it says the read is at the server's end).
+            behind = span.behind and not self._reader.caught_up
+            if coordinates(span.reached) >= target and (
+                self._hurried or now >= longest or (now >= window and not behind)
+            ):
+                break
+            time.sleep(0.01)
+        return self._close(*self.cut(go_on=True), planned_end)
+
+    def _close(
+        self, span: Span, go_on: bool, planned_end: BinlogPosition | None
+    ) -> list[tuple[str, bytes]]:
+        """Settle a span just cut, and go on in a new one (``go_on``) or end the read;
+        the span's rows (its counts, what its sinks took, how far it delivered). With
+        ``planned_end``, the span must have reached it."""
+        try:
+            if self.error is not None:
+                raise self.error
+            target = coordinates(planned_end or span.start)
+            if coordinates(span.reached) < target:
+                raise DbusError(
+                    f"source {self.source!r}: its open read ended at {span.reached} before "
+                    f"the batch's end {planned_end}; the batch is read again"
+                )
+            counts = span.counts
+            counts.read_seconds = time.monotonic() - span.began
+            bound = self.config.detach_seconds - (time.monotonic() - span.began)
+            failed = span.out.settle(span.began, max(1.0, bound))
+            ranged = SimpleNamespace(source=self.source, start=position_to_json(span.start))
+            counts.progress += read_events(ranged, span.admission, failed, counts)
+            go_on = go_on and not failed and not span.admission
+            counts.positions[self.source] = str(
+                max(span.reached, planned_end or span.reached, key=coordinates)
+            )
+            if coordinates(span.reached) > target:
+                counts.reached[self.source] = position_to_json(span.reached)
+            self.hand_on(Span(self, span.reached) if go_on else None)
+        except BaseException:
+            self.hand_on(None)
+            raise
+        span.batcher.add_stats(counts)
+        return span.batcher.take()
+
+    def _hand_over(self) -> dict[str, Any]:
+        """End the read for another read of the source (``quiet``): the span no task
+        owns, cut and settled, as rows that read reports with its own (what was
+        delivered past the last cut then counts once, and is not read again)."""
+        span = self.take(None)
+        if span is None:  # a task's (it fails, and is read again) or none: end
+            with self._turn:
+                self._ending = True
+                self._turn.notify_all()
+            return {"ended": False}
+        try:
+            rows = self._close(*self.cut(go_on=False), None)
+        except BaseException:  # nothing to hand over: that read reads it again
+            return {"ended": False}
+        return {
+            "ended": True,
+            "reached": position_to_json(span.reached),
+            "rows": [[kind, base64.b64encode(v).decode()] for kind, v in rows],
+        }
+
+
+def _pickled(exc: BaseException) -> bytes:
+    try:
+        return pickle.dumps(exc)
+    except Exception:  # an error that does not pickle arrives as its text
+        return pickle.dumps(DbusError(str(exc)))
+
+
+@dataclass(frozen=True)
+class Handed:
+    """What an open read ended by ``quiet`` had delivered past its last cut: its rows
+    (the quieting task hands them to Spark with its own) and how far it got."""
+
+    rows: tuple[tuple[str, bytes], ...] = ()
+    reached: BinlogPosition | None = None
+
+    def past(self, start: BinlogPosition) -> BinlogPosition:
+        """Where a read of the source from ``start`` goes on: past what was delivered."""
+        if self.reached is not None and coordinates(self.reached) > coordinates(start):
+            return self.reached
+        return start
+
+    def add_to(self, batcher: Batcher) -> None:
+        for kind, value in self.rows:
+            batcher.add(kind, value)
+
+
+def quiet(checkpoint: str, source: str) -> Handed:
+    """Before another read of ``source``: no open read of it goes on, in this worker or
+    any other (their deliveries past their cut come before this read's); what the
+    ended one delivered past its last cut."""
+    answer = ask(checkpoint, source, {"hand_over": True})
+    handed = Handed()
+    if answer is not None and answer.get("ended"):
+        handed = Handed(
+            tuple((kind, base64.b64decode(value)) for kind, value in answer["rows"]),
+            position_from_json(answer["reached"]),
+        )
+    found = _reads.pop((checkpoint, source), None)
+    if found is not None:
+        found.end()
+    lock = _claim(checkpoint, source)
+    if lock is not None:
+        lock.close()
+    return handed
+
+
+def _claim(checkpoint: str, source: str) -> IO[bytes] | None:
+    """The source's lock, once no other process's open read holds it (asked to end);
+    None where there is no checkpoint folder to hold it in."""
+    path = _files(checkpoint, source)
+    try:
+        path.parent.mkdir(exist_ok=True)
+        lock = open(path.with_suffix(".lock"), "wb")  # noqa: SIM115 (held while reading)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return lock
+    except BlockingIOError:
+        pass
+    path.with_suffix(".stop").touch()
+    deadline = time.monotonic() + QUIET_WAIT
+    while True:
+        time.sleep(0.02)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                raise DbusError(
+                    f"source {source!r}: another worker's open read did not end within "
+                    f"{QUIET_WAIT:.0f}s; the batch is read again"
+                ) from None
+
+
+def read_open(
+    partition: Any,
+    config: RuntimeConfig,
+    stage: FunctionStage,
+    reader: BinlogReader,
+    reports: str | None,
+    run: str | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """A ``SourceRange`` read by the source's open read: the one going on, if it
+    reads on from where the range starts, else one started here from there. A task
+    of a query that stopped (``run``: the query's, ``mark_stopped``) starts none."""
+    checkpoint, source = config.checkpoint_dir, partition.source
+    refuse_if_stopped(checkpoint, source, run)
+    request = {
+        "start": partition.start,
+        "end": partition.end,
+        "shipment": partition.shipment.key,
+        "reports": reports,
+    }
+    answer = ask(checkpoint, source, request)
+    if answer is None or not answer["taken"]:
+        quiet(checkpoint, source)
+        lock = _claim(checkpoint, source)
+        if lock is None:
+            raise DbusError(
+                f"source {source!r}: cannot make {_files(checkpoint, source).parent} "
+                "for its open read; make the temporary folder writable"
+            )
+        start = offset_to_position(partition.start)
+        try:
+            # Marked while this task waited for the lock: the stop ended every read
+            # of the source it found, and this one would outlive it.
+            refuse_if_stopped(checkpoint, source, run)
+            _reads[(checkpoint, source)] = OpenRead(
+                config, stage, partition.shipment.key, reader, source, start,
+                offset_to_position(partition.end), lock,
+            )  # fmt: skip
+        except BaseException:
+            lock.close()  # never held by a read that did not start
+            raise
+        answer = ask(checkpoint, source, request)
+        if answer is None or not answer["taken"]:
+            read = _reads.pop((checkpoint, source))
+            read.end()
+            if read.error is not None:
+                raise read.error  # it failed before it could answer
+            raise DbusError(f"source {source!r}: its open read ended as it started")
+    if "error" in answer:
+        try:
+            error = pickle.loads(base64.b64decode(answer["error"]))
+        except Exception:  # a class this process cannot make again: its text
+            error = DbusError(answer["text"])
+        raise error
+    batcher = Batcher(source)
+    for kind, value in answer["rows"]:
+        batcher.add(kind, base64.b64decode(value))
+    last = batcher.flush()
+    if last is not None:
+        yield last

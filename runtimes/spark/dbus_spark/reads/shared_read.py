@@ -1,0 +1,109 @@
+"""How a source's shared read serves each deployment at its own pace: whom it leaves
+out and from where it takes a deployment back (``admission_of``), who takes most of
+its time (``SlowWatch``), and what it reports of them when it ends (``read_events``);
+see ``dbus_spark.state.progress``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dbus_fn.capture import position_to_json
+from dbus_fn.events import TransactionCommit
+from dbus_spark.stage.functions import StageCounts
+from dbus_spark.state.progress import (
+    SLOW_AFTER,
+    SLOW_SHARE,
+    Admission,
+    Behind,
+    detached,
+    rejoined,
+    start_order,
+)
+
+
+class SlowWatch:
+    """Leaves out of a shared read a deployment whose functions took more than
+    ``SLOW_SHARE`` of its time (``dbus_spark.state.progress``), at a transaction boundary:
+    what it was given before is delivered, the rest its own read gives it."""
+
+    def __init__(self, source: str, stage: Any, admission: Admission, began: float) -> None:
+        self._source = source
+        self._others = len(stage.deployments)
+        self._admission = admission
+        self._began = began
+
+    def check(self, commit: TransactionCommit, counts: StageCounts) -> Admission | None:
+        """The new admission when a deployment was left out at ``commit``, else None."""
+        elapsed = time.monotonic() - self._began
+        if elapsed < SLOW_AFTER:
+            return None
+        admission = self._admission
+        for name, busy in counts.busy.items():
+            served = self._others - len(admission.left_out)
+            if busy <= SLOW_SHARE * elapsed or name in admission.left_out or served <= 1:
+                continue
+            admission = admission.without(name)
+            counts.progress.append(detached(
+                self._source, name, position_to_json(commit.position),
+                f"its functions took {busy:.1f}s of a {elapsed:.1f}s read, holding the "
+                "others back", commit.commit_time.timestamp(),
+            ))  # fmt: skip
+        if admission is self._admission:
+            return None
+        self._admission = admission
+        return admission
+
+
+def read_events(
+    partition: Any, admission: Admission, failed: dict[str, str], counts: StageCounts
+) -> list[dict[str, Any]]:
+    """What a shared read found for the deployments: those whose sinks did not take
+    what it gave them are detached at their own start; those it took back rejoined."""
+    events = []
+    start = {key: partition.start[key] for key in POSITION_KEYS if key in partition.start}
+    back = admission.back or {}
+    for name, reason in sorted(failed.items()):
+        events.append(detached(partition.source, name, back.get(name, start), reason))
+    for name in sorted(back):
+        if name not in failed and name not in admission.left_out:
+            events.append(rejoined(partition.source, name))
+    return events
+
+
+POSITION_KEYS = ("file", "pos", "gtid")
+
+
+def caught_up_with(behind: Behind, offset: dict[str, Any]) -> bool:
+    """Whether a deployment whose own read reached its batch's end has everything up to
+    the server's position ``offset`` (then nothing is left to read for it)."""
+    return behind.caught_up and not behind.paused and start_order(behind.position) >= (
+        start_order(offset)
+    )
+
+
+def admission_of(
+    begin: dict[str, Any], behind: dict[str, dict[str, Any]]
+) -> tuple[dict[str, Any], Admission]:
+    """Where a source's shared read starts, and whom it serves from where: not the
+    deployments behind, except those whose own read reached its batch's end, which it
+    takes back from their own position (the read then starts at the earliest)."""
+    left_out = frozenset(d for d, b in behind.items() if b["paused"] or not b["caught_up"])
+    back = {d: b["position"] for d, b in behind.items() if d not in left_out}
+    if not back:
+        return begin, Admission(left_out)
+    default = start_order(begin)
+    earliest = min(back.values(), key=start_order)
+    if start_order(earliest) < default:
+        kept = {key: value for key, value in begin.items() if key not in POSITION_KEYS}
+        begin = {**kept, **{key: earliest[key] for key in POSITION_KEYS if key in earliest}}
+    return begin, Admission(left_out, back, default)
+
+
+__all__ = [
+    "POSITION_KEYS",
+    "SlowWatch",
+    "admission_of",
+    "caught_up_with",
+    "read_events",
+]

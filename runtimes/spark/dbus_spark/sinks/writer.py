@@ -1,0 +1,583 @@
+"""The sinks of a worker, and the sink writer: a PySpark Python streaming sink named
+``dbus_functions``.
+
+One path leads from a read to the sinks: each read task of the ``dbus_binlog``
+source (the shared read, a catch-up read, a history chunk, a replay part) hands
+its records to its worker's sinks as it reads (``Output``) and settles them before
+it ends: every deployment's records acknowledged, or, where deployments go at
+their own pace, within the detach bound or that deployment named (its position
+holds). A cluster member's Kafka writes commit in transactions fenced by the
+source's hold (``dbus_spark.sinks.kafka``). The task hands Spark only its counts;
+the writer's ``write()`` sums them in the same task, and Spark calls ``commit()``
+on the driver only when every task of the micro-batch has returned, and records
+the batch's end offsets after that: a position is committed only once every sink
+of every deployment that goes on with it has the data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from dbus_fn.coordination import HoldCheck
+from dbus_fn.errors import DbusError
+from dbus_spark.config.logs import FIELDS, runtime_logger
+from dbus_spark.config.routes import Routes, elasticsearch_cluster, kafka_cluster
+from dbus_spark.config.runtime import RuntimeConfig, WriteFencing, load_config
+from dbus_spark.sinks.elasticsearch import ElasticsearchSink
+from dbus_spark.sinks.kafka import KafkaSink, WriteFence
+from dbus_spark.stage.functions import FunctionStage, StageCounts, StageRecord, refusal_dead_letter
+from dbus_spark.stage.worker import Batcher
+from dbus_spark.state.batch_reports import write_report
+from dbus_spark.state.checkpoint import ProgressFolder
+from dbus_spark.state.history import ChunkDone, HistoryStore, progress_text
+from dbus_spark.state.live_counters import SinkPublisher
+from dbus_spark.state.progress import ProgressBook
+from dbus_spark.state.records import IndexAction, KafkaRecord, RecordType
+from dbus_spark.state.sink_activity import SinkActivity
+
+# commit() runs in a Spark-managed Python process with no logging set up;
+# batch metrics must still reach the runtime's log (its stderr).
+log = runtime_logger()
+
+
+@dataclass
+class TaskReport(WriterCommitMessage):  # type: ignore[misc]
+    """What one task did; the driver sums these into the batch's metrics."""
+
+    records: int = 0
+    kafka: int = 0
+    elasticsearch: int = 0
+    fenced: int = 0
+    """Kafka messages dropped because the source's hold was lost mid-task."""
+    seconds: float = 0.0
+    started: float = 0.0
+    """Epoch seconds the task began writing."""
+    per_source: Counter[str] = field(default_factory=Counter)
+    stage: StageCounts = field(default_factory=StageCounts)
+
+    def counts(self) -> dict[str, Any]:
+        """The sinks' counters alone, as a read task that delivered itself sends them."""
+        return {
+            "records": self.records, "kafka": self.kafka, "elasticsearch": self.elasticsearch,
+            "fenced": self.fenced, "seconds": self.seconds, "started": self.started,
+            "per_source": self.per_source,
+        }  # fmt: skip
+
+    def absorb(self, counts: Mapping[str, Any]) -> None:
+        """Add what another task's sinks delivered (``counts``)."""
+        self.records += counts["records"]
+        self.kafka += counts["kafka"]
+        self.elasticsearch += counts["elasticsearch"]
+        self.fenced += counts["fenced"]
+        self.seconds = max(self.seconds, counts["seconds"])
+        self.started = (
+            min(t for t in (self.started, counts["started"]) if t)
+            if (self.started or counts["started"])
+            else 0.0
+        )
+        self.per_source.update(counts["per_source"])
+
+    def to_json(self) -> dict[str, object]:
+        """The batch's counters as the driver's metrics take them (``dbus_spark.observe``)."""
+        return {
+            "records": self.records, "kafka": self.kafka, "elasticsearch": self.elasticsearch,
+            "fenced": self.fenced, "seconds": self.seconds, "started": self.started,
+            "read_seconds": self.stage.read_seconds, "per_source": self.per_source,
+            "stage": self.stage.to_dict(),
+        }  # fmt: skip
+
+
+class _Sinks:
+    """The sinks of one Python worker process, kept between tasks.
+
+    Each deployment writes to Elasticsearch through a sink of its own (its own
+    buffer), and is counted apart in the Kafka producer's acknowledgments, so one
+    deployment's sink that does not answer names that deployment alone
+    (``settle``). A deployment whose manifest names its own cluster writes there
+    (``route``, ``dbus_spark.config.routes``); deployments on one cluster with the
+    same settings share its producer."""
+
+    def __init__(self, config: RuntimeConfig, label: str = "") -> None:
+        """``label``: told apart from the worker's other sinks in its metrics files."""
+        self.config = config
+        self._check: HoldCheck | None = None
+        self._fence = None
+        if config.fencing is not None:
+            self._check = HoldCheck(config.fencing.zookeeper, config.fencing.runtime_id)
+            self._fence = _write_fence(config.fencing, self._check, next(_SINKS_MADE))
+        self._kafka_activity = SinkActivity(
+            in_flight=lambda: sum(s.in_flight for s in list(self._producers.values()))
+        )
+        self.kafka = KafkaSink(
+            config.kafka_bootstrap,
+            topic_partitions=config.topic_partitions,
+            fence=self._fence,
+            activity=self._kafka_activity,
+        )
+        """The runtime's own Kafka: every deployment's that names no cluster."""
+        self._producers: dict[str, KafkaSink] = {"": self.kafka}
+        """Per cluster and settings (``KafkaCluster.key``; "" the runtime's), its sink."""
+        self._routes: Routes = {}
+        self._kafka_of: dict[str, KafkaSink] = {}
+        self.detach_seconds = config.detach_seconds
+        """How long a deployment's sinks may take before it is detached (0: never)."""
+        self.within: float | None = None
+        """This task's bound on a deployment's writes (None: wait; see ``pace``)."""
+        self._elasticsearch: dict[str, ElasticsearchSink] = {}
+        self._es_activity = SinkActivity(
+            in_flight=lambda: sum(s.in_flight for s in list(self._elasticsearch.values()))
+        )
+        self.failed: dict[str, str] = {}
+        """Per deployment, why its sinks did not take what it was given in this task."""
+        self._refused: list[tuple[str, KafkaRecord]] = []
+        self.publisher = SinkPublisher(
+            {"kafka": self._kafka_activity, "elasticsearch": self._es_activity}, label
+        )
+
+    def pace(self, detaching: bool, bound: float | None = None) -> None:
+        """Set this task's writes to be bounded by the detach bound, or by ``bound`` if
+        that is shorter (a deployment whose sinks take longer is named in ``failed``),
+        or waited for as long as it takes (``detaching`` False: when detaching would
+        help no other deployment)."""
+        self.within = self.detach_seconds if detaching and self.detach_seconds else None
+        if self.within is not None and bound is not None:
+            self.within = min(self.within, bound)
+        for producer in self._producers.values():
+            producer.block_for = self.within
+
+    def route(self, routes: Routes) -> None:
+        """Where each deployment writes from now on: per deployment that declares them,
+        its manifest's sink tables (the others write to the runtime's clusters)."""
+        if routes == self._routes:
+            return
+        changed = {
+            name for name in {*routes, *self._routes} if routes.get(name) != self._routes.get(name)
+        }
+        self._routes = {name: dict(options) for name, options in routes.items()}
+        for name in changed:
+            self._kafka_of.pop(name, None)  # what it sent is flushed with its producer
+            sink = self._elasticsearch.get(name)
+            if sink is not None and not sink.in_flight:  # else moved once it is sent
+                del self._elasticsearch[name]
+                sink.close()
+
+    def kafka_for(self, deployment: str) -> KafkaSink:
+        """``deployment``'s Kafka sink: its own cluster's, or the runtime's."""
+        sink = self._kafka_of.get(deployment)
+        if sink is None:
+            cluster = kafka_cluster(deployment, self._routes)
+            if cluster is None:
+                sink = self.kafka
+            else:
+                sink = self._producers.get(cluster.key)
+                if sink is None:
+                    fence = self._fence and replace(
+                        self._fence,
+                        transactional_id=f"{self._fence.transactional_id}/{cluster.key}",
+                    )
+                    sink = self._producers[cluster.key] = KafkaSink(
+                        cluster.bootstrap or self.config.kafka_bootstrap,
+                        topic_partitions=self.config.topic_partitions,
+                        settings=cluster.settings,
+                        fence=fence,
+                        activity=self._kafka_activity,
+                    )
+                    sink.block_for = self.within
+                    if self.kafka.held is not None:  # fenced by the task's hold too
+                        sink.hold(*self.kafka.held)
+            self._kafka_of[deployment] = sink
+        return sink
+
+    def elasticsearch(self, deployment: str) -> ElasticsearchSink:
+        """``deployment``'s Elasticsearch sink: its own cluster's, or the runtime's."""
+        sink = self._elasticsearch.get(deployment)
+        if sink is None:
+
+            def refused(action: IndexAction, reason: str) -> None:
+                letter = refusal_dead_letter(action, reason, type_prefix=self.config.type_prefix)
+                self._refused.append((deployment, letter))
+
+            cluster = elasticsearch_cluster(deployment, self._routes)
+            sink = ElasticsearchSink(
+                cluster.hosts if cluster else self.config.elasticsearch_url,
+                options=cluster.options if cluster else None,
+                on_refused=refused,
+                activity=self._es_activity,
+            )
+            self._elasticsearch[deployment] = sink
+        return sink
+
+    def _fail(self, deployment: str, reason: str) -> None:
+        """Drop what ``deployment`` still has buffered: it is detached, and its own read
+        sends it all again."""
+        self.failed.setdefault(deployment, reason)
+        sink = self._elasticsearch.get(deployment)
+        if sink is not None:
+            sink.drop()
+
+    def hold(self, source: str, epoch: int) -> None:
+        """The records that follow were read from ``source`` held at ``epoch`` (a cluster
+        member's): their Kafka transactions commit only while that hold lasts."""
+        for producer in self._producers.values():
+            producer.hold(source, epoch)
+
+    def deliver(self, record: StageRecord, source: str, report: TaskReport) -> None:
+        """Write one record of the function stage straight away (a read task's own).
+
+        With a detach bound, a deployment whose sink did not take a write within it
+        is noted in ``failed`` and given nothing more in this task."""
+        name = record.deployment
+        if name in self.failed:
+            return
+        out = record.record
+        within = self.within
+        try:
+            if type(out) is KafkaRecord:
+                self.kafka_for(name).write(out, name if within else None)
+            else:
+                assert type(out) is IndexAction
+                if out.document is not None and not out.size:
+                    out = replace(out, size=len(json.dumps(out.document)))
+                self.elasticsearch(name).write(out, within=within)
+        except DbusError as exc:
+            if within is None:
+                raise
+            self._fail(name, str(exc))
+            return
+        report.records += 1
+        report.per_source[source] += 1
+
+    def settle(
+        self, report: TaskReport, started: float, within: float | None = None
+    ) -> dict[str, str]:
+        """``finish`` for what ``deliver`` wrote, waiting at most ``within`` seconds in
+        all (default: the detach bound): per deployment whose sinks did not take all
+        of it, why (those deployments are detached; the others' writes are all
+        acknowledged). Unbounded (``pace``), it is ``finish``."""
+        if self.within is None:
+            self.finish(report, started)
+            return {}
+        deadline = time.monotonic() + (self.within if within is None else within)
+        self._send_buffered(report, lambda: max(0.5, deadline - time.monotonic()))
+        failed, self.failed = self.failed, {}
+        for producer in list(self._producers.values()):
+            sent, late = producer.settle(max(0.5, deadline - time.monotonic()))
+            report.kafka += sent
+            report.fenced += producer.fenced
+            producer.fenced = 0
+            for name, reason in late.items():
+                failed.setdefault(name, reason)
+        report.seconds = time.monotonic() - started
+        return failed
+
+    def acknowledged(self, report: TaskReport, wait: float) -> bool:
+        """Whether every record delivered so far is acknowledged by its sinks, with no
+        deployment refused: what Elasticsearch buffers is sent (as a full buffer is, within
+        the task's bound), then Kafka is given ``wait`` seconds. It judges no deployment
+        for a slow Kafka (``settle`` does), and says no for fenced writes (they commit in
+        transactions, at ``settle``)."""
+        if self._fence is not None:
+            return False
+        self._send_buffered(report, lambda: self.within)
+        if self.failed:
+            return False
+        deadline = time.monotonic() + wait
+        return all(
+            producer.acknowledged(max(0.0, deadline - time.monotonic()))
+            for producer in list(self._producers.values())
+        )
+
+    def _send_buffered(self, report: TaskReport, within: Callable[[], float | None]) -> None:
+        """Send what each deployment's Elasticsearch sink buffers (each within ``within()``
+        seconds), then to Kafka the dead letters of the documents it refused: first,
+        since a refused document becomes a dead letter. Paced, a deployment whose sink
+        fails is noted in ``failed`` (and what it buffers dropped); unpaced, it raises."""
+        for name, sink in list(self._elasticsearch.items()):
+            if name in self.failed:
+                sink.drop()
+                continue
+            try:
+                report.elasticsearch += sink.flush(within=within())
+            except DbusError as exc:
+                if self.within is None:
+                    raise
+                self._fail(name, str(exc))
+        for name, letter in self._refused:
+            if name not in self.failed:
+                try:
+                    self.kafka_for(name).write(letter, name if self.within is not None else None)
+                except DbusError as exc:
+                    if self.within is None:
+                        raise
+                    self._fail(name, str(exc))
+        self._refused.clear()
+
+    def finish(self, report: TaskReport, started: float) -> TaskReport:
+        """Wait until every record written is acknowledged; ``report`` with the counts."""
+        self._send_buffered(report, lambda: None)
+        for producer in list(self._producers.values()):
+            report.kafka += producer.flush()
+            report.fenced += producer.fenced
+            producer.fenced = 0
+        report.seconds = time.monotonic() - started
+        return report
+
+
+_SINKS_MADE = itertools.count()
+"""Numbers this process's ``_Sinks``: each producer's transactional id is its own."""
+
+
+def _write_fence(fencing: WriteFencing, check: HoldCheck, made: int) -> WriteFence:
+    """The fence of the ``made``-th sinks of this worker process. Every producer has a
+    transactional id of its own (two producers sharing one would abort each other's
+    open transactions as each starts): the process, these sinks, and for a
+    deployment's own cluster, that cluster (``_Sinks.kafka_for``)."""
+    zk = fencing.zookeeper
+    return WriteFence(
+        # Its transactions never wait on another producer's.
+        transactional_id=(
+            f"dbus/{zk.cluster}/{fencing.runtime_id}/{socket.gethostname()}/{os.getpid()}/{made}"
+        ),
+        transaction_timeout=fencing.transaction_timeout,
+        hold_seconds=fencing.hold_seconds,
+        confirm=check.confirm,
+    )
+
+
+_sinks: dict[str, _Sinks] = {}
+
+
+def _history_text(store: HistoryStore, sources: set[str]) -> dict[str, str]:
+    return {
+        key: text
+        for source in sorted(sources)
+        for key, text in progress_text(
+            [*store.tasks(source).values(), *store.replays(source).values()]
+        ).items()
+    }
+
+
+def sink_settings(config: RuntimeConfig) -> str:
+    """What a worker's sinks are made from: the configuration without its sources and
+    functions (those come and go; the sinks stay)."""
+    return json.dumps(replace(config, sources=(), deployments=()).to_json(), sort_keys=True)
+
+
+def worker_sinks(settings: str, routes: Routes | None = None) -> _Sinks:
+    """This worker process's sinks. They outlive micro-batches and configuration
+    changes that do not touch them (sources and functions come and go in a cluster):
+    a producer, above all a transactional one, is slow to start. ``routes``: where
+    the deployments that name their own clusters write (``_Sinks.route``)."""
+    sinks = _sinks.get(settings)
+    if sinks is None:
+        _sinks.clear()
+        sinks = _sinks[settings] = _Sinks(RuntimeConfig.from_json(json.loads(settings)))
+    if routes is not None:
+        sinks.route(routes)
+    return sinks
+
+
+def own_sinks(config: RuntimeConfig, routes: Routes, label: str) -> _Sinks:
+    """Sinks apart from the worker's (``worker_sinks``), for a read that outlives its
+    task (``dbus_spark.reads.open_read``): what they hold is settled by that read alone,
+    never by another task of the worker."""
+    sinks = _Sinks(RuntimeConfig.from_json(json.loads(sink_settings(config))), label)
+    sinks.route(routes)
+    return sinks
+
+
+def detaches(config: RuntimeConfig) -> bool:
+    """Whether deployments of this runtime go at their own pace (``dbus_spark.state.progress``)."""
+    return config.detach_seconds > 0
+
+
+def paces(config: RuntimeConfig, stage: FunctionStage) -> bool:
+    """Whether a read task of this runtime bounds each deployment's writes by the
+    detach bound: when one deployment's sink that does not answer could hold another's
+    (not with one deployment, whom detaching would free no one)."""
+    return detaches(config) and len(stage.deployments) > 1
+
+
+class Output:
+    """Where a read task's records go: to the task's own sinks as it reads, each
+    deployment's writes bounded when paced (a deployment whose sinks do not take them
+    is ``refused`` the rest, and ``settle`` names it), else waited for as long as it
+    takes."""
+
+    def __init__(self, config: RuntimeConfig, batcher: Batcher, routes: Routes,
+                 *, paced: bool, bound: float | None = None,
+                 sinks: _Sinks | None = None) -> None:  # fmt: skip
+        """``paced``: bounded by the detach bound, or by ``bound`` if shorter.
+        ``sinks``: the read's own (``own_sinks``), else the worker's."""
+        self.batcher = batcher
+        self.sinks = sinks or worker_sinks(sink_settings(config), routes)
+        self.sinks.pace(paced, bound)
+        if config.fencing is not None:
+            self.sinks.hold(batcher.source, config.source(batcher.source).epoch)
+        self.report = TaskReport(started=time.time())
+
+    def put(self, record: StageRecord) -> None:
+        """Hand ``record`` to its deployment's sinks."""
+        self.sinks.deliver(record, self.batcher.source, self.report)
+
+    def acknowledged(self, wait: float) -> bool:
+        """Whether everything put so far is acknowledged by its sinks, waiting at most
+        ``wait`` seconds for Kafka (``_Sinks.acknowledged``)."""
+        return self.sinks.acknowledged(self.report, wait)
+
+    def refused(self, deployment: str) -> bool:
+        """Whether ``deployment``'s sinks stopped taking this task's writes."""
+        return deployment in self.sinks.failed
+
+    def settle(self, began: float, within: float | None = None) -> dict[str, str]:
+        """Wait for what was put (at most ``within`` seconds, by default the detach
+        bound): per deployment whose sinks did not take all of it, why."""
+        failed = self.sinks.settle(self.report, began, within)
+        self.batcher.add_delivered(self.report.counts())
+        return failed
+
+
+def task_counts(batches: Iterator[pa.RecordBatch]) -> TaskReport:
+    """What one read task counted and delivered, from the rows it handed Spark."""
+    report = TaskReport()
+    for batch in batches:
+        columns = batch.to_pydict()
+        for record_type, value in zip(columns["record_type"], columns["value"], strict=True):
+            if record_type == RecordType.STATS:
+                report.stage.add_json(value)
+            elif record_type == RecordType.DELIVERED:
+                report.absorb(json.loads(value))
+    return report
+
+
+class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+    """Made on the driver, from the runtime's configuration file. Its tasks sum what
+    each read task counted and delivered; ``commit()`` records a batch's history and
+    progress and logs it, on the driver."""
+
+    def __init__(self, config_path: str, reports: str | None = None) -> None:
+        config = load_config(config_path, with_secrets=False)  # it needs no source
+        self._checkpoint_dir = config.checkpoint_dir
+        self._reports = reports
+        """Where ``commit()`` leaves each batch's counters for the driver's metrics
+        (``dbus_spark.observe``); None: metrics are off."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskReport:
+        return task_counts(iterator)
+
+    def commit(self, messages: list[TaskReport | None], batchId: int) -> None:
+        total = TaskReport()
+        for report in messages:
+            if report is None:
+                continue
+            total.records += report.records
+            total.kafka += report.kafka
+            total.elasticsearch += report.elasticsearch
+            total.fenced += report.fenced
+            total.seconds = max(total.seconds, report.seconds)
+            began = [t for t in (total.started, report.started, report.stage.started) if t]
+            total.started = min(began, default=0.0)
+            total.per_source.update(report.per_source)
+            total.stage.add(report.stage)
+        stage = total.stage
+        if self._reports is not None:
+            try:
+                write_report(self._reports, batchId, total.to_json())
+            except OSError as exc:  # metrics never hold a batch back
+                log.warning("batch %d: its metrics report was not written: %s", batchId, exc)
+        history: dict[str, str] = {}
+        # Before Spark records the batch as committed, each changed section of the
+        # progress folder written once: the next plan reads it, and a replay of this
+        # batch re-reads its chunks.
+        progress = ProgressFolder.of(self._checkpoint_dir)
+        changed = stage.chunks or stage.replays or stage.refused or stage.reached or stage.progress
+        # Most batches change nothing of it: no lock, no folder touched on their way.
+        with progress.held() if changed else contextlib.nullcontext():
+            if stage.chunks or stage.replays or stage.refused:
+                store = HistoryStore(progress)
+                with store.saved_once():
+                    store.record(ChunkDone.from_json(chunk) for chunk in stage.chunks)
+                    store.record_replays(stage.replays)
+                    if stage.refused:
+                        store.refused(stage.refused)
+                for read in stage.refused:
+                    wait = store.waiting(read["source"]).get(read["deployment"], {})
+                    log.warning(
+                        "history: deployment %s's sinks did not take its read of %s: %s; "
+                        "it is read again in %.0fs", read["deployment"], read["source"],
+                        read["reason"], wait.get("retry_at", time.time()) - time.time(),
+                    )  # fmt: skip
+                sources = {part["source"] for part in (*stage.chunks, *stage.replays)}
+                history = _history_text(store, sources)
+            if stage.reached:
+                progress.update("reached", lambda known: {**known, **stage.reached})
+            if stage.progress:
+                # Where each deployment not with the stream stands (``dbus_spark.state.progress``).
+                ProgressBook(self._checkpoint_dir, progress).apply(stage.progress)
+        for event in stage.progress:
+            if event["kind"] == "detached":
+                log.warning(
+                    "deployment %s detached from source %s at %s: %s; it catches up "
+                    "on its own read",
+                    event["deployment"], event["source"], event["position"], event["reason"],
+                )  # fmt: skip
+            elif event["kind"] == "rejoined":
+                log.info(
+                    "deployment %s is with the stream of source %s again",
+                    event["deployment"], event["source"],
+                )  # fmt: skip
+        if total.fenced:
+            log.warning(
+                "batch %d: %d Kafka message(s) not sent: their source's hold was lost "
+                "mid-batch; the new owner sends them from the committed position",
+                batchId,
+                total.fenced,
+            )
+        if total.records or any(
+            (stage.rows, stage.ddl, stage.chunks, stage.replays, stage.progress)
+        ):
+            now = time.time()
+            fields = {
+                "batch": batchId, "rows": stage.rows, "ddl": stage.ddl,
+                "records": total.records, "kafka": total.kafka, "es": total.elasticsearch,
+                "per_source": dict(total.per_source), "delivered": dict(stage.delivered),
+                "filtered": dict(stage.filtered), "dead": dict(stage.dead),
+                "read_seconds": round(stage.read_seconds, 3),
+                "write_seconds": round(total.seconds, 3),
+                "batch_seconds": round(now - total.started if total.started else 0.0, 3),
+                "positions": stage.positions,
+                # How far behind its source each sink is as the batch commits: the
+                # newest change it now holds was committed this long ago.
+                "lag_seconds": {
+                    source: round(now - moment, 3) for source, moment in stage.last_commit.items()
+                },
+                "history": history,
+            }  # fmt: skip
+            log.info(
+                "batch %(batch)d: rows=%(rows)d ddl=%(ddl)d records=%(records)d kafka=%(kafka)d "
+                "es=%(es)d per_source=%(per_source)s delivered=%(delivered)s "
+                "filtered=%(filtered)s dead=%(dead)s read_seconds=%(read_seconds).3f "
+                "write_seconds=%(write_seconds).3f batch_seconds=%(batch_seconds).3f "
+                "positions=%(positions)s lag_seconds=%(lag_seconds)s"
+                + (" history=%(history)s" if history else ""),
+                fields,
+                extra={FIELDS: fields},
+            )
+
+    def abort(self, messages: list[TaskReport | None], batchId: int) -> None:
+        log.warning("batch %d aborted; it will be replayed from its start positions", batchId)

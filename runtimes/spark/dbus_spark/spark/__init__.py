@@ -1,0 +1,4 @@
+"""The Spark layer: the session a runtime runs in (``session``), the two data sources it
+registers (``datasources``), the streaming query (``job``), and what is checked
+or prepared before Spark starts (``preflight``, ``planners``, ``bytecode``).
+"""

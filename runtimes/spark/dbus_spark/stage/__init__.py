@@ -1,0 +1,4 @@
+"""The function stage layer: every change through every deployment that wants it
+(``functions``), what a Spark Python worker keeps between tasks (``worker``) and what
+a task carries of the runtime (``shipment``). Imports ``config`` and ``state``.
+"""

@@ -1,0 +1,267 @@
+"""What history work is made of: a task (one table read for one deployment), a
+replay, a chunk as a micro-batch plans it and as its read reports it. Plain data,
+kept in the ``HistoryStore`` (``tasks``) and carried in offsets and stage counts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dbus_fn.capture import position_from_json
+from dbus_spark.state.records import position_order
+
+KeyJson = list[Any] | None
+
+CHUNK_SECONDS = 0.75
+"""How long a chunk's read should take (see ``HistoryTask.chunk_rows``)."""
+FIRST_CHUNK_ROWS = 2_000
+"""A task's first chunk, before its read rate is known."""
+MIN_CHUNK_ROWS = 200
+MAX_BACKOFF = 30.0
+"""The longest wait before a read its deployment's sinks did not take is tried again."""
+
+
+def backoff(failures: int) -> float:
+    """Seconds before a read refused ``failures`` times in a row is tried again: 1 s,
+    doubling up to ``MAX_BACKOFF``."""
+    return min(MAX_BACKOFF, 2.0 ** (max(1, failures) - 1))
+
+
+def task_id(deployment: str, table: str) -> str:
+    return f"{deployment}:{table}"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedChunk:
+    """One chunk of one task, as a micro-batch's offset names it."""
+
+    task: str
+    lower: KeyJson
+    upper: KeyJson
+    run: int = 1
+
+    def to_json(self) -> list[Any]:
+        return [self.task, self.lower, self.upper, self.run]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> PlannedChunk:
+        return cls(data[0], data[1], data[2], int(data[3]))
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkDone:
+    """What a chunk's read reports to the driver: where its rows are exact, how many."""
+
+    source: str
+    task: str
+    lower: KeyJson
+    upper: KeyJson
+    position: dict[str, Any]
+    rows: int
+    seq: int
+    """Its place in the micro-batch's plan: chunks of one task are recorded in order."""
+    run: int = 1
+    since: dict[str, Any] = field(default_factory=dict)
+    """The position the stream's micro-batch that read it ends at: the same in every
+    attempt of that batch, and at or before every position the chunk was read at."""
+    seconds: float = 0.0
+    """How long its read took (rows through the functions, records out)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "task": self.task, "lower": self.lower,
+            "upper": self.upper, "position": self.position, "rows": self.rows,
+            "seq": self.seq, "run": self.run, "since": self.since, "seconds": self.seconds,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ChunkDone:
+        return cls(
+            data["source"], data["task"], data["lower"], data["upper"], data["position"],
+            int(data["rows"]), int(data["seq"]), int(data.get("run", 1)),
+            data.get("since") or data["position"], float(data.get("seconds", 0.0)),
+        )  # fmt: skip
+
+
+@dataclass
+class HistoryTask:
+    """One table of one deployment being (or having been) read, and how far it got."""
+
+    deployment: str
+    table: str
+    key: tuple[str, ...]
+    splittable: bool
+    unchunked: bool = False
+    done: list[tuple[KeyJson, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    """The chunks read, in key order: each one's upper bound, the position its rows
+    are exact at, and the position the stream had reached when it was planned (what
+    the gate holds changes back to; see ``gate``)."""
+    rows: int = 0
+    started: float = 0.0
+    finished: float = 0.0
+    """When its last chunk was read (0: not yet)."""
+    live: bool = False
+    """Finished, and the stream is past every chunk's position: no gate needed."""
+    run: int = 1
+    """Which read of this table for this deployment (a backfill starts a new one)."""
+    where: str | None = None
+    """A backfill's condition: only the rows it holds are read (and nothing is gated)."""
+    estimated_rows: int = 0
+    """The server's estimate of the table's rows when the task began (for an ETA)."""
+    deletes: list[tuple[str, str]] = field(default_factory=list)
+    """A repair's (destination, key text) pairs to delete if the read finds no such row."""
+    repair: bool = False
+    """A repair: a few keys, read as one chunk (``where`` names them)."""
+    rate: float = 0.0
+    """Rows per second its chunks were read at lately (0: none read yet)."""
+    bootstrap: bool = False
+    """A deployment's first read of the table, into sinks that hold nothing of it:
+    the gate merges it with the stream. Any other read (a backfill, a repair) goes
+    to sinks that already hold rows, where a change the gate held back could be a
+    delete that no chunk sends again; so nothing is held back, and its chunks are
+    read in micro-batches where the source's binlog does not move (see
+    ``dbus_spark.planning.source``)."""
+
+    @property
+    def gated(self) -> bool:
+        """Whether the live stream of the table waits for the chunks (see ``gate``):
+        only for a bootstrap (see ``bootstrap``)."""
+        return self.bootstrap and not self.live
+
+    @property
+    def id(self) -> str:
+        return task_id(self.deployment, self.table)
+
+    @property
+    def kind(self) -> str:
+        """What the read is for: ``bootstrap``, ``backfill`` or ``repair``."""
+        return "repair" if self.repair else "bootstrap" if self.bootstrap else "backfill"
+
+    @property
+    def chunks(self) -> int:
+        return len(self.done)
+
+    @property
+    def cursor(self) -> KeyJson:
+        """Where the next chunk starts (the last upper bound read)."""
+        return self.done[-1][0] if self.done else None
+
+    @property
+    def planned_all(self) -> bool:
+        return bool(self.done) and self.done[-1][0] is None
+
+    def chunk_rows(self, most: int) -> int:
+        """Rows for its next chunk: as many as are read in about ``CHUNK_SECONDS`` at
+        the rate its chunks were read at so far, at most ``most``. A micro-batch ends
+        with its slowest partition, so a chunk's read time is what the live stream
+        waits for at worst."""
+        if self.rate <= 0:
+            return min(most, FIRST_CHUNK_ROWS)
+        return min(most, max(MIN_CHUNK_ROWS, int(self.rate * CHUNK_SECONDS)))
+
+    def highest_position(self) -> int:
+        return max((position_order(position_from_json(s)) for _, _, s in self.done), default=0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment, "table": self.table, "key": list(self.key),
+            "splittable": self.splittable, "unchunked": self.unchunked,
+            "done": [list(chunk) for chunk in self.done], "rows": self.rows,
+            "started": self.started, "finished": self.finished, "live": self.live,
+            "run": self.run, "where": self.where, "estimated_rows": self.estimated_rows,
+            "deletes": [list(d) for d in self.deletes], "repair": self.repair,
+            "rate": self.rate, "bootstrap": self.bootstrap,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HistoryTask:
+        return cls(
+            deployment=data["deployment"],
+            table=data["table"],
+            key=tuple(data["key"]),
+            splittable=bool(data["splittable"]),
+            unchunked=bool(data.get("unchunked", False)),
+            done=[(upper, position, since) for upper, position, since in data.get("done", [])],
+            rows=int(data.get("rows", 0)),
+            started=float(data.get("started", 0.0)),
+            finished=float(data.get("finished", 0.0)),
+            live=bool(data.get("live", False)),
+            run=int(data.get("run", 1)),
+            where=data.get("where"),
+            estimated_rows=int(data.get("estimated_rows", 0)),
+            deletes=[(d[0], d[1]) for d in data.get("deletes", [])],
+            repair=bool(data.get("repair", False)),
+            rate=float(data.get("rate", 0.0)),
+            bootstrap=bool(data.get("bootstrap", (
+                int(data.get("run", 1)) == 1 and data.get("where") is None
+                and not data.get("repair")
+            ))),
+        )  # fmt: skip
+
+
+@dataclass
+class ReplayTask:
+    """One deployment's current version run again over a range of retained binlog."""
+
+    deployment: str
+    start: dict[str, Any]
+    """Where the replay starts (exclusive), as position JSON."""
+    end: dict[str, Any]
+    """Where it ends (inclusive): a position, at most the source's end when asked."""
+    route: str | None = None
+    """Every delivery goes here instead (a shadow topic, say); None: the deployment's own."""
+    since: float | None = None
+    """Only transactions committed at or after this time (epoch seconds)."""
+    until: float | None = None
+    """Only transactions committed at or before this time."""
+    cursor: dict[str, Any] | None = None
+    """Where the last committed part of the replay stopped."""
+    rows: int = 0
+    run: int = 1
+    started: float = 0.0
+    finished: float = 0.0
+
+    @property
+    def id(self) -> str:
+        return f"{self.deployment}:replay"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment, "start": self.start, "end": self.end,
+            "route": self.route, "since": self.since, "until": self.until,
+            "cursor": self.cursor, "rows": self.rows, "run": self.run,
+            "started": self.started, "finished": self.finished,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReplayTask:
+        return cls(**{k: data.get(k) for k in (
+            "deployment", "start", "end", "route", "since", "until", "cursor")},
+            rows=int(data.get("rows", 0)), run=int(data.get("run", 1)),
+            started=float(data.get("started", 0.0)), finished=float(data.get("finished", 0.0)),
+        )  # fmt: skip
+
+
+def progress_text(tasks: Iterable[HistoryTask | ReplayTask]) -> dict[str, str]:
+    """Per task, what the batch log shows: rows (and chunks) read, or done."""
+    return {
+        task.id: f"{task.rows} rows"
+        + (f", {task.chunks} chunks" if isinstance(task, HistoryTask) else "")
+        + (", done" if task.finished else "")
+        for task in tasks
+    }
+
+
+__all__ = [
+    "CHUNK_SECONDS",
+    "MAX_BACKOFF",
+    "ChunkDone",
+    "HistoryTask",
+    "KeyJson",
+    "PlannedChunk",
+    "ReplayTask",
+    "backoff",
+    "progress_text",
+    "task_id",
+]

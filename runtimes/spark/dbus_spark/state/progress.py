@@ -1,0 +1,351 @@
+"""Each deployment at its own pace: detached, caught up and rejoined.
+
+A deployment is *with the stream* while the shared read of a source serves it; its
+position is then the source's, in Spark's offset log like any batch's. The shared
+read never waits on one deployment for long:
+
+- **Detach.** A deployment whose sinks do not acknowledge its records within the
+  bound (``RuntimeConfig.detach_seconds``), or whose functions take more than
+  ``SLOW_SHARE`` of a read's time, is detached. It keeps the position up to which
+  its sinks acknowledged everything (the read's start, or the transaction boundary
+  where it was left out), the shared read leaves it out from there, and the batch
+  commits for everyone else.
+- **Catch up.** Each micro-batch then reads the binlog for it alone, from its
+  position towards the batch's end, in a task of its own (``dbus_spark.reads.catchup``),
+  for at most the open-read time. A read its sinks do not take is tried again
+  after a backoff (1 s doubling to ``MAX_BACKOFF``); the position holds.
+- **Rejoin.** Once its own read reached the end of a batch, the next shared read
+  starts at its position for it (and at the stream's for the others) and it is
+  with the stream again. Every key's changes stay in order: a deployment's records
+  up to its position were acknowledged before any record past it is read.
+- **Pause.** A paused deployment is left out with its position held; resumed, it
+  catches up as above.
+
+Where it is kept: each planned micro-batch's offsets carry, per source, the
+deployments not with the stream and their positions (``"behind"``), so Spark's
+offset log holds every deployment's position. What a batch's tasks found (a
+detach, a catch-up read, a rejoin) reaches the next plan through
+the ``deployments`` section of ``<checkpoint>.progress/``, written by the
+batch's commit before Spark records it (``ProgressBook``; the file holds the
+runtime's other progress too, ``dbus_spark.state.checkpoint.ProgressFolder``). A runtime
+killed at any point replays its last batch from the positions in the offset log:
+at least once, never less.
+
+In a cluster member, the book's entries of a source are committed to ZooKeeper with
+the source's position (``dbus_spark.cluster.member``): a source that moves to another
+runtime takes its detached and paused deployments and their positions with it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from dbus_fn.capture import position_from_json
+from dbus_fn.events import RowChange
+from dbus_spark.state.checkpoint import ProgressFolder
+from dbus_spark.state.history.records import MAX_BACKOFF, backoff
+from dbus_spark.state.records import position_order
+
+# A deployment whose functions took more than this share of a read's time, once the
+# read has run for ``SLOW_AFTER`` seconds, holds the others back: it is detached.
+SLOW_SHARE = 0.5
+SLOW_AFTER = 1.0
+
+PAUSED = "paused"
+STATES = ("with-stream", "catching-up", "detached", PAUSED)
+"""A deployment's place in a source's stream, nearest first."""
+
+
+@dataclass(frozen=True)
+class Behind:
+    """A deployment not with the stream of one source, and why."""
+
+    position: dict[str, Any]
+    """Its sinks have everything up to here (a transaction boundary, as JSON)."""
+    reason: str
+    since: float
+    """Epoch seconds it was detached (or paused)."""
+    commit_time: float = 0.0
+    """Epoch seconds the last change it has was committed (0: not known)."""
+    retry_at: float = 0.0
+    """Epoch seconds before which no catch-up read is planned (a backoff)."""
+    failures: int = 0
+    """Catch-up reads in a row its sinks did not take."""
+    caught_up: bool = False
+    """Its last own read reached its batch's end: the next shared read takes it back."""
+    paused: bool = False
+
+    @property
+    def state(self) -> str:
+        if self.paused:
+            return PAUSED
+        return "catching-up" if self.commit_time and not self.failures else "detached"
+
+    def due(self, now: float) -> bool:
+        """Whether a catch-up read of it is planned now."""
+        return not self.paused and not self.caught_up and now >= self.retry_at
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Behind:
+        return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})
+
+
+Book = dict[str, dict[str, Behind]]
+"""Per source, per deployment not with the stream, where it stands."""
+
+
+def detached(source: str, deployment: str, position: Mapping[str, Any], reason: str,
+             commit_time: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    """What a task reports when ``deployment`` leaves the shared read of ``source``."""
+    return {"kind": "detached", "source": source, "deployment": deployment,
+            "position": dict(position), "reason": reason, "commit_time": commit_time}  # fmt: skip
+
+
+def caught_up_to(source: str, deployment: str, position: Mapping[str, Any], commit_time: float,
+                 ended: bool) -> dict[str, Any]:  # fmt: skip
+    """What a catch-up read reports: acknowledged up to ``position``; ``ended``: it
+    reached its batch's end."""
+    return {"kind": "read", "source": source, "deployment": deployment,
+            "position": dict(position), "commit_time": commit_time, "ended": ended}  # fmt: skip
+
+
+def not_taken(source: str, deployment: str, reason: str) -> dict[str, Any]:
+    """What a catch-up read reports when its sinks did not take what it read."""
+    return {"kind": "failed", "source": source, "deployment": deployment, "reason": reason}
+
+
+def rejoined(source: str, deployment: str) -> dict[str, Any]:
+    """What a shared read reports for a deployment it took back and delivered for."""
+    return {"kind": "rejoined", "source": source, "deployment": deployment}
+
+
+def _book(data: Mapping[str, Any]) -> Book:
+    return {
+        source: {name: Behind.from_json(entry) for name, entry in deployments.items()}
+        for source, deployments in data.items()
+    }
+
+
+def _data(book: Book) -> dict[str, Any]:
+    return {
+        source: {name: behind.to_json() for name, behind in deployments.items()}
+        for source, deployments in book.items()
+        if deployments
+    }
+
+
+class ProgressBook:
+    """The ``deployments`` section of the checkpoint's progress folder
+    (``dbus_spark.state.checkpoint.ProgressFolder``): per source, the deployments not with
+    the stream."""
+
+    def __init__(self, checkpoint: str, folder: ProgressFolder | None = None) -> None:
+        self._file = folder if folder is not None else ProgressFolder.of(checkpoint)
+
+    def load(self) -> Book:
+        try:
+            return _book(self._file.read("deployments"))
+        except (TypeError, KeyError, AttributeError):
+            return {}
+
+    def save(self, book: Book) -> None:
+        self._file.write("deployments", _data(book))
+
+    def _change(self, change: Callable[[Book], Book | None]) -> Book:
+        """Apply ``change`` to the book while no other process writes it (None: it
+        changed nothing); the book after it."""
+        with self._file.held():
+            book = self.load()
+            changed = change(book)
+            if changed is not None:
+                self.save(changed)
+                return changed
+            return book
+
+    def forget(self) -> None:
+        """A new checkpoint starts with every deployment with the stream."""
+        self._file.forget("deployments")
+
+    def section(self, source: str) -> dict[str, dict[str, Any]]:
+        """The deployments not with ``source``'s stream, as JSON: what a cluster member
+        commits with the source's position, so that they move with it."""
+        section = self.load().get(source, {}).items()
+        return {name: {**b.to_json(), "state": b.state} for name, b in section}
+
+    def adopt(self, source: str, section: Mapping[str, Mapping[str, Any]]) -> None:
+        """Take ``source``'s deployments not with its stream as its last owner committed
+        them (``section``), in place of what this book had of it."""
+
+        def adopted(book: Book) -> Book:
+            book[source] = {name: Behind.from_json(entry) for name, entry in section.items()}
+            return book
+
+        self._change(adopted)
+
+    def apply(self, events: Iterable[Mapping[str, Any]], now: float | None = None) -> Book:
+        """Fold what a batch's tasks reported into the book; the book after it."""
+        events = list(events)
+        if not events:
+            return self.load()
+        return self._change(lambda book: fold(book, events, time.time() if now is None else now))
+
+    def pause(self, deployment: str, sources: Mapping[str, Mapping[str, Any]]) -> None:
+        """Leave ``deployment`` out of every source's shared read at the position given
+        per source (where it is with the stream, the batch's start), until resumed."""
+
+        def paused(book: Book) -> Book:
+            now = time.time()
+            for source, position in sources.items():
+                found = book.setdefault(source, {}).get(deployment)
+                if found is None:
+                    found = Behind(position=dict(position), reason=PAUSED, since=now)
+                book[source][deployment] = replace(found, paused=True, reason=PAUSED)
+            return book
+
+        self._change(paused)
+
+    def resume(self, deployment: str, source: str | None = None) -> bool:
+        """Let a paused deployment catch up (on ``source``, or on every source); False
+        when it was not paused."""
+        found = False
+
+        def resumed(book: Book) -> Book | None:
+            nonlocal found
+            for name, deployments in book.items():
+                behind = deployments.get(deployment) if source in (None, name) else None
+                if behind is not None and behind.paused:
+                    deployments[deployment] = replace(
+                        behind, paused=False, reason="resumed: catching up", retry_at=0.0
+                    )
+                    found = True
+            return book if found else None
+
+        self._change(resumed)
+        return found
+
+
+def fold(book: Book, events: list[Mapping[str, Any]], now: float) -> Book:
+    """The book after a batch: catch-up reads first, then rejoins, then detaches (a
+    deployment detached again in the batch that took it back is detached)."""
+    before = book
+    book = {source: dict(deployments) for source, deployments in book.items()}
+    for event in events:
+        if event["kind"] not in ("read", "failed"):
+            continue
+        behind = book.get(event["source"], {}).get(event["deployment"])
+        if behind is None or behind.paused:
+            continue
+        if event["kind"] == "read":
+            book[event["source"]][event["deployment"]] = replace(
+                behind, position=dict(event["position"]),
+                commit_time=event["commit_time"] or behind.commit_time,
+                caught_up=bool(event["ended"]), failures=0, retry_at=0.0,
+            )  # fmt: skip
+        else:
+            failures = behind.failures + 1
+            book[event["source"]][event["deployment"]] = replace(
+                behind, failures=failures, reason=event["reason"],
+                retry_at=now + backoff(failures),
+            )  # fmt: skip
+    for event in events:
+        if event["kind"] == "rejoined":
+            deployments = book.get(event["source"], {})
+            behind = deployments.get(event["deployment"])
+            if behind is not None and not behind.paused:
+                del deployments[event["deployment"]]
+    for event in events:
+        if event["kind"] != "detached":
+            continue
+        deployments = book.setdefault(event["source"], {})
+        behind = deployments.get(event["deployment"]) or before.get(event["source"], {}).get(
+            event["deployment"]
+        )
+        position = dict(event["position"])
+        if behind is not None and _order(behind.position) <= _order(position):
+            position = behind.position  # two shards: the earlier position holds
+        deployments[event["deployment"]] = Behind(
+            position=position, reason=event["reason"], since=behind.since if behind else now,
+            commit_time=event["commit_time"] or (behind.commit_time if behind else 0.0),
+            retry_at=now + 1.0, failures=behind.failures if behind else 0,
+            paused=behind.paused if behind else False,
+        )  # fmt: skip
+    return book
+
+
+def _order(position: Mapping[str, Any]) -> int:
+    return position_order(position_from_json(dict(position)))
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Which deployments a shared read serves each change to: not those ``left_out``
+    (detached, paused), and each only past its own start (a deployment taken back
+    starts at its position, ``back``, the others at the stream's, ``default_start``)."""
+
+    left_out: frozenset[str] = frozenset()
+    back: Mapping[str, Mapping[str, Any]] | None = None
+    """Per deployment taken back, its position (JSON)."""
+    default_start: int | None = None
+    """The position order past which the others receive changes (None: all)."""
+    _starts: Mapping[str, int] | None = field(default=None, init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        starts = None if self.back is None else {d: _order(p) for d, p in self.back.items()}
+        object.__setattr__(self, "_starts", starts)
+
+    def __bool__(self) -> bool:
+        return bool(self.left_out) or self.back is not None
+
+    def admits(self, deployment: str, change: RowChange) -> bool:
+        if deployment in self.left_out:
+            return False
+        if self._starts is None:
+            return True
+        floor = self._starts.get(deployment, self.default_start)
+        return floor is None or position_order(change.position) > floor
+
+    def without(self, deployment: str) -> Admission:
+        return replace(self, left_out=self.left_out | {deployment})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "left_out": sorted(self.left_out),
+            "back": None if self.back is None else {d: dict(p) for d, p in self.back.items()},
+            "default_start": self.default_start,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Admission:
+        if not data:
+            return cls()
+        return cls(frozenset(data["left_out"]), data["back"], data["default_start"])
+
+
+def start_order(position: Mapping[str, Any]) -> int:
+    """The position order of an offset or position JSON (see ``Admission``)."""
+    return _order(position)
+
+
+__all__ = [
+    "MAX_BACKOFF",
+    "PAUSED",
+    "SLOW_AFTER",
+    "SLOW_SHARE",
+    "STATES",
+    "Admission",
+    "Behind",
+    "Book",
+    "ProgressBook",
+    "caught_up_to",
+    "detached",
+    "fold",
+    "not_taken",
+    "rejoined",
+    "start_order",
+]
