@@ -299,9 +299,9 @@ def take_delivered(checkpoint: str, deployments: Iterable[str]) -> dict[str, dic
         reached = folder.read("reached")
         for source, note in folder.read("delivered").items():
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                further = position_from_json(note["position"])
                 if not wanted <= set(note["deployments"]):
                     continue
+                further = position_from_json(note["position"])
                 known = reached.get(source)
                 if known is None or coordinates(further) > coordinates(position_from_json(known)):
                     taken[source] = note["position"]
