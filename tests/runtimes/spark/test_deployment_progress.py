@@ -15,11 +15,16 @@ from dbus_fn.testing import insert
 from dbus_spark.planning.source import BinlogSourceReader
 from dbus_spark.reads.catchup import CatchUpRange
 from dbus_spark.reads.range_read import SourceRange
+from dbus_spark.stage.functions import StageCounts
 from dbus_spark.state.progress import (
     MAX_BACKOFF,
     Admission,
     Behind,
+    CaughtUp,
+    Detached,
+    NotTaken,
     ProgressBook,
+    Rejoined,
     caught_up_to,
     detached,
     fold,
@@ -35,6 +40,18 @@ def _at(pos: int) -> dict[str, Any]:
 
 def _change(pos: int) -> Any:
     return replace(insert("shop.orders", id=1), position=BinlogPosition("bin.000001", pos))
+
+
+def test_a_task_s_pace_events_reach_the_driver_as_the_typed_values_it_made() -> None:
+    made = [detached("src", "b", _at(300), "es down", commit_time=5.0),
+            caught_up_to("src", "b", _at(400), 50.0, ended=True),
+            not_taken("src", "c", "kafka down"), rejoined("src", "b")]  # fmt: skip
+    counts = StageCounts()
+    counts.progress += made
+    back = StageCounts.from_json(counts.to_json()).progress  # as a task's counts travel
+    assert back == made
+    assert [type(event) for event in back] == [Detached, CaughtUp, NotTaken, Rejoined]
+    assert back[0].position == _at(300) and back[1].ended and back[2].reason == "kafka down"
 
 
 def test_a_detached_deployment_keeps_the_earliest_position_its_reads_report() -> None:

@@ -16,6 +16,7 @@ from dbus_spark.state.progress import (
     SLOW_SHARE,
     Admission,
     Behind,
+    PaceEvent,
     detached,
     rejoined,
     start_order,
@@ -57,10 +58,10 @@ class SlowWatch:
 
 def read_events(
     partition: Any, admission: Admission, failed: dict[str, str], counts: StageCounts
-) -> list[dict[str, Any]]:
+) -> list[PaceEvent]:
     """What a shared read found for the deployments: those whose sinks did not take
     what it gave them are detached at their own start; those it took back rejoined."""
-    events = []
+    events: list[PaceEvent] = []
     start = {key: partition.start[key] for key in POSITION_KEYS if key in partition.start}
     back = admission.back or {}
     for name, reason in sorted(failed.items()):

@@ -46,7 +46,7 @@ from dbus_spark.state.batch_reports import write_report
 from dbus_spark.state.checkpoint import ProgressFolder
 from dbus_spark.state.history import ChunkDone, HistoryStore, progress_text
 from dbus_spark.state.live_counters import SinkPublisher
-from dbus_spark.state.progress import ProgressBook
+from dbus_spark.state.progress import Detached, ProgressBook, Rejoined
 from dbus_spark.state.records import IndexAction, KafkaRecord, RecordType
 from dbus_spark.state.sink_activity import SinkActivity
 
@@ -530,16 +530,16 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                 # Where each deployment not with the stream stands (``dbus_spark.state.progress``).
                 ProgressBook(self._checkpoint_dir, progress).apply(stage.progress)
         for event in stage.progress:
-            if event["kind"] == "detached":
+            if isinstance(event, Detached):
                 log.warning(
                     "deployment %s detached from source %s at %s: %s; it catches up "
                     "on its own read",
-                    event["deployment"], event["source"], event["position"], event["reason"],
+                    event.deployment, event.source, dict(event.position), event.reason,
                 )  # fmt: skip
-            elif event["kind"] == "rejoined":
+            elif isinstance(event, Rejoined):
                 log.info(
                     "deployment %s is with the stream of source %s again",
-                    event["deployment"], event["source"],
+                    event.deployment, event.source,
                 )  # fmt: skip
         if total.fenced:
             log.warning(

@@ -46,7 +46,12 @@ from dbus_spark.config.routes import Routes, routes_of
 from dbus_spark.config.runtime import DeploymentFolder
 from dbus_spark.stage.shipment import shipped_packages
 from dbus_spark.state.history import Gate
-from dbus_spark.state.progress import Admission
+from dbus_spark.state.progress import (
+    Admission,
+    PaceEvent,
+    pace_event_from_json,
+    pace_event_to_json,
+)
 from dbus_spark.state.records import IndexAction, KafkaRecord, document_version
 
 
@@ -106,7 +111,7 @@ class StageCounts:
     busy: Counter[str] = field(default_factory=Counter)
     """Per deployment, seconds its functions ran (``dbus_spark.state.progress``: a deployment
     that takes most of a read's time is detached)."""
-    progress: list[dict[str, Any]] = field(default_factory=list)
+    progress: list[PaceEvent] = field(default_factory=list)
     """Deployments detached, caught up or taken back (``dbus_spark.state.progress`` events)."""
     refused: list[dict[str, Any]] = field(default_factory=list)
     """History reads (a chunk, a replay part) their deployment's sinks did not take:
@@ -147,7 +152,7 @@ class StageCounts:
             "replays": self.replays,
             "reached": self.reached,
             "busy": self.busy,
-            "progress": self.progress,
+            "progress": [pace_event_to_json(event) for event in self.progress],
             "refused": self.refused,
             "recent": [[source, table, _event_texts(changes)]
                        for (source, table), changes in self.recent.items()],
@@ -178,7 +183,7 @@ class StageCounts:
             replays=counts.get("replays", []),
             reached=counts.get("reached", {}),
             busy=Counter(counts.get("busy", {})),
-            progress=counts.get("progress", []),
+            progress=[pace_event_from_json(event) for event in counts.get("progress", [])],
             refused=counts.get("refused", []),
             recent={(s, t): list(events) for s, t, events in counts.get("recent", [])},
         )

@@ -100,29 +100,89 @@ Book = dict[str, dict[str, Behind]]
 """Per source, per deployment not with the stream, where it stands."""
 
 
+@dataclass(frozen=True)
+class Detached:
+    """A task left ``deployment`` out of the shared read of ``source``: its sinks
+    acknowledged everything up to ``position`` (JSON), and no further, for ``reason``."""
+
+    source: str
+    deployment: str
+    position: Mapping[str, Any]
+    reason: str
+    commit_time: float = 0.0
+
+
+@dataclass(frozen=True)
+class CaughtUp:
+    """A catch-up read's sinks acknowledged everything up to ``position`` (JSON);
+    ``ended``: the read reached its batch's end."""
+
+    source: str
+    deployment: str
+    position: Mapping[str, Any]
+    commit_time: float
+    ended: bool
+
+
+@dataclass(frozen=True)
+class NotTaken:
+    """A catch-up read's sinks did not take what it read, for ``reason``."""
+
+    source: str
+    deployment: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rejoined:
+    """A shared read took ``deployment`` back and delivered for it."""
+
+    source: str
+    deployment: str
+
+
+PaceEvent = Detached | CaughtUp | NotTaken | Rejoined
+"""What a batch's tasks report of the deployments not with the stream, for ``fold``."""
+
+_KINDS: dict[str, type[PaceEvent]] = {
+    "detached": Detached, "read": CaughtUp, "failed": NotTaken, "rejoined": Rejoined,
+}  # fmt: skip
+"""Each event's name in a task's counts (JSON, ``StageCounts``)."""
+
+
+def pace_event_to_json(event: PaceEvent) -> dict[str, Any]:
+    """``event`` as it travels in a task's counts."""
+    kind = next(name for name, cls in _KINDS.items() if isinstance(event, cls))
+    return {"kind": kind, **asdict(event)}
+
+
+def pace_event_from_json(data: Mapping[str, Any]) -> PaceEvent:
+    """An event from a task's counts (``pace_event_to_json``)."""
+    cls = _KINDS[data["kind"]]
+    return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})
+
+
 def detached(source: str, deployment: str, position: Mapping[str, Any], reason: str,
-             commit_time: float = 0.0) -> dict[str, Any]:  # fmt: skip
+             commit_time: float = 0.0) -> Detached:  # fmt: skip
     """What a task reports when ``deployment`` leaves the shared read of ``source``."""
-    return {"kind": "detached", "source": source, "deployment": deployment,
-            "position": dict(position), "reason": reason, "commit_time": commit_time}  # fmt: skip
+    return Detached(source, deployment, dict(position), reason, commit_time)
 
 
 def caught_up_to(source: str, deployment: str, position: Mapping[str, Any], commit_time: float,
-                 ended: bool) -> dict[str, Any]:  # fmt: skip
+                 ended: bool) -> CaughtUp:  # fmt: skip
     """What a catch-up read reports: acknowledged up to ``position``; ``ended``: it
     reached its batch's end."""
-    return {"kind": "read", "source": source, "deployment": deployment,
-            "position": dict(position), "commit_time": commit_time, "ended": ended}  # fmt: skip
+    return CaughtUp(source, deployment, dict(position), commit_time, ended)
 
 
-def not_taken(source: str, deployment: str, reason: str) -> dict[str, Any]:
+def not_taken(source: str, deployment: str, reason: str) -> NotTaken:
     """What a catch-up read reports when its sinks did not take what it read."""
-    return {"kind": "failed", "source": source, "deployment": deployment, "reason": reason}
+    return NotTaken(source, deployment, reason)
 
 
-def rejoined(source: str, deployment: str) -> dict[str, Any]:
+def rejoined(source: str, deployment: str) -> Rejoined:
     """What a shared read reports for a deployment it took back and delivered for."""
-    return {"kind": "rejoined", "source": source, "deployment": deployment}
+    return Rejoined(source, deployment)
 
 
 def _book(data: Mapping[str, Any]) -> Book:
@@ -188,7 +248,7 @@ class ProgressBook:
 
         self._change(adopted)
 
-    def apply(self, events: Iterable[Mapping[str, Any]], now: float | None = None) -> Book:
+    def apply(self, events: Iterable[PaceEvent], now: float | None = None) -> Book:
         """Fold what a batch's tasks reported into the book; the book after it."""
         events = list(events)
         if not events:
@@ -230,55 +290,56 @@ class ProgressBook:
         return found
 
 
-def fold(book: Book, events: list[Mapping[str, Any]], now: float) -> Book:
+def fold(book: Book, events: list[PaceEvent], now: float) -> Book:
     """The book after a batch: catch-up reads first, then rejoins, then detaches (a
     deployment detached again in the batch that took it back is detached)."""
     before = book
     book = {source: dict(deployments) for source, deployments in book.items()}
     for event in events:
-        if event["kind"] not in ("read", "failed"):
+        if not isinstance(event, CaughtUp | NotTaken):
             continue
-        behind = book.get(event["source"], {}).get(event["deployment"])
+        behind = book.get(event.source, {}).get(event.deployment)
         if behind is None or behind.paused:
             continue
-        if event["kind"] == "read":
-            book[event["source"]][event["deployment"]] = replace(
-                behind, position=dict(event["position"]),
-                commit_time=event["commit_time"] or behind.commit_time,
-                caught_up=bool(event["ended"]), failures=0, retry_at=0.0,
+        if isinstance(event, CaughtUp):
+            book[event.source][event.deployment] = replace(
+                behind, position=dict(event.position),
+                commit_time=event.commit_time or behind.commit_time,
+                caught_up=bool(event.ended), failures=0, retry_at=0.0,
             )  # fmt: skip
         else:
             failures = behind.failures + 1
-            book[event["source"]][event["deployment"]] = replace(
-                behind, failures=failures, reason=event["reason"],
+            book[event.source][event.deployment] = replace(
+                behind, failures=failures, reason=event.reason,
                 retry_at=now + backoff(failures),
             )  # fmt: skip
     for event in events:
-        if event["kind"] == "rejoined":
-            deployments = book.get(event["source"], {})
-            behind = deployments.get(event["deployment"])
+        if isinstance(event, Rejoined):
+            deployments = book.get(event.source, {})
+            behind = deployments.get(event.deployment)
             if behind is not None and not behind.paused:
-                del deployments[event["deployment"]]
+                del deployments[event.deployment]
     for event in events:
-        if event["kind"] != "detached":
+        if not isinstance(event, Detached):
             continue
-        deployments = book.setdefault(event["source"], {})
-        behind = deployments.get(event["deployment"]) or before.get(event["source"], {}).get(
-            event["deployment"]
+        deployments = book.setdefault(event.source, {})
+        behind = deployments.get(event.deployment) or before.get(event.source, {}).get(
+            event.deployment
         )
-        position = dict(event["position"])
-        if behind is not None and _order(behind.position) <= _order(position):
+        position = dict(event.position)
+        if behind is not None and start_order(behind.position) <= start_order(position):
             position = behind.position  # two shards: the earlier position holds
-        deployments[event["deployment"]] = Behind(
-            position=position, reason=event["reason"], since=behind.since if behind else now,
-            commit_time=event["commit_time"] or (behind.commit_time if behind else 0.0),
+        deployments[event.deployment] = Behind(
+            position=position, reason=event.reason, since=behind.since if behind else now,
+            commit_time=event.commit_time or (behind.commit_time if behind else 0.0),
             retry_at=now + 1.0, failures=behind.failures if behind else 0,
             paused=behind.paused if behind else False,
         )  # fmt: skip
     return book
 
 
-def _order(position: Mapping[str, Any]) -> int:
+def start_order(position: Mapping[str, Any]) -> int:
+    """The position order of an offset or position JSON (see ``Admission``)."""
     return position_order(position_from_json(dict(position)))
 
 
@@ -296,7 +357,7 @@ class Admission:
     _starts: Mapping[str, int] | None = field(default=None, init=False, compare=False)
 
     def __post_init__(self) -> None:
-        starts = None if self.back is None else {d: _order(p) for d, p in self.back.items()}
+        starts = None if self.back is None else {d: start_order(p) for d, p in self.back.items()}
         object.__setattr__(self, "_starts", starts)
 
     def __bool__(self) -> bool:
@@ -327,11 +388,6 @@ class Admission:
         return cls(frozenset(data["left_out"]), data["back"], data["default_start"])
 
 
-def start_order(position: Mapping[str, Any]) -> int:
-    """The position order of an offset or position JSON (see ``Admission``)."""
-    return _order(position)
-
-
 __all__ = [
     "MAX_BACKOFF",
     "PAUSED",
@@ -341,11 +397,18 @@ __all__ = [
     "Admission",
     "Behind",
     "Book",
+    "CaughtUp",
+    "Detached",
+    "NotTaken",
+    "PaceEvent",
     "ProgressBook",
+    "Rejoined",
     "caught_up_to",
     "detached",
     "fold",
     "not_taken",
+    "pace_event_from_json",
+    "pace_event_to_json",
     "rejoined",
     "start_order",
 ]
