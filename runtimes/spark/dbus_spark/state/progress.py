@@ -148,12 +148,12 @@ _KINDS: dict[str, type[PaceEvent]] = {
     "detached": Detached, "read": CaughtUp, "failed": NotTaken, "rejoined": Rejoined,
 }  # fmt: skip
 """Each event's name in a task's counts (JSON, ``StageCounts``)."""
+_NAMES = {cls: name for name, cls in _KINDS.items()}
 
 
 def pace_event_to_json(event: PaceEvent) -> dict[str, Any]:
     """``event`` as it travels in a task's counts."""
-    kind = next(name for name, cls in _KINDS.items() if isinstance(event, cls))
-    return {"kind": kind, **asdict(event)}
+    return {"kind": _NAMES[type(event)], **asdict(event)}
 
 
 def pace_event_from_json(data: Mapping[str, Any]) -> PaceEvent:
