@@ -315,7 +315,8 @@ def answering_planner(checkpoint: Any) -> Iterator[list[Any]]:
     ``nope`` is refused, the others accepted with one task. Yields what it was asked."""
     import threading
 
-    from dbus_spark.planning.requests import Answer, answer, pending
+    from dbus_spark.planning.mailbox import answer, pending
+    from dbus_spark.planning.request_models import Answer
 
     asked: list[Any] = []
     stop = threading.Event()

@@ -18,7 +18,7 @@ from dbus_spark.interfaces.settings import (
     runtime_config,
 )
 from dbus_spark.observe import reports_dir
-from dbus_spark.planning.requests import requests_dir
+from dbus_spark.planning.mailbox import requests_dir
 from dbus_spark.spark.job import default_config_path
 from dbus_spark.state.checkpoint import (
     beside,

@@ -208,18 +208,20 @@ def test_a_gained_source_takes_its_committed_history_over_once(tmp_path: Path) -
 def test_a_cluster_request_is_handed_to_the_driver_once_and_answered_back(
     tmp_path: Path,
 ) -> None:
-    from dbus_spark.planning.requests import Answer, answer, forward, pending
+    from dbus_spark.planning.mailbox import answer, forward, pending
+    from dbus_spark.planning.request_models import Answer, answer_from_json
 
     checkpoint = str(tmp_path / "checkpoint")
-    body = {"kind": "backfill", "id": "x", "deployment": "catalog", "tables": []}
-    assert forward(checkpoint, body, "r1", "shop") is None
-    assert forward(checkpoint, body, "r1", "shop") is None  # not handed over twice
+    r1 = "1" * 32  # the id ZooKeeper's request box gave it
+    body = {"kind": "backfill", "id": "a" * 32, "deployment": "catalog", "tables": []}
+    assert forward(checkpoint, body, r1, "shop") is None
+    assert forward(checkpoint, body, r1, "shop") is None  # not handed over twice
     ((request, only),) = list(pending(checkpoint))
-    assert (request.id, request.deployment, only) == ("r1-shop", "catalog", "shop")
+    assert (request.id, request.deployment, only) == (f"{r1}-shop", "catalog", "shop")
     answer(checkpoint, request, Answer(True, "started 1 table read(s)", (("shop", "t"),)))
     assert list(pending(checkpoint)) == []
-    reply = forward(checkpoint, body, "r1", "shop")
-    assert reply is not None and Answer.from_json(reply).tasks == (("shop", "t"),)
+    reply = forward(checkpoint, body, r1, "shop")
+    assert reply is not None and answer_from_json(reply).tasks == (("shop", "t"),)
 
 
 def test_chunks_are_sized_to_the_rate_their_reads_went_at(tmp_path: Path) -> None:

@@ -188,12 +188,8 @@ def test_offsets_retention_deleted_before_they_were_read_are_refused(
 
 def test_history_and_pace_of_a_kafka_source_are_refused_with_the_reason() -> None:
     from dbus_fn.manifest import load_manifest
-    from dbus_spark.planning.requests import (
-        BackfillRequest,
-        PaceRequest,
-        ReplayRequest,
-        kafka_refusal,
-    )
+    from dbus_spark.planning.request_models import BackfillRequest, PaceRequest, ReplayRequest
+    from dbus_spark.planning.requests import kafka_refusal
 
     mirror = load_manifest(Path(MIRROR))  # reads the Kafka source dc2 only
     orders = load_manifest(Path(MIRROR).parent / "orders")  # reads the binlog source shop

@@ -21,12 +21,17 @@ from support import answering_planner, serving_api
 from dbus_fn.errors import ConfigError, HistoryError, ServiceUnreachableError
 from dbus_spark.interfaces.api.client import ask_runtime, withdraw_at
 from dbus_spark.interfaces.history.follow import ask
-from dbus_spark.planning.requests import (
+from dbus_spark.planning.mailbox import requests_dir
+from dbus_spark.planning.request_models import (
+    Answer,
     BackfillRequest,
+    Delete,
     PaceRequest,
+    RepairItem,
     RepairRequest,
     ReplayRequest,
-    requests_dir,
+    answer_to_json,
+    request_to_json,
 )
 
 
@@ -58,7 +63,9 @@ def _post(url: str, body: Any) -> tuple[int, Any]:
     [
         BackfillRequest("orders", ("shop.orders",), "id > 3"),
         ReplayRequest("orders", "binlog.000001:4", None, "kafka://shadow", "shop"),
-        RepairRequest("orders", (("shop", "shop.orders", ([1], [2]), (("es://o", "[3]"),)),)),
+        RepairRequest(
+            "orders", (RepairItem("shop", "shop.orders", ([1], [2]), (Delete("es://o", "[3]"),)),)
+        ),
         PaceRequest("orders", True),
     ],
     ids=["backfill", "replay", "repair", "pace"],
@@ -90,7 +97,7 @@ def test_a_request_is_withdrawn_before_the_planner_takes_it(checkpoint: str) -> 
     request = BackfillRequest("orders")
     with serving_api(checkpoint) as url:
         asking = threading.Thread(
-            target=lambda: _post(url, request.to_json()), daemon=True
+            target=lambda: _post(url, request_to_json(request)), daemon=True
         )  # fmt: skip
         asking.start()
         mailbox = requests_dir(checkpoint) / f"{request.id}.json"
@@ -150,7 +157,7 @@ def test_a_clusters_view_takes_no_request_and_says_where_to_ask() -> None:
     assert settings is not None
     server = ApiServer(build_app(RuntimeMetrics(runtime_id="view")), settings)
     try:
-        code, said = _post(server.start(), PaceRequest("orders", True).to_json())
+        code, said = _post(server.start(), request_to_json(PaceRequest("orders", True)))
     finally:
         server.stop()
     assert code == 404 and "--cluster" in said["detail"]
@@ -160,7 +167,8 @@ def test_a_request_the_planner_cannot_act_on_is_refused_and_the_next_one_answere
     checkpoint: str, tmp_path: Path
 ) -> None:
     """Whatever is posted, the planner (and with it the runtime's query) goes on."""
-    from dbus_spark.planning.requests import Answer, submit, take_requests
+    from dbus_spark.planning.mailbox import submit
+    from dbus_spark.planning.requests import take_requests
     from dbus_spark.state.history import HistoryStore
 
     def pace(request: PaceRequest, only: str | None) -> Answer:
@@ -180,4 +188,4 @@ def test_a_request_the_planner_cannot_act_on_is_refused_and_the_next_one_answere
     assert "could not act on the request (unhashable type" in answers[f"{odd.id}.answer.json"][
         "message"
     ]
-    assert answers[f"{fine.id}.answer.json"] == Answer(True, "paused orders").to_json()
+    assert answers[f"{fine.id}.answer.json"] == answer_to_json(Answer(True, "paused orders"))

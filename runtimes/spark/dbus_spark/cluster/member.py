@@ -47,7 +47,7 @@ from dbus_spark.config.runtime import (
     WriteFencing,
     default_decode_shards,
 )
-from dbus_spark.planning.requests import forward
+from dbus_spark.planning.mailbox import forward
 from dbus_spark.sinks.kafka_admin import abort_scan_seconds
 from dbus_spark.stage.worker import offset_to_position
 from dbus_spark.state.checkpoint import local_folder

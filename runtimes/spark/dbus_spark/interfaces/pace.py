@@ -36,7 +36,7 @@ def ask(name: str, *, pause: bool, checkpoint: str | None, timeout: float = ANSW
     from dbus_spark.interfaces.history.follow import ask as ask_runtime
     from dbus_spark.interfaces.history.follow import ask_cluster
     from dbus_spark.interfaces.history.target import runtime_at
-    from dbus_spark.planning.requests import PaceRequest
+    from dbus_spark.planning.request_models import PaceRequest
 
     request = PaceRequest(name, pause)
     if cluster is not None:

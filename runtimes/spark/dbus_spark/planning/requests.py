@@ -1,31 +1,17 @@
-"""Requests to a running runtime: a backfill, replay, repair, pause or resume.
-
-A command asks the runtime's API (``POST /api/v1/requests``, ``dbus_spark.interfaces.api``);
-in a cluster, ZooKeeper carries the request to each source's owner
-(``dbus_spark.cluster.member``). Either way the runtime's process hands it to its
-planner, a Spark Python worker of its own, through a mailbox beside the
-checkpoint: a small JSON file in ``<checkpoint>.requests/``, private to the
-runtime. The planner takes it when it plans its next micro-batch, checks it
-against what it runs (the deployment, the tables, the condition, what is being
-read already), and answers in ``<id>.answer.json``: accepted, with the tasks it
-started, or refused, with the one line that says why. It claims a request file
-(renames it) before it acts on it and removes it once answered, so a restarted
-runtime never takes it twice, and a request whose asker gives up waiting
-(Ctrl-C, or no answer in time) is withdrawn unless the planner claimed it first
-(``withdraw``): nothing queued runs later unasked. Nothing here needs Spark.
+"""How a runtime's planner acts on a request (a backfill, replay, repair, pause or
+resume; ``dbus_spark.planning.request_models``) it takes from its mailbox
+(``dbus_spark.planning.mailbox``), between two micro-batches: it checks it against
+what the runtime runs (the deployment, the tables, the condition, what is being
+read already) and starts the history reads it asks for, or refuses it with the one
+line that says why. Nothing here needs Spark.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
 from dbus_fn.capture import BinlogReader, parse_position, position_to_json
 from dbus_fn.errors import (
@@ -35,230 +21,21 @@ from dbus_fn.errors import (
     PositionError,
 )
 from dbus_fn.events import BinlogPosition
-from dbus_fn.files import replace_file
 from dbus_fn.manifest import Destination, Manifest
 from dbus_spark.config.kafka_source import KAFKA, KafkaPlanner
-from dbus_spark.state.checkpoint import beside
+from dbus_spark.planning.mailbox import answer, pending
+from dbus_spark.planning.request_models import (
+    Answer,
+    PaceRequest,
+    RepairRequest,
+    ReplayRequest,
+    Request,
+)
 from dbus_spark.state.history.records import ReplayTask
 from dbus_spark.state.history.tasks import HistoryStore
 from dbus_spark.state.records import position_order
 
 log = logging.getLogger("dbus.runtime")
-
-
-def requests_dir(checkpoint_dir: str) -> Path:
-    return beside(checkpoint_dir, ".requests")
-
-
-@dataclass(frozen=True, slots=True)
-class BackfillRequest:
-    deployment: str
-    tables: tuple[str, ...] = ()
-    where: str | None = None
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": "backfill", "id": self.id, "deployment": self.deployment,
-            "tables": list(self.tables), "where": self.where,
-        }  # fmt: skip
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BackfillRequest:
-        return cls(data["deployment"], tuple(data.get("tables", ())), data.get("where"),
-                   data["id"])  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class RepairRequest:
-    """Send these keys again, and delete these extra ones, as ``dbus fn verify
-    --repair`` found them: per (source, table), the keys (as JSON) to read again and
-    the (destination, key text) pairs a destination holds that the table does not."""
-
-    deployment: str
-    items: tuple[tuple[str, str, tuple[Any, ...], tuple[tuple[str, str], ...]], ...]
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": "repair", "id": self.id, "deployment": self.deployment,
-            "items": [
-                {"source": s, "table": t, "keys": list(k),
-                 "deletes": [{"destination": d, "key": key} for d, key in dl]}
-                for s, t, k, dl in self.items
-            ],
-        }  # fmt: skip
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RepairRequest:
-        items = tuple(
-            (item["source"], item["table"], tuple(item["keys"]),
-             tuple((d["destination"], d["key"]) for d in item["deletes"]))
-            for item in data["items"]
-        )  # fmt: skip
-        return cls(data["deployment"], items, data["id"])
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayRequest:
-    """Run a deployment's current version over retained binlog (``dbus fn replay``)."""
-
-    deployment: str
-    start: str
-    """A position (file:pos, file:pos@gtid, a GTID state) or an ISO time."""
-    end: str | None = None
-    route: str | None = None
-    source: str | None = None
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": "replay", "id": self.id, "deployment": self.deployment,
-            "start": self.start, "end": self.end, "route": self.route, "source": self.source,
-        }  # fmt: skip
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ReplayRequest:
-        return cls(data["deployment"], data["start"], data.get("end"), data.get("route"),
-                   data.get("source"), data["id"])  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class PaceRequest:
-    """Pause a deployment (its position holds, it gets nothing) or resume it (it
-    catches up): ``dbus fn pause`` / ``dbus fn resume``, see ``dbus_spark.state.progress``."""
-
-    deployment: str
-    pause: bool
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "pace", "id": self.id, "deployment": self.deployment,
-                "pause": self.pause}  # fmt: skip
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PaceRequest:
-        return cls(data["deployment"], bool(data["pause"]), data["id"])
-
-
-Request = BackfillRequest | RepairRequest | ReplayRequest | PaceRequest
-_KINDS: dict[str, Any] = {"repair": RepairRequest, "replay": ReplayRequest, "pace": PaceRequest}
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    accepted: bool
-    message: str
-    tasks: tuple[tuple[str, str], ...] = ()
-    """(source, task id) of every task started."""
-    error: str = "HistoryError"
-    """The refusal's error class, so the CLI exits with its code."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "message": self.message,
-                "tasks": [list(t) for t in self.tasks], "error": self.error}  # fmt: skip
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Answer:
-        return cls(bool(data["accepted"]), str(data["message"]),
-                   tuple((s, t) for s, t in data.get("tasks", ())),
-                   str(data.get("error", "HistoryError")))  # fmt: skip
-
-    @classmethod
-    def refused(cls, error: DbusError) -> Answer:
-        return cls(False, str(error), error=type(error).__name__)
-
-    def raise_refusal(self) -> None:
-        if self.error == "PositionError":
-            raise PositionError(self.message, choices=("backfill",))
-        raise HistoryError(self.message)
-
-
-def _write(path: Path, data: dict[str, Any]) -> None:
-    replace_file(path, json.dumps(data), mode=0o600, parents=True)
-
-
-def submit(checkpoint_dir: str, request: Request) -> Path:
-    path = requests_dir(checkpoint_dir) / f"{request.id}.json"
-    _write(path, request.to_json())
-    return path
-
-
-def pending(checkpoint_dir: str) -> Iterator[tuple[Request, str | None]]:
-    """Requests not yet answered, oldest first (for the runtime's driver), each with
-    the one source it is for (a cluster's request, one per source) or None (all)."""
-    folder = requests_dir(checkpoint_dir)
-    if not folder.is_dir():
-        return
-    files = sorted(
-        (p for p in folder.glob("*.json") if not p.name.endswith(".answer.json")),
-        key=lambda p: p.stat().st_mtime,
-    )
-    for path in files:
-        claimed = path.with_name(f".{path.stem}.claimed")
-        try:
-            # Claimed by renaming, so a command withdrawing it (Ctrl-C) either takes it
-            # back before this runtime acts on it, or finds it taken and waits for the answer.
-            path.rename(claimed)
-        except FileNotFoundError:
-            continue  # withdrawn meanwhile
-        try:
-            data = json.loads(claimed.read_text())
-            request = request_from_json(data)
-        except (OSError, ValueError, KeyError, TypeError):
-            claimed.rename(path)  # half-written by a CLI that died, or not ours
-            continue
-        yield request, data.get("only")
-
-
-def answer(checkpoint_dir: str, request: Request, reply: Answer) -> None:
-    folder = requests_dir(checkpoint_dir)
-    _write(folder / f"{request.id}.answer.json", reply.to_json())
-    (folder / f".{request.id}.claimed").unlink(missing_ok=True)
-
-
-def withdraw(checkpoint_dir: str, request_id: str, *, wait: float = 10.0) -> Answer | None:
-    """Take back a request: None when no runtime had claimed it (it never runs) or it
-    was taken back already, else the answer of the runtime that claimed it first
-    (None if it gives none in ``wait`` seconds)."""
-    folder = requests_dir(checkpoint_dir)
-    try:
-        (folder / f"{request_id}.json").unlink()
-        return None
-    except FileNotFoundError:
-        pass
-    path = folder / f"{request_id}.answer.json"
-    claimed = folder / f".{request_id}.claimed"  # gone once answered (see ``answer``)
-    deadline = time.monotonic() + wait
-    while not path.exists() and claimed.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        reply = Answer.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError):
-        return None
-    path.unlink(missing_ok=True)
-    return reply
-
-
-def forward(
-    checkpoint_dir: str, body: dict[str, Any], request_id: str, source: str
-) -> dict[str, Any] | None:
-    """A cluster's request for ``source``, carried to this runtime's driver: its answer
-    once there is one (then forgotten here), else None (the request is handed over
-    once; a runtime restarted meanwhile neither loses nor repeats it)."""
-    folder = requests_dir(checkpoint_dir)
-    local = f"{request_id}-{source}"
-    answered = folder / f"{local}.answer.json"
-    if answered.exists():
-        reply: dict[str, Any] = json.loads(answered.read_text())
-        answered.unlink(missing_ok=True)
-        (folder / f".{local}.taken").unlink(missing_ok=True)
-        return reply
-    taken = folder / f".{local}.taken"
-    if not taken.exists():
-        _write(folder / f"{local}.json", {**body, "id": local, "only": source})
-        taken.touch()
-    return None
 
 
 def take_requests(
@@ -349,10 +126,13 @@ def _reply(
         try:
             if isinstance(request, RepairRequest):
                 tasks = [
-                    store.repair(reader, manifests, request.deployment, table, keys, deletes)
-                    for item_source, table, keys, deletes in request.items
-                    if item_source == source
-                ]
+                    store.repair(
+                        reader, manifests, request.deployment, item.table, item.keys,
+                        tuple((d.destination, d.key) for d in item.deletes),
+                    )
+                    for item in request.items
+                    if item.source == source
+                ]  # fmt: skip
             else:
                 tasks = store.backfill(
                     reader, manifests, request.deployment, request.tables, request.where
@@ -514,52 +294,4 @@ def time_or_position(text: str) -> tuple[float | None, str | None]:
     return moment.timestamp(), None
 
 
-def request_from_json(data: Mapping[str, Any]) -> Request:
-    """A request as ``to_json`` wrote it; ``KeyError``, ``TypeError`` or ``ValueError``
-    when it is none."""
-    kind = data.get("kind", "backfill")
-    if kind != "backfill" and kind not in _KINDS:
-        raise ValueError(f"no request kind {kind!r} (kinds: backfill, {', '.join(_KINDS)})")
-    request: Request = _KINDS.get(kind, BackfillRequest).from_json(dict(data))
-    if not isinstance(request.deployment, str) or not request.deployment:
-        raise ValueError("a request names its deployment")
-    return request
-
-
-def answer_of(checkpoint_dir: str, request: Request, *, timeout: float) -> Answer | None:
-    """Hand ``request`` to the runtime's planner and wait for its answer (accepted or
-    refused); None when the planner did not take it within ``timeout`` seconds (it is
-    then withdrawn, and never runs)."""
-    submit(checkpoint_dir, request)
-    path = requests_dir(checkpoint_dir) / f"{request.id}.answer.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() <= deadline:
-        try:
-            reply = Answer.from_json(json.loads(path.read_text()))
-        except FileNotFoundError:
-            time.sleep(0.1)
-            continue
-        except (OSError, ValueError, KeyError):
-            return withdraw(checkpoint_dir, request.id)  # taken back meanwhile (Ctrl-C)
-        path.unlink(missing_ok=True)
-        return reply
-    return withdraw(checkpoint_dir, request.id)
-
-
-__all__ = [
-    "Answer",
-    "BackfillRequest",
-    "PaceRequest",
-    "RepairRequest",
-    "ReplayRequest",
-    "answer",
-    "answer_of",
-    "check_replay",
-    "pending",
-    "request_from_json",
-    "requests_dir",
-    "submit",
-    "take_requests",
-    "time_or_position",
-    "withdraw",
-]
+__all__ = ["check_replay", "start_replay", "take_requests", "time_or_position"]

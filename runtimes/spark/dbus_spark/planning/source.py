@@ -77,7 +77,8 @@ from dbus_spark.config.kafka_source import (
 )
 from dbus_spark.config.kafka_source import ranges as kafka_ranges
 from dbus_spark.config.runtime import ConfigFile, RuntimeConfig, SourceBinding, WriteFencing
-from dbus_spark.planning.requests import Answer, PaceRequest, take_requests
+from dbus_spark.planning.request_models import Answer, PaceRequest
+from dbus_spark.planning.requests import take_requests
 from dbus_spark.reads import open_read, open_read_control
 from dbus_spark.reads.catchup import CatchUpRange, read_catch_up
 from dbus_spark.reads.history_chunks import (

@@ -20,7 +20,12 @@ from pydantic import TypeAdapter
 from dbus_fn.errors import ConfigError, DbusError, HistoryError, ServiceUnreachableError
 from dbus_spark.interfaces.api.server import address_path
 from dbus_spark.observe.state import RuntimeState
-from dbus_spark.planning.requests import Answer, Request
+from dbus_spark.planning.request_models import (
+    Answer,
+    Request,
+    answer_from_json,
+    request_to_json,
+)
 
 ASK_SECONDS = 2.0
 """How long a runtime's API has to answer a question about its state."""
@@ -136,7 +141,7 @@ def ask_runtime(folder: str, request: Request, *, token: str | None, timeout: fl
     url = runtime_url(folder)
     try:
         _, data = call(url, f"/api/v1/requests?wait={timeout:g}", method="POST",
-                       body=request.to_json(), token=token,
+                       body=request_to_json(request), token=token,
                        timeout=timeout + SLACK_SECONDS)  # fmt: skip
     except NoState as exc:
         if exc.code == 504:
@@ -148,7 +153,7 @@ def ask_runtime(folder: str, request: Request, *, token: str | None, timeout: fl
         if exc.code in (400, 404, 422):
             raise HistoryError(f"the runtime at {url} refused the request: {exc.detail}") from None
         raise unanswered(folder, url, exc, token) from None
-    return Answer.from_json(data)
+    return answer_from_json(data)
 
 
 def withdraw_at(folder: str, request_id: str, *, token: str | None) -> Answer | None:
@@ -160,7 +165,7 @@ def withdraw_at(folder: str, request_id: str, *, token: str | None) -> Answer | 
                           token=token, timeout=SLACK_SECONDS)  # fmt: skip
     except NoState as exc:
         raise unanswered(folder, url, exc, token) from None
-    return None if code == 204 or data is None else Answer.from_json(data)
+    return None if code == 204 or data is None else answer_from_json(data)
 
 
 __all__ = [

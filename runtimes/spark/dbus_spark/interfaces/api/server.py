@@ -35,13 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from dbus_fn.errors import ConfigError, DbusError, FunctionNotFoundError
 from dbus_fn.preview import DEFAULT_EVENTS
 from dbus_spark.config.runtime import DEFAULT_API_ADDRESS
-from dbus_spark.interfaces.api.desk import (
-    LONGEST_WAIT,
-    AnswerBody,
-    RequestBody,
-    RequestDesk,
-    RequestId,
-)
+from dbus_spark.interfaces.api.desk import LONGEST_WAIT, RequestDesk
 from dbus_spark.interfaces.api.token import check_token
 from dbus_spark.interfaces.preview.service import Previewer
 from dbus_spark.observe.state import (
@@ -53,6 +47,8 @@ from dbus_spark.observe.state import (
     SourceState,
     TopologyState,
 )
+from dbus_spark.planning.request_models import Answer, RequestId
+from dbus_spark.planning.request_models import Request as AskedRequest
 from dbus_spark.state.checkpoint import beside
 
 DASHBOARD = Path(__file__).with_name("dashboard")
@@ -236,18 +232,18 @@ def build_app(
         },
     )  # fmt: skip
     def ask(
-        body: RequestBody,
+        body: AskedRequest,
         wait: Annotated[float, Query(ge=1, le=LONGEST_WAIT, description="Seconds to wait "
                                      "for the answer (the planner answers between two "
                                      "micro-batches)")] = 30.0,
-    ) -> AnswerBody:  # fmt: skip
+    ) -> Answer:  # fmt: skip
         reply = open_desk().ask(body, wait)
         if reply is None:
             raise HTTPException(
                 504, f"the runtime's planner did not take the request within {wait:.0f}s "
                 "(it plans between micro-batches); it is withdrawn, so nothing of it runs",
             )  # fmt: skip
-        return AnswerBody.of(reply)
+        return reply
 
     @app.delete(
         "/api/v1/requests/{request_id}",
@@ -262,7 +258,7 @@ def build_app(
         reply = open_desk().withdraw(request_id)
         if reply is None:
             return Response(status_code=204)
-        return AnswerBody.of(reply)
+        return reply
 
     @app.get(
         "/api/v1/preview/{name}",

@@ -130,7 +130,7 @@ def redrive(
 ) -> list[Any]:
     """Send the dead-lettered rows (since ``since``) through the current version."""
     from dbus_spark.interfaces.history.follow import ANSWER_TIMEOUT, ask, follow
-    from dbus_spark.planning.requests import RepairRequest
+    from dbus_spark.planning.request_models import Delete, RepairItem, RepairRequest
     from dbus_spark.state.history.tasks import HistoryStore, store_path
 
     folder, config = runtime_at(checkpoint)
@@ -163,8 +163,8 @@ def redrive(
         return []
     request = RepairRequest(
         deployment_name,
-        tuple((source, table, tuple(keys[(source, table)].values()),
-               tuple(sorted(deletes.get((source, table), ()))))
+        tuple(RepairItem(source, table, tuple(keys[(source, table)].values()),
+                         tuple(Delete(*d) for d in sorted(deletes.get((source, table), ()))))
               for source, table in keys),
     )
     reply = ask(folder, request, "redrive", answer_timeout=ANSWER_TIMEOUT, token=token)

@@ -17,14 +17,15 @@ from typing import IO, TYPE_CHECKING, Any
 from dbus_fn.errors import ConfigError, DestinationError, HistoryError, ServiceUnreachableError
 from dbus_fn.manifest import Destination
 from dbus_spark.interfaces.history.target import CommittedHistory, deployment_name_check, runtime_at
-from dbus_spark.planning.requests import (
+from dbus_spark.planning.request_models import (
     Answer,
     BackfillRequest,
     ReplayRequest,
     Request,
-    check_replay,
-    time_or_position,
+    answer_from_json,
+    request_to_json,
 )
+from dbus_spark.planning.requests import check_replay, time_or_position
 from dbus_spark.state.history.records import HistoryTask, ReplayTask
 from dbus_spark.state.history.tasks import HistoryStore, store_path
 
@@ -251,7 +252,7 @@ def _post(
     from dbus_fn.coordination import RequestBox
 
     box = RequestBox(client, settings)
-    posted = box.post(request.to_json(), sources)
+    posted = box.post(request_to_json(request), sources)
     deadline = time.monotonic() + answer_timeout
     try:
         while len(answers := box.answers(posted)) < len(sources):
@@ -267,7 +268,7 @@ def _post(
             "status`, then ask again",
             service="runtime",
         )
-    return {source: Answer.from_json(answer) for source, answer in answers.items()}
+    return {source: answer_from_json(answer) for source, answer in answers.items()}
 
 
 Followed = HistoryTask | ReplayTask

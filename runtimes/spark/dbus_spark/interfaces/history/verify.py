@@ -494,7 +494,7 @@ def _recheck(
 
 def _repair(folder: str, report: Report, out: IO[str], token: str | None) -> None:
     from dbus_spark.interfaces.history.follow import ANSWER_TIMEOUT, ask, follow
-    from dbus_spark.planning.requests import RepairRequest
+    from dbus_spark.planning.request_models import Delete, RepairItem, RepairRequest
     from dbus_spark.state.history.tasks import HistoryStore, store_path
 
     keys: dict[tuple[str, str], list[Any]] = {}
@@ -515,8 +515,8 @@ def _repair(folder: str, report: Report, out: IO[str], token: str | None) -> Non
     request = RepairRequest(
         report.deployment,
         tuple(
-            (source, table, tuple(keys.get((source, table), ())),
-             tuple(deletes.get((source, table), ())))
+            RepairItem(source, table, tuple(keys.get((source, table), ())),
+                       tuple(Delete(*d) for d in deletes.get((source, table), ())))
             for source, table in dict.fromkeys([*keys, *deletes])
         ),
     )  # fmt: skip
