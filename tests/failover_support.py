@@ -29,6 +29,7 @@ from dbus_deploy.services import (
     load_config,
     up,
 )
+from dbus_deploy.services._process import running_pid
 
 TABLE = "shop.orders"
 
@@ -68,7 +69,8 @@ class Pair:
 
     def kill_primary(self) -> None:
         service = self.config.service_dir(self.flavour)
-        pid = int((service / f"{self.flavour}.pid").read_text())
+        pid = running_pid(service / f"{self.flavour}.pid", service)
+        assert pid is not None, f"{self.flavour} runs before the failover"
         os.kill(pid, signal.SIGKILL)
 
     def promote_replica(self) -> None:

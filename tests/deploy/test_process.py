@@ -1,9 +1,12 @@
-"""Reading a failed service's log: the line that explains it, from this run only."""
+"""Service processes: reading a failed service's log (the line that explains it, from
+this run only), and knowing a running service by its pid file."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from dbus_deploy.services._process import (
@@ -13,6 +16,7 @@ from dbus_deploy.services._process import (
     running_pid,
     service_pid,
     spawn,
+    started_at,
 )
 
 
@@ -97,3 +101,38 @@ def test_a_service_just_started_is_judged_by_its_child_not_its_command_line(
         process.kill()
         process.wait()
     assert service_pid(pid_file, home, process) is None
+
+
+def test_a_service_is_still_known_after_the_wall_clock_jumped(tmp_path: Path) -> None:
+    """A paused virtual machine resumes with its boot time (from which wall-clock
+    start times are reckoned) moved forward by the pause, so every running service
+    seemed to start long after its pid file was written, and was taken for gone
+    (every test of a run then failed at once: "mariadb is not running"). The pid
+    file's start, in seconds since boot, does not move."""
+    home = tmp_path / "svc"
+    pid_file = home / "svc.pid"
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", str(home)]
+    process = spawn(Launch(argv=argv, log_file=home / "svc.log", cwd=tmp_path), pid_file)
+    try:
+        hour_ago = time.time() - 3600  # as the pid file looks once an hour of pause is added
+        os.utime(pid_file, (hour_ago, hour_ago))
+        assert running_pid(pid_file, home) == process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_pid_file_whose_start_is_not_the_processes_is_a_reused_pid(tmp_path: Path) -> None:
+    home = tmp_path / "svc"
+    pid_file = home / "svc.pid"
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", str(home)]
+    process = spawn(Launch(argv=argv, log_file=home / "svc.log", cwd=tmp_path), pid_file)
+    try:
+        pid, started = pid_file.read_text().split()
+        assert int(pid) == process.pid
+        assert abs(float(started) - started_at(process.pid)) < 0.05
+        pid_file.write_text(f"{pid} {float(started) - 60:.2f}\n")  # a process of a minute ago
+        assert running_pid(pid_file, home) is None
+    finally:
+        process.kill()
+        process.wait()

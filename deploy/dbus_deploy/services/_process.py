@@ -1,8 +1,9 @@
 """Service processes: start them detached, find them again by pid file, stop them.
 
 A pid file alone can point at an unrelated process once the pid is reused, so a
-pid only counts as "ours" when the process was created before the pid file was
-written and its command line mentions the service's own directory. Stopping
+pid only counts as "ours" when the process started when the pid file says it did
+(in seconds since the machine booted, ``started_at``) and its command line
+mentions the service's own directory. Stopping
 signals the process group the service was started in (its own session), which
 also reaches children such as Elasticsearch's server JVM, and nothing else.
 """
@@ -72,8 +73,21 @@ def spawn(launch: Launch, pid_file: Path) -> subprocess.Popen[bytes]:
     _SPAWNED[:] = [child for child in _SPAWNED if child.poll() is None]
     _SPAWNED.append(process)
     pid_file.parent.mkdir(parents=True, exist_ok=True)
-    pid_file.write_text(f"{process.pid}\n")
+    pid_file.write_text(f"{process.pid} {started_at(process.pid):.2f}\n")
     return process
+
+
+def started_at(pid: int) -> float:
+    """When process ``pid`` started, in seconds since the machine booted.
+
+    Not its start in wall-clock time (psutil's ``create_time``): that is reckoned
+    from the boot time the kernel derives from the wall clock, which moves when
+    the clock is set, and moves forward by the whole pause when a paused virtual
+    machine resumes (a snapshot, a migration); every running service would then
+    seem to have started after its pid file was written."""
+    import psutil
+
+    return psutil.Process(pid).create_time() - psutil.boot_time()
 
 
 def run_logged(
@@ -119,19 +133,28 @@ def running_pid(pid_file: Path, marker: Path) -> int | None:
     import psutil
 
     try:
-        pid = int(pid_file.read_text().strip())
+        fields = pid_file.read_text().split()
+        pid = int(fields[0])
+        started = float(fields[1]) if len(fields) > 1 else None
         written = pid_file.stat().st_mtime
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):
         return None
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return None
-        # The process must predate its pid file (a reused pid is newer) and be
-        # started from this service's directory, under whichever of its names
-        # (a state directory reached through a symlink has two).
-        if process.create_time() > written + 1.0:
+        if started is not None:
+            # The process ``spawn`` wrote down, not a later one given the same pid
+            # (the start is in clock ticks since boot: 1 s is far more than their
+            # rounding, and far less than the pid space takes to wrap around).
+            if abs(started_at(pid) - started) > 1.0:
+                return None
+        elif process.create_time() > written + 1.0:
+            # A pid file of an older dbus (the pid alone): the process must
+            # predate it, as a reused pid would not.
             return None
+        # Started from this service's directory, under whichever of its names (a
+        # state directory reached through a symlink has two).
         cmdline = " ".join(process.cmdline())
         if str(marker) not in cmdline and str(marker.resolve()) not in cmdline:
             return None
