@@ -18,7 +18,8 @@ visible within ``handoff`` of a confirmation cannot overlap the next owner's.
 
 One request round trip per call: a ``sync`` (so a lagging ZooKeeper follower
 cannot answer from before a release) and the two reads are pipelined on one
-connection, which kazoo keeps up, and renews after a session expired.
+connection, which kazoo keeps up, and renews after a session expired; kazoo's
+retry asks again when the connection drops under the request.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import time
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from dbus_fn.coordination._client import ZooKeeperSettings, load, make_client, unavailable
 from dbus_fn.coordination._layout import check_name
@@ -60,42 +62,43 @@ class HoldCheck:
         """
         sent = time.monotonic()
         deadline = sent + timeout
+        # kazoo's retry asks again, on the next connection while there is time, when
+        # the connection dropped or the session ended under the request.
+        retry = KazooRetry(
+            max_tries=-1, delay=_RETRY, backoff=1, max_jitter=0.0, deadline=timeout
+        )
+        try:
+            held = retry(self._holds, source, epoch, deadline)
+        except NoAuthError:
+            who = f"user {self.settings.user!r}" if self.settings.user else "no credentials"
+            raise CoordinationError(
+                f"ZooKeeper refused {who} reading the assignment of {source} in "
+                f"{self.settings.where()}; give the cluster's user:password "
+                "(DBUS_ZK_AUTH)",
+                cluster=self.settings.cluster,
+            ) from None
+        except (KazooException, KazooTimeoutError):
+            raise unavailable(self.settings, within=timeout) from None
+        return sent if held else None
+
+    def _holds(self, source: str, epoch: int, deadline: float) -> bool:
+        """One round trip: whether the assignment names this runtime at ``epoch`` and
+        its member node exists (``KazooTimeoutError`` when no answer by ``deadline``)."""
+        client = self._connected(deadline)
+        if client is None:
+            raise KazooTimeoutError("not connected")
         assignment = self._layout.assignment(source)
-        member = self._layout.runtime(self.runtime_id)
-        while True:
-            client = self._connected(deadline)
-            if client is None:
-                break
-            try:
-                client.sync_async(assignment)
-                got = client.get_async(assignment)
-                alive = client.exists_async(member)
-                try:
-                    raw, _ = got.get(timeout=max(0.0, deadline - time.monotonic()))
-                except NoNodeError:
-                    return None
-                stat = alive.get(timeout=max(0.0, deadline - time.monotonic()))
-            except NoAuthError:
-                who = f"user {self.settings.user!r}" if self.settings.user else "no credentials"
-                raise CoordinationError(
-                    f"ZooKeeper refused {who} reading the assignment of {source} in "
-                    f"{self.settings.where()}; give the cluster's user:password "
-                    "(DBUS_ZK_AUTH)",
-                    cluster=self.settings.cluster,
-                ) from None
-            except KazooTimeoutError:
-                break
-            except KazooException:
-                # The connection dropped or the session ended under the request:
-                # ask again on the next connection while there is time.
-                if time.monotonic() + _RETRY >= deadline:
-                    break
-                time.sleep(_RETRY)
-                continue
-            data = load(raw)
-            held = data.get("runtime") == self.runtime_id and data.get("epoch") == epoch
-            return sent if held and stat is not None else None
-        raise unavailable(self.settings, within=timeout)
+        client.sync_async(assignment)
+        got = client.get_async(assignment)
+        alive = client.exists_async(self._layout.runtime(self.runtime_id))
+        try:
+            raw, _ = got.get(timeout=max(0.0, deadline - time.monotonic()))
+        except NoNodeError:
+            return False
+        stat = alive.get(timeout=max(0.0, deadline - time.monotonic()))
+        data = load(raw)
+        held = data.get("runtime") == self.runtime_id and data.get("epoch") == epoch
+        return held and stat is not None
 
     def close(self) -> None:
         """Drop the connection (the next ``confirm`` connects again)."""
