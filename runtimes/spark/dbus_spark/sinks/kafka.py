@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
+from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from dbus_fn.errors import KafkaSinkError, ServiceError
 from dbus_spark.config.logs import kafka_config
@@ -150,6 +151,8 @@ class KafkaSink:
         writes; ``settle`` reports them and they get nothing more in this task)."""
         self._abort_due = False
         """A transaction given up whose abort the broker has not confirmed yet."""
+        self._resend_due = False
+        """The open transaction was aborted: the chunk goes again in a new one."""
         self._chunk_began = 0.0
         self._committed = 0
         self._confirmed: dict[tuple[str, int], float] = {}
@@ -282,31 +285,39 @@ class KafkaSink:
         """Open a transaction (fenced writes), once the abort of one given up is done;
         False when the broker did not let one begin by ``deadline``."""
         assert self._fence is not None
-        while True:
-            try:
-                if not self._ready:
-                    self._producer.init_transactions(self._wait_at_most(deadline))
-                    self._ready = True
-                if self._abort_due:
-                    self._producer.abort_transaction(self._wait_at_most(deadline))
-                    self._abort_due = False
-                self._producer.begin_transaction()
-                return True
-            except KafkaException as exc:
-                error = exc.args[0]
-                if not self._ready and not error.retriable():
-                    raise KafkaSinkError(
-                        f"Kafka refused a transactional producer: {error.str()}; "
-                        "check the broker's transaction settings and ACLs"
-                    ) from exc
-                if error.fatal():
-                    self._producer = self._new_producer()
-                    self._abort_due = False
-                    continue
-                if deadline is not None and time.monotonic() >= deadline:
-                    return False
-                self._waiting("no transaction could begin", error.str())
-                time.sleep(_RETRY_SECONDS if deadline is None else 0.1)
+        try:
+            for attempt in _retrying(deadline, waiting=self._waiting):
+                with attempt:
+                    self._begin_once(deadline)
+        except _Again:
+            return False
+        return True
+
+    def _begin_once(self, deadline: float | None) -> None:
+        assert self._fence is not None
+        try:
+            if not self._ready:
+                self._producer.init_transactions(self._wait_at_most(deadline))
+                self._ready = True
+            if self._abort_due:
+                self._producer.abort_transaction(self._wait_at_most(deadline))
+                self._abort_due = False
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not self._ready and not error.retriable():
+                raise KafkaSinkError(
+                    f"Kafka refused a transactional producer: {error.str()}; "
+                    "check the broker's transaction settings and ACLs"
+                ) from exc
+            if error.fatal():
+                self._producer = self._new_producer()
+                self._abort_due = False
+                raise _Again(error.str(), at_once=True) from exc
+            raise _Again(
+                error.str(), pause=_RETRY_SECONDS if deadline is None else 0.1,
+                waits_for="no transaction could begin",
+            ) from exc  # fmt: skip
 
     def _wait_at_most(self, deadline: float | None) -> float:
         assert self._fence is not None
@@ -483,58 +494,72 @@ class KafkaSink:
         the open transaction is already aborted; start with a new one."""
         assert self._fence is not None
         why = "no answer"
-        while True:
-            if deadline is not None and time.monotonic() >= deadline:
-                self._give_up(why)
+        self._resend_due = resend
+        try:
+            for attempt in _retrying(deadline):
+                with attempt:
+                    try:
+                        self._commit_once(deadline)
+                    except _Again as again:
+                        why = again.why or why
+                        raise
+        except _Again:
+            self._give_up(why)
+
+    def _commit_once(self, deadline: float | None) -> None:
+        """One try of ``_commit_chunk``; ``_Again`` says why it failed and how long to
+        wait before the next (``_resend_due``: whether that one starts a new
+        transaction, a moment later)."""
+        if deadline is not None and time.monotonic() >= deadline:
+            raise _Again(None)  # none begins past the deadline: it is given up
+        try:
+            if self._resend_due:
+                time.sleep(_RETRY_SECONDS if deadline is None else 0.1)
+                if not self._begin(deadline):
+                    raise _Again(None)
+                self._chunk_began = time.monotonic()
+                for record in self._chunk:
+                    self._produce(record)
+                self._resend_due = False
+            errors = self._drain(deadline)
+            if errors:
+                raise _Resend(f"Kafka refused {len(errors)} message(s), first: {errors[0]}")
+            if not self._holds():
+                self._producer.abort_transaction(self._wait_at_most(None))
+                self._drop_lost()
                 return
-            try:
-                if resend:
-                    time.sleep(_RETRY_SECONDS if deadline is None else 0.1)
-                    if not self._begin(deadline):
-                        continue
-                    self._chunk_began = time.monotonic()
-                    for record in self._chunk:
-                        self._produce(record)
-                    resend = False
-                errors = self._drain(deadline)
-                if errors:
-                    raise _Resend(f"Kafka refused {len(errors)} message(s), first: {errors[0]}")
-                if not self._holds():
-                    self._producer.abort_transaction(self._wait_at_most(None))
-                    self._drop_lost()
-                    return
-                self._producer.commit_transaction(self._wait_at_most(deadline))
-                self._committed += len(self._chunk)
-                self._chunk.clear()
-                self._chunk_of.clear()
-                return
-            except _Late as exc:
-                why = str(exc)
-            except KafkaException as exc:
-                error = exc.args[0]
-                why = error.str()
-                self._waiting("a transaction failed", why)
-                if error.fatal():
-                    # Fenced: the broker aborted a transaction left open past its
-                    # timeout (this process was paused or starved). Start over.
-                    self._producer = self._new_producer()
-                    resend = True
-                elif not error.retriable() or error.txn_requires_abort():
-                    self._abort(deadline)
-                    resend = True
-                # else a commit that may still succeed: ask again
-            except (_Resend, KafkaSinkError) as exc:
-                why = str(exc)
-                self._waiting("a transaction failed", why)
+            self._producer.commit_transaction(self._wait_at_most(deadline))
+        except _Late as exc:
+            raise _Again(str(exc)) from exc
+        except KafkaException as exc:
+            error = exc.args[0]
+            self._waiting("a transaction failed", error.str())
+            if error.fatal():
+                # Fenced: the broker aborted a transaction left open past its
+                # timeout (this process was paused or starved). Start over.
+                self._producer = self._new_producer()
+                self._resend_due = True
+            elif not error.retriable() or error.txn_requires_abort():
                 self._abort(deadline)
-                resend = True
-            except ServiceError as exc:
-                # The hold cannot be confirmed: wait (the open transaction may time
-                # out meanwhile; the chunk is then sent again).
-                why = str(exc)
-                self._waiting("the source's hold cannot be confirmed", why)
-                if deadline is not None:
-                    time.sleep(min(_RETRY_SECONDS, max(0.0, deadline - time.monotonic())))
+                self._resend_due = True
+            # else a commit that may still succeed: ask again
+            raise _Again(error.str()) from exc
+        except (_Resend, KafkaSinkError) as exc:
+            self._waiting("a transaction failed", str(exc))
+            self._abort(deadline)
+            self._resend_due = True
+            raise _Again(str(exc)) from exc
+        except ServiceError as exc:
+            # The hold cannot be confirmed: wait (the open transaction may time
+            # out meanwhile; the chunk is then sent again).
+            self._waiting("the source's hold cannot be confirmed", str(exc))
+            pause = 0.0 if deadline is None else min(
+                _RETRY_SECONDS, max(0.0, deadline - time.monotonic())
+            )  # fmt: skip
+            raise _Again(str(exc), pause=pause) from exc
+        self._committed += len(self._chunk)
+        self._chunk.clear()
+        self._chunk_of.clear()
 
     def _holds(self) -> bool:
         """Whether the current hold was confirmed recently enough to commit now."""
@@ -585,6 +610,54 @@ class KafkaSink:
 
 class _Resend(Exception):
     """The open transaction cannot commit; send its chunk again."""
+
+
+class _Again(Exception):
+    """A try to begin or commit a transaction failed: ``why`` (None: for the reason
+    the one before failed); the next waits ``pause`` seconds, saying so when
+    ``waits_for`` is given, and is made even past the deadline when ``at_once`` (a
+    new producer)."""
+
+    def __init__(
+        self, why: str | None, *, pause: float = 0.0, waits_for: str = "",
+        at_once: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__(why)
+        self.why = why
+        self.pause = pause
+        self.waits_for = waits_for
+        self.at_once = at_once
+
+
+def _retrying(
+    deadline: float | None, waiting: Callable[[str, str], None] | None = None
+) -> Retrying:
+    """Tries until one does not raise ``_Again``: with ``_Again``'s own pause between
+    them, told to ``waiting`` before it, and none begun past ``deadline`` (never, when
+    None) unless it says ``at_once``."""
+
+    def failed(state: RetryCallState) -> _Again:
+        assert state.outcome is not None
+        again = state.outcome.exception()
+        assert isinstance(again, _Again)
+        return again
+
+    def past(state: RetryCallState) -> bool:
+        late = deadline is not None and time.monotonic() >= deadline
+        return late and not failed(state).at_once
+
+    def told(state: RetryCallState) -> None:
+        again = failed(state)
+        if waiting is not None and again.waits_for:
+            waiting(again.waits_for, again.why or "")
+
+    return Retrying(
+        retry=retry_if_exception_type(_Again),
+        stop=past,
+        wait=lambda state: failed(state).pause,
+        before_sleep=told,
+        reraise=True,
+    )
 
 
 class _Late(Exception):
