@@ -286,7 +286,7 @@ def runtime_api(checkpoint: Any, within: float = 180.0) -> str:
     """The API URL a runtime started with ``checkpoint`` serves (``dbus_spark.interfaces.api``)."""
     from pathlib import Path
 
-    from dbus_spark.interfaces.api import address_path
+    from dbus_spark.state.checkpoint import address_path
 
     path = address_path(str(checkpoint))
     wait_for(lambda: Path(path).exists(), within, f"the runtime writes {path}")

@@ -50,7 +50,8 @@ from dbus_spark.config.runtime import RuntimeConfig, SourceBinding, deployment_f
 from dbus_spark.interfaces.history.verify import verify
 from dbus_spark.spark.job import start, stop
 from dbus_spark.spark.session import spark_session
-from dbus_spark.state.history import HistoryStore, store_path
+from dbus_spark.state.checkpoint import progress_path
+from dbus_spark.state.history import HistoryStore
 
 
 def folder(work: Path, name: str, table: str, destination: str, initial: str) -> str:
@@ -216,7 +217,7 @@ def bootstrap(spark: Any, cfg: RuntimeConfig, deployment: str, table: str, pulse
     """Rows/s of the bootstrap and the runtime's peak PSS (MiB) while it ran."""
     peak = Peak()
     query = start(cfg, spark=spark)
-    store = HistoryStore(store_path(cfg.checkpoint_dir))
+    store = HistoryStore(progress_path(cfg.checkpoint_dir))
     try:
         if pulse is not None:
             pulse.start()

@@ -21,7 +21,8 @@ from history_support import (
 )
 from support import wait_for
 
-from dbus_spark.state.history import HistoryStore, store_path
+from dbus_spark.state.checkpoint import progress_path
+from dbus_spark.state.history import HistoryStore
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
@@ -55,7 +56,7 @@ def test_a_bootstrap_killed_mid_way_resumes_from_its_last_chunk_and_ends_equal(
         start="latest",
         options=["--chunk-rows", str(CHUNK_ROWS)],
     )
-    store = store_path(str(checkpoint))
+    store = progress_path(str(checkpoint))
     task_name = f"catalog:{table}"
 
     def task() -> Any:

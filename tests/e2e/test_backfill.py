@@ -19,7 +19,8 @@ from dbus_fn.errors import HistoryError, ServiceUnreachableError
 from dbus_spark.config.runtime import RuntimeConfig, deployment_folders
 from dbus_spark.interfaces.history.follow import backfill
 from dbus_spark.spark.job import start, stop
-from dbus_spark.state.history import HistoryStore, store_path
+from dbus_spark.state.checkpoint import progress_path
+from dbus_spark.state.history import HistoryStore
 
 pytestmark = pytest.mark.e2e
 
@@ -133,7 +134,7 @@ def test_bad_backfills_are_one_line_with_exit_2_and_start_nothing(
                  wait=False, out=io.StringIO())  # fmt: skip
     assert refused.value.exit_code == 2
     assert f"the backfill of {table} for 'catalog' is running" in str(refused.value)
-    store = HistoryStore(store_path(running.config.checkpoint_dir))
+    store = HistoryStore(progress_path(running.config.checkpoint_dir))
     wait_for(lambda: store.reload() or store.tasks("src")[f"catalog:{table}"].finished, 120,
              "the first backfill to end", every=0.5)  # fmt: skip
     task = store.tasks("src")[f"catalog:{table}"]

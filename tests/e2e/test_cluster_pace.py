@@ -21,7 +21,8 @@ from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings
 from dbus_spark.cluster.member import ClusterMember
 from dbus_spark.interfaces.settings import member_config
-from dbus_spark.spark.job import default_config_path, start_member, stop
+from dbus_spark.spark.job import start_member, stop
+from dbus_spark.state.checkpoint import last_config_path
 from dbus_spark.state.progress import ProgressBook
 
 # Exclusive (run apart from the parallel integration pass): bounds a healthy deployment's latency
@@ -67,7 +68,7 @@ class Members:
             kafka=self._scratch.services.kafka.bootstrap_servers, elasticsearch=self._es,
             checkpoint=str(self._scratch.tmp_path / f"checkpoint-{name}"), detach_after=2.0,
         )  # fmt: skip
-        member = ClusterMember(self._settings, name, base, default_config_path(base))
+        member = ClusterMember(self._settings, name, base, last_config_path(base.checkpoint_dir))
         self.running[name] = (member, start_member(member, spark=self._spark))
         return member
 

@@ -18,7 +18,8 @@ from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings
 from dbus_spark.cluster.member import ClusterMember
 from dbus_spark.interfaces.settings import member_config
-from dbus_spark.spark.job import default_config_path, start_member, stop
+from dbus_spark.spark.job import start_member, stop
+from dbus_spark.state.checkpoint import last_config_path
 
 # Exclusive (run apart from the parallel integration pass): bounds how fast a cluster sees a deploy
 # (10 s).
@@ -87,7 +88,7 @@ def member(
         elasticsearch=services.elasticsearch.url,
         checkpoint=str(tmp_path / "checkpoint"),
     )
-    joined = ClusterMember(settings, "rt-1", base, default_config_path(base))
+    joined = ClusterMember(settings, "rt-1", base, last_config_path(base.checkpoint_dir))
     query = start_member(joined, spark=spark)
     try:
         yield joined

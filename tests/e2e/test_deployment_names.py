@@ -19,7 +19,8 @@ from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings
 from dbus_spark.cluster.member import ClusterMember
 from dbus_spark.interfaces.settings import member_config
-from dbus_spark.spark.job import default_config_path, start_member, stop
+from dbus_spark.spark.job import start_member, stop
+from dbus_spark.state.checkpoint import last_config_path
 from dbus_spark.state.progress import ProgressBook
 
 pytestmark = pytest.mark.e2e
@@ -52,7 +53,7 @@ def member(spark: Any, scratch: Scratch, zk_root: str) -> Iterator[ClusterMember
         checkpoint=str(scratch.tmp_path / "checkpoint"),
         detach_after=2.0,
     )
-    joined = ClusterMember(settings, "rt-names", base, default_config_path(base))
+    joined = ClusterMember(settings, "rt-names", base, last_config_path(base.checkpoint_dir))
     query = start_member(joined, spark=spark)
     try:
         yield joined

@@ -176,7 +176,8 @@ def test_a_backfill_whose_elasticsearch_is_cut_off_waits_alone_and_ends_once_it_
     those sinks refuse is read again after a backoff, and the other deployment's
     stream goes on meanwhile."""
     from dbus_spark.interfaces.history.follow import backfill
-    from dbus_spark.state.history import HistoryStore, store_path
+    from dbus_spark.state.checkpoint import progress_path
+    from dbus_spark.state.history import HistoryStore
 
     topic, index, es = scratch.kafka_topic, scratch.es_index, scratch.services.elasticsearch.url
     kafka = scratch.services.kafka.bootstrap_servers
@@ -192,7 +193,7 @@ def test_a_backfill_whose_elasticsearch_is_cut_off_waits_alone_and_ends_once_it_
     ]
     query, config = _run(scratch, folders, f"http://127.0.0.1:{es_proxy.port}", spark,
                          chunk_rows=200)  # fmt: skip
-    store = HistoryStore(store_path(config.checkpoint_dir))
+    store = HistoryStore(progress_path(config.checkpoint_dir))
     writer = Writer(scratch.fresh_database, 1, table="events")
     try:
         assert kafka_count(kafka, topic, expected=5, within=120) >= 5

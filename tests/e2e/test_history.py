@@ -22,7 +22,8 @@ from history_support import (
 from support import wait_for
 
 from dbus_spark.spark.job import start, stop
-from dbus_spark.state.history import HistoryStore, store_path
+from dbus_spark.state.checkpoint import progress_path
+from dbus_spark.state.history import HistoryStore
 
 pytestmark = pytest.mark.e2e
 
@@ -53,7 +54,7 @@ def test_a_bootstrap_under_concurrent_writes_ends_equal_to_the_table_in_kafka_an
     query = start(config, spark=spark)
     topic_state = TopicState(services.kafka.bootstrap_servers, topic)
     try:
-        store_file = store_path(config.checkpoint_dir)
+        store_file = progress_path(config.checkpoint_dir)
 
         def finished() -> bool:
             if query.exception() is not None:
@@ -116,4 +117,4 @@ def test_a_deployment_that_asks_for_no_history_gets_changes_only(
         topic_state.close()
         stop(query, spark)
     assert topic_state.types == {"updated": 2}
-    assert HistoryStore(store_path(config.checkpoint_dir)).tasks("src") == {}
+    assert HistoryStore(progress_path(config.checkpoint_dir)).tasks("src") == {}

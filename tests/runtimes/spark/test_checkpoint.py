@@ -10,27 +10,27 @@ from pathlib import Path
 import pytest
 
 from dbus_fn.errors import ConfigError
-from dbus_spark.interfaces.api import address_path
 from dbus_spark.interfaces.settings import (
     checkpoint_dir,
     default_home,
     member_config,
     runtime_config,
 )
-from dbus_spark.observe import reports_dir
-from dbus_spark.planning.mailbox import requests_dir
-from dbus_spark.spark.job import default_config_path
 from dbus_spark.state.checkpoint import (
+    address_path,
     beside,
     check_creatable,
     committed_positions,
     is_uri,
+    last_config_path,
     local_folder,
     local_twin,
     pending_batch,
+    progress_path,
+    reports_dir,
+    requests_dir,
     resolve,
 )
-from dbus_spark.state.history import store_path
 
 ORDERS = Path(__file__).resolve().parents[3] / "functions" / "orders"
 
@@ -74,8 +74,8 @@ def test_a_local_checkpoint_keeps_the_runtime_files_beside_it(tmp_path: Path) ->
         kafka="127.0.0.1:9092",
         elasticsearch="http://127.0.0.1:9200", checkpoint=checkpoint,
     )  # fmt: skip
-    assert default_config_path(config) == tmp_path / "cp.config.json"
-    assert store_path(checkpoint) == tmp_path / "cp.progress"
+    assert last_config_path(config.checkpoint_dir) == tmp_path / "cp.config.json"
+    assert progress_path(checkpoint) == tmp_path / "cp.progress"
     assert reports_dir(checkpoint) == tmp_path / "cp.reports"
     assert requests_dir(checkpoint) == tmp_path / "cp.requests"
     assert address_path(checkpoint) == tmp_path / "cp.api"
@@ -131,7 +131,7 @@ def test_a_uri_checkpoint_keeps_the_runtime_files_on_the_drivers_disk() -> None:
     # Two URIs that read alike as file names still get their own files.
     assert local_twin("s3a://a-b/c") != local_twin("s3a://a/b-c")
     assert beside(uri, ".config.json") == twin.parent / f"{twin.name}.config.json"
-    assert store_path(uri) == twin.parent / f"{twin.name}.progress"
+    assert progress_path(uri) == twin.parent / f"{twin.name}.progress"
     assert reports_dir(uri) == twin.parent / f"{twin.name}.reports"
     assert local_folder(uri) == twin.parent
 

@@ -13,9 +13,10 @@ from support import free_port
 
 from dbus_fn.cli import cli
 from dbus_spark.config.runtime import RuntimeConfig
-from dbus_spark.interfaces.api import ApiServer, ApiSettings, address_path, build_app
+from dbus_spark.interfaces.api import ApiServer, ApiSettings, build_app
 from dbus_spark.interfaces.pace import status_line
 from dbus_spark.observe import RuntimeMetrics
+from dbus_spark.state.checkpoint import address_path
 
 
 def _status(*args: str) -> tuple[int, str, str]:

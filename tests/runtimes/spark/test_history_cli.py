@@ -19,7 +19,7 @@ from support import serving_api
 from dbus_fn.cli import cli
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.interfaces.settings import runtime_config
-from dbus_spark.planning.mailbox import requests_dir
+from dbus_spark.state.checkpoint import requests_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 ORDERS = str(ROOT / "functions" / "orders")

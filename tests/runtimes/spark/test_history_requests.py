@@ -145,7 +145,7 @@ def test_ctrl_c_of_verify_repair_withdraws_the_repair(stopped_runtime: tuple[str
 
     from support import serving_api
 
-    from dbus_spark.planning.mailbox import requests_dir
+    from dbus_spark.state.checkpoint import requests_dir
 
     checkpoint, dsn = stopped_runtime
     with serving_api(checkpoint):  # its API up, its planner taking nothing

@@ -8,8 +8,8 @@ import json
 import multiprocessing
 from pathlib import Path
 
-from dbus_spark.state.checkpoint import ProgressFolder, load_reached, record_reached
-from dbus_spark.state.history import HistoryStore, store_path
+from dbus_spark.state.checkpoint import ProgressFolder, load_reached, progress_path, record_reached
+from dbus_spark.state.history import HistoryStore
 from dbus_spark.state.history.records import HistoryTask
 from dbus_spark.state.progress import Behind, ProgressBook, detached
 
@@ -22,7 +22,7 @@ def test_every_concern_is_a_section_of_one_folder_and_nothing_else_is_written(
     checkpoint = str(tmp_path / "ckpt")
     record_reached(checkpoint, {"a": AT})
     ProgressBook(checkpoint).apply([detached("a", "b", AT, "es down")], now=1.0)
-    store = HistoryStore(store_path(checkpoint))
+    store = HistoryStore(progress_path(checkpoint))
     store.save()
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.progress"]
@@ -40,7 +40,7 @@ def test_every_concern_is_a_section_of_one_folder_and_nothing_else_is_written(
 def test_a_section_written_every_batch_leaves_the_others_files_alone(tmp_path: Path) -> None:
     """A long history is neither written again nor read again for an open read's note."""
     checkpoint = str(tmp_path / "ckpt")
-    store = HistoryStore(store_path(checkpoint))
+    store = HistoryStore(progress_path(checkpoint))
     store._tasks["a"] = {"b:shop.orders": HistoryTask("b", "shop.orders", ("id",), True)}
     store.save()
     history = tmp_path / "ckpt.progress" / "history.json"
@@ -97,20 +97,20 @@ def test_an_older_runtimes_files_are_read_once_and_folded_in(tmp_path: Path) -> 
 
     assert ProgressBook(checkpoint).load() == {"a": {"b": Behind(AT, "es down", 1.0)}}
     assert load_reached(checkpoint) == {"a": AT}
-    assert list(HistoryStore(store_path(checkpoint)).tasks("a")) == ["b:shop.orders"]
+    assert list(HistoryStore(progress_path(checkpoint)).tasks("a")) == ["b:shop.orders"]
 
     record_reached(checkpoint, {"c": AT})  # a section's first write folds its old file in
     ProgressBook(checkpoint).pause("z", {"a": AT})
-    HistoryStore(store_path(checkpoint)).save()
+    HistoryStore(progress_path(checkpoint)).save()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.progress"]
     assert load_reached(checkpoint) == {"a": AT, "c": AT}
     assert ProgressBook(checkpoint).load()["a"]["b"] == Behind(AT, "es down", 1.0)
-    assert list(HistoryStore(store_path(checkpoint)).tasks("a")) == ["b:shop.orders"]
+    assert list(HistoryStore(progress_path(checkpoint)).tasks("a")) == ["b:shop.orders"]
 
 
 def test_a_history_store_keeps_its_state_when_another_section_changes(tmp_path: Path) -> None:
     checkpoint = str(tmp_path / "ckpt")
-    store = HistoryStore(store_path(checkpoint))
+    store = HistoryStore(progress_path(checkpoint))
     with store.saved_once():
         store._tasks["a"] = {  # as consider() makes them, unsaved until the block ends
             "b:shop.orders": HistoryTask("b", "shop.orders", ("id",), True)
@@ -120,7 +120,7 @@ def test_a_history_store_keeps_its_state_when_another_section_changes(tmp_path: 
         record_reached(checkpoint, {"a": AT})  # another process writes its section
         store.reload()
         assert list(store.tasks("a")) == ["b:shop.orders"]
-    other = HistoryStore(store_path(checkpoint))
+    other = HistoryStore(progress_path(checkpoint))
     assert list(other.tasks("a")) == ["b:shop.orders"]
     other._tasks["a"] = {}
     other.save()

@@ -21,7 +21,6 @@ from support import answering_planner, serving_api
 from dbus_fn.errors import ConfigError, HistoryError, ServiceUnreachableError
 from dbus_spark.interfaces.api.client import ask_runtime, withdraw_at
 from dbus_spark.interfaces.history.follow import ask
-from dbus_spark.planning.mailbox import requests_dir
 from dbus_spark.planning.request_models import (
     Answer,
     BackfillRequest,
@@ -33,6 +32,7 @@ from dbus_spark.planning.request_models import (
     answer_to_json,
     request_to_json,
 )
+from dbus_spark.state.checkpoint import requests_dir
 
 
 @pytest.fixture

@@ -50,8 +50,8 @@ from dbus_spark.config.runtime import (
 from dbus_spark.planning.mailbox import forward
 from dbus_spark.sinks.kafka_admin import abort_scan_seconds
 from dbus_spark.stage.worker import offset_to_position
-from dbus_spark.state.checkpoint import local_folder
-from dbus_spark.state.history import HistoryStore, store_path
+from dbus_spark.state.checkpoint import bundles_dir, progress_path
+from dbus_spark.state.history import HistoryStore
 from dbus_spark.state.history.plans import open_plans
 from dbus_spark.state.progress import ProgressBook
 
@@ -103,7 +103,7 @@ class ClusterMember:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._history = HistoryStore(store_path(base.checkpoint_dir))
+        self._history = HistoryStore(progress_path(base.checkpoint_dir))
         self._book = ProgressBook(base.checkpoint_dir)
         self._ship: Callable[[Sequence[str]], None] | None = None
         self._shipped: set[str] = set()
@@ -148,7 +148,7 @@ class ClusterMember:
         first configuration and keep it current in the background."""
         self.coordinator.start()
         self._watcher = self.coordinator.function_watcher(
-            cache_dir=local_folder(self._base.checkpoint_dir) / "bundles"
+            cache_dir=bundles_dir(self._base.checkpoint_dir)
         )
         log.info(
             "cluster: Kafka writes are transactional and fenced; a source this runtime "
@@ -228,7 +228,7 @@ class ClusterMember:
             return f"{name} {version} is its first version here: there is none before it"
         earlier = versions[versions.index(version) - 1]
         folder = materialize(
-            store.bundle(name, earlier), local_folder(self._base.checkpoint_dir) / "bundles"
+            store.bundle(name, earlier), bundles_dir(self._base.checkpoint_dir)
         )
         return earlier, folder
 

@@ -501,7 +501,7 @@ def _member(options: Mapping[str, Any]) -> ClusterMember:
     from dbus_fn.coordination import ZooKeeperSettings
     from dbus_spark.cluster.member import ClusterMember
     from dbus_spark.interfaces.settings import member_config
-    from dbus_spark.spark.job import default_config_path
+    from dbus_spark.state.checkpoint import last_config_path
 
     settings = ZooKeeperSettings.from_env(
         os.environ,
@@ -519,7 +519,7 @@ def _member(options: Mapping[str, Any]) -> ClusterMember:
         kafka=base.kafka_bootstrap, elasticsearch=base.elasticsearch_url, master=options["master"]
     )
     return ClusterMember(
-        settings, name, base, default_config_path(base),
+        settings, name, base, last_config_path(base.checkpoint_dir),
         capacity=options["capacity"], start=options["start"],
     )  # fmt: skip
 

@@ -10,6 +10,6 @@ Spark's progress and what the servers say now into one snapshot (``state``), whi
 from __future__ import annotations
 
 from dbus_spark.observe.runtime_metrics import BatchListener, RuntimeMetrics
-from dbus_spark.state.batch_reports import reports_dir, take_report, write_report
+from dbus_spark.state.batch_reports import take_report, write_report
 
-__all__ = ["BatchListener", "RuntimeMetrics", "reports_dir", "take_report", "write_report"]
+__all__ = ["BatchListener", "RuntimeMetrics", "take_report", "write_report"]

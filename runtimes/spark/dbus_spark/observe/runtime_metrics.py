@@ -45,7 +45,8 @@ from dbus_spark.observe.state import (
 )
 from dbus_spark.stage.functions import counter_of_pairs
 from dbus_spark.state.batch_reports import take_report
-from dbus_spark.state.history import HistoryStore, store_path
+from dbus_spark.state.checkpoint import progress_path
+from dbus_spark.state.history import HistoryStore
 from dbus_spark.state.live_counters import read_functions, read_sinks
 from dbus_spark.state.preview_window import RecentWindow
 from dbus_spark.state.progress import STATES, ProgressBook
@@ -502,7 +503,7 @@ def _version(path: str) -> str:
 
 
 def _history(config: RuntimeConfig) -> list[HistoryState]:
-    store = HistoryStore(store_path(config.checkpoint_dir))
+    store = HistoryStore(progress_path(config.checkpoint_dir))
     return [
         HistoryState(binding.spec.name, task.deployment, task.table, task.kind, task.rows,
                      task.estimated_rows, task.chunks, bool(task.finished))

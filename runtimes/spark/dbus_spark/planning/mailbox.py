@@ -29,11 +29,7 @@ from dbus_spark.planning.request_models import (
     request_from_json,
     request_to_json,
 )
-from dbus_spark.state.checkpoint import beside
-
-
-def requests_dir(checkpoint_dir: str) -> Path:
-    return beside(checkpoint_dir, ".requests")
+from dbus_spark.state.checkpoint import requests_dir
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
@@ -144,4 +140,4 @@ def answer_of(checkpoint_dir: str, request: Request, *, timeout: float) -> Answe
     return withdraw(checkpoint_dir, request.id)
 
 
-__all__ = ["answer", "answer_of", "forward", "pending", "requests_dir", "submit", "withdraw"]
+__all__ = ["answer", "answer_of", "forward", "pending", "submit", "withdraw"]

@@ -105,13 +105,8 @@ from dbus_spark.stage.worker import (
     publish_functions,
     worker_stage,
 )
-from dbus_spark.state.checkpoint import load_reached, take_delivered
-from dbus_spark.state.history import (
-    HistoryStore,
-    PlannedChunk,
-    plan_chunks,
-    store_path,
-)
+from dbus_spark.state.checkpoint import load_reached, progress_path, take_delivered
+from dbus_spark.state.history import HistoryStore, PlannedChunk, plan_chunks
 from dbus_spark.state.history.plans import open_plans
 from dbus_spark.state.progress import (
     ProgressBook,
@@ -150,7 +145,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         self._readers: dict[str, BinlogReader] = {}
         self._planners: dict[str, KafkaPlanner] = {}
         """Per Kafka source (``dbus_spark.config.kafka_source``), what asks its cluster."""
-        self._history = HistoryStore(store_path(self._config.checkpoint_dir))
+        self._history = HistoryStore(progress_path(self._config.checkpoint_dir))
         self._manifests = _manifests(self._config)
         self._plan_log: PlanLog | None = None
         self._shipper = Shipper()

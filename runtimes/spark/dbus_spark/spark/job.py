@@ -25,7 +25,7 @@ from dbus_spark.config import logs
 from dbus_spark.config.kafka_source import KafkaPlanner, start_offsets
 from dbus_spark.config.routes import routes_of
 from dbus_spark.config.runtime import RuntimeConfig, default_decode_shards
-from dbus_spark.observe import BatchListener, RuntimeMetrics, reports_dir
+from dbus_spark.observe import BatchListener, RuntimeMetrics
 from dbus_spark.reads import open_read_control
 from dbus_spark.spark.planners import PlannerSweeper
 from dbus_spark.spark.preflight import (
@@ -40,11 +40,13 @@ from dbus_spark.stage.shipment import PackageShipper
 from dbus_spark.state.checkpoint import (
     ProgressFolder,
     SparkLog,
-    beside,
     committed_positions,
     is_uri,
+    last_config_path,
+    progress_path,
+    reports_dir,
 )
-from dbus_spark.state.history import HistoryStore, store_path
+from dbus_spark.state.history import HistoryStore
 
 log = logging.getLogger("dbus.runtime")
 
@@ -66,7 +68,7 @@ def preflight(config: RuntimeConfig, spark: SparkSession | None = None) -> Runti
     manifests = [with_packages(Path(d.path), name=d.name).manifest for d in config.deployments]
     for problem in deployment_sink_problems(routes_of(manifests)):
         log.warning("%s", problem)
-    history = HistoryStore(store_path(config.checkpoint_dir))
+    history = HistoryStore(progress_path(config.checkpoint_dir))
     first_run = not SparkLog(config.checkpoint_dir, spark).started()
     bindings = []
     for binding in config.sources:
@@ -149,7 +151,7 @@ def start(
     phases.done("checks")
     spark = spark or spark_session(master, verbose=verbose, python=python)
     phases.done("Spark")
-    path = config.save(config_path or default_config_path(config))
+    path = config.save(config_path or last_config_path(config.checkpoint_dir))
     return _start_query(spark, config, path, metrics, phases)
 
 
@@ -209,10 +211,6 @@ def stop(
     finally:
         # Nothing goes on delivering for a query that stopped.
         open_read_control.end_all(checkpoint, sources, run or None)
-
-
-def default_config_path(config: RuntimeConfig) -> Path:
-    return beside(config.checkpoint_dir, ".config.json")
 
 
 class StartPhases:

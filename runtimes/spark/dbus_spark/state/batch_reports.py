@@ -16,11 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from dbus_fn.files import replace_file
-from dbus_spark.state.checkpoint import beside
-
-
-def reports_dir(checkpoint_dir: str) -> Path:
-    return beside(checkpoint_dir, ".reports")
 
 
 def write_report(folder: str | Path, batch: int, report: dict[str, Any]) -> None:

@@ -7,11 +7,14 @@ Hadoop file system URI the driver can reach (``hdfs://``, ``s3a://``, ``abfs://`
 it plans a micro-batch and ``commits/<id>`` once the sinks took it; those two logs
 are all the runtime reads back.
 
-The runtime's own files (its configuration, history progress, reports, requests,
-API address, function cache) stay on the driver's disk: beside a local checkpoint
-as ``<name>.config.json`` and so on, and for a URI under
-``<home>/checkpoints/<slug>`` (see ``local_twin``), where every command given the
-same ``--checkpoint`` finds them.
+The runtime's own files stay on the driver's disk: beside a local checkpoint as
+``<name>.config.json`` and so on, and for a URI under ``<home>/checkpoints/<slug>``
+(see ``local_twin``), where every command given the same ``--checkpoint`` finds
+them. This module names each of them, and says what it holds (``last_config_path``,
+``progress_path``, ``reports_dir``, ``requests_dir``, ``address_path``,
+``bundles_dir``); nothing else makes a path beside a checkpoint. (A read carried
+across micro-batches keeps its lock and stop files on the host that reads, not
+here: ``dbus_spark.reads.open_read``.)
 """
 
 from __future__ import annotations
@@ -131,6 +134,45 @@ def local_folder(checkpoint: str) -> Path:
     return local_twin(checkpoint).parent
 
 
+def last_config_path(checkpoint: str) -> Path:
+    """``<checkpoint>.config.json``: the configuration the runtime last ran with, its
+    sources' DSNs without passwords; every ``dbus fn`` command given the checkpoint
+    finds the runtime's sources and deployments here."""
+    return beside(checkpoint, ".config.json")
+
+
+def progress_path(checkpoint: str) -> Path:
+    """``<checkpoint>.progress/``: each deployment's progress beyond the positions
+    Spark's offset log holds, its history tasks included (``ProgressFolder``)."""
+    return beside(checkpoint, PROGRESS)
+
+
+def reports_dir(checkpoint: str) -> Path:
+    """``<checkpoint>.reports/``: each micro-batch's report to the driver
+    (``dbus_spark.state.batch_reports``), and the workers' live counters
+    (``dbus_spark.state.live_counters``)."""
+    return beside(checkpoint, ".reports")
+
+
+def requests_dir(checkpoint: str) -> Path:
+    """``<checkpoint>.requests/``: the mailbox through which the runtime's process
+    hands requests to its planner, and the planner's answers
+    (``dbus_spark.planning.mailbox``)."""
+    return beside(checkpoint, ".requests")
+
+
+def address_path(checkpoint: str) -> Path:
+    """``<checkpoint>.api``: the URL of the running runtime's API, replaced in one
+    step when it starts (``dbus_spark.interfaces.api``)."""
+    return beside(checkpoint, ".api")
+
+
+def bundles_dir(checkpoint: str) -> Path:
+    """``bundles/`` in the folder of the runtime's files: the deployments' bundles a
+    cluster member fetched from ZooKeeper (``dbus_spark.cluster.member``)."""
+    return local_folder(checkpoint) / "bundles"
+
+
 PROGRESS = ".progress"
 """The one folder that holds each deployment's progress beside Spark's offset log."""
 SECTIONS = ("deployments", "reached", "delivered", "history")
@@ -170,7 +212,7 @@ class ProgressFolder:
 
     @classmethod
     def of(cls, checkpoint: str) -> ProgressFolder:
-        return cls(beside(checkpoint, PROGRESS))
+        return cls(progress_path(checkpoint))
 
     def file(self, section: str) -> Path:
         if section not in SECTIONS:
@@ -481,17 +523,23 @@ __all__ = [
     "PendingBatch",
     "ProgressFolder",
     "SparkLog",
+    "address_path",
     "beside",
+    "bundles_dir",
     "committed_positions",
     "delivered_positions",
     "forget_reached",
     "is_uri",
+    "last_config_path",
     "load_reached",
     "local_folder",
     "local_twin",
     "pending_batch",
+    "progress_path",
     "record_delivered",
     "record_reached",
+    "reports_dir",
+    "requests_dir",
     "resolve",
     "take_delivered",
 ]

@@ -18,7 +18,6 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from dbus_fn.errors import ConfigError, DbusError, HistoryError, ServiceUnreachableError
-from dbus_spark.interfaces.api.server import address_path
 from dbus_spark.observe.state import RuntimeState
 from dbus_spark.planning.request_models import (
     Answer,
@@ -26,6 +25,7 @@ from dbus_spark.planning.request_models import (
     answer_from_json,
     request_to_json,
 )
+from dbus_spark.state.checkpoint import address_path
 
 ASK_SECONDS = 2.0
 """How long a runtime's API has to answer a question about its state."""

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from dbus_fn.files import replace_file
 from dbus_spark.interfaces.api.desk import RequestDesk
-from dbus_spark.interfaces.api.server import ApiServer, ApiSettings, address_path, build_app
+from dbus_spark.interfaces.api.server import ApiServer, ApiSettings, build_app
 from dbus_spark.interfaces.preview.service import Previewer
 from dbus_spark.observe import RuntimeMetrics
+from dbus_spark.state.checkpoint import address_path
 
 
 class RuntimeApi:

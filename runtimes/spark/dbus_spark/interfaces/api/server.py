@@ -49,15 +49,9 @@ from dbus_spark.observe.state import (
 )
 from dbus_spark.planning.request_models import Answer, RequestId
 from dbus_spark.planning.request_models import Request as AskedRequest
-from dbus_spark.state.checkpoint import beside
 
 DASHBOARD = Path(__file__).with_name("dashboard")
 """The dashboard's page, script and style: served as they are, no build step."""
-
-
-def address_path(checkpoint_dir: str) -> Path:
-    """Where a running runtime writes its API's URL (beside its checkpoint)."""
-    return beside(checkpoint_dir, ".api")
 
 
 @dataclass(frozen=True)

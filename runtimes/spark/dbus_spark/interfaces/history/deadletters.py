@@ -131,7 +131,8 @@ def redrive(
     """Send the dead-lettered rows (since ``since``) through the current version."""
     from dbus_spark.interfaces.history.follow import ANSWER_TIMEOUT, ask, follow
     from dbus_spark.planning.request_models import Delete, RepairItem, RepairRequest
-    from dbus_spark.state.history.tasks import HistoryStore, store_path
+    from dbus_spark.state.checkpoint import progress_path
+    from dbus_spark.state.history.tasks import HistoryStore
 
     folder, config = runtime_at(checkpoint)
     deployment = deployment_named(folder, config, deployment_name)
@@ -171,7 +172,7 @@ def redrive(
     print(f"redrive of {deployment_name}: {count} dead letter(s), {reply.message}", file=out)
     if not wait:
         return []
-    done = follow(HistoryStore(store_path(folder)), reply.tasks, out=out)
+    done = follow(HistoryStore(progress_path(folder)), reply.tasks, out=out)
     # The reads are committed with their batch, after its dead letters were written.
     again = [e for e in _entries(config, deployment) if e.time >= began and e.key in redriven]
     if again:

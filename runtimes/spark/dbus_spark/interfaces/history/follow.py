@@ -26,8 +26,9 @@ from dbus_spark.planning.request_models import (
     request_to_json,
 )
 from dbus_spark.planning.requests import check_replay, time_or_position
+from dbus_spark.state.checkpoint import progress_path
 from dbus_spark.state.history.records import HistoryTask, ReplayTask
-from dbus_spark.state.history.tasks import HistoryStore, store_path
+from dbus_spark.state.history.tasks import HistoryStore
 
 if TYPE_CHECKING:
     from dbus_fn.coordination import ZooKeeperSettings
@@ -149,7 +150,7 @@ def _ask(
 ) -> list[Followed]:  # fmt: skip
     reply = ask(folder, request, what, answer_timeout=answer_timeout, token=token)
     print(f"{what} of {request.deployment}: {reply.message}", file=out)
-    store = HistoryStore(store_path(folder))
+    store = HistoryStore(progress_path(folder))
     if not wait:
         return _tasks(store, reply.tasks)
     return follow(store, reply.tasks, out=out)

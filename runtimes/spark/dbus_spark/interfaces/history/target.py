@@ -13,7 +13,7 @@ from dbus_fn.manifest import Manifest
 from dbus_fn.registry import LoadedDeployment, with_packages
 from dbus_spark.config.runtime import RuntimeConfig, load_config
 from dbus_spark.interfaces.settings import checkpoint_dir
-from dbus_spark.state.checkpoint import beside
+from dbus_spark.state.checkpoint import last_config_path
 from dbus_spark.state.history.tasks import HistoryStore
 
 
@@ -25,7 +25,7 @@ def runtime_at(
     (asked of the running runtime, see ``dbus_spark.config.secrets``) or given in ``dsns``
     (by source name)."""
     folder = checkpoint_dir(checkpoint)
-    config_file = beside(folder, ".config.json")
+    config_file = last_config_path(folder)
     if not config_file.exists():
         raise HistoryError(
             f"no runtime has run with checkpoint {folder}; pass the --checkpoint of the "

@@ -495,7 +495,8 @@ def _recheck(
 def _repair(folder: str, report: Report, out: IO[str], token: str | None) -> None:
     from dbus_spark.interfaces.history.follow import ANSWER_TIMEOUT, ask, follow
     from dbus_spark.planning.request_models import Delete, RepairItem, RepairRequest
-    from dbus_spark.state.history.tasks import HistoryStore, store_path
+    from dbus_spark.state.checkpoint import progress_path
+    from dbus_spark.state.history.tasks import HistoryStore
 
     keys: dict[tuple[str, str], list[Any]] = {}
     deletes: dict[tuple[str, str], list[tuple[str, str]]] = {}
@@ -522,7 +523,7 @@ def _repair(folder: str, report: Report, out: IO[str], token: str | None) -> Non
     )  # fmt: skip
     reply = ask(folder, request, "repair", answer_timeout=ANSWER_TIMEOUT, token=token)
     print(f"repair of {report.deployment}: {reply.message}", file=out, flush=True)
-    follow(HistoryStore(store_path(folder)), reply.tasks, out=out)
+    follow(HistoryStore(progress_path(folder)), reply.tasks, out=out)
 
 
 __all__ = ["Bad", "DriftError", "Report", "verify"]

@@ -20,7 +20,7 @@ from dbus_spark.state.history.records import (
     progress_text,
     task_id,
 )
-from dbus_spark.state.history.tasks import HistoryStore, store_path
+from dbus_spark.state.history.tasks import HistoryStore
 
 __all__ = [
     "ChunkDone",
@@ -31,6 +31,5 @@ __all__ = [
     "chunked_of",
     "plan_chunks",
     "progress_text",
-    "store_path",
     "task_id",
 ]

@@ -48,7 +48,7 @@ from dbus_fn.capture._snapshot import snapshot_tables
 from dbus_fn.errors import HistoryError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.manifest import Manifest
-from dbus_spark.state.checkpoint import PROGRESS, ProgressFolder, beside
+from dbus_spark.state.checkpoint import ProgressFolder
 from dbus_spark.state.history.gate import Gate
 from dbus_spark.state.history.queries import (
     check_where,
@@ -527,10 +527,4 @@ class HistoryStore:
             self.save()
 
 
-__all__ = ["HistoryStore", "store_path"]
-
-
-def store_path(checkpoint_dir: str) -> Path:
-    """Where a runtime's history progress lives: the ``history`` section of the
-    progress folder beside its checkpoint (``dbus_spark.state.checkpoint.ProgressFolder``)."""
-    return beside(checkpoint_dir, PROGRESS)
+__all__ = ["HistoryStore"]
