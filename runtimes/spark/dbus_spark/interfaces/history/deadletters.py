@@ -31,6 +31,7 @@ from dbus_fn.pipeline import Pipeline
 from dbus_fn.registry import LoadedDeployment
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.interfaces.history.target import deployment_named, runtime_at
+from dbus_spark.state.checkpoint import progress_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +132,6 @@ def redrive(
     """Send the dead-lettered rows (since ``since``) through the current version."""
     from dbus_spark.interfaces.history.follow import ANSWER_TIMEOUT, ask, follow
     from dbus_spark.planning.request_models import Delete, RepairItem, RepairRequest
-    from dbus_spark.state.checkpoint import progress_path
     from dbus_spark.state.history.tasks import HistoryStore
 
     folder, config = runtime_at(checkpoint)

@@ -46,6 +46,7 @@ from dbus_fn.registry import LoadedDeployment
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.interfaces.history.target import deployment_named, runtime_at
 from dbus_spark.stage.functions import IndexActions
+from dbus_spark.state.checkpoint import progress_path
 from dbus_spark.state.history.queries import keys_where
 
 RECHECK_AFTER = 3.0
@@ -495,7 +496,6 @@ def _recheck(
 def _repair(folder: str, report: Report, out: IO[str], token: str | None) -> None:
     from dbus_spark.interfaces.history.follow import ANSWER_TIMEOUT, ask, follow
     from dbus_spark.planning.request_models import Delete, RepairItem, RepairRequest
-    from dbus_spark.state.checkpoint import progress_path
     from dbus_spark.state.history.tasks import HistoryStore
 
     keys: dict[tuple[str, str], list[Any]] = {}
