@@ -18,7 +18,8 @@ from support import free_port
 
 from dbus_fn.cli import cli
 from dbus_fn.errors import ConfigError, PositionError
-from dbus_spark.config.kafka_source import KafkaPlanner, KafkaSource, parse_kafka_source, ranges
+from dbus_spark.config.kafka_source import KafkaSource, parse_kafka_source, ranges
+from dbus_spark.planning.kafka_planner import KafkaPlanner
 from dbus_spark.spark.preflight import check_kafka_source
 
 MIRROR = str(Path(__file__).resolve().parents[3] / "functions" / "mirror")
@@ -215,7 +216,7 @@ def test_history_and_pace_of_a_kafka_source_are_refused_with_the_reason() -> Non
 
 
 def test_a_busy_partition_is_shared_by_key_among_the_cores_while_partitions_are_few() -> None:
-    from dbus_spark.config.kafka_source import SHARD_MIN_MESSAGES, kafka_shards
+    from dbus_spark.planning.kafka_planner import SHARD_MIN_MESSAGES, kafka_shards
     from dbus_spark.reads.kafka_read import KafkaRange
 
     assert kafka_shards(SHARD_MIN_MESSAGES - 1, 1, 2) == 1  # too short to share

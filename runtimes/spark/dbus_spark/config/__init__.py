@@ -1,8 +1,8 @@
 """The runtime's configuration layer: what a runtime is told, and nothing it keeps.
 
 ``runtime`` reads the configuration file; ``kafka_source`` parses a Kafka source's URL
-(and asks its cluster for partitions when planning); ``routes`` says where a
-deployment's sinks write; ``secrets`` keeps source DSNs in memory; ``logs`` and ``jvm``
-say how the runtime and Spark's JVMs log and start. The lowest layer: it imports no
-other layer of the runtime (docs/runtime.md, "Layers").
+and makes its consumers; ``routes`` says where a deployment's sinks write; ``secrets``
+keeps source DSNs in memory; ``logs`` and ``jvm`` say how the runtime and Spark's JVMs
+log and start. The lowest layer: it imports no other layer of the runtime
+(docs/runtime.md, "Layers").
 """

@@ -22,7 +22,8 @@ from dbus_fn.errors import (
 )
 from dbus_fn.events import BinlogPosition
 from dbus_fn.manifest import Destination, Manifest
-from dbus_spark.config.kafka_source import KAFKA, KafkaPlanner
+from dbus_spark.config.kafka_source import KAFKA
+from dbus_spark.planning.kafka_planner import KafkaPlanner
 from dbus_spark.planning.mailbox import answer, pending
 from dbus_spark.planning.request_models import (
     Answer,

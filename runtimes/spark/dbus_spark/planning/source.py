@@ -68,15 +68,10 @@ from dbus_fn.events import (
     BinlogPosition,
 )
 from dbus_fn.manifest import Manifest
-from dbus_spark.config.kafka_source import (
-    KAFKA,
-    KafkaPlanner,
-    KafkaSource,
-    kafka_shards,
-    start_offsets,
-)
+from dbus_spark.config.kafka_source import KAFKA, KafkaSource
 from dbus_spark.config.kafka_source import ranges as kafka_ranges
 from dbus_spark.config.runtime import ConfigFile, RuntimeConfig, SourceBinding, WriteFencing
+from dbus_spark.planning.kafka_planner import KafkaPlanner, kafka_shards, start_offsets
 from dbus_spark.planning.request_models import Answer, PaceRequest
 from dbus_spark.planning.requests import take_requests
 from dbus_spark.reads import open_read, open_read_control

@@ -22,10 +22,10 @@ from dbus_fn.errors import ConfigError
 from dbus_fn.registry import with_packages
 from dbus_spark.cluster.member import ClusterMember, PositionCommitter
 from dbus_spark.config import logs
-from dbus_spark.config.kafka_source import KafkaPlanner, start_offsets
 from dbus_spark.config.routes import routes_of
 from dbus_spark.config.runtime import RuntimeConfig, default_decode_shards
 from dbus_spark.observe import BatchListener, RuntimeMetrics
+from dbus_spark.planning.kafka_planner import KafkaPlanner, start_offsets
 from dbus_spark.reads import open_read_control
 from dbus_spark.spark.planners import PlannerSweeper
 from dbus_spark.spark.preflight import (
