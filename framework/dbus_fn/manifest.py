@@ -272,6 +272,11 @@ class Manifest:
         """Whether the deployment wants changes of ``db.table``."""
         return any(fnmatchcase(qualified_table, pattern) for pattern in self.tables)
 
+    def captures(self, source: str) -> bool:
+        """Whether the deployment reads the capture source named ``source``: every
+        source when ``sources`` names none."""
+        return not self.sources or source in self.sources
+
     def deployed_as(self, name: str) -> Manifest:
         """This manifest as the deployment named ``name`` runs it: a folder deployed
         under a name of its own (``dbus fn deploy --name``) is that name everywhere,

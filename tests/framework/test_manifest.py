@@ -44,6 +44,15 @@ def test_defaults() -> None:
     assert manifest.timeout is None
 
 
+def test_a_deployment_captures_the_sources_it_names_or_every_one_when_it_names_none() -> None:
+    fields = {"name": "x", "version": "1", "module": "x", "tables": ["a.b"]}
+    named = Manifest.from_mapping({**fields, "sources": ["shop", "billing"]})
+    assert named.captures("shop") and named.captures("billing")
+    assert not named.captures("stock")
+    every = Manifest.from_mapping(fields)
+    assert every.captures("shop") and every.captures("stock")
+
+
 def test_deployed_under_another_name_it_is_that_name_and_its_dead_letters_follow() -> None:
     manifest = Manifest.from_mapping(
         {"name": "x", "version": "1", "module": "x", "tables": ["a.b"], "timeout": 0}

@@ -77,7 +77,7 @@ def kafka_refusal(
     manifest = next((m for m in manifests if m.name == request.deployment), None)
     if manifest is None or not kafka:
         return None
-    reads = [s for s in kafka if not manifest.sources or s in manifest.sources]
+    reads = [s for s in kafka if manifest.captures(s)]
     named = getattr(request, "source", None)
     if isinstance(request, ReplayRequest) or not reads:
         return None
@@ -89,7 +89,7 @@ def kafka_refusal(
             "stream and cannot be held: pause and resume act on binlog sources; stop the "
             "runtime, or undeploy the deployment, to hold it"
         )
-    mine = [s for s in binlogs if not manifest.sources or s in manifest.sources]
+    mine = [s for s in binlogs if manifest.captures(s)]
     if named is None and mine:
         return None  # its binlog sources are read; its Kafka ones have no history here
     return HistoryError(
@@ -168,7 +168,7 @@ def start_replay(
     sources = [
         name for name in [*readers, *kafka]
         if (request.source in (None, name))
-        and (not manifest.sources or name in manifest.sources)
+        and manifest.captures(name)
     ]  # fmt: skip
     if not sources:
         raise HistoryError(f"no source {request.source!r} runs here for {request.deployment!r}")

@@ -259,7 +259,7 @@ class FunctionStage:
             found = [
                 (d, p)
                 for d, p in self._pipelines
-                if d.subscribes(table) and (not d.manifest.sources or source in d.manifest.sources)
+                if d.subscribes(table) and d.manifest.captures(source)
             ]
             self._subscribed[(source, table)] = found
         return found
@@ -318,8 +318,7 @@ class FunctionStage:
         """A Kafka source's message that is no change (``dbus_spark.config.kafka_source``), as a
         dead letter of every deployment subscribed to ``source``."""
         for deployment in self.deployments:
-            manifest = deployment.manifest
-            if manifest.sources and source not in manifest.sources:
+            if not deployment.manifest.captures(source):
                 continue
             event = input_dead_letter(
                 source, message.topic(), message.partition(), message.offset(),

@@ -347,7 +347,7 @@ def _compare(
     try:
         for binding in config.sources:
             manifest = deployment.manifest
-            if manifest.sources and binding.spec.name not in manifest.sources:
+            if not manifest.captures(binding.spec.name):
                 continue
             reader = readers[binding.spec.name] = BinlogReader(
                 binding.spec, replica_id=replica_id_for(f"{binding.spec.name}/verify")

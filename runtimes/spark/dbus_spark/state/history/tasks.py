@@ -349,7 +349,7 @@ class HistoryStore:
             if (
                 from_binlog
                 or manifest.initial != "snapshot"
-                or (manifest.sources and source not in manifest.sources)
+                or not manifest.captures(source)
             ):
                 continue
             if existing is None:  # the source's captured tables, as they are now
