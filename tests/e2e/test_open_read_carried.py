@@ -6,8 +6,10 @@ running; the next task, planned from where the last one cut, takes the read over
 (in this process, or answered from it in another, as Spark's workers take turns)
 and counts that change once; a task planned from elsewhere ends it and reads again
 from its own start (at least once); a read no task takes ends by itself; a task of a
-query that stopped starts none; and a run killed between batches starts its next past
-what its read noted as delivered, not at its last batch."""
+query that stopped starts none; a run killed between batches starts its next past
+what its read noted as delivered, not at its last batch; and a task planned at a
+binlog file the server just rotated to ends on time while the server idles (MariaDB
+and MySQL, each a server of the module's own)."""
 
 from __future__ import annotations
 
@@ -108,8 +110,7 @@ def _insert(scratch: Scratch, *ids: int) -> None:
             cur.execute("INSERT INTO t VALUES (%s)", (i,))
 
 
-@pytest.fixture
-def open_batches(
+def _batches_of(
     scratch: Scratch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Callable[[float], Batches]]:
     """Batches of a relayed table, made with the open read's time (in seconds)."""
@@ -135,6 +136,28 @@ def open_batches(
         open_read._reads.pop(key).end()
     for run in made:
         run.planner.stop()
+
+
+@pytest.fixture
+def open_batches(
+    scratch: Scratch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[float], Batches]]:
+    """Batches of a relayed table on the shared server (``_batches_of``)."""
+    yield from _batches_of(scratch, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def private_batches(
+    scratch: Scratch,
+    private_database: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[Scratch, Callable[[float], Batches]]]:
+    """Batches of a relayed table on a server of this module's own (``_batches_of``),
+    whose binlog the test may rotate: with the scratch that writes to it."""
+    own = scratch._replace(fresh_database=private_database)
+    for make in _batches_of(own, tmp_path, monkeypatch):
+        yield own, make
 
 
 @pytest.fixture
@@ -348,3 +371,30 @@ def test_a_run_killed_between_batches_starts_past_what_its_read_noted_as_deliver
 def _at(position: dict[str, Any] | None) -> tuple[int, int]:
     """A position's file and offset, in the binlog's order (none: before all)."""
     return coordinates(position_from_json(position)) if position else (-1, -1)
+
+
+@pytest.mark.parametrize("server", ["mariadb", "mysql"])
+def test_a_task_planned_at_a_fresh_binlog_file_ends_on_an_idle_server(
+    private_batches: tuple[Scratch, Callable[[float], Batches]],
+) -> None:
+    scratch, make = private_batches
+    batches = make(0.5)
+    _insert(scratch, 1)
+    batches.commit(task_counts(batches.planner.read(batches.plan())))
+    # The server rotates its binlog (FLUSH BINARY LOGS, max_binlog_size) and then
+    # idles: its position is in a file where no transaction ends yet.
+    with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+        cur.execute("FLUSH BINARY LOGS")
+    planned = batches.plan()
+    assert planned.end["file"] != planned.start["file"]
+    done: list[TaskReport] = []
+    task = threading.Thread(
+        target=lambda: done.append(task_counts(batches.planner.read(planned))), daemon=True
+    )
+    began = time.monotonic()
+    task.start()
+    task.join(30)
+    assert done, f"the task still read {time.monotonic() - began:.0f}s after it began"
+    batches.commit(done[0])
+    _insert(scratch, 2)
+    assert _ids(scratch.services.kafka.bootstrap_servers, scratch.kafka_topic, 2) == [1, 2]

@@ -131,6 +131,8 @@ class BinlogReader:
         self._read_pos = 0
         self._last_event_time: float | None = None
         self._caught_up = False
+        self._idle_at: tuple[int, int] = (0, 0)
+        """Where the server's last heartbeat said its binlog ends (``idle_at``)."""
         self.reconnects = 0
         self.connection_id: int | None = None  # the replication connection's thread id
         self._stream_logged_in = False
@@ -475,6 +477,15 @@ class BinlogReader:
         """Whether the server's last word to the read was a heartbeat: it had nothing
         more to send (the read is at the server's end, however old its last commit)."""
         return self._caught_up
+
+    @property
+    def idle_at(self) -> tuple[int, int] | None:
+        """Where the server's binlog ends, as its last heartbeat said (ordered as
+        ``coordinates`` orders positions), while that heartbeat is the last word to the
+        read (``caught_up``): then every transaction before it was read. None once an
+        event came after it. A server that rotated its binlog and idles ends where no
+        transaction ends: a read of it has reached that end all the same."""
+        return self._idle_at if self._caught_up else None
 
     def lag(self) -> CaptureLag:
         """Seconds and bytes behind the source (queries the source for its position)."""

@@ -37,6 +37,7 @@ class ReaderView(Protocol):
     _read_pos: int
     _last_event_time: float | None
     _caught_up: bool
+    _idle_at: tuple[int, int]
 
     @property
     def connection(self) -> ConnectionSettings: ...

@@ -353,17 +353,18 @@ class ReadSession:
                     reader.connection_id = stream._stream_connection.thread_id()
                 progress.events += 1
                 if kind == HEARTBEAT:
-                    reader._caught_up = True
-                    if watch and now() >= next_check:
-                        next_check = check_primary()
-                    if idle_timeout is not None and now() - last_item >= idle_timeout:
-                        return
                     # `stop` may be where no transaction ends (a fresh binlog file after
                     # a rotation): the server's heartbeat says it has nothing more.
                     at = (
                         (gtids.total(), TRANSACTION_END) if neutral
                         else (file_sequence(a or file)[1], end)
                     )  # fmt: skip
+                    reader._caught_up = True
+                    reader._idle_at = at if txn_gtid is None else (0, 0)
+                    if watch and now() >= next_check:
+                        next_check = check_primary()
+                    if idle_timeout is not None and now() - last_item >= idle_timeout:
+                        return
                     if (
                         stop_at is not None and txn_gtid is None and not explicit
                         and at >= stop_at and (until is None or now() >= until())

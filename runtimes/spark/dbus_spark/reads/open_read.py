@@ -428,6 +428,7 @@ class OpenRead:
         longest = window + (CATCH_UP - 1) * seconds
         target = coordinates(planned_end)
         while not self.done:
+            self._reach_idle_end(span, planned_end)
             now = time.monotonic()
             # Behind: the last commit was old when read, and the server has sent more
             # since (a heartbeat after it says the read is at the server's end).
@@ -438,6 +439,22 @@ class OpenRead:
                 break
             time.sleep(0.01)
         return self._close(*self.cut(go_on=True), planned_end)
+
+    def _reach_idle_end(self, span: Span, planned_end: BinlogPosition) -> None:
+        """A server idle at or past ``planned_end`` where no transaction ends there (a
+        binlog file it just rotated to, FLUSH BINARY LOGS or ``max_binlog_size``): the
+        span reached the planned end, as a read that stops there does, so the task ends
+        on time rather than wait for the server's next commit."""
+        target = coordinates(planned_end)
+        with self._turn:  # the thread starts no transaction meanwhile
+            idle = self._reader.idle_at
+            if (
+                idle is not None
+                and idle >= target
+                and not self._in_transaction
+                and coordinates(span.reached) < target
+            ):
+                span.reached = planned_end
 
     def _close(
         self, span: Span, go_on: bool, planned_end: BinlogPosition | None
