@@ -184,6 +184,26 @@ def wait_index_holds(url: str, index: str, rows: dict[Any, dict[str, Any]], what
         wait_for(settled, 120, what)
 
 
+def kafka_ids(bootstrap: str, topic: str, expected: int, within: float = 30.0) -> list[int]:
+    """The ``after.id`` of each message of ``topic`` (a table relayed as CloudEvents),
+    sorted (its partitions keep no order between keys), once it holds ``expected``
+    messages (or ``within`` seconds passed)."""
+    import json
+
+    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    ids: list[int] = []
+    deadline = time.monotonic() + within
+    try:
+        while len(ids) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and not message.error():
+                ids.append(json.loads(message.value())["after"]["id"])
+    finally:
+        consumer.close()
+    return sorted(ids)
+
+
 def kafka_count(
     bootstrap: str, topic: str, *, expected: int | None = None, within: float = 120.0
 ) -> int:

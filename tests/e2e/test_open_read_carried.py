@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 from e2e_support import Scratch
 from pyspark import cloudpickle
-from support import kafka_consumer, relay_table
+from support import kafka_ids, relay_table
 
 from dbus_fn.capture import coordinates, position_from_json
 from dbus_fn.errors import DbusError
@@ -85,23 +85,6 @@ class Batches:
         self.writer.commit([report], self.batch)
         self.batch += 1
         return report
-
-
-def _ids(bootstrap: str, topic: str, expected: int, within: float = 30) -> list[int]:
-    """The ids in the topic, sorted (its partitions keep no order between keys), once
-    it holds ``expected`` messages (or ``within`` seconds passed)."""
-    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    ids: list[int] = []
-    deadline = time.monotonic() + within
-    try:
-        while len(ids) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and not msg.error():
-                ids.append(json.loads(msg.value())["after"]["id"])
-    finally:
-        consumer.close()
-    return sorted(ids)
 
 
 def _insert(scratch: Scratch, *ids: int) -> None:
@@ -174,7 +157,7 @@ def test_the_read_goes_on_between_batches_and_the_next_task_takes_it_over(
     assert first.stage.rows == 1
     # No task runs: the read that outlived the first delivers the next change.
     _insert(scratch, 2)
-    assert _ids(bootstrap, scratch.kafka_topic, 2) == [1, 2]
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 2) == [1, 2]
     second = batches.plan()
     report = batches.commit(task_counts(batches.planner.read(second)))
     assert report.stage.rows == 1, "the change delivered between batches counts in the next"
@@ -191,7 +174,7 @@ def test_the_read_goes_on_between_batches_and_the_next_task_takes_it_over(
     assert answered["rows"] == 1
     _insert(scratch, 4)
     # Each once: no task read again what the read before it had sent.
-    assert _ids(bootstrap, scratch.kafka_topic, 5, within=10) == [1, 2, 3, 4]
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 5, within=10) == [1, 2, 3, 4]
 
 
 def test_a_task_planned_from_elsewhere_ends_the_read_and_reads_from_its_start(
@@ -202,11 +185,11 @@ def test_a_task_planned_from_elsewhere_ends_the_read_and_reads_from_its_start(
     planned = batches.plan()
     batches.commit(task_counts(batches.planner.read(planned)))
     _insert(scratch, 2)
-    assert _ids(bootstrap, scratch.kafka_topic, 2) == [1, 2]
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 2) == [1, 2]
     # The first batch again (as after a crash before its commit): from its own start.
     again = task_counts(batches.planner.read(planned))
     assert again.stage.rows >= 1
-    assert _ids(bootstrap, scratch.kafka_topic, 4) == [1, 1, 2, 2]
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 4) == [1, 1, 2, 2]
 
 
 def test_a_read_no_task_takes_ends_by_itself_and_lets_the_source_go(
@@ -248,7 +231,8 @@ def test_a_read_on_a_master_elsewhere_ends_with_its_task(
     assert task_counts(batches.planner.read(batches.plan())).stage.rows == 1
     assert not open_read._reads, "no read outlives its task"
     _insert(scratch, 2)
-    assert _ids(scratch.services.kafka.bootstrap_servers, scratch.kafka_topic, 2, within=5) == [1]
+    bootstrap = scratch.services.kafka.bootstrap_servers
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 2, within=5) == [1]
 
 
 def _timed_read(batches: Batches, partition: SourceRange) -> tuple[TaskReport, float]:
@@ -286,7 +270,7 @@ def test_a_stopping_query_s_task_ends_as_soon_as_it_reaches_its_end(
     # The read goes on (the stop ends it next): a change after the cut is delivered,
     # and counted by the next task, which ends as soon as it reaches its end too.
     _insert(scratch, 2)
-    assert _ids(scratch.services.kafka.bootstrap_servers, scratch.kafka_topic, 2) == [1, 2]
+    assert kafka_ids(scratch.services.kafka.bootstrap_servers, scratch.kafka_topic, 2) == [1, 2]
     report, took = _timed_read(batches, batches.plan())
     assert report.stage.rows == 1
     assert took < 30, f"the task read {took:.1f}s of its 60s"
@@ -308,11 +292,11 @@ def test_a_task_that_outlives_its_query_s_stop_starts_no_read(
     assert "\n" not in str(refused.value), "one line, saying where the batch is read"
     assert not open_read._reads, "no read started for a stopped query"
     _insert(scratch, 2)
-    assert _ids(bootstrap, scratch.kafka_topic, 1, within=5) == [], "nothing sent"
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 1, within=5) == [], "nothing sent"
     # The next start of the query reads the batch from its start, each change once.
     report = task_counts(BinlogSourceReader(str(batches.path), run="next").read(planned))
     assert report.stage.rows >= 1
-    assert _ids(bootstrap, scratch.kafka_topic, 3, within=10) == [1, 2]
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 3, within=10) == [1, 2]
 
 
 def test_a_run_killed_between_batches_starts_past_what_its_read_noted_as_delivered(
@@ -337,7 +321,7 @@ def test_a_run_killed_between_batches_starts_past_what_its_read_noted_as_deliver
         _insert(scratch, 2)
         time.sleep(open_read.RECORD_SECONDS + 0.2)
         _insert(scratch, 3)
-        assert _ids(bootstrap, scratch.kafka_topic, 3) == [1, 2, 3]
+        assert kafka_ids(bootstrap, scratch.kafka_topic, 3) == [1, 2, 3]
         # The server is shared: other tests' transactions may follow 3 in its binlog,
         # and the read notes at whichever transaction's end comes a second after the
         # last note. So wait for a note at or past 3's end, whatever it is exactly.
@@ -365,7 +349,7 @@ def test_a_run_killed_between_batches_starts_past_what_its_read_noted_as_deliver
         assert task_counts(after.planner.read(planned)).stage.rows == 1
     finally:
         after.planner.stop()
-    assert _ids(bootstrap, scratch.kafka_topic, 5, within=10) == [1, 2, 3, 4], "each once"
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 5, within=10) == [1, 2, 3, 4], "each once"
 
 
 def _at(position: dict[str, Any] | None) -> tuple[int, int]:
@@ -397,4 +381,4 @@ def test_a_task_planned_at_a_fresh_binlog_file_ends_on_an_idle_server(
     assert done, f"the task still read {time.monotonic() - began:.0f}s after it began"
     batches.commit(done[0])
     _insert(scratch, 2)
-    assert _ids(scratch.services.kafka.bootstrap_servers, scratch.kafka_topic, 2) == [1, 2]
+    assert kafka_ids(scratch.services.kafka.bootstrap_servers, scratch.kafka_topic, 2) == [1, 2]

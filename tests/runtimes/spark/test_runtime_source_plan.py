@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from test_runtime_config import _config
 
 from dbus_fn.capture import SourceSpec
+from dbus_fn.errors import SourceError, SourceUnreachableError
 from dbus_spark.config.runtime import SourceBinding, default_decode_shards
 from dbus_spark.planning.source import SHARD_MIN_BYTES, BinlogSourceReader
 from dbus_spark.stage.worker import worker_reader
@@ -159,6 +161,39 @@ def test_where_an_open_read_reached_travels_with_the_stage_counts() -> None:
 @pytest.mark.parametrize(("cores", "shards"), [(1, 1), (2, 1), (3, 1), (8, 4)])
 def test_by_default_a_busy_source_gets_a_shard_per_two_cores(cores: int, shards: int) -> None:
     assert default_decode_shards(cores) == shards
+
+
+def test_a_source_whose_server_does_not_answer_stays_where_its_last_batch_ended(
+    config_path: str,
+) -> None:
+    """Nothing answers on port 1: the batch reads none of either source, and the
+    runtime goes on (its other sources would), up to the reader's ``reconnect_for``."""
+    planner = BinlogSourceReader(config_path)
+    start = {"a": _offset(100), "b": _offset(200, "bin.000002")}
+    try:
+        assert planner.latestOffset(start) == start, "no source moved: no micro-batch"
+        for reader in planner._readers.values():
+            reader.reconnect_for = 0.0
+        time.sleep(0.01)
+        with pytest.raises(SourceError) as stopped:
+            planner.latestOffset(start)
+        text = str(stopped.value)
+        assert text.startswith("source 'a': its server did not answer for 0s (")
+        assert "start the runtime again once the server is back" in text
+        assert "\n" not in text and "u:p@" not in text, "one line, no password"
+    finally:
+        planner.stop()
+
+
+def test_a_source_never_read_whose_server_does_not_answer_stops_the_runtime(
+    config_path: str,
+) -> None:
+    planner = BinlogSourceReader(config_path)
+    try:
+        with pytest.raises(SourceUnreachableError, match=r"^source 'a' at .* is unreachable"):
+            planner.latestOffset({"b": _offset(200)})
+    finally:
+        planner.stop()
 
 
 def test_a_worker_keeps_one_reader_per_source_spec() -> None:

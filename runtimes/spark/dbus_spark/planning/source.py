@@ -63,7 +63,7 @@ from dbus_fn.capture import (
     position_to_json,
 )
 from dbus_fn.coordination import PlanLog
-from dbus_fn.errors import DbusError, HistoryError
+from dbus_fn.errors import DbusError, HistoryError, SourceError, SourceUnreachableError
 from dbus_fn.events import (
     BinlogPosition,
 )
@@ -148,6 +148,9 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         self._took_delivered = False
         """Whether this run took what the last one's carried reads delivered
         (``checkpoint.take_delivered``): at its first plan."""
+        self._unanswered: dict[str, float] = {}
+        """Per source whose server does not answer the planner, since when
+        (``_unanswered_offset``)."""
 
     def _current(self) -> RuntimeConfig:
         """The configuration as the runtime last wrote it (sources come and go in a cluster)."""
@@ -207,8 +210,13 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         now = time.time()
         for binding in config.sources:
             reader = self._reader(binding)
-            offset = position_to_offset(reader.master_position(), binding)
             name = binding.spec.name
+            try:
+                offset = position_to_offset(reader.master_position(), binding)
+            except SourceUnreachableError as exc:
+                latest[name] = self._unanswered_offset(binding, (start or {}).get(name), exc)
+                continue
+            self._answered(name)
             # Whose history waits: paused, or detached with sinks that refused its own
             # catch-up read (which tries them again first, at less cost to the others).
             held = {d for d, b in book.get(name, {}).items() if b.paused or b.failures}
@@ -271,6 +279,38 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         if start is not None and not planned and _same_positions(start, latest):
             return start  # nothing to read: no micro-batch
         return latest
+
+    def _unanswered_offset(
+        self, binding: SourceBinding, previous: dict[str, Any] | None, error: DbusError
+    ) -> dict[str, Any]:
+        """The offset of a source whose server does not answer: where the last batch
+        ended, so this batch reads none of it and the runtime's other sources go on. As
+        its reads do, it waits up to its reader's ``reconnect_for`` for the server to
+        come back, and then stops the runtime; so does a source never read yet, or one
+        this runtime no longer holds as it did (a cluster moved it)."""
+        name = binding.spec.name
+        now = time.monotonic()
+        since = self._unanswered.setdefault(name, now)
+        if since == now:
+            log.warning("dbus_binlog: %s; its changes wait, the other sources go on", error)
+        limit = self._reader(binding).reconnect_for
+        if previous is None or hold(previous) != (binding.epoch, binding.generation):
+            raise error
+        if now - since > limit:
+            raise SourceError(
+                f"source {name!r}: its server did not answer for {limit:.0f}s ({error}); "
+                "start the runtime again once the server is back: it resumes where the "
+                "source's last batch ended",
+                source=name,
+            ) from None
+        return position_to_offset(offset_to_position(previous), binding)
+
+    def _answered(self, name: str) -> None:
+        """The server of ``name`` answered the planner (again)."""
+        since = self._unanswered.pop(name, None)
+        if since is not None:
+            log.warning("dbus_binlog: source %r answers again after %.0fs; its changes go on",
+                        name, time.monotonic() - since)  # fmt: skip
 
     def _pace(self, request: PaceRequest, start: dict[str, Any] | None,
               only: str | None = None) -> Answer:  # fmt: skip
