@@ -289,13 +289,13 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         come back, and then stops the runtime; so does a source never read yet, or one
         this runtime no longer holds as it did (a cluster moved it)."""
         name = binding.spec.name
+        if previous is None or hold(previous) != (binding.epoch, binding.generation):
+            raise error
         now = time.monotonic()
         since = self._unanswered.setdefault(name, now)
         if since == now:
             log.warning("dbus_binlog: %s; its changes wait, the other sources go on", error)
         limit = self._reader(binding).reconnect_for
-        if previous is None or hold(previous) != (binding.epoch, binding.generation):
-            raise error
         if now - since > limit:
             raise SourceError(
                 f"source {name!r}: its server did not answer for {limit:.0f}s ({error}); "
