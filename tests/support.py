@@ -184,24 +184,31 @@ def wait_index_holds(url: str, index: str, rows: dict[Any, dict[str, Any]], what
         wait_for(settled, 120, what)
 
 
+def kafka_messages(bootstrap: str, topic: str, count: int, within: float = 30.0) -> list[Any]:
+    """Up to ``count`` messages of ``topic`` from its start (errors skipped), read until
+    that many came or ``within`` seconds passed."""
+    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    found: list[Any] = []
+    deadline = time.monotonic() + within
+    try:
+        while len(found) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                found.append(message)
+    finally:
+        consumer.close()
+    return found
+
+
 def kafka_ids(bootstrap: str, topic: str, expected: int, within: float = 30.0) -> list[int]:
     """The ``after.id`` of each message of ``topic`` (a table relayed as CloudEvents),
     sorted (its partitions keep no order between keys), once it holds ``expected``
-    messages (or ``within`` seconds passed)."""
+    messages (or ``within`` seconds passed: ``kafka_messages``)."""
     import json
 
-    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    ids: list[int] = []
-    deadline = time.monotonic() + within
-    try:
-        while len(ids) < expected and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and not message.error():
-                ids.append(json.loads(message.value())["after"]["id"])
-    finally:
-        consumer.close()
-    return sorted(ids)
+    messages = kafka_messages(bootstrap, topic, expected, within)
+    return sorted(json.loads(message.value())["after"]["id"] for message in messages)
 
 
 def kafka_count(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from support import delete_topics, kafka_consumer
+from support import delete_topics, kafka_messages
 
 from dbus_fn.kafka_binding import to_kafka_message
 from dbus_fn.testing import insert
@@ -44,21 +44,6 @@ def _folder(folder: Path, out: str) -> Path:
         dead_letter_route = "kafka://{out}.dead"
     """))  # fmt: skip
     return folder
-
-
-def _messages(bootstrap: str, topic: str, count: int, timeout: float) -> list[Any]:
-    consumer = kafka_consumer(bootstrap, {"auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    found: list[Any] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(found) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                found.append(message)
-    finally:
-        consumer.close()
-    return found
 
 
 def test_a_message_that_is_no_change_is_a_dead_letter_and_the_rest_goes_on(
@@ -90,20 +75,20 @@ def test_a_message_that_is_no_change_is_a_dead_letter_and_the_rest_goes_on(
     )  # fmt: skip
     checkpoint = ["--checkpoint", str(tmp_path / "checkpoint")]
     try:
-        delivered = _messages(bootstrap, out, 2, 120)
-        dead = _messages(bootstrap, f"{out}.dead", 1, 30)
+        delivered = kafka_messages(bootstrap, out, 2, 120)
+        dead = kafka_messages(bootstrap, f"{out}.dead", 1, 30)
         # Everything the topic keeps, from a time before it, through the function again.
         replayed = _replay("copy", "--from", "2020-01-01T00:00:00Z",
                            "--route", f"kafka://{out}.shadow", *checkpoint)  # fmt: skip
-        shadow = _messages(bootstrap, f"{out}.shadow", 2, 120)
+        shadow = kafka_messages(bootstrap, f"{out}.shadow", 2, 120)
         # One partition from an offset: partition 1 from its second message (id 3, open).
         _replay("copy", "--from", f"{kafka_topic}:1:1", "--route", f"kafka://{out}.shadow2",
                 *checkpoint)  # fmt: skip
         time.sleep(15)  # the part runs in the next micro-batch; nothing may come
-        shadow2 = _messages(bootstrap, f"{out}.shadow2", 1, 5)
+        shadow2 = kafka_messages(bootstrap, f"{out}.shadow2", 1, 5)
         _replay("copy", "--from", f"{kafka_topic}:0:0", "--route", f"kafka://{out}.shadow2",
                 *checkpoint)  # fmt: skip
-        shadow2 += _messages(bootstrap, f"{out}.shadow2", 1, 120)
+        shadow2 += kafka_messages(bootstrap, f"{out}.shadow2", 1, 120)
         refused = _replay("copy", "--from", f"{kafka_topic}:7:0", *checkpoint, code=2)
     finally:
         runtime.send_signal(signal.SIGTERM)

@@ -292,9 +292,10 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         if previous is None or hold(previous) != (binding.epoch, binding.generation):
             raise error
         now = time.monotonic()
-        since = self._unanswered.setdefault(name, now)
-        if since == now:
+        if name not in self._unanswered:
+            self._unanswered[name] = now
             log.warning("dbus_binlog: %s; its changes wait, the other sources go on", error)
+        since = self._unanswered[name]
         limit = self._reader(binding).reconnect_for
         if now - since > limit:
             raise SourceError(

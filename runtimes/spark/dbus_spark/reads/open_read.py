@@ -446,6 +446,8 @@ class OpenRead:
         span reached the planned end, as a read that stops there does, so the task ends
         on time rather than wait for the server's next commit."""
         target = coordinates(planned_end)
+        if coordinates(span.reached) >= target:
+            return  # the common case: no lock taken
         with self._turn:  # the thread starts no transaction meanwhile
             idle = self._reader.idle_at
             if (
