@@ -196,6 +196,36 @@ def test_a_source_never_read_whose_server_does_not_answer_stops_the_runtime(
         planner.stop()
 
 
+def test_a_kafka_source_whose_brokers_do_not_answer_stays_where_its_last_batch_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No broker answers on port 1: the batch reads none of the Kafka source, asked
+    briefly once its outage is known, up to ``OUTAGE_SECONDS``; then one line stops the
+    runtime. Never read, such a source stops it at once."""
+    from dbus_spark.planning import source as planning
+
+    config = _config(sources=("k=kafka://127.0.0.1:1/dc2.shop.t",))
+    path = replace(config, checkpoint_dir=str(tmp_path / "ckpt")).save(tmp_path / "c.json")
+    planner = BinlogSourceReader(str(path))
+    start = {"k": {"kafka": {"dc2.shop.t": {"0": 12}}}}
+    try:
+        with pytest.raises(SourceUnreachableError, match=r"^source 'k': Kafka at 127.0.0.1:1 "):
+            planner.latestOffset(None)
+        assert planner.latestOffset(start) == start, "no source moved: no micro-batch"
+        began = time.monotonic()
+        assert planner.latestOffset(start) == start
+        assert time.monotonic() - began < 4, "a cluster known to be away is asked briefly"
+        monkeypatch.setattr(planning, "OUTAGE_SECONDS", 0.0)
+        with pytest.raises(SourceError) as stopped:
+            planner.latestOffset(start)
+        text = str(stopped.value)
+        assert text.startswith("source 'k': its brokers did not answer for 0s (")
+        assert "start the runtime again once the brokers are back" in text
+        assert "\n" not in text
+    finally:
+        planner.stop()
+
+
 def test_a_worker_keeps_one_reader_per_source_spec() -> None:
     """Two queries may name their sources alike: the tables decide what a reader reads,
     so a kept reader is only reused for the very same spec (a reader kept by name read

@@ -46,6 +46,9 @@ from dbus_spark.config.logs import kafka_config
 SCHEME = "kafka://"
 KAFKA = "kafka"
 """The key of a Kafka source's offsets in a batch's offset (module docstring)."""
+OUTAGE_SECONDS = 300.0
+"""How long a source's brokers may not answer, its planning and its reads waiting for
+them, before the runtime stops: as long as a binlog source's reader reconnects."""
 OWNED_SETTINGS = frozenset(
     {"bootstrap.servers", "group.id", "enable.auto.commit", "isolation.level",
      "enable.partition.eof", "auto.offset.reset", "enable.auto.offset.store"}

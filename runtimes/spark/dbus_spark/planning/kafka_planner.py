@@ -11,6 +11,11 @@ from dbus_spark.config.kafka_source import KafkaSource, Offsets, consumer
 
 log = logging.getLogger("dbus_spark.planning.kafka_planner")
 
+HURRIED_SECONDS = 1.0
+"""How long the planner waits for each answer of a cluster that did not answer lately:
+every source's micro-batch waits for the planning, and a read carried across
+batches that no task takes over for a while ends (``reads.open_read``)."""
+
 
 class KafkaPlanner:
     """Asks a Kafka source's cluster for its topics and offsets (the driver's side)."""
@@ -29,12 +34,12 @@ class KafkaPlanner:
             source=self.source.name,
         )
 
-    def partitions(self) -> dict[str, list[int]]:
+    def partitions(self, timeout: float = 5.0) -> dict[str, list[int]]:
         """Per topic the patterns match now, its partitions."""
         from confluent_kafka import KafkaException
 
         try:
-            metadata = self._consumer.list_topics(timeout=5)
+            metadata = self._consumer.list_topics(timeout=timeout)
         except KafkaException as exc:
             raise self._unreachable(exc.args[0].str() if exc.args else exc) from None
         return {
@@ -62,12 +67,12 @@ class KafkaPlanner:
                 ",".join(self.source.topics),
             )
 
-    def _watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+    def _watermarks(self, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
         from confluent_kafka import KafkaException, TopicPartition
 
         try:
             low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=10, cached=False
+                TopicPartition(topic, partition), timeout=timeout, cached=False
             )
         except KafkaException as exc:
             raise self._unreachable(exc.args[0].str() if exc.args else exc) from None
@@ -127,15 +132,18 @@ class KafkaPlanner:
             )
         return {topic: {partition: int(rest)}}, {topic: {partition: end[topic][partition]}}
 
-    def latest(self, previous: Offsets | None) -> Offsets:
+    def latest(self, previous: Offsets | None, *, hurried: bool = False) -> Offsets:
         """Where each partition ends now (its last stable offset: what a committed read
         sees). A partition the last offsets lacked starts at its first message; one
-        they hold below its first (retention deleted what was not read) is refused."""
+        they hold below its first (retention deleted what was not read) is refused.
+        ``hurried``: the cluster did not answer lately, so it is given a second per
+        question, not the whole micro-batch's planning (``HURRIED_SECONDS``)."""
         ends: Offsets = {}
-        for topic, partitions in self.partitions().items():
+        timeout = HURRIED_SECONDS if hurried else None
+        for topic, partitions in self.partitions(timeout or 5.0).items():
             ends[topic] = {}
             for p in partitions:
-                low, high = self._watermarks(topic, p)
+                low, high = self._watermarks(topic, p, timeout or 10.0)
                 known = (previous or {}).get(topic, {}).get(str(p))
                 if known is not None and known < low:
                     raise PositionError(

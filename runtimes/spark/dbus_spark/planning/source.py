@@ -68,7 +68,7 @@ from dbus_fn.events import (
     BinlogPosition,
 )
 from dbus_fn.manifest import Manifest
-from dbus_spark.config.kafka_source import KAFKA, KafkaSource
+from dbus_spark.config.kafka_source import KAFKA, OUTAGE_SECONDS, KafkaSource
 from dbus_spark.config.kafka_source import ranges as kafka_ranges
 from dbus_spark.config.runtime import ConfigFile, RuntimeConfig, SourceBinding, WriteFencing
 from dbus_spark.planning.kafka_planner import KafkaPlanner, kafka_shards, start_offsets
@@ -270,7 +270,18 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             latest[name] = offset
         for source in config.kafka_sources:
             previous = (start or {}).get(source.name, {}).get(KAFKA)
-            offset = {KAFKA: self._planner(source).latest(previous)}
+            try:
+                ends = self._planner(source).latest(
+                    previous, hurried=source.name in self._unanswered
+                )
+            except SourceUnreachableError as exc:
+                if previous is None:
+                    raise  # never read: nowhere to wait at
+                self._waits(source.name, exc, OUTAGE_SECONDS, "brokers")
+                latest[source.name] = {KAFKA: previous}  # no range, no replay
+                continue
+            self._answered(source.name)
+            offset = {KAFKA: ends}
             replays = self._history.due_replays(source.name, now)
             if replays:  # what the topics keep, through one deployment (``kafka_read``)
                 offset["replays"] = [[r.deployment, r.run, r.cursor] for r in replays]
@@ -288,26 +299,29 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         its reads do, it waits up to its reader's ``reconnect_for`` for the server to
         come back, and then stops the runtime; so does a source never read yet, or one
         this runtime no longer holds as it did (a cluster moved it)."""
-        name = binding.spec.name
         if previous is None or hold(previous) != (binding.epoch, binding.generation):
             raise error
+        self._waits(binding.spec.name, error, self._reader(binding).reconnect_for, "server")
+        return position_to_offset(offset_to_position(previous), binding)
+
+    def _waits(self, name: str, error: DbusError, limit: float, who: str) -> None:
+        """Source ``name``'s ``server`` or ``brokers`` (``who``) do not answer the
+        planner: the outage is logged once, when it begins; past ``limit`` seconds of it
+        the runtime stops, with one line that names the source and how to go on."""
         now = time.monotonic()
         if name not in self._unanswered:
             self._unanswered[name] = now
             log.warning("dbus_binlog: %s; its changes wait, the other sources go on", error)
-        since = self._unanswered[name]
-        limit = self._reader(binding).reconnect_for
-        if now - since > limit:
+        if now - self._unanswered[name] > limit:
             raise SourceError(
-                f"source {name!r}: its server did not answer for {limit:.0f}s ({error}); "
-                "start the runtime again once the server is back: it resumes where the "
-                "source's last batch ended",
+                f"source {name!r}: its {who} did not answer for {limit:.0f}s ({error}); "
+                f"start the runtime again once the {who} {'are' if who.endswith('s') else 'is'}"
+                " back: it resumes where the source's last batch ended",
                 source=name,
             ) from None
-        return position_to_offset(offset_to_position(previous), binding)
 
     def _answered(self, name: str) -> None:
-        """The server of ``name`` answered the planner (again)."""
+        """Source ``name``'s server or cluster answered the planner (again)."""
         since = self._unanswered.pop(name, None)
         if since is not None:
             log.warning("dbus_binlog: source %r answers again after %.0fs; its changes go on",

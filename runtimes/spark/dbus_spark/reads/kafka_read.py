@@ -18,7 +18,7 @@ from dbus_fn.errors import DbusError, SourceUnreachableError
 from dbus_fn.events import RowChange
 from dbus_fn.kafka_binding import change_from_kafka_message
 from dbus_fn.manifest import Destination
-from dbus_spark.config.kafka_source import KAFKA, KafkaSource, consumer, ranges
+from dbus_spark.config.kafka_source import KAFKA, OUTAGE_SECONDS, KafkaSource, consumer, ranges
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.reads.history_chunks import REPLAY_ROWS, ReplayRange
 from dbus_spark.sinks.writer import Output
@@ -64,6 +64,26 @@ def _drop(source: KafkaSource) -> None:
         found.close()
 
 
+QUIET_SECONDS = 60.0
+"""How long a read waits for a partition whose cluster answers but that gives nothing
+(its planned messages gone) before it fails. A cluster that does not answer is waited
+for up to ``OUTAGE_SECONDS``, as the planner waits for it, and the partition has this
+long again from when it answers."""
+AWAY_CHECK_SECONDS = 2.0
+"""A partition that gave nothing this long has its cluster asked whether it answers."""
+
+
+def _away(reader: Any, part: KafkaRange) -> bool:
+    """Whether the cluster does not answer at all (the client connects again itself)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        reader.list_topics(part.topic, timeout=2)
+    except KafkaException:
+        return True
+    return False
+
+
 def read_messages(source: KafkaSource, part: KafkaRange) -> Iterator[Any]:
     """The messages of ``part``, in order, up to its end (a producer's aborted
     transactions and markers skipped by the committed read)."""
@@ -74,6 +94,7 @@ def read_messages(source: KafkaSource, part: KafkaRange) -> Iterator[Any]:
     try:
         reader.assign([TopicPartition(part.topic, part.partition, part.first)])
         position, idle_since = part.first, time.monotonic()
+        away_at = 0.0  # when the cluster last did not answer (0: it did)
         while position < part.end:
             messages = reader.consume(500, timeout=1.0)
             for message in messages:
@@ -93,13 +114,18 @@ def read_messages(source: KafkaSource, part: KafkaRange) -> Iterator[Any]:
             [where] = reader.position([TopicPartition(part.topic, part.partition)])
             if where.offset >= 0:
                 position = max(position, where.offset)
+            now = time.monotonic()
             if messages:
-                idle_since = time.monotonic()
-            elif time.monotonic() - idle_since > 60:
+                idle_since = now
+            elif now - idle_since > AWAY_CHECK_SECONDS and _away(reader, part):
+                away_at = now  # the client connects again itself: wait for it
+            if now - max(idle_since, away_at) > QUIET_SECONDS or (
+                now - idle_since > OUTAGE_SECONDS
+            ):
                 raise SourceUnreachableError(
                     f"source {source.name!r}: {part.topic}[{part.partition}] gave nothing "
-                    f"for 60 s at offset {position} (planned up to {part.end}); check the "
-                    f"brokers at {source.bootstrap}",
+                    f"for {now - idle_since:.0f} s at offset {position} (planned up to "
+                    f"{part.end}); check the brokers at {source.bootstrap}",
                     source=source.name,
                 )
         ended = True
