@@ -107,6 +107,7 @@ class BinlogReader:
         max_backoff: float = 10.0,
         reconnect_for: float = 300.0,
         connect_timeout: float = 5.0,
+        query_timeout: float = 30.0,
     ) -> None:
         self.spec = spec
         self.replica_id = validate_replica_id(replica_id)
@@ -115,6 +116,10 @@ class BinlogReader:
         self.max_backoff = max_backoff
         self.reconnect_for = reconnect_for
         self.connect_timeout = connect_timeout
+        self.query_timeout = query_timeout
+        """The longest the control connection waits on the server for one question:
+        a server that hangs (stopped, or a network that drops everything) is then
+        unreachable, as one that refuses, rather than holding its asker forever."""
         self._init_state()
 
     def _init_state(self) -> None:
@@ -147,6 +152,7 @@ class BinlogReader:
             "max_backoff": self.max_backoff,
             "reconnect_for": self.reconnect_for,
             "connect_timeout": self.connect_timeout,
+            "query_timeout": self.query_timeout,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -196,7 +202,9 @@ class BinlogReader:
         with self._lock:
             for attempt in (1, 2):
                 if self._control is None:
-                    self._control = self._connect()
+                    self._control = self._connect(
+                        read_timeout=self.query_timeout, write_timeout=self.query_timeout
+                    )
                 try:
                     with self._control.cursor() as cursor:
                         cursor.execute(sql, args)

@@ -185,17 +185,22 @@ def test_a_read_across_server_restarts_tells_apart_tables_whose_ids_a_restart_re
     ]
 
 
+def _stallable(database: Any, name: str) -> tuple[StallingProxy, SourceSpec]:
+    """A source ``name`` of ``database``'s tables, read through a proxy that can stall."""
+    endpoint = database.endpoint
+    proxy = StallingProxy(endpoint.host, endpoint.port)
+    return proxy, SourceSpec(
+        name=name,
+        dsn=f"mysql://{endpoint.user}:{endpoint.password}@127.0.0.1:{proxy.port}",
+        tables=(f"{database.name}.*",),
+    )
+
+
 @BOTH
 def test_network_stall_is_detected_and_resumed_without_loss_or_duplicate(
     database: Any,
 ) -> None:
-    endpoint = database.endpoint
-    proxy = StallingProxy(endpoint.host, endpoint.port)
-    spec = SourceSpec(
-        name="stall",
-        dsn=f"mysql://{endpoint.user}:{endpoint.password}@127.0.0.1:{proxy.port}",
-        tables=(f"{database.name}.*",),
-    )
+    proxy, spec = _stallable(database, "stall")
     # Silence of 2 s (ten heartbeats) is a stall: a false one on a loaded machine is only
     # one more reconnect, which the assertions allow.
     reader = BinlogReader(
@@ -212,6 +217,36 @@ def test_network_stall_is_detected_and_resumed_without_loss_or_duplicate(
     finally:
         reader.close()
         proxy.close()
+
+
+@pytest.mark.parametrize("server", ["mariadb"])
+def test_a_question_to_a_server_that_stopped_answering_ends_within_the_query_timeout(
+    database: Any,
+) -> None:
+    """The planner asks every source's server where its binlog ends at every batch, on
+    the reader's control connection: one that hangs there (packets stop, nothing is
+    closed) must not hold the asker, and with it every other source, forever. Past the
+    query timeout the question is asked again on a new connection."""
+    import threading
+    import time
+
+    proxy, spec = _stallable(database, "hung")
+    reader = BinlogReader(spec, replica_id_for(f"hung/{uuid.uuid4()}"), query_timeout=2.0)
+    answers: list[Any] = []
+    try:
+        before = reader.master_position()
+        proxy.stall()  # the control connection's packets stop; new ones go through
+        asking = threading.Thread(target=lambda: answers.append(reader.master_position()),
+                                  daemon=True)  # fmt: skip
+        began = time.monotonic()
+        asking.start()
+        asking.join(30)
+        assert not asking.is_alive(), "the question ends though its connection hangs"
+        assert answers and answers[0].file == before.file, "asked again, it is answered"
+        assert time.monotonic() - began < 20
+    finally:
+        proxy.close()  # first: a question still hanging ends, and frees the reader
+        reader.close()
 
 
 def test_an_event_type_the_capture_does_not_know_stops_the_read_in_one_line(
