@@ -115,6 +115,10 @@ def test_a_request_is_withdrawn_before_the_planner_takes_it(checkpoint: str) -> 
     ("body", "field"),
     [
         ({"kind": "pace", "id": "../../../x", "deployment": "d", "pause": True}, "id"),
+        # It names files: no NUL byte, nor a name past a file name's 255 bytes.
+        ({"kind": "pace", "id": "a" * 32 + "-\u0000", "deployment": "d", "pause": True}, "id"),
+        ({"kind": "pace", "id": "a" * 32 + "-" + "s" * 200, "deployment": "d", "pause": True},
+         "id"),
         ({"kind": "pace", "id": "a" * 32, "deployment": "", "pause": True}, "deployment"),
         ({"kind": "drop", "id": "a" * 32, "deployment": "d"}, "kind"),
         ({"kind": "pace", "id": "a" * 32, "deployment": "d", "pause": True, "only": "s"}, "only"),

@@ -22,9 +22,13 @@ from dbus_fn.errors import DbusError, HistoryError, PositionError
 
 RequestId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 """A request's id: a uuid4 in hex, chosen by the asker (so it can withdraw it)."""
-_Id = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}(-[^/\\]{1,255})?$")]
+_Id = Annotated[
+    str, StringConstraints(pattern=r"^[0-9a-f]{32}(-[A-Za-z0-9][A-Za-z0-9_.-]{0,127})?$")
+]
 """A request's id as it travels: the asker's, and for a cluster's request carried to
-the runtime of one of its sources, a dash and that source (``mailbox.forward``)."""
+the runtime of one of its sources, a dash and that source (``mailbox.forward``), a name
+``dbus_fn.coordination`` takes. It names the request's files beside the checkpoint, so
+it holds no NUL byte nor path separator and stays far below a file name's 255 bytes."""
 Name = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 Text = Annotated[str, StringConstraints(max_length=4096)]
 
