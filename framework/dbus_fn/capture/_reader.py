@@ -205,14 +205,20 @@ class BinlogReader:
                     self._control = self._connect(
                         read_timeout=self.query_timeout, write_timeout=self.query_timeout
                     )
+                began = time.monotonic()
                 try:
                     with self._control.cursor() as cursor:
                         cursor.execute(sql, args)
                         return list(cursor.fetchall())
                 except pymysql.err.OperationalError as exc:
-                    if error_code(exc) in TRANSIENT_CODES and attempt == 1:
+                    # A connection lost at once (a restarted server) is asked again; one
+                    # that waited out the query timeout met a server that hangs.
+                    waited = time.monotonic() - began >= self.query_timeout
+                    if error_code(exc) in TRANSIENT_CODES and attempt == 1 and not waited:
                         self._close_control()
                         continue
+                    if waited:
+                        self._close_control()
                     raise
                 except pymysql.err.InterfaceError:
                     self._close_control()
@@ -226,6 +232,18 @@ class BinlogReader:
         except pymysql.err.MySQLError as exc:
             raise self._translate(exc, doing=doing) from None
         except OSError as exc:
+            raise self._unreachable(exc) from None
+
+    def probe(self, within: float) -> None:
+        """Check that the server greets a new connection within ``within`` seconds,
+        which a server that stopped answering does not (a question on the control
+        connection would wait the whole query timeout): else ``SourceUnreachableError``."""
+        settings = self.connection.pymysql_kwargs(
+            connect_timeout=within, read_timeout=within, write_timeout=within
+        )
+        try:
+            pymysql.connect(**settings).close()
+        except (pymysql.err.MySQLError, OSError) as exc:
             raise self._unreachable(exc) from None
 
     def _close_control(self) -> None:

@@ -11,11 +11,6 @@ from dbus_spark.config.kafka_source import KafkaSource, Offsets, consumer
 
 log = logging.getLogger("dbus_spark.planning.kafka_planner")
 
-HURRIED_SECONDS = 1.0
-"""How long the planner waits for each answer of a cluster that did not answer lately:
-every source's micro-batch waits for the planning, and a read carried across
-batches that no task takes over for a while ends (``reads.open_read``)."""
-
 
 class KafkaPlanner:
     """Asks a Kafka source's cluster for its topics and offsets (the driver's side)."""
@@ -132,14 +127,13 @@ class KafkaPlanner:
             )
         return {topic: {partition: int(rest)}}, {topic: {partition: end[topic][partition]}}
 
-    def latest(self, previous: Offsets | None, *, hurried: bool = False) -> Offsets:
+    def latest(self, previous: Offsets | None, *, timeout: float | None = None) -> Offsets:
         """Where each partition ends now (its last stable offset: what a committed read
         sees). A partition the last offsets lacked starts at its first message; one
         they hold below its first (retention deleted what was not read) is refused.
-        ``hurried``: the cluster did not answer lately, so it is given a second per
-        question, not the whole micro-batch's planning (``HURRIED_SECONDS``)."""
+        ``timeout``: at most this long for each answer (else 5 s for the topics, 10 s
+        a partition)."""
         ends: Offsets = {}
-        timeout = HURRIED_SECONDS if hurried else None
         for topic, partitions in self.partitions(timeout or 5.0).items():
             ends[topic] = {}
             for p in partitions:

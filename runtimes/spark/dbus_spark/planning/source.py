@@ -113,6 +113,11 @@ log = logging.getLogger(__name__)
 # A range smaller than this is read by one task: a shard costs a replication
 # connection and a task (~10-20 ms), worth it only when decoding takes longer.
 SHARD_MIN_BYTES = 256 * 1024
+HURRIED_SECONDS = 1.0
+"""How long the planner waits for each answer of a source that did not answer lately
+(its server's greeting, its brokers' offsets): every source's micro-batch waits for
+the planning, and a read carried across batches that no task takes over for a while
+ends (``reads.open_read``)."""
 
 
 class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
@@ -212,6 +217,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             reader = self._reader(binding)
             name = binding.spec.name
             try:
+                if name in self._unanswered:
+                    reader.probe(HURRIED_SECONDS)
                 offset = position_to_offset(reader.master_position(), binding)
             except SourceUnreachableError as exc:
                 latest[name] = self._unanswered_offset(binding, (start or {}).get(name), exc)
@@ -272,7 +279,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
             previous = (start or {}).get(source.name, {}).get(KAFKA)
             try:
                 ends = self._planner(source).latest(
-                    previous, hurried=source.name in self._unanswered
+                    previous, timeout=HURRIED_SECONDS if source.name in self._unanswered else None
                 )
             except SourceUnreachableError as exc:
                 if previous is None:
