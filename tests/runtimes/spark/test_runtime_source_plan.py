@@ -214,7 +214,8 @@ def test_a_kafka_source_whose_brokers_do_not_answer_stays_where_its_last_batch_e
         assert planner.latestOffset(start) == start, "no source moved: no micro-batch"
         began = time.monotonic()
         assert planner.latestOffset(start) == start
-        assert time.monotonic() - began < 4, "a cluster known to be away is asked briefly"
+        # Asked unhurried, the topics alone take 5 s to fail; hurried, 2 s.
+        assert time.monotonic() - began < 4.5, "a cluster known to be away is asked briefly"
         monkeypatch.setattr(planning, "OUTAGE_SECONDS", 0.0)
         with pytest.raises(SourceError) as stopped:
             planner.latestOffset(start)

@@ -113,11 +113,11 @@ log = logging.getLogger(__name__)
 # A range smaller than this is read by one task: a shard costs a replication
 # connection and a task (~10-20 ms), worth it only when decoding takes longer.
 SHARD_MIN_BYTES = 256 * 1024
-HURRIED_SECONDS = 1.0
+HURRIED_SECONDS = 2.0
 """How long the planner waits for each answer of a source that did not answer lately
-(its server's greeting, its brokers' offsets): every source's micro-batch waits for
-the planning, and a read carried across batches that no task takes over for a while
-ends (``reads.open_read``)."""
+(its server's greeting and login, its brokers' offsets): every source's micro-batch
+waits for the planning, and a read carried across batches that no task takes over
+for a while ends (``reads.open_read``); a server far away still logs in within it."""
 
 
 class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
