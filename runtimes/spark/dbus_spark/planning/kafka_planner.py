@@ -11,6 +11,11 @@ from dbus_spark.config.kafka_source import KafkaSource, Offsets, consumer
 
 log = logging.getLogger("dbus_spark.planning.kafka_planner")
 
+TOPICS_WAIT = 5.0
+"""Seconds the cluster has to name its topics and partitions."""
+OFFSETS_WAIT = 10.0
+"""Seconds the cluster has to give one partition's offsets."""
+
 
 class KafkaPlanner:
     """Asks a Kafka source's cluster for its topics and offsets (the driver's side)."""
@@ -29,7 +34,7 @@ class KafkaPlanner:
             source=self.source.name,
         )
 
-    def partitions(self, timeout: float = 5.0) -> dict[str, list[int]]:
+    def partitions(self, timeout: float = TOPICS_WAIT) -> dict[str, list[int]]:
         """Per topic the patterns match now, its partitions."""
         from confluent_kafka import KafkaException
 
@@ -62,7 +67,9 @@ class KafkaPlanner:
                 ",".join(self.source.topics),
             )
 
-    def _watermarks(self, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
+    def _watermarks(
+        self, topic: str, partition: int, timeout: float = OFFSETS_WAIT
+    ) -> tuple[int, int]:
         from confluent_kafka import KafkaException, TopicPartition
 
         try:
@@ -131,13 +138,13 @@ class KafkaPlanner:
         """Where each partition ends now (its last stable offset: what a committed read
         sees). A partition the last offsets lacked starts at its first message; one
         they hold below its first (retention deleted what was not read) is refused.
-        ``timeout``: at most this long for each answer (else 5 s for the topics, 10 s
-        a partition)."""
+        ``timeout``: at most this long for each answer (else ``TOPICS_WAIT`` and
+        ``OFFSETS_WAIT``)."""
         ends: Offsets = {}
-        for topic, partitions in self.partitions(timeout or 5.0).items():
+        for topic, partitions in self.partitions(timeout or TOPICS_WAIT).items():
             ends[topic] = {}
             for p in partitions:
-                low, high = self._watermarks(topic, p, timeout or 10.0)
+                low, high = self._watermarks(topic, p, timeout or OFFSETS_WAIT)
                 known = (previous or {}).get(topic, {}).get(str(p))
                 if known is not None and known < low:
                     raise PositionError(
