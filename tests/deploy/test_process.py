@@ -9,6 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+import pytest
+
 from dbus_deploy.services._process import (
     Launch,
     last_log_line,
@@ -136,3 +139,47 @@ def test_a_pid_file_whose_start_is_not_the_processes_is_a_reused_pid(tmp_path: P
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_service_just_started_is_known_while_the_boot_time_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel gives the boot time reckoned from the wall clock, in whole
+    seconds: while the clock is slewed two reads a moment apart can differ by one,
+    and a clock that is set moves it by any amount. A start reckoned from two such
+    reads was off by as much, and a service just started was taken for a reused
+    pid (a run's unit job failed on it once). The move is injected, between the
+    first read and the next: no test can make the kernel's boot time move when it
+    needs it to."""
+    reads = iter(range(1_000_000))
+    real = psutil._psplatform.boot_time
+    monkeypatch.setattr(psutil._psplatform, "boot_time", lambda: real() + 5 * min(1, next(reads)))
+    home = tmp_path / "svc"
+    pid_file = home / "svc.pid"
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", str(home)]
+    process = spawn(Launch(argv=argv, log_file=home / "svc.log", cwd=tmp_path), pid_file)
+    try:
+        for _ in range(4):
+            assert running_pid(pid_file, home) == process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_the_start_of_a_process_whose_name_holds_parentheses_and_spaces(tmp_path: Path) -> None:
+    """The name in /proc/<pid>/stat is the executable's, in parentheses, as it is:
+    the fields after it are found from its last ")"."""
+    odd = tmp_path / "a) b (c) d"
+    odd.symlink_to(sys.executable)
+    before = time.clock_gettime(time.CLOCK_BOOTTIME)
+    process = subprocess.Popen([str(odd), "-c", "import time; time.sleep(60)"])
+    after = time.clock_gettime(time.CLOCK_BOOTTIME)
+    try:
+        assert psutil.Process(process.pid).name().startswith("a) b (c)")
+        tick = 1 / os.sysconf("SC_CLK_TCK")
+        assert before - tick <= started_at(process.pid) <= after + tick
+    finally:
+        process.kill()
+        process.wait()
+    with pytest.raises(ProcessLookupError):
+        started_at(process.pid)

@@ -84,10 +84,24 @@ def started_at(pid: int) -> float:
     from the boot time the kernel derives from the wall clock, which moves when
     the clock is set, and moves forward by the whole pause when a paused virtual
     machine resumes (a snapshot, a migration); every running service would then
-    seem to have started after its pid file was written."""
-    import psutil
+    seem to have started after its pid file was written. Nor ``create_time``
+    less ``boot_time``: each reads the boot time anew, in whole seconds, and
+    while the clock is being slewed two reads a moment apart can differ by one,
+    which once made a service just started look like a reused pid. The kernel's
+    own count of clock ticks (``/proc/<pid>/stat``) is read where there is one.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            raise ProcessLookupError(pid) from None
+        import psutil  # no procfs (macOS): the wall-clock reckoning is all there is
 
-    return psutil.Process(pid).create_time() - psutil.boot_time()
+        return psutil.Process(pid).create_time() - psutil.boot_time()
+    # The command name (field 2) is in parentheses and may hold any byte, spaces
+    # and parentheses too; the start time is field 22, the 20th after its ")".
+    ticks = int(stat[stat.rindex(b")") + 2 :].split()[19])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def run_logged(
@@ -158,7 +172,7 @@ def running_pid(pid_file: Path, marker: Path) -> int | None:
         cmdline = " ".join(process.cmdline())
         if str(marker) not in cmdline and str(marker.resolve()) not in cmdline:
             return None
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
         return None
     return pid
 
