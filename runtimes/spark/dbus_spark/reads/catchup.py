@@ -24,8 +24,8 @@ from dbus_fn.capture import position_from_json, replica_id_for
 from dbus_fn.errors import DbusError
 from dbus_spark.config.runtime import SourceBinding
 from dbus_spark.reads.history_chunks import SETTLED_BY, OwnRead, one_deployment, read_own
-from dbus_spark.sinks.writer import Output
-from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.reads.task import ReadTask
+from dbus_spark.stage.functions import FunctionStage
 from dbus_spark.stage.shipment import Shipment
 from dbus_spark.stage.worker import worker_reader
 from dbus_spark.state.history import Gate
@@ -62,16 +62,15 @@ def _catch_up(
     partition: CatchUpRange,
     stage: FunctionStage,
     binding: SourceBinding,
-    out: Output,
-    counts: StageCounts,
+    task: ReadTask,
 ) -> None:
+    counts, out, began = task.counts, task.out, task.began
     name, source = partition.deployment, partition.source
     gate = Gate.from_json(partition.gate) if partition.gate else None
     reader = worker_reader(binding, replica_id_for(f"{binding.replica_id}/catch-up/{name}"))
     start, stop = position_from_json(partition.start), position_from_json(partition.end)
     read = OwnRead(dict(partition.start))
     problem: str | None = None
-    began = time.monotonic()
     if position_order(start) < position_order(stop):
         try:
             read = read_own(
@@ -83,8 +82,8 @@ def _catch_up(
         except DbusError as exc:  # a position the server no longer has, say
             problem = f"its own read from {start} failed: {exc}"
     ends = began + partition.seconds * SETTLED_BY
-    failed = out.settle(began, max(0.5, ends - time.monotonic()))
-    counts.read_seconds = time.monotonic() - began
+    failed = task.settle(max(0.5, ends - time.monotonic()))
+    task.read_done()  # and settled
     problem = problem or failed.get(name)
     if problem is not None:
         counts.progress.append(not_taken(source, name, problem))

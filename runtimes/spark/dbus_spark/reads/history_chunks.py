@@ -12,7 +12,7 @@ the other deployments.
 
 from __future__ import annotations
 
-import time
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,13 +33,11 @@ from dbus_fn.events import BinlogPosition, Operation, RowChange, TransactionComm
 from dbus_fn.manifest import Destination
 from dbus_spark.config.logs import runtime_logger
 from dbus_spark.config.runtime import RuntimeConfig, SourceBinding
+from dbus_spark.reads.task import ReadTask, planned_here, reading
 from dbus_spark.sinks.writer import Output, paces
 from dbus_spark.stage.functions import FunctionStage, StageCounts, StageRecord
 from dbus_spark.stage.shipment import Shipment
 from dbus_spark.stage.worker import (
-    Batcher,
-    drop_reader,
-    hold,
     offset_to_position,
     worker_reader,
     worker_stage,
@@ -116,9 +114,9 @@ def _replay_part(
     partition: ReplayRange,
     stage: FunctionStage,
     binding: SourceBinding,
-    out: Output,
-    counts: StageCounts,
+    task: ReadTask,
 ) -> None:
+    counts, out = task.counts, task.out
     reader = worker_reader(binding, replica_id_for(
         f"{binding.replica_id}/replay/{partition.deployment}"))  # fmt: skip
     start, stop = position_from_json(partition.start), position_from_json(partition.stop)
@@ -136,15 +134,14 @@ def _replay_part(
         rows += 1
         return stage.process_only(partition.deployment, change, counts, route)
 
-    began = time.monotonic()
     read = OwnRead(partition.start)
     if not stop.file or not start.file or position_order(start) < position_order(stop):
         read = read_own(reader, partition.start, stop, partition.deployment, out, process,
                         more=lambda: rows < REPLAY_ROWS,
                         undecoded=lambda item: stage.undecoded(item, counts,
                                                                partition.deployment))  # fmt: skip
-    counts.read_seconds = time.monotonic() - began
-    if _refused(partition, out, began, counts):
+    task.read_done()
+    if _refused(partition, task):
         return
     counts.replays.append({
         "source": partition.source, "deployment": partition.deployment,
@@ -182,7 +179,7 @@ def read_own(
     ``more()`` says no. A failed read drops the reader."""
     read = OwnRead(dict(start))
     items = reader.read(position_from_json(start), stop=stop)
-    try:
+    with reading(reader), contextlib.closing(items):
         for item in items:
             if type(item) is RowChange:
                 records = process(item)
@@ -203,11 +200,6 @@ def read_own(
                 ):
                     read.ended = False
                     break
-    except BaseException:
-        drop_reader(reader)
-        raise
-    finally:
-        items.close()
     return read
 
 
@@ -220,21 +212,20 @@ def _chunk_rows(
     partition: ChunkRange,
     stage: FunctionStage,
     binding: SourceBinding,
-    out: Output,
-    counts: StageCounts,
+    task: ReadTask,
 ) -> None:
+    counts, out = task.counts, task.out
     reader = worker_reader(binding, binding.replica_id)
     chunk = PlannedChunk.from_json(partition.chunk)
-    task = HistoryTask(partition.deployment, partition.table, (), False,
-                       unchunked=partition.unchunked)  # fmt: skip
-    began = time.monotonic()
+    history = HistoryTask(partition.deployment, partition.table, (), False,
+                          unchunked=partition.unchunked)  # fmt: skip
     position: dict[str, Any] = {}
     rows = 0
     found: set[str] = set()
     read: ChunkRead | None = None
-    try:
+    with reading(reader):
         for item in read_chunk(
-            reader, chunked_of(reader, task), key_from_json(chunk.lower),
+            reader, chunked_of(reader, history), key_from_json(chunk.lower),
             key_from_json(chunk.upper), where=partition.where,
         ):  # fmt: skip
             if type(item) is ChunkRead:
@@ -252,11 +243,8 @@ def _chunk_rows(
         if read is not None and not out.refused(partition.deployment):
             for record in _repair_deletes(partition, stage, read, found, counts, reader):
                 out.put(record)
-    except BaseException:
-        drop_reader(reader)
-        raise
-    counts.read_seconds = time.monotonic() - began
-    if _refused(partition, out, began, counts):
+    task.read_done()
+    if _refused(partition, task):
         return  # not done: the chunk is planned again, after a backoff
     runtime_logger().info(
         "history: read chunk %s of %s for %s: %d rows at %s in %.3fs",
@@ -287,28 +275,23 @@ def one_deployment(
     before the source moved away or the deployment went, it reads nothing and records
     nothing, so its work is planned again where it is read now."""
     config, stage = worker_stage(partition.shipment)
-    batcher = Batcher(partition.source)
-    counts = StageCounts(started=time.time())
-    if config.reads(partition.source, *hold(partition.end)) and stage.has_deployment(
+    task = ReadTask(partition.source)
+    if planned_here(config, partition.source, partition.end) and stage.has_deployment(
         partition.deployment
     ):
-        binding = config.source(partition.source)
-        out = Output(config, batcher, stage.routes, paced=paced or paces(config, stage),
-                     bound=None if paced else history_bound(config))  # fmt: skip
-        read(partition, stage, binding, out, counts)
-    batcher.add_stats(counts)
-    last = batcher.flush()
-    if last is not None:
-        yield last
+        task.deliver_to(config, stage, paced=paced or paces(config, stage),
+                        bound=None if paced else history_bound(config))  # fmt: skip
+        read(partition, stage, config.source(partition.source), task)
+    yield from task.rows()
 
 
-def _refused(partition: Any, out: Output, began: float, counts: StageCounts) -> bool:
+def _refused(partition: Any, task: ReadTask) -> bool:
     """Settle what a history read put; whether its deployment's sinks refused it (then
     it is reported so, and nothing of it counts as read)."""
-    reason = out.settle(began).get(partition.deployment)
+    reason = task.settle().get(partition.deployment)
     if reason is None:
         return False
-    counts.refused.append(
+    task.counts.refused.append(
         {"source": partition.source, "deployment": partition.deployment, "reason": reason}
     )
     return True

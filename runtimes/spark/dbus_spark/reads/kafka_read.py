@@ -21,9 +21,8 @@ from dbus_fn.manifest import Destination
 from dbus_spark.config.kafka_source import KAFKA, OUTAGE_SECONDS, KafkaSource, consumer, ranges
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.reads.history_chunks import REPLAY_ROWS, ReplayRange
-from dbus_spark.sinks.writer import Output
-from dbus_spark.stage.functions import FunctionStage, StageCounts
-from dbus_spark.stage.worker import Batcher
+from dbus_spark.reads.task import ReadTask
+from dbus_spark.stage.functions import FunctionStage
 
 
 @dataclass(frozen=True)
@@ -154,11 +153,9 @@ def read_kafka_range(
     """Read one partition's range through the function stage to the sinks; Spark gets
     the read's counts (as a binlog range's, ``range_read``)."""
     source = config.kafka_source(part.source)
-    counts = StageCounts(started=time.time())
+    task = ReadTask(part.source)
+    counts, out = task.counts, task.deliver_to(config, stage, paced=False)
     counts.positions[part.source] = f"{part.topic}[{part.partition}]@{part.end}"
-    batcher = Batcher(part.source)
-    out = Output(config, batcher, stage.routes, paced=False)
-    began = time.monotonic()
     for message in read_messages(source, part):
         if not part.keeps(message.key()):
             continue
@@ -174,12 +171,9 @@ def read_kafka_range(
         counts.last_commit[part.source] = change.commit_time.timestamp()
         for record in stage.process(change, counts):
             out.put(record)
-    counts.read_seconds = time.monotonic() - began
-    out.settle(began)  # unpaced: every deployment's writes acknowledged
-    batcher.add_stats(counts)
-    last = batcher.flush()
-    if last is not None:
-        yield last
+    task.read_done()
+    task.settle()  # unpaced: every deployment's writes acknowledged
+    yield from task.rows()
 
 
 def read_kafka_replay(
@@ -190,14 +184,13 @@ def read_kafka_replay(
     deployment (to ``--route`` when given), up to ``REPLAY_ROWS`` rows; the cursor it
     reached goes back with the counts (``HistoryStore.record_replays``)."""
     source = config.kafka_source(part.source)
-    batcher = Batcher(part.source)
-    counts = StageCounts(started=time.time())
+    task = ReadTask(part.source)
     if stage.has_deployment(part.deployment):
-        out = Output(config, batcher, stage.routes, paced=False)
+        counts, out = task.counts, task.deliver_to(config, stage, paced=False)
         route = None if part.route is None else Destination.parse(part.route)
         cursor = {topic: dict(offsets) for topic, offsets in part.start[KAFKA].items()}
         end = part.stop[KAFKA]
-        rows, began = 0, time.monotonic()
+        rows = 0
         for topic, partition, first, last in ranges(cursor, end):
             if rows >= REPLAY_ROWS:
                 break
@@ -220,14 +213,11 @@ def read_kafka_replay(
                     break
             else:
                 cursor.setdefault(topic, {})[str(partition)] = last
-        counts.read_seconds = time.monotonic() - began
-        out.settle(began)
+        task.read_done()
+        task.settle()
         ended = not ranges(cursor, end)
         counts.replays.append({
             "source": part.source, "deployment": part.deployment, "run": part.run,
             "start": part.start, "stop": {KAFKA: cursor}, "rows": rows, "ended": ended,
         })  # fmt: skip
-    batcher.add_stats(counts)
-    last_batch = batcher.flush()
-    if last_batch is not None:
-        yield last_batch
+    yield from task.rows()

@@ -76,8 +76,9 @@ from dbus_fn.events import (
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.reads.open_read_socket import LISTEN_WAIT, address, ask, digest, listen
 from dbus_spark.reads.shared_read import SlowWatch, read_events
-from dbus_spark.sinks.writer import Output, own_sinks, paces
-from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.reads.task import ReadTask
+from dbus_spark.sinks.writer import own_sinks, paces
+from dbus_spark.stage.functions import FunctionStage
 from dbus_spark.stage.worker import Batcher, drop_reader, offset_to_position
 from dbus_spark.state.checkpoint import record_delivered
 from dbus_spark.state.progress import Admission
@@ -157,11 +158,10 @@ class Span:
         self.reached = start
         self.behind = False
         """Whether the last commit delivered was a second or more old when it was read."""
-        self.began = time.monotonic()
-        self.counts = StageCounts(started=time.time())
-        self.batcher = Batcher(read.source)
-        self.out = Output(read.config, self.batcher, read.stage.routes,
-                          paced=read.paced, sinks=read.sinks)  # fmt: skip
+        self.task = ReadTask(read.source)
+        self.began, self.counts = self.task.began, self.task.counts
+        self.out = self.task.deliver_to(read.config, read.stage, paced=read.paced,
+                                        sinks=read.sinks)  # fmt: skip
         self.admission = Admission()
         self.slow = (
             SlowWatch(read.source, read.stage, self.admission, self.began) if read.paced else None
@@ -303,7 +303,7 @@ class OpenRead:
                 if left is not None:
                     # Delivered again by whoever reads on: only let it all out first.
                     with contextlib.suppress(Exception):
-                        left.out.settle(left.began, max(1.0, self.config.detach_seconds))
+                        left.task.settle(max(1.0, self.config.detach_seconds))
                 self._lock_file.close()  # the next reader of the source may go
 
     def _note_delivered(self, span: Span) -> None:
@@ -474,9 +474,9 @@ class OpenRead:
                     f"the batch's end {planned_end}; the batch is read again"
                 )
             counts = span.counts
-            counts.read_seconds = time.monotonic() - span.began
+            span.task.read_done()
             bound = self.config.detach_seconds - (time.monotonic() - span.began)
-            failed = span.out.settle(span.began, max(1.0, bound))
+            failed = span.task.settle(max(1.0, bound))
             ranged = SimpleNamespace(source=self.source, start=position_to_json(span.start))
             counts.progress += read_events(ranged, span.admission, failed, counts)
             go_on = go_on and not failed and not span.admission
@@ -489,8 +489,7 @@ class OpenRead:
         except BaseException:
             self.hand_on(None)
             raise
-        span.batcher.add_stats(counts)
-        return span.batcher.take()
+        return span.task.take()
 
     def _hand_over(self) -> dict[str, Any]:
         """End the read for another read of the source (``quiet``): the span no task

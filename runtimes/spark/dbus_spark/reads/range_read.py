@@ -20,10 +20,11 @@ from dbus_fn.events import RowChange, SchemaChange, TransactionCommit, Undecoded
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.reads import open_read, open_read_control
 from dbus_spark.reads.shared_read import SlowWatch, read_events
-from dbus_spark.sinks.writer import Output, paces
-from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.reads.task import ReadTask, planned_here, reading
+from dbus_spark.sinks.writer import paces
+from dbus_spark.stage.functions import FunctionStage
 from dbus_spark.stage.shipment import Shipment
-from dbus_spark.stage.worker import Batcher, drop_reader, hold, offset_to_position, worker_reader
+from dbus_spark.stage.worker import offset_to_position, worker_reader
 from dbus_spark.state.history import Gate
 from dbus_spark.state.progress import Admission
 
@@ -56,17 +57,10 @@ def read_source_range(
 ) -> Iterator[pa.RecordBatch]:
     """Read one source's range (or its key shard) and hand Spark the read's counts;
     none if the query ``run`` that planned it stopped (``open_read.mark_stopped``)."""
-    if not config.reads(partition.source, *hold(partition.end)):
-        # Planned before a cluster moved the source away (or before this runtime
-        # lost sight of it): read nothing, so nothing stale reaches the sinks. The
-        # batch's position is not committed; whoever holds the source now reads
-        # the range from the committed position.
+    if not planned_here(config, partition.source, partition.end):
+        # Or this runtime lost sight of it. The batch's position is not committed.
         log.info("dbus_binlog: %s moved away since this batch was planned", partition.source)
-        batcher = Batcher(partition.source)
-        batcher.add_stats(StageCounts())
-        last = batcher.flush()
-        if last is not None:
-            yield last
+        yield from ReadTask(partition.source).rows()
         return
     binding = config.source(partition.source)
     shard = Shard(partition.shard, partition.shards)
@@ -78,11 +72,10 @@ def read_source_range(
         return
     open_read.refuse_if_stopped(config.checkpoint_dir, partition.source, run)
     handed = open_read.quiet(config.checkpoint_dir, partition.source)
-    counts = StageCounts(started=time.time())
+    task = ReadTask(partition.source)
+    counts, began = task.counts, task.began
     counts.positions[partition.source] = str(offset_to_position(partition.end))
-    batcher = Batcher(partition.source)
-    handed.add_to(batcher)  # counted once, and read on from where it got
-    began = time.monotonic()
+    handed.add_to(task.batcher)  # counted once, and read on from where it got
     # Read open past the planned end when this task alone reads the source, no
     # history merges with it and no fence holds its writes back.
     is_open = (
@@ -96,12 +89,12 @@ def read_source_range(
     # alone (with one deployment, detaching it would free no other: its sinks are
     # waited for).
     paced = paces(config, stage)
-    out = Output(config, batcher, stage.routes, paced=paced)
+    out = task.deliver_to(config, stage, paced=paced)
     admission = Admission.from_json(partition.admission)
     slow = SlowWatch(partition.source, stage, admission, began) if paced else None
     planned_end = offset_to_position(partition.end)
     reached = planned_end
-    try:
+    with reading(reader):
         for item in reader.read(
             handed.past(offset_to_position(partition.start))
             if shard.count == 1
@@ -124,21 +117,15 @@ def read_source_range(
             elif type(item) is UndecodedRows:
                 for record in stage.undecoded(item, counts):
                     out.put(record)
-    except BaseException:
-        drop_reader(reader)  # the next attempt starts from a fresh connection
-        raise
-    counts.read_seconds = time.monotonic() - began
+    task.read_done()
     # Acknowledged up to here: the next batch may start past it (for a
     # deployment its sinks did not take, from its own start again).
     # The bound counts from the read's start: what it handed over first has
     # waited since, and the changes committed meanwhile wait for the next batch.
     bound = config.detach_seconds - (time.monotonic() - began)
-    failed = out.settle(began, max(1.0, bound))
+    failed = task.settle(max(1.0, bound))
     counts.progress += read_events(partition, admission, failed, counts)
     if coordinates(reached) > coordinates(planned_end):
         counts.reached[partition.source] = position_to_json(reached)
         counts.positions[partition.source] = str(reached)
-    batcher.add_stats(counts)
-    last = batcher.flush()
-    if last is not None:
-        yield last
+    yield from task.rows()
