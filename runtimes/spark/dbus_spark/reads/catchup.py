@@ -64,7 +64,7 @@ def _catch_up(
     binding: SourceBinding,
     task: ReadTask,
 ) -> None:
-    counts, out, began = task.counts, task.out, task.began
+    counts, began = task.counts, task.began
     name, source = partition.deployment, partition.source
     gate = Gate.from_json(partition.gate) if partition.gate else None
     reader = worker_reader(binding, replica_id_for(f"{binding.replica_id}/catch-up/{name}"))
@@ -74,7 +74,7 @@ def _catch_up(
     if position_order(start) < position_order(stop):
         try:
             read = read_own(
-                reader, partition.start, stop, name, out,
+                task, reader, partition.start, stop, name,
                 lambda change: stage.process_only(name, change, counts, gate=gate),
                 more=lambda: time.monotonic() - began < partition.seconds * READ_FOR,
                 undecoded=lambda rows: stage.undecoded(rows, counts, name),

@@ -13,9 +13,9 @@ the other deployments.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -29,12 +29,19 @@ from dbus_fn.capture import (
     read_chunk,
     replica_id_for,
 )
-from dbus_fn.events import BinlogPosition, Operation, RowChange, TransactionCommit, UndecodedRows
+from dbus_fn.events import (
+    BinlogPosition,
+    Operation,
+    ReadItem,
+    RowChange,
+    TransactionCommit,
+    UndecodedRows,
+)
 from dbus_fn.manifest import Destination
 from dbus_spark.config.logs import runtime_logger
 from dbus_spark.config.runtime import RuntimeConfig, SourceBinding
 from dbus_spark.reads.task import ReadTask, planned_here, reading
-from dbus_spark.sinks.writer import Output, paces
+from dbus_spark.sinks.writer import paces
 from dbus_spark.stage.functions import FunctionStage, StageCounts, StageRecord
 from dbus_spark.stage.shipment import Shipment
 from dbus_spark.stage.worker import (
@@ -116,7 +123,7 @@ def _replay_part(
     binding: SourceBinding,
     task: ReadTask,
 ) -> None:
-    counts, out = task.counts, task.out
+    counts = task.counts
     reader = worker_reader(binding, replica_id_for(
         f"{binding.replica_id}/replay/{partition.deployment}"))  # fmt: skip
     start, stop = position_from_json(partition.start), position_from_json(partition.stop)
@@ -136,7 +143,7 @@ def _replay_part(
 
     read = OwnRead(partition.start)
     if not stop.file or not start.file or position_order(start) < position_order(stop):
-        read = read_own(reader, partition.start, stop, partition.deployment, out, process,
+        read = read_own(task, reader, partition.start, stop, partition.deployment, process,
                         more=lambda: rows < REPLAY_ROWS,
                         undecoded=lambda item: stage.undecoded(item, counts,
                                                                partition.deployment))  # fmt: skip
@@ -163,43 +170,42 @@ class OwnRead:
 
 
 def read_own(
+    task: ReadTask,
     reader: BinlogReader,
     start: dict[str, Any],
     stop: BinlogPosition,
     deployment: str,
-    out: Output,
     process: Callable[[RowChange], Iterable[StageRecord] | None],
     more: Callable[[], bool],
     undecoded: Callable[[UndecodedRows], Iterable[StageRecord]],
 ) -> OwnRead:
     """Read the binlog from ``start`` (a position as JSON) to ``stop`` for
     ``deployment`` alone: each change's records (``process``; None: read no further)
-    and the dead letters of rows it could not decode (``undecoded``) go to ``out``,
-    until its sinks refuse them or, at a transaction boundary before ``stop``,
-    ``more()`` says no. A failed read drops the reader."""
+    and the dead letters of rows it could not decode (``undecoded``) go to the
+    task's sinks, until they refuse them or, at a transaction boundary before
+    ``stop``, ``more()`` says no. A failed read drops the reader."""
     read = OwnRead(dict(start))
-    items = reader.read(position_from_json(start), stop=stop)
+
+    def records(item: ReadItem) -> Iterable[StageRecord] | None:
+        kind = type(item)
+        if kind is RowChange:
+            return process(cast(RowChange, item))
+        if kind is UndecodedRows:
+            return undecoded(cast(UndecodedRows, item))
+        if kind is TransactionCommit:
+            commit = cast(TransactionCommit, item)
+            read.reached = position_to_json(commit.position)
+            read.commit_time = commit.commit_time.timestamp()
+            if not more() and (
+                not stop.file or position_order(commit.position) < position_order(stop)
+            ):
+                read.ended = False
+                return None
+        return ()
+
+    items = cast(Generator[ReadItem, None, None], reader.read(position_from_json(start), stop=stop))
     with reading(reader), contextlib.closing(items):
-        for item in items:
-            if type(item) is RowChange:
-                records = process(item)
-                if records is None:
-                    break
-                for record in records:
-                    out.put(record)
-                if out.refused(deployment):
-                    break
-            elif type(item) is UndecodedRows:
-                for record in undecoded(item):
-                    out.put(record)
-            elif type(item) is TransactionCommit:
-                read.reached = position_to_json(item.position)
-                read.commit_time = item.commit_time.timestamp()
-                if not more() and (
-                    not stop.file or position_order(item.position) < position_order(stop)
-                ):
-                    read.ended = False
-                    break
+        task.deliver(items, records, refused_by=deployment)
     return read
 
 
@@ -223,23 +229,25 @@ def _chunk_rows(
     rows = 0
     found: set[str] = set()
     read: ChunkRead | None = None
+
+    def records(item: RowChange | ChunkRead) -> Iterable[StageRecord]:
+        nonlocal position, read, rows
+        if type(item) is ChunkRead:
+            position = position_to_json(item.position)
+            read = item
+            return ()
+        assert type(item) is RowChange
+        rows += 1
+        if partition.deletes:
+            found.update(stage.sink_keys(item))
+        return stage.process_snapshot(partition.deployment, item, counts)
+
     with reading(reader):
-        for item in read_chunk(
+        items = read_chunk(
             reader, chunked_of(reader, history), key_from_json(chunk.lower),
             key_from_json(chunk.upper), where=partition.where,
-        ):  # fmt: skip
-            if type(item) is ChunkRead:
-                position = position_to_json(item.position)
-                read = item
-                continue
-            assert type(item) is RowChange
-            rows += 1
-            if partition.deletes:
-                found.update(stage.sink_keys(item))
-            for record in stage.process_snapshot(partition.deployment, item, counts):
-                out.put(record)
-            if out.refused(partition.deployment):
-                break
+        )  # fmt: skip
+        task.deliver(items, records, refused_by=partition.deployment)
         if read is not None and not out.refused(partition.deployment):
             for record in _repair_deletes(partition, stage, read, found, counts, reader):
                 out.put(record)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from dbus_spark.config.kafka_source import KAFKA, OUTAGE_SECONDS, KafkaSource, c
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.reads.history_chunks import REPLAY_ROWS, ReplayRange
 from dbus_spark.reads.task import ReadTask
-from dbus_spark.stage.functions import FunctionStage
+from dbus_spark.stage.functions import FunctionStage, StageRecord
 
 
 @dataclass(frozen=True)
@@ -154,23 +154,24 @@ def read_kafka_range(
     the read's counts (as a binlog range's, ``range_read``)."""
     source = config.kafka_source(part.source)
     task = ReadTask(part.source)
-    counts, out = task.counts, task.deliver_to(config, stage, paced=False)
+    counts = task.counts
+    task.deliver_to(config, stage, paced=False)
     counts.positions[part.source] = f"{part.topic}[{part.partition}]@{part.end}"
-    for message in read_messages(source, part):
+
+    def records(message: Any) -> Iterable[StageRecord]:
         if not part.keeps(message.key()):
-            continue
+            return ()
         try:
             change = change_of(part.source, message)
         except DbusError as exc:
             counts.rows += 1
-            for record in stage.input_dead_letters(part.source, message, exc, counts):
-                out.put(record)
-            continue
+            return stage.input_dead_letters(part.source, message, exc, counts)
         if change is None:
-            continue
+            return ()
         counts.last_commit[part.source] = change.commit_time.timestamp()
-        for record in stage.process(change, counts):
-            out.put(record)
+        return stage.process(change, counts)
+
+    task.deliver(read_messages(source, part), records)
     task.read_done()
     task.settle()  # unpaced: every deployment's writes acknowledged
     yield from task.rows()
@@ -186,33 +187,39 @@ def read_kafka_replay(
     source = config.kafka_source(part.source)
     task = ReadTask(part.source)
     if stage.has_deployment(part.deployment):
-        counts, out = task.counts, task.deliver_to(config, stage, paced=False)
+        counts = task.counts
+        task.deliver_to(config, stage, paced=False)
         route = None if part.route is None else Destination.parse(part.route)
         cursor = {topic: dict(offsets) for topic, offsets in part.start[KAFKA].items()}
         end = part.stop[KAFKA]
         rows = 0
+
+        def records(message: Any) -> Iterable[StageRecord] | None:
+            nonlocal rows
+            if rows >= REPLAY_ROWS:
+                return None  # read up to here: the cursor stays before this one
+            cursor.setdefault(message.topic(), {})[str(message.partition())] = (
+                message.offset() + 1
+            )
+            try:
+                change = change_of(part.source, message)
+            except DbusError:
+                return ()  # a dead letter when the stream read it
+            moment = 0.0 if change is None else change.commit_time.timestamp()
+            if change is None or (part.until is not None and moment > part.until):
+                return ()
+            if part.since is not None and moment < part.since:
+                return ()
+            rows += 1
+            return stage.process_only(part.deployment, change, counts, route)
+
         for topic, partition, first, last in ranges(cursor, end):
             if rows >= REPLAY_ROWS:
                 break
-            for message in read_messages(source, KafkaRange(None, part.source, topic,
-                                                            partition, first, last)):  # fmt: skip
-                cursor.setdefault(topic, {})[str(partition)] = message.offset() + 1
-                try:
-                    change = change_of(part.source, message)
-                except DbusError:
-                    continue  # a dead letter when the stream read it
-                moment = 0.0 if change is None else change.commit_time.timestamp()
-                if change is None or (part.until is not None and moment > part.until):
-                    continue
-                if part.since is not None and moment < part.since:
-                    continue
-                rows += 1
-                for record in stage.process_only(part.deployment, change, counts, route):
-                    out.put(record)
-                if rows >= REPLAY_ROWS:
-                    break
-            else:
-                cursor.setdefault(topic, {})[str(partition)] = last
+            read = KafkaRange(None, part.source, topic, partition, first, last)
+            if not task.deliver(read_messages(source, read), records):
+                break
+            cursor.setdefault(topic, {})[str(partition)] = last
         task.read_done()
         task.settle()
         ended = not ranges(cursor, end)

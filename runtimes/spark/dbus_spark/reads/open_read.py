@@ -59,7 +59,6 @@ import pyarrow as pa
 
 from dbus_fn.capture import (
     BinlogReader,
-    behind,
     coordinates,
     position_from_json,
     position_to_json,
@@ -68,14 +67,11 @@ from dbus_fn.errors import DbusError
 from dbus_fn.events import (
     BinlogPosition,
     ReadItem,
-    RowChange,
-    SchemaChange,
     TransactionCommit,
-    UndecodedRows,
 )
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.reads.open_read_socket import LISTEN_WAIT, address, ask, digest, listen
-from dbus_spark.reads.shared_read import SlowWatch, read_events
+from dbus_spark.reads.shared_read import SharedItems, read_events
 from dbus_spark.reads.task import ReadTask
 from dbus_spark.sinks.writer import own_sinks, paces
 from dbus_spark.stage.functions import FunctionStage
@@ -149,32 +145,20 @@ def refuse_if_stopped(checkpoint: str, source: str, run: str | None) -> None:
         )
 
 
-class Span:
-    """What an open read delivers between two cuts: its counts and its sinks'
-    acknowledgments, owned by one task (or, between tasks, by none yet)."""
+class Span(SharedItems):
+    """The shared read's items an open read delivers between two cuts, with its
+    counts and its sinks' acknowledgments, owned by one task (or, between tasks, by
+    none yet)."""
 
     def __init__(self, read: OpenRead, start: BinlogPosition) -> None:
         self.start = start
-        self.reached = start
-        self.behind = False
-        """Whether the last commit delivered was a second or more old when it was read."""
         self.task = ReadTask(read.source)
-        self.began, self.counts = self.task.began, self.task.counts
+        self.began = self.task.began
         self.out = self.task.deliver_to(read.config, read.stage, paced=read.paced,
                                         sinks=read.sinks)  # fmt: skip
-        self.admission = Admission()
-        self.slow = (
-            SlowWatch(read.source, read.stage, self.admission, self.began) if read.paced else None
-        )
+        super().__init__(read.source, read.stage, self.task.counts, start,
+                         admission=Admission(), paced=read.paced, began=self.began)  # fmt: skip
         self.owned = False
-
-    def commit(self, item: TransactionCommit) -> None:
-        stamp = item.commit_time.timestamp()
-        self.behind = behind(stamp)
-        self.counts.last_commit[item.source] = stamp
-        self.reached = item.position
-        if self.slow is not None:
-            self.admission = self.slow.check(item, self.counts) or self.admission
 
 
 class OpenRead:
@@ -250,7 +234,6 @@ class OpenRead:
 
     def _run(self, start: BinlogPosition, stop: BinlogPosition) -> None:
         span: Span | None = None
-        process = self.stage.process
         try:
             items = cast(
                 Generator[ReadItem, None, None],
@@ -266,25 +249,16 @@ class OpenRead:
                     if span is None:
                         break
                 assert span is not None
-                kind = type(item)
-                if kind is RowChange:
-                    assert isinstance(item, RowChange)
-                    for record in process(item, span.counts, None, span.admission or None):
-                        span.out.put(record)
-                elif kind is TransactionCommit:
-                    assert isinstance(item, TransactionCommit)
-                    span.commit(item)
+                put = span.out.put
+                for record in span(item):
+                    put(record)
+                if type(item) is TransactionCommit:
                     if time.monotonic() >= self._next_note:  # before a cut may settle
                         self._note_delivered(span)
                     with self._turn:
                         self._in_transaction = False
                         if self._cutting:
                             self._turn.notify_all()
-                elif isinstance(item, SchemaChange):
-                    span.counts.ddl += 1
-                elif isinstance(item, UndecodedRows):
-                    for record in self.stage.undecoded(item, span.counts):
-                        span.out.put(record)
             items.close()
         except BaseException as exc:  # the task that owns the span raises it
             self.error = exc

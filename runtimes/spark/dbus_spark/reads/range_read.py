@@ -16,10 +16,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from dbus_fn.capture import Shard, coordinates, position_to_json
-from dbus_fn.events import RowChange, SchemaChange, TransactionCommit, UndecodedRows
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.reads import open_read, open_read_control
-from dbus_spark.reads.shared_read import SlowWatch, read_events
+from dbus_spark.reads.shared_read import SharedItems, read_events
 from dbus_spark.reads.task import ReadTask, planned_here, reading
 from dbus_spark.sinks.writer import paces
 from dbus_spark.stage.functions import FunctionStage
@@ -89,13 +88,15 @@ def read_source_range(
     # alone (with one deployment, detaching it would free no other: its sinks are
     # waited for).
     paced = paces(config, stage)
-    out = task.deliver_to(config, stage, paced=paced)
-    admission = Admission.from_json(partition.admission)
-    slow = SlowWatch(partition.source, stage, admission, began) if paced else None
+    task.deliver_to(config, stage, paced=paced)
     planned_end = offset_to_position(partition.end)
-    reached = planned_end
+    items = SharedItems(
+        partition.source, stage, counts, planned_end,
+        admission=Admission.from_json(partition.admission), paced=paced, began=began,
+        gate=gate, count_ddl=not shard.index,  # every shard sees it; count it once
+    )  # fmt: skip
     with reading(reader):
-        for item in reader.read(
+        task.deliver(reader.read(
             handed.past(offset_to_position(partition.start))
             if shard.count == 1
             else offset_to_position(partition.start),
@@ -103,20 +104,7 @@ def read_source_range(
             shard=shard,
             until=began + config.open_read_seconds if is_open else None,
             catch_up=began + open_read.CATCH_UP * config.open_read_seconds if is_open else None,
-        ):
-            if type(item) is RowChange:
-                for record in stage.process(item, counts, gate, admission or None):
-                    out.put(record)
-            elif type(item) is TransactionCommit:
-                counts.last_commit[partition.source] = item.commit_time.timestamp()
-                reached = item.position
-                if slow is not None:
-                    admission = slow.check(item, counts) or admission
-            elif isinstance(item, SchemaChange) and not shard.index:
-                counts.ddl += 1  # every shard sees it; count it once
-            elif type(item) is UndecodedRows:
-                for record in stage.undecoded(item, counts):
-                    out.put(record)
+        ), items)  # fmt: skip
     task.read_done()
     # Acknowledged up to here: the next batch may start past it (for a
     # deployment its sinks did not take, from its own start again).
@@ -124,7 +112,8 @@ def read_source_range(
     # waited since, and the changes committed meanwhile wait for the next batch.
     bound = config.detach_seconds - (time.monotonic() - began)
     failed = task.settle(max(1.0, bound))
-    counts.progress += read_events(partition, admission, failed, counts)
+    counts.progress += read_events(partition, items.admission, failed, counts)
+    reached = items.reached
     if coordinates(reached) > coordinates(planned_end):
         counts.reached[partition.source] = position_to_json(reached)
         counts.positions[partition.source] = str(reached)

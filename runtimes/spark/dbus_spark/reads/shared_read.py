@@ -1,16 +1,26 @@
-"""How a source's shared read serves each deployment at its own pace: whom it leaves
-out and from where it takes a deployment back (``admission_of``), who takes most of
-its time (``SlowWatch``), and what it reports of them when it ends (``read_events``);
-see ``dbus_spark.state.progress``."""
+"""How a source's shared read serves each deployment at its own pace: what each item
+of the stream is to it (``SharedItems``), whom it leaves out and from where it takes
+a deployment back (``admission_of``), who takes most of its time (``SlowWatch``), and
+what it reports of them when it ends (``read_events``); see
+``dbus_spark.state.progress``."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
-from dbus_fn.capture import position_to_json
-from dbus_fn.events import TransactionCommit
-from dbus_spark.stage.functions import StageCounts
+from dbus_fn.capture import behind, position_to_json
+from dbus_fn.events import (
+    BinlogPosition,
+    ReadItem,
+    RowChange,
+    SchemaChange,
+    TransactionCommit,
+    UndecodedRows,
+)
+from dbus_spark.stage.functions import FunctionStage, StageCounts, StageRecord
+from dbus_spark.state.history import Gate
 from dbus_spark.state.progress import (
     SLOW_AFTER,
     SLOW_SHARE,
@@ -21,6 +31,59 @@ from dbus_spark.state.progress import (
     rejoined,
     start_order,
 )
+
+
+class SharedItems:
+    """What each item of a source's shared read is to it (``__call__``, as
+    ``ReadTask.deliver`` takes it): a row change's records through every deployment
+    it admits; a commit moves how far it reached, and may leave a slow deployment
+    out (``paced``: ``SlowWatch``); a schema change is counted (``count_ddl``: by one
+    shard of the read only); rows it could not decode are dead letters."""
+
+    def __init__(
+        self,
+        source: str,
+        stage: FunctionStage,
+        counts: StageCounts,
+        start: BinlogPosition,
+        *,
+        admission: Admission,
+        paced: bool,
+        began: float,
+        gate: Gate | None = None,
+        count_ddl: bool = True,
+    ) -> None:
+        self.counts = counts
+        self.reached = start
+        """The last transaction boundary read."""
+        self.behind = False
+        """Whether the last commit read was a second or more old when it was read."""
+        self.admission = admission
+        self._slow = SlowWatch(source, stage, admission, began) if paced else None
+        self._process, self._undecoded = stage.process, stage.undecoded
+        self._gate, self._count_ddl = gate, count_ddl
+
+    def __call__(self, item: ReadItem) -> Iterable[StageRecord]:
+        kind = type(item)
+        if kind is RowChange:
+            assert isinstance(item, RowChange)
+            return self._process(item, self.counts, self._gate, self.admission or None)
+        if kind is TransactionCommit:
+            assert isinstance(item, TransactionCommit)
+            self.commit(item)
+        elif isinstance(item, UndecodedRows):
+            return self._undecoded(item, self.counts)
+        elif isinstance(item, SchemaChange) and self._count_ddl:
+            self.counts.ddl += 1
+        return ()
+
+    def commit(self, item: TransactionCommit) -> None:
+        stamp = item.commit_time.timestamp()
+        self.behind = behind(stamp)
+        self.counts.last_commit[item.source] = stamp
+        self.reached = item.position
+        if self._slow is not None:
+            self.admission = self._slow.check(item, self.counts) or self.admission
 
 
 class SlowWatch:

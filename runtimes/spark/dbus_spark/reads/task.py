@@ -1,7 +1,12 @@
 """The frame every read task runs in, whatever reads its items (a binlog stream, a
 chunk's SELECT, a Kafka consumer): whether the batch that planned it still holds its
-source, its stage counts, its output to the sinks, how long it read, and the rows
-Spark gets back, the counts last.
+source, its stage counts, its output to the sinks, the one loop that hands each
+item's records to them (``deliver``), how long it read, and the rows Spark gets
+back, the counts last.
+
+A read is two things passed to ``deliver``: where its items come from, and what
+each item is to it (its records; None where the read stops: a planned end, a share
+of the batch's time, a row cap). Its sinks refusing its deployment stops it too.
 
 A read is planned for the source as this runtime held it then (``hold``: its epoch
 and generation in a cluster). Read after the source moved away, it reads nothing
@@ -13,19 +18,21 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
 from dbus_fn.capture import BinlogReader
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.sinks.writer import Output
-from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.stage.functions import FunctionStage, StageCounts, StageRecord
 from dbus_spark.stage.worker import Batcher, drop_reader, hold
 
 if TYPE_CHECKING:
     from dbus_spark.sinks.writer import _Sinks
+
+Item = TypeVar("Item")
 
 
 def planned_here(config: RuntimeConfig, source: str, end: dict[str, Any]) -> bool:
@@ -64,6 +71,27 @@ class ReadTask:
     def out(self) -> Output:
         assert self._out is not None, "deliver_to first"
         return self._out
+
+    def deliver(
+        self,
+        items: Iterable[Item],
+        records: Callable[[Item], Iterable[StageRecord] | None],
+        *,
+        refused_by: str | None = None,
+    ) -> bool:
+        """Hand each item's ``records`` to the sinks as it is read: whether the read
+        went through its items, not stopped by ``records`` (None) or by the sinks of
+        deployment ``refused_by`` refusing what it put."""
+        put, out = self.out.put, self.out
+        for item in items:
+            produced = records(item)
+            if produced is None:
+                return False
+            for record in produced:
+                put(record)
+            if refused_by is not None and out.refused(refused_by):
+                return False
+        return True
 
     def read_done(self) -> float:
         """Note how long the read read (``StageCounts.read_seconds``), and return it."""
