@@ -75,11 +75,20 @@ class NoServerReady(Exception):
 
 def probe(reader: ReaderView, index: int) -> Probe:
     """Connect to server ``index`` of the reader's source and read what choosing needs;
-    ``OSError`` or ``pymysql`` errors when it does not answer."""
+    ``OSError`` or ``pymysql`` errors when it does not answer.
+
+    Every wait is bounded by the connect timeout, the greeting's and the answers' too:
+    a server that hangs (stopped, or a host whose kernel still takes connections)
+    takes the connection and never speaks, and unbounded, the probe waited on it
+    for ever, and so never moved the read to a server that answers."""
     settings = reader.spec.servers[index]
+    timeout = reader.connect_timeout
     connection = pymysql.connect(
-        **settings.pymysql_kwargs(connect_timeout=reader.connect_timeout, autocommit=True)
-    )
+        **settings.pymysql_kwargs(
+            connect_timeout=timeout, read_timeout=timeout, write_timeout=timeout,
+            autocommit=True,
+        )
+    )  # fmt: skip
     settings.remember_tls(connection)  # probes every 5 s need no new TLS context each
     try:
         with connection.cursor() as cursor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
 from typing import Any
@@ -219,6 +220,22 @@ def test_network_stall_is_detected_and_resumed_without_loss_or_duplicate(
         proxy.close()
 
 
+def _asked_aside(ask: Callable[[], Any], hung: str) -> tuple[Any, float]:
+    """``ask()`` in a thread of its own, so a question that hangs fails the test (with
+    ``hung``) rather than holding it: its answer, and the seconds it took."""
+    import threading
+    import time
+
+    answers: list[Any] = []
+    asking = threading.Thread(target=lambda: answers.append(ask()), daemon=True)
+    began = time.monotonic()
+    asking.start()
+    asking.join(30)
+    assert not asking.is_alive(), hung
+    [answer] = answers
+    return answer, time.monotonic() - began
+
+
 @pytest.mark.parametrize("server", ["mariadb"])
 def test_a_question_to_a_server_that_stopped_answering_ends_within_the_query_timeout(
     database: Any,
@@ -229,35 +246,57 @@ def test_a_question_to_a_server_that_stopped_answering_ends_within_the_query_tim
     query timeout the question fails as a server that cannot be reached (the planner
     waits that out, ``probe`` telling when it answers again); the next question goes
     on a new connection."""
-    import threading
-    import time
-
     proxy, spec = _stallable(database, "hung")
     reader = BinlogReader(spec, replica_id_for(f"hung/{uuid.uuid4()}"), query_timeout=2.0)
-    answers: list[Any] = []
 
-    def ask() -> None:
+    def ask() -> Any:
         try:
-            answers.append(reader.master_position())
+            return reader.master_position()
         except SourceUnreachableError as exc:
-            answers.append(exc)
+            return exc
 
     try:
         before = reader.master_position()
         proxy.stall()  # the control connection's packets stop; new ones go through
-        asking = threading.Thread(target=ask, daemon=True)
-        began = time.monotonic()
-        asking.start()
-        asking.join(30)
-        assert not asking.is_alive(), "the question ends though its connection hangs"
-        assert time.monotonic() - began < 10, "within about the query timeout"
-        [failed] = answers
+        failed, took = _asked_aside(ask, "the question ends though its connection hangs")
+        assert took < 10, "within about the query timeout"
         assert isinstance(failed, SourceUnreachableError), failed
         assert "source 'hung'" in str(failed) and "\n" not in str(failed)
         reader.probe(2.0)  # a new connection is greeted
         assert reader.master_position().file == before.file, "asked again, it is answered"
     finally:
         proxy.close()  # first: a question still hanging ends, and frees the reader
+        reader.close()
+
+
+@pytest.mark.parametrize("server", ["mariadb"])
+def test_a_source_whose_first_server_hangs_is_read_from_the_next(database: Any) -> None:
+    """A server that hangs (stopped, or a host whose kernel still takes connections)
+    takes a connection and never greets it. Choosing where to read asks each server
+    of the source in turn, the current one first: it waited on that one for ever,
+    so the read never moved to the server that answers. Each question is bounded by
+    the connect timeout. The hung server is a socket that listens and never accepts:
+    the kernel completes the connection, and nothing speaks on it."""
+    import socket
+
+    hung = socket.create_server(("127.0.0.1", 0))
+    endpoint = database.endpoint
+    spec = SourceSpec(
+        name="hung-first",
+        dsn=f"mysql://{endpoint.user}:{endpoint.password}@127.0.0.1:{hung.getsockname()[1]},"
+        f"{endpoint.host}:{endpoint.port}",
+        tables=(f"{database.name}.*",),
+    )
+    reader = BinlogReader(spec, replica_id_for(f"hung-first/{uuid.uuid4()}"), connect_timeout=1.0)
+    try:
+        start, took = _asked_aside(
+            lambda: reader.resolve_start("latest"), "the hung server holds the choice of a server"
+        )
+        assert took < 10, "within about the connect timeout"
+        assert start.file, start
+        assert reader.server_index == 1, "the read goes to the server that answers"
+    finally:
+        hung.close()
         reader.close()
 
 
