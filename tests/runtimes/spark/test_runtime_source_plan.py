@@ -185,6 +185,42 @@ def test_a_source_whose_server_does_not_answer_stays_where_its_last_batch_ended(
         planner.stop()
 
 
+def test_a_server_that_stops_answering_within_a_plan_is_waited_out_as_one_that_did_not_answer(
+    fresh_database: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan asks a source's server more than where its binlog ends (a table's
+    definition, a chunk's bounds). A server that stops answering after the first
+    question failed the plan, and with it the runtime, where one that did not answer
+    the first is waited out. The second question's failure is injected: no real
+    server stops between two questions of one plan on cue."""
+    import dbus_spark.planning.source as planning
+
+    config = _config(sources=(f"a={fresh_database.endpoint.dsn}",))
+    path = replace(config, checkpoint_dir=str(tmp_path / "ckpt")).save(tmp_path / "c.json")
+    planner = BinlogSourceReader(str(path))
+    asked: list[int] = []
+
+    def unanswered(*args: Any, **kwargs: Any) -> list[Any]:
+        asked.append(1)
+        raise SourceUnreachableError("source 'a' at 127.0.0.1:3306 is unreachable (lost)")
+
+    try:
+        first = planner.latestOffset(None)
+        write = f"CREATE TABLE {fresh_database.name}.t (id INT PRIMARY KEY)"
+        with fresh_database.connect() as connection, connection.cursor() as cursor:
+            cursor.execute(write)  # the binlog moves: a plan would read it
+        monkeypatch.setattr(planning, "plan_chunks", unanswered)
+        assert planner.latestOffset(first) == first, "it stays where its last batch ended"
+        assert asked, "the plan got as far as the chunks' question"
+        assert "a" in planner._unanswered
+        monkeypatch.undo()
+        moved = planner.latestOffset(first)
+        assert moved["a"] != first["a"], "answered again, it is planned as before"
+        assert "a" not in planner._unanswered
+    finally:
+        planner.stop()
+
+
 def test_a_source_never_read_whose_server_does_not_answer_stops_the_runtime(
     config_path: str,
 ) -> None:

@@ -216,33 +216,36 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         for binding in config.sources:
             reader = self._reader(binding)
             name = binding.spec.name
+            # Whose history waits: paused, or detached with sinks that refused its own
+            # catch-up read (which tries them again first, at less cost to the others).
+            held = {d for d, b in book.get(name, {}).items() if b.paused or b.failures}
+            # Every question to the server is in here: one that stops answering after
+            # where its binlog ends (a table's definition, a chunk's bounds) is waited
+            # out as one that did not answer that, and fails no plan.
             try:
                 if name in self._unanswered:
                     reader.probe(HURRIED_SECONDS)
                 offset = position_to_offset(reader.master_position(), binding)
+                # A deployment a cluster member was given (`dbus fn deploy`); alone, the
+                # preflight considered them already (and refused what cannot be read).
+                self._history.consider(reader, self._manifests, strict=False)
+                if start and name in start and hold(start[name]) == hold(offset):
+                    self._history.settle(name, offset_to_position(start[name]))
+                again = self._history.next_replan(name) if config.fencing is not None else None
+                if again is not None:
+                    # What the last owner may have sent: read again as it planned it.
+                    offset = position_to_offset(position_from_json(again[0]), binding)
+                    chunks = again[1]
+                else:
+                    chunks = plan_chunks(
+                        reader, self._history.due(name, now, held),
+                        chunk_rows=config.chunk_rows, budget=self._chunk_tasks,
+                    )  # fmt: skip
+                    chunks, offset = self._quiet(binding, (start or {}).get(name), offset, chunks)
             except SourceUnreachableError as exc:
                 latest[name] = self._unanswered_offset(binding, (start or {}).get(name), exc)
                 continue
             self._answered(name)
-            # Whose history waits: paused, or detached with sinks that refused its own
-            # catch-up read (which tries them again first, at less cost to the others).
-            held = {d for d, b in book.get(name, {}).items() if b.paused or b.failures}
-            # A deployment a cluster member was given (`dbus fn deploy`); alone, the
-            # preflight considered them already (and refused what cannot be read).
-            self._history.consider(reader, self._manifests, strict=False)
-            if start and name in start and hold(start[name]) == hold(offset):
-                self._history.settle(name, offset_to_position(start[name]))
-            again = self._history.next_replan(name) if config.fencing is not None else None
-            if again is not None:
-                # What the last owner may have sent: read again as it planned it.
-                offset = position_to_offset(position_from_json(again[0]), binding)
-                chunks = again[1]
-            else:
-                chunks = plan_chunks(
-                    reader, self._history.due(name, now, held), chunk_rows=config.chunk_rows,
-                    budget=self._chunk_tasks,
-                )  # fmt: skip
-                chunks, offset = self._quiet(binding, (start or {}).get(name), offset, chunks)
             if chunks and config.fencing is not None:
                 if not self._record_plan(config.fencing, binding, offset, chunks):
                     chunks = []  # unrecorded, a next owner could not read it again
