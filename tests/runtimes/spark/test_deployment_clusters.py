@@ -16,7 +16,7 @@ from dbus_spark.config.routes import (
     elasticsearch_cluster,
     kafka_cluster,
 )
-from dbus_spark.sinks.writer import TaskReport, _Sinks
+from dbus_spark.sinks.writer import TaskReport, WorkerSinks
 from dbus_spark.spark.preflight import deployment_sink_problems
 from dbus_spark.stage.functions import StageRecord
 from dbus_spark.state.records import KafkaRecord
@@ -186,7 +186,7 @@ def test_a_worker_s_sinks_send_each_deployment_to_its_own_cluster(
     """``ours`` writes to the runtime's broker; ``theirs`` names a cluster nobody
     answers for: it alone is detached, and ours is acknowledged."""
     config = _config(kafka=kafka_service.bootstrap_servers, detach_after=1.0)
-    sinks = _Sinks(config)
+    sinks = WorkerSinks(config)
     sinks.route({"theirs": {"kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}"}}})
     sinks.pace(True)
     assert sinks.kafka_for("ours") is sinks.kafka
@@ -210,7 +210,7 @@ def test_a_route_that_changes_mid_task_never_drops_what_a_sink_still_holds() -> 
     from dbus_fn.testing import insert
     from dbus_spark.stage.functions import index_action
 
-    sinks = _Sinks(_config(elasticsearch=f"http://127.0.0.1:{free_port()}"))
+    sinks = WorkerSinks(_config(elasticsearch=f"http://127.0.0.1:{free_port()}"))
     held = sinks.elasticsearch("theirs")
     held.write(index_action(insert("shop.orders", id=1), "orders"))  # buffered, not sent
     sinks.route({"theirs": {"es": {"hosts": f"http://127.0.0.1:{free_port()}"}}})
@@ -230,9 +230,9 @@ def test_every_fenced_producer_of_a_worker_has_a_transactional_id_of_its_own() -
     from dbus_spark.config.runtime import WriteFencing
 
     config = replace(_config(), fencing=WriteFencing(ZooKeeperSettings(), "rt-a"))
-    first, again = _Sinks(config), _Sinks(config)
+    first, again = WorkerSinks(config), WorkerSinks(config)
     first.route({"theirs": {"kafka": {"bootstrap_servers": "127.0.0.1:9092", "linger.ms": 1}}})
     ids = [first.kafka.transactional_id, first.kafka_for("theirs").transactional_id,
            again.kafka.transactional_id]  # fmt: skip
     assert all(ids) and len(set(ids)) == 3, ids
-    assert _Sinks(_config()).kafka.transactional_id is None
+    assert WorkerSinks(_config()).kafka.transactional_id is None

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from test_runtime_config import _config
 
+import dbus_spark.planning.source as planning
 from dbus_fn.capture import SourceSpec
 from dbus_fn.errors import SourceError, SourceUnreachableError
 from dbus_spark.config.runtime import SourceBinding, default_decode_shards
@@ -193,8 +194,6 @@ def test_a_server_that_stops_answering_within_a_plan_is_waited_out_as_one_that_d
     question failed the plan, and with it the runtime, where one that did not answer
     the first is waited out. The second question's failure is injected: no real
     server stops between two questions of one plan on cue."""
-    import dbus_spark.planning.source as planning
-
     config = _config(sources=(f"a={fresh_database.endpoint.dsn}",))
     path = replace(config, checkpoint_dir=str(tmp_path / "ckpt")).save(tmp_path / "c.json")
     planner = BinlogSourceReader(str(path))
@@ -238,8 +237,6 @@ def test_a_kafka_source_whose_brokers_do_not_answer_stays_where_its_last_batch_e
     """No broker answers on port 1: the batch reads none of the Kafka source, asked
     briefly once its outage is known, up to ``OUTAGE_SECONDS``; then one line stops the
     runtime. Never read, such a source stops it at once."""
-    from dbus_spark.planning import source as planning
-
     config = _config(sources=("k=kafka://127.0.0.1:1/dc2.shop.t",))
     path = replace(config, checkpoint_dir=str(tmp_path / "ckpt")).save(tmp_path / "c.json")
     planner = BinlogSourceReader(str(path))

@@ -15,7 +15,7 @@ from dbus_fn.errors import KafkaSinkError
 from dbus_fn.testing import insert
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink, ElasticsearchSinkError
 from dbus_spark.sinks.kafka import KafkaSink
-from dbus_spark.sinks.writer import TaskReport, _Sinks
+from dbus_spark.sinks.writer import TaskReport, WorkerSinks
 from dbus_spark.stage.functions import StageRecord, index_action
 from dbus_spark.state.records import KafkaRecord
 
@@ -89,7 +89,7 @@ def test_one_deployment_s_unreachable_elasticsearch_leaves_the_other_s_kafka_ack
 ) -> None:
     config = _config(kafka=kafka_service.bootstrap_servers,
                      elasticsearch=f"http://127.0.0.1:{free_port()}", detach_after=1.0)  # fmt: skip
-    sinks = _Sinks(config)
+    sinks = WorkerSinks(config)
     sinks.pace(True)
     report = TaskReport()
     for i in range(1, 4):
@@ -109,7 +109,7 @@ def test_one_deployment_s_unreachable_elasticsearch_leaves_the_other_s_kafka_ack
 
 def test_an_unpaced_task_waits_whatever_bound_a_paced_one_left_in_its_worker() -> None:
     config = _config(kafka=f"127.0.0.1:{free_port()}", detach_after=1.0)
-    sinks = _Sinks(config)
+    sinks = WorkerSinks(config)
     sinks.pace(True)
     assert sinks.within == 1.0 and sinks.kafka.block_for == 1.0
     report = TaskReport()

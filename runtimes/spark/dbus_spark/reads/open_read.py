@@ -153,11 +153,11 @@ class Span(SharedItems):
     def __init__(self, read: OpenRead, start: BinlogPosition) -> None:
         self.start = start
         self.task = ReadTask(read.source)
-        self.began = self.task.began
-        self.out = self.task.deliver_to(read.config, read.stage, paced=read.paced,
-                                        sinks=read.sinks)  # fmt: skip
-        super().__init__(read.source, read.stage, self.task.counts, start,
-                         admission=Admission(), paced=read.paced, began=self.began)  # fmt: skip
+        self.task.deliver_to(read.config, read.stage, paced=read.paced, sinks=read.sinks)
+        super().__init__(
+            read.source, read.stage, self.task.counts, start,
+            admission=Admission(), paced=read.paced, began=self.task.began,
+        )  # fmt: skip
         self.owned = False
 
 
@@ -225,7 +225,7 @@ class OpenRead:
             return _FAR
         self._checked = now
         span = self.span
-        if span is not None and not span.owned and now - span.began > self._alive_for:
+        if span is not None and not span.owned and now - span.task.began > self._alive_for:
             self._ending = True
         with contextlib.suppress(FileNotFoundError):
             if self._stop_file.stat().st_mtime >= self._began:
@@ -249,7 +249,7 @@ class OpenRead:
                     if span is None:
                         break
                 assert span is not None
-                put = span.out.put
+                put = span.task.out.put
                 for record in span(item):
                     put(record)
                 if type(item) is TransactionCommit:
@@ -285,7 +285,7 @@ class OpenRead:
         acknowledged all of it, every deployment given everything
         (``checkpoint.record_delivered``)."""
         self._next_note = time.monotonic() + RECORD_SECONDS
-        if span.admission or not span.out.acknowledged(ACK_WAIT):
+        if span.admission or not span.task.out.acknowledged(ACK_WAIT):
             return
         record_delivered(self.config.checkpoint_dir, self.source,
                          position_to_json(span.reached), self._deployments)  # fmt: skip
@@ -449,7 +449,7 @@ class OpenRead:
                 )
             counts = span.counts
             span.task.read_done()
-            bound = self.config.detach_seconds - (time.monotonic() - span.began)
+            bound = self.config.detach_seconds - (time.monotonic() - span.task.began)
             failed = span.task.settle(max(1.0, bound))
             ranged = SimpleNamespace(source=self.source, start=position_to_json(span.start))
             counts.progress += read_events(ranged, span.admission, failed, counts)

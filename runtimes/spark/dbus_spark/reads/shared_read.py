@@ -166,6 +166,7 @@ def admission_of(
 
 __all__ = [
     "POSITION_KEYS",
+    "SharedItems",
     "SlowWatch",
     "admission_of",
     "caught_up_with",

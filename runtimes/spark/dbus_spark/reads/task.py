@@ -19,18 +19,15 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from dbus_fn.capture import BinlogReader
 from dbus_spark.config.runtime import RuntimeConfig
-from dbus_spark.sinks.writer import Output
+from dbus_spark.sinks.writer import Output, WorkerSinks
 from dbus_spark.stage.functions import FunctionStage, StageCounts, StageRecord
 from dbus_spark.stage.worker import Batcher, drop_reader, hold
-
-if TYPE_CHECKING:
-    from dbus_spark.sinks.writer import _Sinks
 
 Item = TypeVar("Item")
 
@@ -59,7 +56,7 @@ class ReadTask:
         *,
         paced: bool,
         bound: float | None = None,
-        sinks: _Sinks | None = None,
+        sinks: WorkerSinks | None = None,
     ) -> Output:
         """Where the read's records go (``writer.Output``): the worker's sinks, or
         ``sinks`` of its own; each deployment's writes bounded when ``paced``."""
@@ -114,7 +111,6 @@ class ReadTask:
         whose task hands them to Spark (``dbus_spark.reads.open_read``)."""
         self.batcher.add_stats(self.counts)
         return self.batcher.take()
-
 
 
 @contextlib.contextmanager

@@ -102,7 +102,7 @@ class TaskReport(WriterCommitMessage):  # type: ignore[misc]
         }  # fmt: skip
 
 
-class _Sinks:
+class WorkerSinks:
     """The sinks of one Python worker process, kept between tasks.
 
     Each deployment writes to Elasticsearch through a sink of its own (its own
@@ -339,14 +339,14 @@ class _Sinks:
 
 
 _SINKS_MADE = itertools.count()
-"""Numbers this process's ``_Sinks``: each producer's transactional id is its own."""
+"""Numbers this process's ``WorkerSinks``: each producer's transactional id is its own."""
 
 
 def _write_fence(fencing: WriteFencing, check: HoldCheck, made: int) -> WriteFence:
     """The fence of the ``made``-th sinks of this worker process. Every producer has a
     transactional id of its own (two producers sharing one would abort each other's
     open transactions as each starts): the process, these sinks, and for a
-    deployment's own cluster, that cluster (``_Sinks.kafka_for``)."""
+    deployment's own cluster, that cluster (``WorkerSinks.kafka_for``)."""
     zk = fencing.zookeeper
     return WriteFence(
         # Its transactions never wait on another producer's.
@@ -359,7 +359,7 @@ def _write_fence(fencing: WriteFencing, check: HoldCheck, made: int) -> WriteFen
     )
 
 
-_sinks: dict[str, _Sinks] = {}
+_sinks: dict[str, WorkerSinks] = {}
 
 
 def _history_text(store: HistoryStore, sources: set[str]) -> dict[str, str]:
@@ -378,25 +378,25 @@ def sink_settings(config: RuntimeConfig) -> str:
     return json.dumps(replace(config, sources=(), deployments=()).to_json(), sort_keys=True)
 
 
-def worker_sinks(settings: str, routes: Routes | None = None) -> _Sinks:
+def worker_sinks(settings: str, routes: Routes | None = None) -> WorkerSinks:
     """This worker process's sinks. They outlive micro-batches and configuration
     changes that do not touch them (sources and functions come and go in a cluster):
     a producer, above all a transactional one, is slow to start. ``routes``: where
-    the deployments that name their own clusters write (``_Sinks.route``)."""
+    the deployments that name their own clusters write (``WorkerSinks.route``)."""
     sinks = _sinks.get(settings)
     if sinks is None:
         _sinks.clear()
-        sinks = _sinks[settings] = _Sinks(RuntimeConfig.from_json(json.loads(settings)))
+        sinks = _sinks[settings] = WorkerSinks(RuntimeConfig.from_json(json.loads(settings)))
     if routes is not None:
         sinks.route(routes)
     return sinks
 
 
-def own_sinks(config: RuntimeConfig, routes: Routes, label: str) -> _Sinks:
+def own_sinks(config: RuntimeConfig, routes: Routes, label: str) -> WorkerSinks:
     """Sinks apart from the worker's (``worker_sinks``), for a read that outlives its
     task (``dbus_spark.reads.open_read``): what they hold is settled by that read alone,
     never by another task of the worker."""
-    sinks = _Sinks(RuntimeConfig.from_json(json.loads(sink_settings(config))), label)
+    sinks = WorkerSinks(RuntimeConfig.from_json(json.loads(sink_settings(config))), label)
     sinks.route(routes)
     return sinks
 
@@ -421,7 +421,7 @@ class Output:
 
     def __init__(self, config: RuntimeConfig, batcher: Batcher, routes: Routes,
                  *, paced: bool, bound: float | None = None,
-                 sinks: _Sinks | None = None) -> None:  # fmt: skip
+                 sinks: WorkerSinks | None = None) -> None:  # fmt: skip
         """``paced``: bounded by the detach bound, or by ``bound`` if shorter.
         ``sinks``: the read's own (``own_sinks``), else the worker's."""
         self.batcher = batcher
@@ -437,7 +437,7 @@ class Output:
 
     def acknowledged(self, wait: float) -> bool:
         """Whether everything put so far is acknowledged by its sinks, waiting at most
-        ``wait`` seconds for Kafka (``_Sinks.acknowledged``)."""
+        ``wait`` seconds for Kafka (``WorkerSinks.acknowledged``)."""
         return self.sinks.acknowledged(self.report, wait)
 
     def refused(self, deployment: str) -> bool:
