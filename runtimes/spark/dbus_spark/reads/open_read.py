@@ -94,8 +94,9 @@ QUIET_WAIT = 60.0
 """How long a read waits for another process's open read of its source to end."""
 RECORD_SECONDS = 1.0
 """How often a read notes how far its sinks acknowledged everything
-(``checkpoint.record_delivered``): a runtime killed between two batches sends again
-about this much, not all since its last batch."""
+(``checkpoint.record_delivered``), by the clock or by the commit times it read
+(``NoteClock``): a runtime killed between two batches sends again about this much of
+changes, not all since its last batch."""
 ACK_WAIT = 0.5
 """How long a read waits for Kafka's acknowledgments before it notes that (longer,
 it notes nothing this time, and reads on)."""
@@ -143,6 +144,31 @@ def refuse_if_stopped(checkpoint: str, source: str, run: str | None) -> None:
             f"source {source!r}: the query that planned this batch stopped; the batch "
             "is read from its committed position when the runtime runs again"
         )
+
+
+class NoteClock:
+    """When a carried read notes how far it delivered: ``every`` seconds after its last
+    note, by the clock or by the commit times of what it read since, whichever comes
+    first. A read catching up a backlog reads many seconds of changes in one of the
+    clock's; noted by the clock alone, a kill then sent all of them again (after a
+    restart, a backlog's second of reading held 20 s of changes). A commit time that
+    goes back (a server's clock set back) waits for the clock."""
+
+    def __init__(self, every: float) -> None:
+        self._every = every
+        self._next = time.monotonic() + every
+        self._next_commit: float | None = None
+
+    def due(self, commit_time: float) -> bool:
+        """Whether the read notes at the transaction committed at ``commit_time``."""
+        if self._next_commit is None:
+            self._next_commit = commit_time + self._every
+        return time.monotonic() >= self._next or commit_time >= self._next_commit
+
+    def tried(self, commit_time: float) -> None:
+        """The read noted (or tried to) at the transaction committed at ``commit_time``."""
+        self._next = time.monotonic() + self._every
+        self._next_commit = commit_time + self._every
 
 
 class Span(SharedItems):
@@ -195,7 +221,7 @@ class OpenRead:
         self.span: Span | None = Span(self, start)
         self._began = time.time()
         self._checked = 0.0
-        self._next_note = time.monotonic() + RECORD_SECONDS
+        self._notes = NoteClock(RECORD_SECONDS)
         self._deployments = [d.manifest.name for d in stage.deployments]
         self._stop_file = _files(config.checkpoint_dir, source).with_suffix(".stop")
         self._alive_for = ALIVE_SECONDS + config.trigger_seconds
@@ -253,8 +279,9 @@ class OpenRead:
                 for record in span(item):
                     put(record)
                 if type(item) is TransactionCommit:
-                    if time.monotonic() >= self._next_note:  # before a cut may settle
-                        self._note_delivered(span)
+                    assert isinstance(item, TransactionCommit)
+                    if self._notes.due(item.commit_time.timestamp()):  # before a cut settles
+                        self._note_delivered(span, item)
                     with self._turn:
                         self._in_transaction = False
                         if self._cutting:
@@ -280,11 +307,11 @@ class OpenRead:
                         left.task.settle(max(1.0, self.config.detach_seconds))
                 self._lock_file.close()  # the next reader of the source may go
 
-    def _note_delivered(self, span: Span) -> None:
-        """Note how far ``span`` delivered (a transaction boundary) once its sinks
+    def _note_delivered(self, span: Span, commit: TransactionCommit) -> None:
+        """Note how far ``span`` delivered (up to ``commit``, just read) once its sinks
         acknowledged all of it, every deployment given everything
         (``checkpoint.record_delivered``)."""
-        self._next_note = time.monotonic() + RECORD_SECONDS
+        self._notes.tried(commit.commit_time.timestamp())
         if span.admission or not span.task.out.acknowledged(ACK_WAIT):
             return
         record_delivered(self.config.checkpoint_dir, self.source,
