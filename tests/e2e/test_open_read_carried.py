@@ -382,3 +382,37 @@ def test_a_task_planned_at_a_fresh_binlog_file_ends_on_an_idle_server(
     batches.commit(done[0])
     _insert(scratch, 2)
     assert kafka_ids(scratch.services.kafka.bootstrap_servers, scratch.kafka_topic, 2) == [1, 2]
+
+
+@pytest.mark.parametrize("server", ["mariadb", "mysql"])
+def test_a_backlog_read_between_batches_is_noted_at_each_second_of_its_commit_times(
+    private_batches: tuple[Scratch, Callable[[float], Batches]],
+) -> None:
+    """A read catching up a backlog reads many seconds of changes in a moment. Noted a
+    second of the clock apart, a kill sent all of them again (after a restart, one
+    second of a backlog's reading held 20 s of changes). Noted at each second of their
+    commit times too, its notes follow the backlog. The backlog: ten transactions a
+    second apart by their commit times (``SET TIMESTAMP``), written and read within a
+    moment, on the module's own server, where no later commit brings a note of its own."""
+    scratch, make = private_batches
+    batches = make(0.5)
+    notes = ProgressFolder.of(str(batches.planner._config.checkpoint_dir))
+    _insert(scratch, 1)
+    batches.commit(task_counts(batches.planner.read(batches.plan())))
+    # No task runs: the read that outlived the batch reads the backlog.
+    now = int(time.time())
+    half: dict[str, Any] = {}
+    with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
+        for second, i in enumerate(range(2, 12), start=1):
+            cur.execute("SET TIMESTAMP = %s", (now + second,))
+            cur.execute("INSERT INTO t VALUES (%s)", (i,))
+            if i == 6:
+                half = batches.planner.latestOffset(batches.offset)["src"]
+    bootstrap = scratch.services.kafka.bootstrap_servers
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 11) == list(range(1, 12))
+    # Each of 2..11 is a note's turn; a note waits for Kafka's acknowledgments (half a
+    # second at most, else it is not made), so the assertion asks for half the backlog.
+    deadline = time.monotonic() + 10
+    while _at(notes.read("delivered").get("src", {}).get("position")) < _at(half):
+        assert time.monotonic() < deadline, f"no note past 6: {notes.read('delivered')}"
+        time.sleep(0.1)
