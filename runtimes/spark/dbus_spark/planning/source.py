@@ -216,6 +216,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         for binding in config.sources:
             reader = self._reader(binding)
             name = binding.spec.name
+            last = (start or {}).get(name)
             # Whose history waits: paused, or detached with sinks that refused its own
             # catch-up read (which tries them again first, at less cost to the others).
             held = {d for d, b in book.get(name, {}).items() if b.paused or b.failures}
@@ -229,8 +230,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 # A deployment a cluster member was given (`dbus fn deploy`); alone, the
                 # preflight considered them already (and refused what cannot be read).
                 self._history.consider(reader, self._manifests, strict=False)
-                if start and name in start and hold(start[name]) == hold(offset):
-                    self._history.settle(name, offset_to_position(start[name]))
+                if last is not None and hold(last) == hold(offset):
+                    self._history.settle(name, offset_to_position(last))
                 again = self._history.next_replan(name) if config.fencing is not None else None
                 if again is not None:
                     # What the last owner may have sent: read again as it planned it.
@@ -241,9 +242,9 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                         reader, self._history.due(name, now, held),
                         chunk_rows=config.chunk_rows, budget=self._chunk_tasks,
                     )  # fmt: skip
-                    chunks, offset = self._quiet(binding, (start or {}).get(name), offset, chunks)
+                    chunks, offset = self._quiet(binding, last, offset, chunks)
             except SourceUnreachableError as exc:
-                latest[name] = self._unanswered_offset(binding, (start or {}).get(name), exc)
+                latest[name] = self._unanswered_offset(binding, last, exc)
                 continue
             self._answered(name)
             if chunks and config.fencing is not None:

@@ -278,10 +278,9 @@ class OpenRead:
                 put = span.task.out.put
                 for record in span(item):
                     put(record)
-                if type(item) is TransactionCommit:
-                    assert isinstance(item, TransactionCommit)
-                    if self._notes.due(item.commit_time.timestamp()):  # before a cut settles
-                        self._note_delivered(span, item)
+                if type(item) is TransactionCommit:  # span(item) read its commit time
+                    if self._notes.due(span.committed_at):  # before a cut settles
+                        self._note_delivered(span)
                     with self._turn:
                         self._in_transaction = False
                         if self._cutting:
@@ -307,11 +306,11 @@ class OpenRead:
                         left.task.settle(max(1.0, self.config.detach_seconds))
                 self._lock_file.close()  # the next reader of the source may go
 
-    def _note_delivered(self, span: Span, commit: TransactionCommit) -> None:
-        """Note how far ``span`` delivered (up to ``commit``, just read) once its sinks
+    def _note_delivered(self, span: Span) -> None:
+        """Note how far ``span`` delivered (the commit just read) once its sinks
         acknowledged all of it, every deployment given everything
         (``checkpoint.record_delivered``)."""
-        self._notes.tried(commit.commit_time.timestamp())
+        self._notes.tried(span.committed_at)
         if span.admission or not span.task.out.acknowledged(ACK_WAIT):
             return
         record_delivered(self.config.checkpoint_dir, self.source,

@@ -58,6 +58,8 @@ class SharedItems:
         """The last transaction boundary read."""
         self.behind = False
         """Whether the last commit read was a second or more old when it was read."""
+        self.committed_at = 0.0
+        """When the last commit read was committed (seconds since the epoch)."""
         self.admission = admission
         self._slow = SlowWatch(source, stage, admission, began) if paced else None
         self._process, self._undecoded = stage.process, stage.undecoded
@@ -78,7 +80,7 @@ class SharedItems:
         return ()
 
     def commit(self, item: TransactionCommit) -> None:
-        stamp = item.commit_time.timestamp()
+        self.committed_at = stamp = item.commit_time.timestamp()
         self.behind = behind(stamp)
         self.counts.last_commit[item.source] = stamp
         self.reached = item.position
