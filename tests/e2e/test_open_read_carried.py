@@ -5,7 +5,8 @@ MariaDB and Kafka: a change committed after a task ended reaches Kafka with no t
 running; the next task, planned from where the last one cut, takes the read over
 (in this process, or answered from it in another, as Spark's workers take turns)
 and counts that change once; a task planned from elsewhere ends it and reads again
-from its own start (at least once); a read no task takes ends by itself; a task of a
+from its own start (at least once); a read still starting when another asks for its
+source hands it over once it listens; a read no task takes ends by itself; a task of a
 query that stopped starts none; a run killed between batches starts its next past
 what its read noted as delivered, not at its last batch; and a task planned at a
 binlog file the server just rotated to ends on time while the server idles (MariaDB
@@ -208,6 +209,56 @@ def test_a_read_no_task_takes_ends_by_itself_and_lets_the_source_go(
     with open(lock_path, "wb") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while still held
     assert os.path.exists(lock_path)
+
+
+def test_a_read_still_starting_when_its_source_is_asked_for_hands_it_over_once_it_listens(
+    scratch: Scratch, batches: Batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _insert(scratch, 1)
+    planned = batches.plan()
+    checkpoint = str(batches.planner._config.checkpoint_dir)
+    lock_path = open_read._files(checkpoint, "src").with_suffix(".lock")
+    listen = open_read.listen
+
+    def slow_listen(name: str, source: str) -> Any:
+        time.sleep(1.0)  # the read holds its source's lock, but no socket answers yet
+        return listen(name, source)
+
+    monkeypatch.setattr(open_read, "listen", slow_listen)
+    failed: list[BaseException] = []
+
+    def task() -> None:
+        try:
+            task_counts(batches.planner.read(planned))
+        except DbusError as exc:
+            failed.append(exc)
+
+    starting = threading.Thread(target=task)
+    starting.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # until the starting read holds the lock
+        with open(lock_path, "wb") as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                break
+        time.sleep(0.01)
+    began = time.monotonic()
+    handed = open_read.quiet(checkpoint, "src")
+    took = time.monotonic() - began
+    starting.join(60)
+    # Asked again once it listened, it handed its source over, with how far it read.
+    assert handed.reached is not None
+    start, end = (coordinates(position_from_json(p)) for p in (planned.start, planned.end))
+    assert start <= coordinates(handed.reached) <= end
+    assert took < 10, f"the source was handed over after {took:.1f}s"
+    # Its own task either asked first (and read its range) or found the read ended
+    # (and fails: Spark reads the batch again). Nothing holds the source after.
+    assert [str(e) for e in failed] in ([], ["source 'src': its open read ended as it started"])
+    with open(lock_path, "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while still held
+    monkeypatch.setattr(open_read, "listen", listen)
+    assert task_counts(batches.planner.read(planned)).stage.rows == 1
 
 
 def test_a_read_that_fails_in_its_thread_fails_its_task_with_the_reason(

@@ -29,8 +29,10 @@ its next run there, so it sends again about a second of changes, not all since
 its last batch.
 
 A lock file per source (under the host's temporary folder: ``_files``) is held by
-the process whose thread reads it; another process that needs the source asks the
-holder to end (a stop file) and waits for the lock.
+the process whose thread reads it, so no two reads of a source run at once. There
+is one way to end a read from outside: ask it over its socket to hand its source
+over (``quiet``), then wait for its lock. A read that took the lock but does not
+listen yet (it is starting) is asked again until it does.
 
 Whether reads are carried at all, and how the driver ends them, is
 ``dbus_spark.reads.open_read_control``.
@@ -88,8 +90,6 @@ this many times its time, before it is cut: a batch costs cores a backlog needs.
 ALIVE_SECONDS = 10.0
 """A span no task took for this long (more the trigger interval, when the runtime has
 one) ends: the query stopped, or its source idles (the next change starts a read)."""
-CHECK_SECONDS = 0.05
-"""How often a reading thread looks at its stop file."""
 QUIET_WAIT = 60.0
 """How long a read waits for another process's open read of its source to end."""
 RECORD_SECONDS = 1.0
@@ -110,7 +110,7 @@ _reads: dict[tuple[str, str], OpenRead] = {}
 
 
 def _files(checkpoint: str, source: str) -> Path:
-    """Where a source's lock and stop files are, on this host (never the driver's
+    """Where a source's lock and stopped-query marks are, on this host (never the driver's
     folder: an executor may run elsewhere)."""
     return Path(tempfile.gettempdir()) / "dbus-open-reads" / digest(checkpoint, source)
 
@@ -219,11 +219,8 @@ class OpenRead:
         self.done = False
         self.error: BaseException | None = None
         self.span: Span | None = Span(self, start)
-        self._began = time.time()
-        self._checked = 0.0
         self._notes = NoteClock(RECORD_SECONDS)
         self._deployments = [d.manifest.name for d in stage.deployments]
-        self._stop_file = _files(config.checkpoint_dir, source).with_suffix(".stop")
         self._alive_for = ALIVE_SECONDS + config.trigger_seconds
         self._listener = listen(address(config.checkpoint_dir, source), source)
         self._requests: queue.Queue[tuple[socket.socket, dict[str, Any]] | None]
@@ -242,19 +239,14 @@ class OpenRead:
 
     def _until(self) -> float:
         """When the read ends (asked at boundaries and heartbeats): never, unless it
-        is ended, another process asks for the source, or no task took a span for
-        ``ALIVE_SECONDS``."""
-        if self._ending:
-            return 0.0
-        now = time.monotonic()
-        if now - self._checked < CHECK_SECONDS:
-            return _FAR
-        self._checked = now
-        span = self.span
-        if span is not None and not span.owned and now - span.task.began > self._alive_for:
-            self._ending = True
-        with contextlib.suppress(FileNotFoundError):
-            if self._stop_file.stat().st_mtime >= self._began:
+        is ended (``end``, a hand-over) or no task took a span for ``ALIVE_SECONDS``."""
+        if not self._ending:
+            span = self.span
+            if (
+                span is not None
+                and not span.owned
+                and time.monotonic() - span.task.began > self._alive_for
+            ):
                 self._ending = True
         return 0.0 if self._ending else _FAR
 
@@ -527,6 +519,15 @@ class Handed:
     rows: tuple[tuple[str, bytes], ...] = ()
     reached: BinlogPosition | None = None
 
+    def then(self, later: Handed) -> Handed:
+        """This hand-over and a ``later`` one (a read started meanwhile, ended too)."""
+        if later.reached is None:
+            return self
+        if self.reached is None:
+            return later
+        reached = max(self.reached, later.reached, key=coordinates)
+        return Handed(self.rows + later.rows, reached)
+
     def past(self, start: BinlogPosition) -> BinlogPosition:
         """Where a read of the source from ``start`` goes on: past what was delivered."""
         if self.reached is not None and coordinates(self.reached) > coordinates(start):
@@ -542,50 +543,56 @@ def quiet(checkpoint: str, source: str) -> Handed:
     """Before another read of ``source``: no open read of it goes on, in this worker or
     any other (their deliveries past their cut come before this read's); what the
     ended one delivered past its last cut."""
-    answer = ask(checkpoint, source, {"hand_over": True})
-    handed = Handed()
-    if answer is not None and answer.get("ended"):
-        handed = Handed(
-            tuple((kind, base64.b64decode(value)) for kind, value in answer["rows"]),
-            position_from_json(answer["reached"]),
-        )
+    handed = _hand_over(checkpoint, source)
     found = _reads.pop((checkpoint, source), None)
     if found is not None:
         found.end()
-    lock = _claim(checkpoint, source)
+    lock, later = _claim(checkpoint, source)
     if lock is not None:
         lock.close()
-    return handed
+    return handed.then(later)
 
 
-def _claim(checkpoint: str, source: str) -> IO[bytes] | None:
-    """The source's lock, once no other process's open read holds it (asked to end);
-    None where there is no checkpoint folder to hold it in."""
+def _hand_over(checkpoint: str, source: str, timeout: float | None = None) -> Handed:
+    """Ask the source's open read, wherever it runs, to end and hand the source over
+    (``OpenRead._hand_over``): what it delivered past its last cut (nothing when no
+    read answers within ``timeout``, or none had a span to hand over)."""
+    answer = ask(checkpoint, source, {"hand_over": True}, timeout=timeout)
+    if answer is None or not answer.get("ended"):
+        return Handed()
+    return Handed(
+        tuple((kind, base64.b64decode(value)) for kind, value in answer["rows"]),
+        position_from_json(answer["reached"]),
+    )
+
+
+def _claim(checkpoint: str, source: str) -> tuple[IO[bytes] | None, Handed]:
+    """The source's lock, once no open read holds it; with what a read that holds it
+    handed over meanwhile. A holder that did not answer the hand-over (it was still
+    starting, not listening yet) is asked again until its lock is free. None where
+    there is no folder to hold the lock in."""
     path = _files(checkpoint, source)
     try:
         path.parent.mkdir(exist_ok=True)
         lock = open(path.with_suffix(".lock"), "wb")  # noqa: SIM115 (held while reading)
     except OSError:
-        return None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return lock
-    except BlockingIOError:
-        pass
-    path.with_suffix(".stop").touch()
+        return None, Handed()
+    handed = Handed()
     deadline = time.monotonic() + QUIET_WAIT
     while True:
-        time.sleep(0.02)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return lock
+            return lock, handed
         except BlockingIOError:
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 lock.close()
                 raise DbusError(
                     f"source {source!r}: another worker's open read did not end within "
                     f"{QUIET_WAIT:.0f}s; the batch is read again"
                 ) from None
+        handed = handed.then(_hand_over(checkpoint, source, timeout=left))
+        time.sleep(0.02)
 
 
 def read_open(
@@ -610,7 +617,8 @@ def read_open(
     answer = ask(checkpoint, source, request)
     if answer is None or not answer["taken"]:
         quiet(checkpoint, source)
-        lock = _claim(checkpoint, source)
+        # What a read started meanwhile (and ended here) delivered is read again.
+        lock, _ = _claim(checkpoint, source)
         if lock is None:
             raise DbusError(
                 f"source {source!r}: cannot make {_files(checkpoint, source).parent} "

@@ -53,10 +53,14 @@ def address(checkpoint: str, source: str) -> str:
     return f"\0dbus-open-read-{digest(checkpoint, source)}"
 
 
-def ask(checkpoint: str, source: str, request: dict[str, Any]) -> dict[str, Any] | None:
-    """What the source's open read answers (None: no read, or it ended meanwhile)."""
+def ask(
+    checkpoint: str, source: str, request: dict[str, Any], timeout: float | None = None
+) -> dict[str, Any] | None:
+    """What the source's open read answers (None: no read, it ended meanwhile, or it
+    did not answer within ``timeout`` seconds; None: wait as long as it takes)."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(timeout)
             conn.connect(address(checkpoint, source))
             conn.sendall(json.dumps(request).encode() + b"\n")
             line = conn.makefile("rb").readline()
