@@ -14,9 +14,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dbus_fn.capture import SourceSpec
 from dbus_fn.cloudevent import DEFAULT_TYPE_PREFIX
 from dbus_fn.coordination import ZooKeeperSettings
+from dbus_fn.errors import DsnError
 from dbus_fn.events import BinlogPosition
 from dbus_fn.manifest import Destination
 from dbus_spark.config.kafka_source import KafkaSource
@@ -31,7 +34,7 @@ from dbus_spark.config.runtime import (
     WriteFencing,
 )
 from dbus_spark.sinks.writer import TaskReport
-from dbus_spark.stage.functions import StageCounts
+from dbus_spark.stage.functions import StageCounts, counter_of_pairs
 from dbus_spark.state.history.records import ChunkDone, HistoryTask, PlannedChunk, ReplayTask
 from dbus_spark.state.progress import Admission, Behind, CaughtUp, Detached
 
@@ -174,6 +177,21 @@ def test_an_older_runtime_config_takes_the_defaults_of_the_keys_it_lacks() -> No
     )  # fmt: skip
 
 
+def test_a_dsn_refused_in_a_config_is_refused_as_a_dsn_is() -> None:
+    data = _old(CONFIG)
+    data["sources"][0]["dsn"] = "postgres://dbus@127.0.0.1:5432"
+    with pytest.raises(DsnError, match="unsupported scheme 'postgres'"):
+        RuntimeConfig.from_json(data)
+
+
+def test_a_config_it_cannot_read_is_refused_without_its_passwords() -> None:
+    data = _old(CONFIG)
+    data["sources"] = [{"dsn": "mysql://dbus:secretpw@127.0.0.1:3306", "replica_id": 1}]
+    with pytest.raises((KeyError, ValueError), match="name") as caught:
+        RuntimeConfig.from_json(data)
+    assert "secretpw" not in str(caught.value)
+
+
 def _stage() -> StageCounts:
     counts = StageCounts(rows=10, ddl=1, read_seconds=0.8, started=1767312000.25)
     counts.tables[("shop", "shop.orders")] += 10
@@ -202,7 +220,7 @@ def _stage() -> StageCounts:
 def test_stage_counts_read_and_write_their_old_json() -> None:
     counts = StageCounts.from_json(STAGE.encode())
     read = _stage()
-    read.routed = Counter({("orders-eu", "kafka://orders.paid"): 9})  # destinations as text
+    read.routed = counter_of_pairs([["orders-eu", "kafka://orders.paid", 9]])  # as text
     assert counts == read
     assert json.loads(_stage().to_json()) == _old(STAGE)
     again = StageCounts.from_json(counts.to_json())

@@ -34,13 +34,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+from pydantic.dataclasses import dataclass
+
 from dbus_fn.capture import redact_dsn
 from dbus_fn.errors import ConfigError
+from dbus_spark.config.json_form import JSON_FORM, JsonForm
 from dbus_spark.config.logs import kafka_config
 
 SCHEME = "kafka://"
@@ -59,8 +62,8 @@ Offsets = dict[str, dict[str, int]]
 """Per topic, per partition (as text, JSON's keys), the next offset to read."""
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaSource:
+@dataclass(frozen=True, slots=True, config=JSON_FORM)
+class KafkaSource(JsonForm):
     """A source of CloudEvents in Kafka topics (module docstring)."""
 
     name: str
@@ -98,15 +101,6 @@ class KafkaSource:
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
         }
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "bootstrap": self.bootstrap, "topics": list(self.topics),
-                "settings": dict(self.settings), "start": self.start}  # fmt: skip
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> KafkaSource:
-        return cls(data["name"], data["bootstrap"], tuple(data["topics"]),
-                   dict(data.get("settings", {})), data.get("start", "latest"))  # fmt: skip
 
 
 def is_kafka_url(dsn: str) -> bool:

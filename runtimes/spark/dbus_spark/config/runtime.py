@@ -14,10 +14,19 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
+
+from pydantic import (
+    PlainSerializer,
+    PlainValidator,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass
 
 from dbus_fn.capture import (
     SourceSpec,
@@ -33,6 +42,7 @@ from dbus_fn.events import BinlogPosition
 from dbus_fn.files import replace_file
 from dbus_fn.manifest import MANIFEST_FILE, Manifest, load_manifest
 from dbus_spark.config import secrets
+from dbus_spark.config.json_form import JSON_FORM, JsonForm
 from dbus_spark.config.kafka_source import KafkaSource
 
 StartPolicy = str | BinlogPosition  # "earliest" | "latest" | a position
@@ -54,8 +64,8 @@ DEFAULT_UI_ADDRESS = "127.0.0.1:9465"
 """Where ``dbus ui`` serves a cluster's dashboard unless told otherwise."""
 
 
-@dataclass(frozen=True, slots=True)
-class DeploymentFolder:
+@dataclass(frozen=True, slots=True, config=JSON_FORM)
+class DeploymentFolder(JsonForm):
     """One deployment as this runtime runs it: the name it is deployed under, which is
     its identity everywhere (stream, sinks, metrics, pause, preview, positions), and
     the folder its files are in. One folder may run under several names."""
@@ -66,17 +76,17 @@ class DeploymentFolder:
     def manifest(self) -> Manifest:
         return load_manifest(self.path).deployed_as(self.name)
 
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "path": self.path}
-
+    @model_validator(mode="before")
     @classmethod
-    def from_json(cls, data: Mapping[str, str] | str) -> DeploymentFolder:
-        if isinstance(data, str):  # written before deployments had names of their own
-            try:
-                return cls(load_manifest(data).name, data)
-            except DbusError:  # its folder is gone: loading it says so, not reading this
-                return cls(Path(data).name, data)
-        return cls(data["name"], data["path"])
+    def _named(cls, data: Any) -> Any:
+        """A bare path was written before deployments had names of their own: it runs
+        under its manifest's name."""
+        if not isinstance(data, str):
+            return data
+        try:
+            return {"name": load_manifest(data).name, "path": data}
+        except DbusError:  # its folder is gone: loading it says so, not reading this
+            return {"name": Path(data).name, "path": data}
 
 
 def deployment_folders(paths: Iterable[str]) -> tuple[DeploymentFolder, ...]:
@@ -108,14 +118,37 @@ def loaded_folders(paths: Iterable[str]) -> list[tuple[DeploymentFolder, Manifes
     return [(folder, manifest) for _, folder, manifest in found.values()]
 
 
-@dataclass(frozen=True, slots=True)
-class SourceBinding:
-    """One binlog source as this runtime reads it."""
+def _start_from_json(data: Any) -> StartPolicy:
+    if isinstance(data, BinlogPosition):
+        return data
+    if isinstance(data, dict):
+        return position_from_json(data)
+    return str(data)
+
+
+def _start_to_json(start: StartPolicy) -> Any:
+    if isinstance(start, BinlogPosition):
+        return position_to_json(start)
+    return start
+
+
+Start = Annotated[StartPolicy, PlainValidator(_start_from_json), PlainSerializer(_start_to_json)]
+"""A start policy, a position as its one JSON form (``position_to_json``)."""
+
+_SPEC_FIELDS = tuple(f.name for f in fields(SourceSpec) if f.init)
+
+
+@dataclass(frozen=True, slots=True, config=JSON_FORM)
+class SourceBinding(JsonForm):
+    """One binlog source as this runtime reads it.
+
+    Its JSON holds the spec's fields (name, DSN, tables...) beside its own, as the
+    configuration file always had them."""
 
     spec: SourceSpec
     replica_id: int
     """The server_id this runtime's reader registers with (see ``replica_id_for``)."""
-    start: StartPolicy = "latest"
+    start: Start = "latest"
     epoch: int = 0
     """Ownership epoch in a cluster (0 alone): a new epoch means "resume from
     ``start``", the committed position, not from this runtime's checkpoint."""
@@ -142,6 +175,19 @@ class SourceBinding:
             return self.shard_replica_ids[shard - 1]
         return replica_id_for(f"{self.replica_id}/shard/{shard}")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _spec_beside(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "spec" not in data:
+            spec = {key: data[key] for key in _SPEC_FIELDS if key in data}
+            return {**{k: v for k, v in data.items() if k not in _SPEC_FIELDS}, "spec": spec}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _spec_flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {**data.pop("spec"), **data}
+
 
 def default_decode_shards(cores: int) -> int:
     """One key shard per two Spark cores: each shard is a reader and a writer process,
@@ -159,8 +205,8 @@ connected: 64 each leaves the applications room. It is also the default of a
 128-core master; past the cores, more shards only queue behind one another."""
 
 
-@dataclass(frozen=True, slots=True)
-class WriteFencing:
+@dataclass(frozen=True, slots=True, config=JSON_FORM)
+class WriteFencing(JsonForm):
     """A cluster member's Kafka writes are fenced by its holds (``dbus_spark.sinks.kafka``)."""
 
     zookeeper: ZooKeeperSettings
@@ -171,34 +217,9 @@ class WriteFencing:
     """How long one confirmation of a hold lets a worker commit Kafka transactions
     (so how long writing goes on while ZooKeeper is away)."""
 
-    def to_json(self) -> dict[str, Any]:
-        zk = self.zookeeper
-        return {
-            "zookeeper": {
-                "hosts": zk.hosts,
-                "cluster": zk.cluster,
-                "auth": zk.auth,
-                "root": zk.root,
-                "connect_timeout": zk.connect_timeout,
-                "session_timeout": zk.session_timeout,
-            },
-            "runtime_id": self.runtime_id,
-            "transaction_timeout": self.transaction_timeout,
-            "hold_seconds": self.hold_seconds,
-        }
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> WriteFencing:
-        return cls(
-            zookeeper=ZooKeeperSettings(**data["zookeeper"]),
-            runtime_id=data["runtime_id"],
-            transaction_timeout=float(data["transaction_timeout"]),
-            hold_seconds=float(data["hold_seconds"]),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeConfig:
+@dataclass(frozen=True, slots=True, config=JSON_FORM)
+class RuntimeConfig(JsonForm):
     sources: tuple[SourceBinding, ...]
     deployments: tuple[DeploymentFolder, ...]
     kafka_bootstrap: str
@@ -246,47 +267,6 @@ class RuntimeConfig:
         return any(
             b.spec.name == name and (b.epoch, b.generation) == (epoch, generation)
             for b in self.sources
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "sources": [_binding_to_json(b) for b in self.sources],
-            "deployments": [d.to_json() for d in self.deployments],
-            "kafka_bootstrap": self.kafka_bootstrap,
-            "elasticsearch_url": self.elasticsearch_url,
-            "checkpoint_dir": self.checkpoint_dir,
-            "trigger_seconds": self.trigger_seconds,
-            "type_prefix": self.type_prefix,
-            "topic_partitions": self.topic_partitions,
-            "decode_shards": self.decode_shards,
-            "fencing": self.fencing.to_json() if self.fencing else None,
-            "chunk_rows": self.chunk_rows,
-            "open_read_seconds": self.open_read_seconds,
-            "detach_seconds": self.detach_seconds,
-            "extra": dict(self.extra),
-            "kafka_sources": [source.to_json() for source in self.kafka_sources],
-            "preview_window": self.preview_window,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RuntimeConfig:
-        return cls(
-            sources=tuple(_binding_from_json(s) for s in data["sources"]),
-            deployments=tuple(DeploymentFolder.from_json(d) for d in data["deployments"]),
-            kafka_bootstrap=data["kafka_bootstrap"],
-            elasticsearch_url=data["elasticsearch_url"],
-            checkpoint_dir=data["checkpoint_dir"],
-            trigger_seconds=float(data.get("trigger_seconds", 0.0)),
-            type_prefix=data.get("type_prefix", DEFAULT_TYPE_PREFIX),
-            topic_partitions=int(data.get("topic_partitions", 3)),
-            decode_shards=int(data.get("decode_shards", 0)),
-            fencing=WriteFencing.from_json(data["fencing"]) if data.get("fencing") else None,
-            chunk_rows=int(data.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
-            open_read_seconds=float(data.get("open_read_seconds", DEFAULT_OPEN_READ_SECONDS)),
-            detach_seconds=float(data.get("detach_seconds", DEFAULT_DETACH_SECONDS)),
-            extra=data.get("extra", {}),
-            kafka_sources=tuple(KafkaSource.from_json(k) for k in data.get("kafka_sources", ())),
-            preview_window=int(data.get("preview_window", DEFAULT_PREVIEW_WINDOW)),
         )
 
     def save(self, path: Path) -> Path:
@@ -366,49 +346,3 @@ def _public_dsn(dsn: str) -> str:
         return dsn
     public = f"{first.scheme}://{quote(first.user, safe='')}@{first.address}"
     return ",".join([public, *(server.address for server in others)])
-
-
-def _binding_to_json(binding: SourceBinding) -> dict[str, Any]:
-    return {
-        "name": binding.spec.name,
-        "dsn": binding.spec.dsn,
-        "tables": list(binding.spec.tables),
-        "keep_helper_tables": binding.spec.keep_helper_tables,
-        "replica_id": binding.replica_id,
-        "start": _start_to_json(binding.start),
-        "epoch": binding.epoch,
-        "generation": binding.generation,
-        "shard_replica_ids": list(binding.shard_replica_ids),
-        "history": None if binding.history is None else dict(binding.history),
-        "taken": binding.taken,
-    }
-
-
-def _binding_from_json(data: Mapping[str, Any]) -> SourceBinding:
-    return SourceBinding(
-        spec=SourceSpec(
-            name=data["name"],
-            dsn=data["dsn"],
-            tables=tuple(data["tables"]),
-            keep_helper_tables=bool(data.get("keep_helper_tables", False)),
-        ),
-        replica_id=int(data["replica_id"]),
-        start=_start_from_json(data["start"]),
-        epoch=int(data.get("epoch", 0)),
-        generation=int(data.get("generation", 0)),
-        shard_replica_ids=tuple(int(i) for i in data.get("shard_replica_ids", ())),
-        history=data.get("history"),
-        taken=str(data.get("taken", "")),
-    )
-
-
-def _start_to_json(start: StartPolicy) -> Any:
-    if isinstance(start, BinlogPosition):
-        return position_to_json(start)
-    return start
-
-
-def _start_from_json(data: Any) -> StartPolicy:
-    if isinstance(data, dict):
-        return position_from_json(data)
-    return str(data)
