@@ -126,3 +126,12 @@ def test_a_history_store_keeps_its_state_when_another_section_changes(tmp_path: 
     other.save()
     store.reload()  # what another store wrote is seen
     assert store.tasks("a") == {}
+
+
+def test_a_book_with_an_entry_it_cannot_read_is_read_as_empty(tmp_path: Path) -> None:
+    checkpoint = str(tmp_path / "ckpt")
+    book = ProgressFolder.of(checkpoint)
+    book.write("deployments", {"a": {"b": {"position": AT, "since": 1.0}}})  # no reason
+    assert ProgressBook(checkpoint).load() == {}
+    book.write("deployments", {"a": ["b"]})
+    assert ProgressBook(checkpoint).load() == {}

@@ -43,8 +43,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pydantic import Field, field_serializer, model_validator
+from pydantic.dataclasses import dataclass as json_dataclass
+
 from dbus_fn.capture import position_from_json
 from dbus_fn.events import RowChange
+from dbus_spark.config.json_form import JSON_FORM, JsonForm
 from dbus_spark.state.checkpoint import ProgressFolder
 from dbus_spark.state.history.records import MAX_BACKOFF, backoff
 from dbus_spark.state.records import position_order
@@ -59,8 +63,8 @@ STATES = ("with-stream", "catching-up", "detached", PAUSED)
 """A deployment's place in a source's stream, nearest first."""
 
 
-@dataclass(frozen=True)
-class Behind:
+@json_dataclass(frozen=True, config=JSON_FORM)
+class Behind(JsonForm):
     """A deployment not with the stream of one source, and why."""
 
     position: dict[str, Any]
@@ -87,13 +91,6 @@ class Behind:
     def due(self, now: float) -> bool:
         """Whether a catch-up read of it is planned now."""
         return not self.paused and not self.caught_up and now >= self.retry_at
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Behind:
-        return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})
 
 
 Book = dict[str, dict[str, Behind]]
@@ -211,7 +208,7 @@ class ProgressBook:
     def load(self) -> Book:
         try:
             return _book(self._file.read("deployments"))
-        except (TypeError, KeyError, AttributeError):
+        except (ValueError, AttributeError):  # an entry it cannot read: none is kept
             return {}
 
     def save(self, book: Book) -> None:
@@ -343,8 +340,8 @@ def start_order(position: Mapping[str, Any]) -> int:
     return position_order(position_from_json(dict(position)))
 
 
-@dataclass(frozen=True)
-class Admission:
+@json_dataclass(frozen=True, config=JSON_FORM)
+class Admission(JsonForm):
     """Which deployments a shared read serves each change to: not those ``left_out``
     (detached, paused), and each only past its own start (a deployment taken back
     starts at its position, ``back``, the others at the stream's, ``default_start``)."""
@@ -354,7 +351,10 @@ class Admission:
     """Per deployment taken back, its position (JSON)."""
     default_start: int | None = None
     """The position order past which the others receive changes (None: all)."""
-    _starts: Mapping[str, int] | None = field(default=None, init=False, compare=False)
+    _starts: Mapping[str, int] | None = field(
+        default=Field(default=None, exclude=True), init=False, compare=False
+    )
+    """``back``'s position orders, worked out once (not written: ``back`` holds them)."""
 
     def __post_init__(self) -> None:
         starts = None if self.back is None else {d: start_order(p) for d, p in self.back.items()}
@@ -374,18 +374,16 @@ class Admission:
     def without(self, deployment: str) -> Admission:
         return replace(self, left_out=self.left_out | {deployment})
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "left_out": sorted(self.left_out),
-            "back": None if self.back is None else {d: dict(p) for d, p in self.back.items()},
-            "default_start": self.default_start,
-        }
-
+    @model_validator(mode="before")
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> Admission:
-        if not data:
-            return cls()
-        return cls(frozenset(data["left_out"]), data["back"], data["default_start"])
+    def _none(cls, data: Any) -> Any:
+        """An admission that serves every deployment from the stream's start travels as
+        None (``dbus_spark.planning.source``)."""
+        return {} if data is None or data == {} else data
+
+    @field_serializer("left_out")
+    def _sorted(self, left_out: frozenset[str]) -> list[str]:
+        return sorted(left_out)
 
 
 __all__ = [

@@ -5,10 +5,14 @@ kept in the ``HistoryStore`` (``tasks``) and carried in offsets and stage counts
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from pydantic import model_serializer, model_validator
+from pydantic.dataclasses import dataclass
+
 from dbus_fn.capture import position_from_json
+from dbus_spark.config.json_form import JSON_FORM, JsonForm
 from dbus_spark.state.records import position_order
 
 KeyJson = list[Any] | None
@@ -32,25 +36,30 @@ def task_id(deployment: str, table: str) -> str:
     return f"{deployment}:{table}"
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedChunk:
-    """One chunk of one task, as a micro-batch's offset names it."""
+@dataclass(frozen=True, slots=True, config=JSON_FORM)
+class PlannedChunk(JsonForm):
+    """One chunk of one task, as a micro-batch's offset names it: in its JSON, the list
+    ``[task, lower, upper, run]``, as offsets have always held it."""
 
     task: str
     lower: KeyJson
     upper: KeyJson
     run: int = 1
 
-    def to_json(self) -> list[Any]:
+    @model_validator(mode="before")
+    @classmethod
+    def _from_list(cls, data: Any) -> Any:
+        if isinstance(data, list | tuple):
+            return dict(zip(("task", "lower", "upper", "run"), data, strict=False))
+        return data
+
+    @model_serializer
+    def _as_list(self) -> list[Any]:
         return [self.task, self.lower, self.upper, self.run]
 
-    @classmethod
-    def from_json(cls, data: list[Any]) -> PlannedChunk:
-        return cls(data[0], data[1], data[2], int(data[3]))
 
-
-@dataclass(frozen=True, slots=True)
-class ChunkDone:
+@dataclass(frozen=True, slots=True, config=JSON_FORM)
+class ChunkDone(JsonForm):
     """What a chunk's read reports to the driver: where its rows are exact, how many."""
 
     source: str
@@ -68,24 +77,17 @@ class ChunkDone:
     seconds: float = 0.0
     """How long its read took (rows through the functions, records out)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": self.source, "task": self.task, "lower": self.lower,
-            "upper": self.upper, "position": self.position, "rows": self.rows,
-            "seq": self.seq, "run": self.run, "since": self.since, "seconds": self.seconds,
-        }  # fmt: skip
-
+    @model_validator(mode="before")
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ChunkDone:
-        return cls(
-            data["source"], data["task"], data["lower"], data["upper"], data["position"],
-            int(data["rows"]), int(data["seq"]), int(data.get("run", 1)),
-            data.get("since") or data["position"], float(data.get("seconds", 0.0)),
-        )  # fmt: skip
+    def _since_position(cls, data: Any) -> Any:
+        """Reported before it had ``since``: its own position stands in."""
+        if isinstance(data, Mapping) and not data.get("since") and "position" in data:
+            return {**data, "since": data["position"]}
+        return data
 
 
-@dataclass
-class HistoryTask:
+@dataclass(config=JSON_FORM)
+class HistoryTask(JsonForm):
     """One table of one deployment being (or having been) read, and how far it got."""
 
     deployment: str
@@ -163,45 +165,19 @@ class HistoryTask:
     def highest_position(self) -> int:
         return max((position_order(position_from_json(s)) for _, _, s in self.done), default=0)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "deployment": self.deployment, "table": self.table, "key": list(self.key),
-            "splittable": self.splittable, "unchunked": self.unchunked,
-            "done": [list(chunk) for chunk in self.done], "rows": self.rows,
-            "started": self.started, "finished": self.finished, "live": self.live,
-            "run": self.run, "where": self.where, "estimated_rows": self.estimated_rows,
-            "deletes": [list(d) for d in self.deletes], "repair": self.repair,
-            "rate": self.rate, "bootstrap": self.bootstrap,
-        }  # fmt: skip
-
+    @model_validator(mode="before")
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> HistoryTask:
-        return cls(
-            deployment=data["deployment"],
-            table=data["table"],
-            key=tuple(data["key"]),
-            splittable=bool(data["splittable"]),
-            unchunked=bool(data.get("unchunked", False)),
-            done=[(upper, position, since) for upper, position, since in data.get("done", [])],
-            rows=int(data.get("rows", 0)),
-            started=float(data.get("started", 0.0)),
-            finished=float(data.get("finished", 0.0)),
-            live=bool(data.get("live", False)),
-            run=int(data.get("run", 1)),
-            where=data.get("where"),
-            estimated_rows=int(data.get("estimated_rows", 0)),
-            deletes=[(d[0], d[1]) for d in data.get("deletes", [])],
-            repair=bool(data.get("repair", False)),
-            rate=float(data.get("rate", 0.0)),
-            bootstrap=bool(data.get("bootstrap", (
-                int(data.get("run", 1)) == 1 and data.get("where") is None
-                and not data.get("repair")
-            ))),
-        )  # fmt: skip
+    def _bootstrap_then(cls, data: Any) -> Any:
+        """Written before ``bootstrap`` was: a task was one when it was the first read
+        of its table, of every row, and no repair."""
+        if isinstance(data, Mapping) and "bootstrap" not in data:
+            first = int(data.get("run", 1)) == 1 and data.get("where") is None
+            return {**data, "bootstrap": first and not data.get("repair")}
+        return data
 
 
-@dataclass
-class ReplayTask:
+@dataclass(config=JSON_FORM)
+class ReplayTask(JsonForm):
     """One deployment's current version run again over a range of retained binlog."""
 
     deployment: str
@@ -225,22 +201,6 @@ class ReplayTask:
     @property
     def id(self) -> str:
         return f"{self.deployment}:replay"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "deployment": self.deployment, "start": self.start, "end": self.end,
-            "route": self.route, "since": self.since, "until": self.until,
-            "cursor": self.cursor, "rows": self.rows, "run": self.run,
-            "started": self.started, "finished": self.finished,
-        }  # fmt: skip
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ReplayTask:
-        return cls(**{k: data.get(k) for k in (
-            "deployment", "start", "end", "route", "since", "until", "cursor")},
-            rows=int(data.get("rows", 0)), run=int(data.get("run", 1)),
-            started=float(data.get("started", 0.0)), finished=float(data.get("finished", 0.0)),
-        )  # fmt: skip
 
 
 def progress_text(tasks: Iterable[HistoryTask | ReplayTask]) -> dict[str, str]:
