@@ -4,7 +4,7 @@ Run with ``python tests/bench/bench_preview_window.py [--changes N] [--task N]
 [--rounds N]``. It sends 20-column row changes of one table through a
 ``FunctionStage`` (filter + projection + route, the Kafka records encoded as the
 runtime does) in tasks of ``--task`` changes, each task ending with its report
-encoded (``StageCounts.to_json``), once with the window off and once keeping 100
+encoded (``StageCounts.to_bytes``), once with the window off and once keeping 100
 changes per table, alternating, and prints changes/s of each (best of the rounds)
 and their ratio.
 """
@@ -64,7 +64,7 @@ def run(stage: FunctionStage, data: list[RowChange], task: int) -> float:
         for change in data[start : start + task]:
             for _ in stage.process(change, counts):
                 pass
-        counts.to_json()
+        counts.to_bytes()
     return time.perf_counter() - began
 
 

@@ -34,7 +34,7 @@ def api(tmp_path: Path) -> FastAPI:
         routed=Counter({("orders", "kafka://orders"): 1, ("orders", "kafka://dead"): 1}),
         delivered=Counter(orders=1), dead=Counter(orders=1),
     )  # fmt: skip
-    metrics.record_batch({"stage": counts.to_dict()}, {"durationMs": {"addBatch": 10}})
+    metrics.record_batch({"stage": counts.to_json()}, {"durationMs": {"addBatch": 10}})
     functions = {"orders": {"orders:keep": {
         "kind": "filter", "calls": 2, "passed": 1, "filtered": 1, "dead": 0, "timeouts": 0,
         "latency": [2] + [0] * 19, "seconds": 0.00002}}}  # fmt: skip

@@ -48,7 +48,7 @@ def test_a_task_s_pace_events_reach_the_driver_as_the_typed_values_it_made() -> 
             not_taken("src", "c", "kafka down"), rejoined("src", "b")]  # fmt: skip
     counts = StageCounts()
     counts.progress += made
-    back = StageCounts.from_json(counts.to_json()).progress  # as a task's counts travel
+    back = StageCounts.from_bytes(counts.to_bytes()).progress  # as a task's counts travel
     assert back == made
     assert [type(event) for event in back] == [Detached, CaughtUp, NotTaken, Rejoined]
     assert back[0].position == _at(300) and back[1].ended and back[2].reason == "kafka down"

@@ -32,7 +32,7 @@ def _batch(*changes: Any, size: int = 100) -> list[list[Any]]:
     counts = StageCounts()
     for change in changes:
         counts.keep(change, size)
-    return StageCounts.from_json(counts.to_json()).to_dict()["recent"]
+    return StageCounts.from_bytes(counts.to_bytes()).to_json()["recent"]
 
 
 def test_a_task_keeps_the_newest_changes_of_each_table_and_tasks_add_up() -> None:
@@ -41,10 +41,10 @@ def test_a_task_keeps_the_newest_changes_of_each_table_and_tasks_add_up() -> Non
         one.keep(_timed(n), 3)
     two.keep(_timed(20, "shop.stock"), 3)
     two.keep(_timed(21), 3)
-    one.add(StageCounts.from_json(two.to_json()))
+    one.add(StageCounts.from_bytes(two.to_bytes()))
     recent = {
         (s, t): [json.loads(e)["data"]["after"]["id"] for e in events]
-        for s, t, events in one.to_dict()["recent"]
+        for s, t, events in one.to_json()["recent"]
     }
     # Each task kept its 3 newest; the driver's window bounds what tasks add up to.
     assert recent == {("test", TABLE): [5, 6, 7, 21], ("test", "shop.stock"): [20]}

@@ -61,7 +61,7 @@ def _task(source: str, rows: int, *, started: float, committed: float) -> TaskRe
         kafka=rows,
         per_source=Counter({source: rows}),
         started=started + 0.5,
-        stage=StageCounts.from_json(counts.to_json()),
+        stage=StageCounts.from_bytes(counts.to_bytes()),
     )
 
 

@@ -153,7 +153,7 @@ def test_where_an_open_read_reached_travels_with_the_stage_counts() -> None:
     one, other = StageCounts(), StageCounts()
     one.reached["a"] = {"file": "bin.000001", "pos": 500}
     other.reached["b"] = {"file": "bin.000002", "pos": 4}
-    total = StageCounts.from_json(one.to_json())
+    total = StageCounts.from_bytes(one.to_bytes())
     total.add(other)
     assert total.reached == {"a": {"file": "bin.000001", "pos": 500},
                              "b": {"file": "bin.000002", "pos": 4}}  # fmt: skip

@@ -24,10 +24,12 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 import pyarrow as pa
+from pydantic import computed_field
+from pydantic.dataclasses import dataclass
 from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
@@ -35,12 +37,19 @@ from pyspark.sql.datasource import (
 
 from dbus_fn.coordination import HoldCheck
 from dbus_fn.errors import DbusError
+from dbus_spark.config.json_form import JSON_FORM, JsonForm
 from dbus_spark.config.logs import FIELDS, runtime_logger
 from dbus_spark.config.routes import Routes, elasticsearch_cluster, kafka_cluster
 from dbus_spark.config.runtime import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
-from dbus_spark.stage.functions import FunctionStage, StageCounts, StageRecord, refusal_dead_letter
+from dbus_spark.stage.functions import (
+    FunctionStage,
+    StageCounts,
+    StageRecord,
+    Tally,
+    refusal_dead_letter,
+)
 from dbus_spark.stage.worker import Batcher
 from dbus_spark.state.batch_reports import write_report
 from dbus_spark.state.checkpoint import ProgressFolder
@@ -55,9 +64,10 @@ from dbus_spark.state.sink_activity import SinkActivity
 log = runtime_logger()
 
 
-@dataclass
-class TaskReport(WriterCommitMessage):  # type: ignore[misc]
-    """What one task did; the driver sums these into the batch's metrics."""
+@dataclass(config=JSON_FORM)
+class TaskReport(JsonForm, WriterCommitMessage):  # type: ignore[misc]
+    """What one task did; the driver sums these into the batch's metrics, and its JSON
+    is the batch's report (``state.batch_reports``)."""
 
     records: int = 0
     kafka: int = 0
@@ -67,8 +77,14 @@ class TaskReport(WriterCommitMessage):  # type: ignore[misc]
     seconds: float = 0.0
     started: float = 0.0
     """Epoch seconds the task began writing."""
-    per_source: Counter[str] = field(default_factory=Counter)
+    per_source: Tally = field(default_factory=Counter)
     stage: StageCounts = field(default_factory=StageCounts)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def read_seconds(self) -> float:
+        """The stage's read time, beside the sinks' (the metrics' read phase)."""
+        return self.stage.read_seconds
 
     def counts(self) -> dict[str, Any]:
         """The sinks' counters alone, as a read task that delivered itself sends them."""
@@ -91,15 +107,6 @@ class TaskReport(WriterCommitMessage):  # type: ignore[misc]
             else 0.0
         )
         self.per_source.update(counts["per_source"])
-
-    def to_json(self) -> dict[str, object]:
-        """The batch's counters as the driver's metrics take them (``dbus_spark.observe``)."""
-        return {
-            "records": self.records, "kafka": self.kafka, "elasticsearch": self.elasticsearch,
-            "fenced": self.fenced, "seconds": self.seconds, "started": self.started,
-            "read_seconds": self.stage.read_seconds, "per_source": self.per_source,
-            "stage": self.stage.to_dict(),
-        }  # fmt: skip
 
 
 class WorkerSinks:
@@ -459,7 +466,7 @@ def task_counts(batches: Iterator[pa.RecordBatch]) -> TaskReport:
         columns = batch.to_pydict()
         for record_type, value in zip(columns["record_type"], columns["value"], strict=True):
             if record_type == RecordType.STATS:
-                report.stage.add_json(value)
+                report.stage.add_bytes(value)
             elif record_type == RecordType.DELIVERED:
                 report.absorb(json.loads(value))
     return report

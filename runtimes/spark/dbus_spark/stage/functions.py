@@ -12,13 +12,15 @@ deployment's dead-letter destination and never stops the other deployments.
 
 from __future__ import annotations
 
-import json
 import pickle
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any, TypeVar
+
+from pydantic import ConfigDict, PlainSerializer, PlainValidator
+from pydantic.dataclasses import dataclass as json_dataclass
 
 from dbus_fn.cloudevent import (
     image_digests,
@@ -42,6 +44,7 @@ from dbus_fn.manifest import Destination
 from dbus_fn.outcomes import Delivery
 from dbus_fn.pipeline import DeadLetter, Pipeline
 from dbus_fn.registry import LoadedDeployment, load_deployment
+from dbus_spark.config.json_form import JSON_FORM, JsonForm
 from dbus_spark.config.routes import Routes, routes_of
 from dbus_spark.config.runtime import DeploymentFolder
 from dbus_spark.stage.shipment import shipped_packages
@@ -75,31 +78,71 @@ def counter_of_pairs(pairs: list[list[Any]]) -> Counter[Any]:
     return Counter({tuple(pair[:-1]): int(pair[-1]) for pair in pairs})
 
 
-@dataclass
-class StageCounts:
-    """What the stage did, per deployment; summed on the driver into batch metrics."""
+def _counter_or_pairs(value: Counter[Any] | list[list[Any]]) -> Counter[Any]:
+    return value if isinstance(value, Counter) else counter_of_pairs(value)
+
+
+def _paces(events: Iterable[PaceEvent | Mapping[str, Any]]) -> list[PaceEvent]:
+    return [e if not isinstance(e, Mapping) else pace_event_from_json(e) for e in events]
+
+
+def _recent(value: Any) -> dict[tuple[str, str], deque[RowChange] | list[str]]:
+    if isinstance(value, dict):
+        return value
+    return {(source, table): list(events) for source, table, events in value}
+
+
+Parts = TypeVar("Parts")
+Pairs = Annotated[Counter[Parts], PlainValidator(_counter_or_pairs), PlainSerializer(_pairs)]
+"""A counter keyed by tuples: in JSON, ``_pairs``'s lists."""
+Tally = Annotated[Counter[str], PlainValidator(Counter), PlainSerializer(dict)]
+"""A counter keyed by names (of counts, or of seconds): in JSON, an object."""
+Paces = Annotated[
+    list[PaceEvent],
+    PlainValidator(_paces),
+    PlainSerializer(lambda events: [pace_event_to_json(event) for event in events]),
+]
+"""Pace events: in JSON, ``pace_event_to_json``'s objects, each tagged by its kind."""
+Recent = Annotated[
+    dict[tuple[str, str], deque[RowChange] | list[str]],
+    PlainValidator(_recent),
+    PlainSerializer(
+        lambda recent: [[s, t, _event_texts(changes)] for (s, t), changes in recent.items()]
+    ),
+]
+"""Changes kept per table: in JSON, ``[source, table, [structured CloudEvent, ...]]``
+each, the changes encoded only as the counts leave the task."""
+
+
+@json_dataclass(config=ConfigDict(**JSON_FORM, arbitrary_types_allowed=True))
+class StageCounts(JsonForm):
+    """What the stage did, per deployment; summed on the driver into batch metrics.
+
+    Each task's counts travel to its writer as ``to_bytes``; the writer's report carries
+    them as ``to_json``."""
 
     rows: int = 0
     ddl: int = 0
     read_seconds: float = 0.0
     started: float = 0.0
     """Epoch seconds the earliest read began."""
-    tables: Counter[tuple[str, str]] = field(default_factory=Counter)
+    tables: Pairs[tuple[str, str]] = field(default_factory=Counter)
     """Per (source, table), the binlog row changes read (``rows`` summed)."""
-    offered: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    offered: Pairs[tuple[str, str, str]] = field(default_factory=Counter)
     """Per (source, table, deployment), the events offered to its functions."""
-    routed: Counter[tuple[str, Destination]] = field(default_factory=Counter)
-    """Per (deployment, destination), the records it sent there, dead letters included."""
-    delivered: Counter[str] = field(default_factory=Counter)
-    filtered: Counter[str] = field(default_factory=Counter)
-    dead: Counter[str] = field(default_factory=Counter)
+    routed: Pairs[tuple[str, Destination]] = field(default_factory=Counter)
+    """Per (deployment, destination), the records it sent there, dead letters included
+    (a ``Destination``, read back as its text)."""
+    delivered: Tally = field(default_factory=Counter)
+    filtered: Tally = field(default_factory=Counter)
+    dead: Tally = field(default_factory=Counter)
     positions: dict[str, str] = field(default_factory=dict)
     """Per source, the position the batch read up to."""
     last_commit: dict[str, float] = field(default_factory=dict)
     """Per source, the commit time (epoch seconds) of the newest transaction read."""
-    held: Counter[str] = field(default_factory=Counter)
+    held: Tally = field(default_factory=Counter)
     """Per deployment, binlog changes a history task's chunk holds (see ``history``)."""
-    snapshot_rows: Counter[str] = field(default_factory=Counter)
+    snapshot_rows: Tally = field(default_factory=Counter)
     """Per deployment, snapshot rows read for its history tasks."""
     chunks: list[dict[str, Any]] = field(default_factory=list)
     """The history chunks read (``history.ChunkDone`` as JSON)."""
@@ -108,15 +151,15 @@ class StageCounts:
     reached: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per source read open past its planned end, the position (as JSON) it delivered
     up to (see ``dbus_spark.planning.source``)."""
-    busy: Counter[str] = field(default_factory=Counter)
+    busy: Tally = field(default_factory=Counter)
     """Per deployment, seconds its functions ran (``dbus_spark.state.progress``: a deployment
     that takes most of a read's time is detached)."""
-    progress: list[PaceEvent] = field(default_factory=list)
+    progress: Paces = field(default_factory=list)
     """Deployments detached, caught up or taken back (``dbus_spark.state.progress`` events)."""
     refused: list[dict[str, Any]] = field(default_factory=list)
     """History reads (a chunk, a replay part) their deployment's sinks did not take:
     per read, the source, the deployment and why; read again after a backoff."""
-    recent: dict[tuple[str, str], deque[RowChange] | list[str]] = field(default_factory=dict)
+    recent: Recent = field(default_factory=dict)
     """Per (source, table), the newest changes read (``keep``), for the runtime's preview
     window (``dbus_spark.interfaces.preview``): changes here, their structured JSON once sent."""
 
@@ -128,65 +171,9 @@ class StageCounts:
             found = self.recent[key] = deque(maxlen=size)
         found.append(change)  # type: ignore[arg-type]
 
-    def to_json(self) -> bytes:
-        return json.dumps(self.to_dict()).encode()
-
-    def to_dict(self) -> dict[str, Any]:
-        """As JSON values (what ``to_json`` writes; the driver's metrics take it so)."""
-        return {
-            "rows": self.rows,
-            "ddl": self.ddl,
-            "read_seconds": self.read_seconds,
-            "started": self.started,
-            "tables": _pairs(self.tables),
-            "offered": _pairs(self.offered),
-            "routed": _pairs(self.routed),
-            "delivered": self.delivered,
-            "filtered": self.filtered,
-            "dead": self.dead,
-            "positions": self.positions,
-            "last_commit": self.last_commit,
-            "held": self.held,
-            "snapshot_rows": self.snapshot_rows,
-            "chunks": self.chunks,
-            "replays": self.replays,
-            "reached": self.reached,
-            "busy": self.busy,
-            "progress": [pace_event_to_json(event) for event in self.progress],
-            "refused": self.refused,
-            "recent": [[source, table, _event_texts(changes)]
-                       for (source, table), changes in self.recent.items()],
-        }  # fmt: skip
-
-    def add_json(self, data: bytes) -> None:
-        self.add(StageCounts.from_json(data))
-
-    @classmethod
-    def from_json(cls, data: bytes) -> StageCounts:
-        counts = json.loads(data)
-        return cls(
-            rows=counts["rows"],
-            ddl=counts["ddl"],
-            read_seconds=counts["read_seconds"],
-            started=counts.get("started", 0.0),
-            tables=counter_of_pairs(counts.get("tables", [])),
-            offered=counter_of_pairs(counts.get("offered", [])),
-            routed=counter_of_pairs(counts.get("routed", [])),
-            delivered=Counter(counts["delivered"]),
-            filtered=Counter(counts["filtered"]),
-            dead=Counter(counts["dead"]),
-            positions=counts.get("positions", {}),
-            last_commit=counts.get("last_commit", {}),
-            held=Counter(counts.get("held", {})),
-            snapshot_rows=Counter(counts.get("snapshot_rows", {})),
-            chunks=counts.get("chunks", []),
-            replays=counts.get("replays", []),
-            reached=counts.get("reached", {}),
-            busy=Counter(counts.get("busy", {})),
-            progress=[pace_event_from_json(event) for event in counts.get("progress", [])],
-            refused=counts.get("refused", []),
-            recent={(s, t): list(events) for s, t, events in counts.get("recent", [])},
-        )
+    def add_bytes(self, data: bytes) -> None:
+        """Fold in another task's counts as ``to_bytes`` wrote them."""
+        self.add(StageCounts.from_bytes(data))
 
     def add(self, other: StageCounts) -> None:
         """Fold another task's counts into these (the shards of one source included)."""

@@ -100,7 +100,7 @@ class Batcher:
         self._rows: list[tuple[RecordType, bytes]] = []
 
     def add_stats(self, counts: StageCounts) -> None:
-        self._rows.append((RecordType.STATS, counts.to_json()))
+        self._rows.append((RecordType.STATS, counts.to_bytes()))
 
     def add_delivered(self, counts: dict[str, Any]) -> None:
         """What the read task's own sinks delivered (``TaskReport.counts``)."""

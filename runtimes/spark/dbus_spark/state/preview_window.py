@@ -81,7 +81,7 @@ class RecentWindow:
 
     def add(self, recent: Sequence[Sequence[Any]]) -> None:
         """One batch's kept changes: ``[source, table, [event JSON, ...]]`` per table
-        (``StageCounts.to_dict``'s ``recent``)."""
+        (``StageCounts.to_json``'s ``recent``)."""
         if not self._size:
             return
         for source, table, texts in recent:
