@@ -52,8 +52,6 @@ from dbus_spark.state.history import Gate
 from dbus_spark.state.progress import (
     Admission,
     PaceEvent,
-    pace_event_from_json,
-    pace_event_to_json,
 )
 from dbus_spark.state.records import IndexAction, KafkaRecord, document_version
 
@@ -82,10 +80,6 @@ def _counter_or_pairs(value: Counter[Any] | list[list[Any]]) -> Counter[Any]:
     return value if isinstance(value, Counter) else counter_of_pairs(value)
 
 
-def _paces(events: Iterable[PaceEvent | Mapping[str, Any]]) -> list[PaceEvent]:
-    return [e if not isinstance(e, Mapping) else pace_event_from_json(e) for e in events]
-
-
 def _recent(value: Any) -> dict[tuple[str, str], deque[RowChange] | list[str]]:
     if isinstance(value, dict):
         return value
@@ -97,12 +91,6 @@ Pairs = Annotated[Counter[Parts], PlainValidator(_counter_or_pairs), PlainSerial
 """A counter keyed by tuples: in JSON, ``_pairs``'s lists."""
 Tally = Annotated[Counter[str], PlainValidator(Counter), PlainSerializer(dict)]
 """A counter keyed by names (of counts, or of seconds): in JSON, an object."""
-Paces = Annotated[
-    list[PaceEvent],
-    PlainValidator(_paces),
-    PlainSerializer(lambda events: [pace_event_to_json(event) for event in events]),
-]
-"""Pace events: in JSON, ``pace_event_to_json``'s objects, each tagged by its kind."""
 Recent = Annotated[
     dict[tuple[str, str], deque[RowChange] | list[str]],
     PlainValidator(_recent),
@@ -154,7 +142,7 @@ class StageCounts(JsonForm):
     busy: Tally = field(default_factory=Counter)
     """Per deployment, seconds its functions ran (``dbus_spark.state.progress``: a deployment
     that takes most of a read's time is detached)."""
-    progress: Paces = field(default_factory=list)
+    progress: list[PaceEvent] = field(default_factory=list)
     """Deployments detached, caught up or taken back (``dbus_spark.state.progress`` events)."""
     refused: list[dict[str, Any]] = field(default_factory=list)
     """History reads (a chunk, a replay part) their deployment's sinks did not take:

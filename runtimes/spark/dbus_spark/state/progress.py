@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import field, replace
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_serializer, model_validator
 from pydantic.dataclasses import dataclass as json_dataclass
@@ -97,7 +97,11 @@ Book = dict[str, dict[str, Behind]]
 """Per source, per deployment not with the stream, where it stands."""
 
 
-@dataclass(frozen=True)
+# A task's counts carry its pace events as JSON objects tagged by ``kind`` (pydantic
+# tells them apart by it: ``PaceEvent``); each event's tag is its last field.
+
+
+@json_dataclass(frozen=True, config=JSON_FORM)
 class Detached:
     """A task left ``deployment`` out of the shared read of ``source``: its sinks
     acknowledged everything up to ``position`` (JSON), and no further, for ``reason``."""
@@ -107,9 +111,10 @@ class Detached:
     position: Mapping[str, Any]
     reason: str
     commit_time: float = 0.0
+    kind: Literal["detached"] = "detached"
 
 
-@dataclass(frozen=True)
+@json_dataclass(frozen=True, config=JSON_FORM)
 class CaughtUp:
     """A catch-up read's sinks acknowledged everything up to ``position`` (JSON);
     ``ended``: the read reached its batch's end."""
@@ -119,44 +124,30 @@ class CaughtUp:
     position: Mapping[str, Any]
     commit_time: float
     ended: bool
+    kind: Literal["read"] = "read"
 
 
-@dataclass(frozen=True)
+@json_dataclass(frozen=True, config=JSON_FORM)
 class NotTaken:
     """A catch-up read's sinks did not take what it read, for ``reason``."""
 
     source: str
     deployment: str
     reason: str
+    kind: Literal["failed"] = "failed"
 
 
-@dataclass(frozen=True)
+@json_dataclass(frozen=True, config=JSON_FORM)
 class Rejoined:
     """A shared read took ``deployment`` back and delivered for it."""
 
     source: str
     deployment: str
+    kind: Literal["rejoined"] = "rejoined"
 
 
-PaceEvent = Detached | CaughtUp | NotTaken | Rejoined
+PaceEvent = Annotated[Detached | CaughtUp | NotTaken | Rejoined, Field(discriminator="kind")]
 """What a batch's tasks report of the deployments not with the stream, for ``fold``."""
-
-_KINDS: dict[str, type[PaceEvent]] = {
-    "detached": Detached, "read": CaughtUp, "failed": NotTaken, "rejoined": Rejoined,
-}  # fmt: skip
-"""Each event's name in a task's counts (JSON, ``StageCounts``)."""
-_NAMES = {cls: name for name, cls in _KINDS.items()}
-
-
-def pace_event_to_json(event: PaceEvent) -> dict[str, Any]:
-    """``event`` as it travels in a task's counts."""
-    return {"kind": _NAMES[type(event)], **asdict(event)}
-
-
-def pace_event_from_json(data: Mapping[str, Any]) -> PaceEvent:
-    """An event from a task's counts (``pace_event_to_json``)."""
-    cls = _KINDS[data["kind"]]
-    return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})
 
 
 def detached(source: str, deployment: str, position: Mapping[str, Any], reason: str,
@@ -405,8 +396,6 @@ __all__ = [
     "detached",
     "fold",
     "not_taken",
-    "pace_event_from_json",
-    "pace_event_to_json",
     "rejoined",
     "start_order",
 ]
