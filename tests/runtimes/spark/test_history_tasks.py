@@ -12,7 +12,7 @@ from support import route_code
 from dbus_fn.capture import position_to_json
 from dbus_fn.events import BinlogPosition
 from dbus_fn.testing import update
-from dbus_spark.state.history import ChunkDone, Gate, HistoryStore, HistoryTask
+from dbus_spark.state.history import ChunkDone, Gate, HistoryStore, HistoryTask, Refusal
 from dbus_spark.state.history.queries import key_of_text, keys_where
 from dbus_spark.state.records import position_order
 
@@ -132,7 +132,7 @@ def test_a_deployment_whose_sinks_refused_its_history_is_read_again_after_a_back
     store._tasks["src"] = {name: task([]), "other:shop.a": HistoryTask("other", "shop.a", ("id",),
                                                                        True)}  # fmt: skip
     store._replays["src"] = {"catalog": ReplayTask("catalog", at(4), at(900))}
-    refused = {"source": "src", "deployment": "catalog", "reason": "Elasticsearch is down"}
+    refused = Refusal("src", "catalog", "Elasticsearch is down")
     store.refused([refused, refused], now=100.0)  # two chunks of one batch: one refusal
     assert store.waiting("src")["catalog"]["failures"] == 1
     # Nothing of that deployment is planned before its backoff ends; the other's is.
@@ -160,7 +160,7 @@ def test_a_batch_s_chunks_and_refusals_are_saved_once_at_its_end(tmp_path: Path)
     store = HistoryStore(tmp_path / "h.json")
     name = "catalog:shop.products"
     store._tasks["src"] = {name: task([])}
-    refused = {"source": "other", "deployment": "other", "reason": "Kafka is away"}
+    refused = Refusal("other", "other", "Kafka is away")
     with store.saved_once():
         store.record([done(name, None, [["i", 100]], 500, 0)])
         store.refused([refused], now=100.0)

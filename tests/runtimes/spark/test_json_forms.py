@@ -35,7 +35,14 @@ from dbus_spark.config.runtime import (
 )
 from dbus_spark.sinks.writer import TaskReport
 from dbus_spark.stage.functions import StageCounts, counter_of_pairs
-from dbus_spark.state.history.records import ChunkDone, HistoryTask, PlannedChunk, ReplayTask
+from dbus_spark.state.history.records import (
+    ChunkDone,
+    HistoryTask,
+    PlannedChunk,
+    Refusal,
+    ReplayPart,
+    ReplayTask,
+)
 from dbus_spark.state.progress import Admission, Behind, CaughtUp, Detached
 
 ORDERS = str(Path(__file__).resolve().parents[3] / "functions" / "orders")
@@ -63,8 +70,13 @@ STAGE = """{"rows": 10, "ddl": 1, "read_seconds": 0.8, "started": 1767312000.25,
 "routed": [["orders-eu", "kafka://orders.paid", 9]], "delivered": {"orders-eu": 8},
 "filtered": {"orders-eu": 1}, "dead": {"orders-eu": 1}, "positions": {"shop":
 "binlog.000003:4711"}, "last_commit": {"shop": 1767312000.5}, "held": {"orders-eu": 2},
-"snapshot_rows": {"orders-eu": 3}, "chunks": [{"source": "shop"}], "replays":
-[{"deployment": "orders-eu", "rows": 4}], "reached": {"shop": {"file": "binlog.000003",
+"snapshot_rows": {"orders-eu": 3}, "chunks": [{"source": "shop", "task":
+"orders-eu:shop.items", "lower": null, "upper": [["i", 100]], "position": {"file":
+"binlog.000003", "pos": 4711}, "rows": 3, "seq": 0, "run": 1, "since": {"file":
+"binlog.000003", "pos": 4000}, "seconds": 0.5}], "replays": [{"source": "shop",
+"deployment": "orders-eu", "run": 1, "start": {"file": "binlog.000003", "pos": 4}, "stop":
+{"file": "binlog.000003", "pos": 4711}, "rows": 4, "ended": false}], "reached": {"shop":
+{"file": "binlog.000003",
 "pos": 4711, "gtid": "0-1-42"}}, "busy": {"orders-eu": 0.25}, "progress": [{"kind":
 "detached", "source": "shop", "deployment": "orders-eu", "position": {"file":
 "binlog.000003", "pos": 4711, "gtid": "0-1-42"}, "reason": "es down", "commit_time":
@@ -204,15 +216,21 @@ def _stage() -> StageCounts:
     counts.last_commit["shop"] = 1767312000.5
     counts.held["orders-eu"] += 2
     counts.snapshot_rows["orders-eu"] += 3
-    counts.chunks.append({"source": "shop"})
-    counts.replays.append({"deployment": "orders-eu", "rows": 4})
+    counts.chunks.append(ChunkDone(
+        "shop", "orders-eu:shop.items", None, [["i", 100]], {"file": "binlog.000003", "pos": 4711},
+        3, 0, 1, {"file": "binlog.000003", "pos": 4000}, 0.5,
+    ))  # fmt: skip
+    counts.replays.append(ReplayPart(
+        "shop", "orders-eu", 1, {"file": "binlog.000003", "pos": 4},
+        {"file": "binlog.000003", "pos": 4711}, 4, False,
+    ))  # fmt: skip
     counts.reached["shop"] = AT
     counts.busy["orders-eu"] += 0.25
     counts.progress += [
         Detached("shop", "orders-eu", AT, "es down", 1767311999.0),
         CaughtUp("shop", "orders-eu", AT, 1767311999.5, True),
     ]
-    counts.refused.append({"source": "shop", "deployment": "orders-eu", "reason": "timeout"})
+    counts.refused.append(Refusal("shop", "orders-eu", "timeout"))
     counts.recent[("shop", "shop.orders")] = ['{"id": "e1"}']
     return counts
 

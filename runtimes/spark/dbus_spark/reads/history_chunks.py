@@ -50,7 +50,13 @@ from dbus_spark.stage.worker import (
     worker_stage,
 )
 from dbus_spark.state.history.queries import chunked_of, key_of_text
-from dbus_spark.state.history.records import ChunkDone, HistoryTask, PlannedChunk
+from dbus_spark.state.history.records import (
+    ChunkDone,
+    HistoryTask,
+    PlannedChunk,
+    Refusal,
+    ReplayPart,
+)
 from dbus_spark.state.records import position_order
 
 
@@ -150,11 +156,10 @@ def _replay_part(
     task.read_done()
     if _refused(partition, task):
         return
-    counts.replays.append({
-        "source": partition.source, "deployment": partition.deployment,
-        "run": partition.run, "start": partition.start, "stop": read.reached, "rows": rows,
-        "ended": read.ended,
-    })  # fmt: skip
+    counts.replays.append(ReplayPart(
+        partition.source, partition.deployment, partition.run, partition.start, read.reached,
+        rows, read.ended,
+    ))  # fmt: skip
 
 
 @dataclass
@@ -271,7 +276,7 @@ def _chunk_rows(
             chunk.run,
             position_to_json(offset_to_position(partition.end)),
             counts.read_seconds,
-        ).to_json()
+        )
     )
 
 
@@ -299,9 +304,7 @@ def _refused(partition: Any, task: ReadTask) -> bool:
     reason = task.settle().get(partition.deployment)
     if reason is None:
         return False
-    task.counts.refused.append(
-        {"source": partition.source, "deployment": partition.deployment, "reason": reason}
-    )
+    task.counts.refused.append(Refusal(partition.source, partition.deployment, reason))
     return True
 
 

@@ -23,6 +23,7 @@ from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.reads.history_chunks import REPLAY_ROWS, ReplayRange
 from dbus_spark.reads.task import ReadTask
 from dbus_spark.stage.functions import FunctionStage, StageRecord
+from dbus_spark.state.history import ReplayPart
 
 
 @dataclass(frozen=True)
@@ -223,8 +224,7 @@ def read_kafka_replay(
         task.read_done()
         task.settle()
         ended = not ranges(cursor, end)
-        counts.replays.append({
-            "source": part.source, "deployment": part.deployment, "run": part.run,
-            "start": part.start, "stop": {KAFKA: cursor}, "rows": rows, "ended": ended,
-        })  # fmt: skip
+        counts.replays.append(ReplayPart(
+            part.source, part.deployment, part.run, part.start, {KAFKA: cursor}, rows, ended,
+        ))  # fmt: skip
     yield from task.rows()

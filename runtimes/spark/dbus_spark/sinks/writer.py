@@ -53,7 +53,7 @@ from dbus_spark.stage.functions import (
 from dbus_spark.stage.worker import Batcher
 from dbus_spark.state.batch_reports import write_report
 from dbus_spark.state.checkpoint import ProgressFolder
-from dbus_spark.state.history import ChunkDone, HistoryStore, progress_text
+from dbus_spark.state.history import HistoryStore, progress_text
 from dbus_spark.state.live_counters import SinkPublisher
 from dbus_spark.state.progress import Detached, ProgressBook, Rejoined
 from dbus_spark.state.records import IndexAction, KafkaRecord, RecordType
@@ -518,18 +518,18 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             if stage.chunks or stage.replays or stage.refused:
                 store = HistoryStore(progress)
                 with store.saved_once():
-                    store.record(ChunkDone.from_json(chunk) for chunk in stage.chunks)
+                    store.record(stage.chunks)
                     store.record_replays(stage.replays)
                     if stage.refused:
                         store.refused(stage.refused)
                 for read in stage.refused:
-                    wait = store.waiting(read["source"]).get(read["deployment"], {})
+                    wait = store.waiting(read.source).get(read.deployment, {})
                     log.warning(
                         "history: deployment %s's sinks did not take its read of %s: %s; "
-                        "it is read again in %.0fs", read["deployment"], read["source"],
-                        read["reason"], wait.get("retry_at", time.time()) - time.time(),
+                        "it is read again in %.0fs", read.deployment, read.source,
+                        read.reason, wait.get("retry_at", time.time()) - time.time(),
                     )  # fmt: skip
-                sources = {part["source"] for part in (*stage.chunks, *stage.replays)}
+                sources = {c.source for c in stage.chunks} | {r.source for r in stage.replays}
                 history = _history_text(store, sources)
             if stage.reached:
                 progress.update("reached", lambda known: {**known, **stage.reached})

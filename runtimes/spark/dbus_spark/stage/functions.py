@@ -48,7 +48,7 @@ from dbus_spark.config.json_form import JSON_FORM, JsonForm
 from dbus_spark.config.routes import Routes, routes_of
 from dbus_spark.config.runtime import DeploymentFolder
 from dbus_spark.stage.shipment import shipped_packages
-from dbus_spark.state.history import Gate
+from dbus_spark.state.history import ChunkDone, Gate, Refusal, ReplayPart
 from dbus_spark.state.progress import (
     Admission,
     PaceEvent,
@@ -132,9 +132,9 @@ class StageCounts(JsonForm):
     """Per deployment, binlog changes a history task's chunk holds (see ``history``)."""
     snapshot_rows: Tally = field(default_factory=Counter)
     """Per deployment, snapshot rows read for its history tasks."""
-    chunks: list[dict[str, Any]] = field(default_factory=list)
-    """The history chunks read (``history.ChunkDone`` as JSON)."""
-    replays: list[dict[str, Any]] = field(default_factory=list)
+    chunks: list[ChunkDone] = field(default_factory=list)
+    """The history chunks read."""
+    replays: list[ReplayPart] = field(default_factory=list)
     """The replay parts read: where each stopped, how many rows."""
     reached: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per source read open past its planned end, the position (as JSON) it delivered
@@ -144,9 +144,9 @@ class StageCounts(JsonForm):
     that takes most of a read's time is detached)."""
     progress: list[PaceEvent] = field(default_factory=list)
     """Deployments detached, caught up or taken back (``dbus_spark.state.progress`` events)."""
-    refused: list[dict[str, Any]] = field(default_factory=list)
-    """History reads (a chunk, a replay part) their deployment's sinks did not take:
-    per read, the source, the deployment and why; read again after a backoff."""
+    refused: list[Refusal] = field(default_factory=list)
+    """History reads (a chunk, a replay part) their deployment's sinks did not take;
+    read again after a backoff."""
     recent: Recent = field(default_factory=dict)
     """Per (source, table), the newest changes read (``keep``), for the runtime's preview
     window (``dbus_spark.interfaces.preview``): changes here, their structured JSON once sent."""

@@ -17,6 +17,8 @@ from dbus_spark.state.history.records import (
     ChunkDone,
     HistoryTask,
     PlannedChunk,
+    Refusal,
+    ReplayPart,
     progress_text,
     task_id,
 )
@@ -28,6 +30,8 @@ __all__ = [
     "HistoryStore",
     "HistoryTask",
     "PlannedChunk",
+    "Refusal",
+    "ReplayPart",
     "chunked_of",
     "plan_chunks",
     "progress_text",

@@ -86,6 +86,31 @@ class ChunkDone(JsonForm):
         return data
 
 
+@dataclass(frozen=True, slots=True, config=JSON_FORM)
+class ReplayPart(JsonForm):
+    """What a replay part's read reports to the driver: where it started and stopped
+    (a binlog position, or a Kafka source's offsets per topic), how many rows it
+    sent, and whether it reached the replay's end."""
+
+    source: str
+    deployment: str
+    run: int
+    start: dict[str, Any]
+    stop: dict[str, Any]
+    rows: int
+    ended: bool
+
+
+@dataclass(frozen=True, slots=True, config=JSON_FORM)
+class Refusal(JsonForm):
+    """A history read (a chunk, a replay part) its deployment's sinks did not take,
+    and why: that deployment's history is read again after a backoff."""
+
+    source: str
+    deployment: str
+    reason: str
+
+
 @dataclass(config=JSON_FORM)
 class HistoryTask(JsonForm):
     """One table of one deployment being (or having been) read, and how far it got."""
@@ -220,6 +245,8 @@ __all__ = [
     "HistoryTask",
     "KeyJson",
     "PlannedChunk",
+    "Refusal",
+    "ReplayPart",
     "ReplayTask",
     "backoff",
     "progress_text",

@@ -62,6 +62,8 @@ from dbus_spark.state.history.records import (
     HistoryTask,
     KeyJson,
     PlannedChunk,
+    Refusal,
+    ReplayPart,
     ReplayTask,
     backoff,
     progress_text,
@@ -237,34 +239,33 @@ class HistoryStore:
         self.save()
         return replay
 
-    def record_replays(self, parts: Iterable[Mapping[str, Any]]) -> None:
+    def record_replays(self, parts: Iterable[ReplayPart]) -> None:
         """Replay parts a committed micro-batch read: each moves its replay's cursor."""
         changed = False
         for part in parts:
-            replay = self.replays(part["source"]).get(part["deployment"])
-            if replay is None or replay.run != part["run"] or replay.cursor != part["start"]:
+            replay = self.replays(part.source).get(part.deployment)
+            if replay is None or replay.run != part.run or replay.cursor != part.start:
                 continue  # replaced since, or a replayed batch already recorded
-            replay.cursor = part["stop"]
-            replay.rows += int(part["rows"])
-            self._taken(part["source"], part["deployment"])
-            if part["ended"]:
+            replay.cursor = part.stop
+            replay.rows += part.rows
+            self._taken(part.source, part.deployment)
+            if part.ended:
                 replay.finished = time.time()
                 log.info("history: replay of %s ended: %d rows", replay.deployment, replay.rows)
             changed = True
         if changed:
             self.save()
 
-    def refused(self, reads: Iterable[Mapping[str, Any]], now: float | None = None) -> None:
-        """History reads a committed micro-batch's sinks did not take (``source``,
-        ``deployment``, ``reason``): that deployment's history is read again after a
-        backoff, from where it stands."""
+    def refused(self, reads: Iterable[Refusal], now: float | None = None) -> None:
+        """History reads a committed micro-batch's sinks did not take: that deployment's
+        history is read again after a backoff, from where it stands."""
         now = time.time() if now is None else now
-        once = {(read["source"], read["deployment"]): read for read in reads}  # per batch
+        once = {(read.source, read.deployment): read for read in reads}  # per batch
         for read in once.values():
-            waits = self._waits.setdefault(read["source"], {})
-            failures = int(waits.get(read["deployment"], {}).get("failures", 0)) + 1
-            waits[read["deployment"]] = {
-                "reason": read["reason"], "failures": failures,
+            waits = self._waits.setdefault(read.source, {})
+            failures = int(waits.get(read.deployment, {}).get("failures", 0)) + 1
+            waits[read.deployment] = {
+                "reason": read.reason, "failures": failures,
                 "retry_at": now + backoff(failures),
             }  # fmt: skip
         self.save()
