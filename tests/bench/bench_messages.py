@@ -73,7 +73,8 @@ def messages(data: list[RowChange]) -> int:
 
 def stage(folder: Path) -> Callable[[list[RowChange]], int]:
     from dbus_spark.config.runtime import deployment_folders
-    from dbus_spark.stage.functions import FunctionStage, StageCounts
+    from dbus_spark.stage.counts import StageCounts
+    from dbus_spark.stage.functions import FunctionStage
 
     def run(data: list[RowChange]) -> int:
         _ROW_MESSAGES._shapes.clear()  # a shape's writer is chosen by the switch when first met

@@ -22,7 +22,8 @@ from bench_pipeline import changes
 
 from dbus_fn.events import RowChange
 from dbus_spark.config.runtime import deployment_folders
-from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.stage.counts import StageCounts
+from dbus_spark.stage.functions import FunctionStage
 
 MODULE = """
 import dbus_fn as fn

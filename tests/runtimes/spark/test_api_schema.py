@@ -15,7 +15,7 @@ from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.interfaces.api import build_app
 from dbus_spark.interfaces.api.desk import RequestDesk
 from dbus_spark.observe import RuntimeMetrics
-from dbus_spark.stage.functions import StageCounts
+from dbus_spark.stage.counts import StageCounts
 from dbus_spark.state.live_counters import Publisher
 
 

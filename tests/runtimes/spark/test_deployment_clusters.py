@@ -208,7 +208,7 @@ def test_a_worker_s_sinks_send_each_deployment_to_its_own_cluster(
 
 def test_a_route_that_changes_mid_task_never_drops_what_a_sink_still_holds() -> None:
     from dbus_fn.testing import insert
-    from dbus_spark.stage.functions import index_action
+    from dbus_spark.stage.documents import index_action
 
     sinks = WorkerSinks(_config(elasticsearch=f"http://127.0.0.1:{free_port()}"))
     held = sinks.elasticsearch("theirs")

@@ -15,7 +15,7 @@ from dbus_fn.testing import insert
 from dbus_spark.planning.source import BinlogSourceReader
 from dbus_spark.reads.catchup import CatchUpRange
 from dbus_spark.reads.range_read import SourceRange
-from dbus_spark.stage.functions import StageCounts
+from dbus_spark.stage.counts import StageCounts
 from dbus_spark.state.progress import (
     MAX_BACKOFF,
     Admission,

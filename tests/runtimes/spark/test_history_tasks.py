@@ -289,7 +289,8 @@ def test_a_deployment_s_own_read_is_gated_as_the_shared_read_is(function_folder:
     """A deployment detached while it is bootstrapped catches up through the same gate:
     a change its chunks bring instead never comes before (or after) their rows."""
     from dbus_spark.config.runtime import deployment_folders
-    from dbus_spark.stage.functions import FunctionStage, StageCounts
+    from dbus_spark.stage.counts import StageCounts
+    from dbus_spark.stage.functions import FunctionStage
 
     folder = function_folder("catalog", route_code(TABLE, "kafka://products"), [TABLE])
     stage = FunctionStage(deployment_folders((str(folder),)), type_prefix="dbus")

@@ -34,7 +34,7 @@ from dbus_spark.config.runtime import (
     WriteFencing,
 )
 from dbus_spark.sinks.writer import TaskReport
-from dbus_spark.stage.functions import StageCounts, counter_of_pairs
+from dbus_spark.stage.counts import StageCounts, counter_of_pairs
 from dbus_spark.state.history.records import (
     ChunkDone,
     HistoryTask,

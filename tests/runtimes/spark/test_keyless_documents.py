@@ -11,7 +11,7 @@ from typing import Any
 from dbus_fn import Operation
 from dbus_fn.cloudevent import image_digests
 from dbus_fn.testing import row_change
-from dbus_spark.stage.functions import IndexActions
+from dbus_spark.stage.documents import IndexActions
 from dbus_spark.state.records import IndexAction
 
 TYPES = {"a": "int", "doc": "json"}

@@ -23,7 +23,8 @@ from dbus_fn.testing import insert
 from dbus_spark.config.runtime import RuntimeConfig, SourceBinding, deployment_folders
 from dbus_spark.interfaces.api import ApiServer, ApiSettings, build_app
 from dbus_spark.observe import RuntimeMetrics, take_report, write_report
-from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.stage.counts import StageCounts
+from dbus_spark.stage.functions import FunctionStage
 from dbus_spark.state.live_counters import Publisher, SinkPublisher
 from dbus_spark.state.sink_activity import SinkActivity
 

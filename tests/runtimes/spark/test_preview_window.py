@@ -16,7 +16,7 @@ from dbus_fn.errors import FunctionNotFoundError
 from dbus_fn.testing import insert
 from dbus_spark.config.runtime import RuntimeConfig, deployment_folders
 from dbus_spark.interfaces.preview.service import NO_REGISTRY, Previewer
-from dbus_spark.stage.functions import StageCounts
+from dbus_spark.stage.counts import StageCounts
 from dbus_spark.state.preview_window import RecentWindow, patterns_meet, table_matches
 
 TABLE = "shop.orders"

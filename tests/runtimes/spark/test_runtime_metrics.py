@@ -16,7 +16,7 @@ import pytest
 from dbus_spark.config.logs import LOG_FORMAT_ENV, JsonFormatter, log_formatter
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.sinks.writer import SinkWriter, TaskReport
-from dbus_spark.stage.functions import StageCounts
+from dbus_spark.stage.counts import StageCounts
 
 
 @pytest.fixture

@@ -90,7 +90,7 @@ def test_index_mapping_covers_the_fields_present_and_leaves_others_dynamic() -> 
 
 def test_an_index_action_is_the_row_keyed_by_its_primary_key_and_versioned_by_position() -> None:
     from dbus_fn.testing import delete, insert
-    from dbus_spark.stage.functions import index_action
+    from dbus_spark.stage.documents import index_action
 
     change = insert("shop.orders", id=7, status="paid", total=Decimal("12.50"))
     action = index_action(change, "orders", dead_letter="orders.dead")

@@ -148,7 +148,7 @@ def test_what_a_read_task_delivered_itself_adds_up_with_the_writers_counts() -> 
 
 
 def test_where_an_open_read_reached_travels_with_the_stage_counts() -> None:
-    from dbus_spark.stage.functions import StageCounts
+    from dbus_spark.stage.counts import StageCounts
 
     one, other = StageCounts(), StageCounts()
     one.reached["a"] = {"file": "bin.000001", "pos": 500}

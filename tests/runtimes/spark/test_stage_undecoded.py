@@ -9,7 +9,8 @@ from typing import Any
 
 from dbus_fn.events import BinlogPosition, Operation, UndecodedRows
 from dbus_spark.config.runtime import deployment_folders
-from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.stage.counts import StageCounts
+from dbus_spark.stage.functions import FunctionStage
 from dbus_spark.state.records import KafkaRecord
 
 RELAY = """

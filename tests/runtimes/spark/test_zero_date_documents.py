@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import date
 
 from dbus_fn.testing import row_change
-from dbus_spark.stage.functions import index_action
+from dbus_spark.stage.documents import index_action
 
 TYPES = {"id": "int", "d": "date", "dt": "datetime(3)", "ts": "timestamp", "s": "varchar(20)"}
 

@@ -43,7 +43,7 @@ from dbus_spark.observe.state import (
     SourceState,
     TopologyState,
 )
-from dbus_spark.stage.functions import counter_of_pairs
+from dbus_spark.stage.counts import counter_of_pairs
 from dbus_spark.state.batch_reports import take_report
 from dbus_spark.state.checkpoint import progress_path
 from dbus_spark.state.history import HistoryStore

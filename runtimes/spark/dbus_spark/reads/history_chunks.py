@@ -42,7 +42,8 @@ from dbus_spark.config.logs import runtime_logger
 from dbus_spark.config.runtime import RuntimeConfig, SourceBinding
 from dbus_spark.reads.task import ReadTask, planned_here, reading
 from dbus_spark.sinks.writer import paces
-from dbus_spark.stage.functions import FunctionStage, StageCounts, StageRecord
+from dbus_spark.stage.counts import StageCounts
+from dbus_spark.stage.functions import FunctionStage, StageRecord
 from dbus_spark.stage.shipment import Shipment
 from dbus_spark.stage.worker import (
     offset_to_position,

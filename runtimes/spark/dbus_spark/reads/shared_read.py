@@ -19,7 +19,8 @@ from dbus_fn.events import (
     TransactionCommit,
     UndecodedRows,
 )
-from dbus_spark.stage.functions import FunctionStage, StageCounts, StageRecord
+from dbus_spark.stage.counts import StageCounts
+from dbus_spark.stage.functions import FunctionStage, StageRecord
 from dbus_spark.state.history import Gate
 from dbus_spark.state.progress import (
     SLOW_AFTER,

@@ -26,7 +26,8 @@ import pyarrow as pa
 from dbus_fn.capture import BinlogReader
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.sinks.writer import Output, WorkerSinks
-from dbus_spark.stage.functions import FunctionStage, StageCounts, StageRecord
+from dbus_spark.stage.counts import StageCounts
+from dbus_spark.stage.functions import FunctionStage, StageRecord
 from dbus_spark.stage.worker import Batcher, drop_reader, hold
 
 Item = TypeVar("Item")

@@ -43,13 +43,8 @@ from dbus_spark.config.routes import Routes, elasticsearch_cluster, kafka_cluste
 from dbus_spark.config.runtime import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
-from dbus_spark.stage.functions import (
-    FunctionStage,
-    StageCounts,
-    StageRecord,
-    Tally,
-    refusal_dead_letter,
-)
+from dbus_spark.stage.counts import StageCounts, Tally
+from dbus_spark.stage.functions import FunctionStage, StageRecord, refusal_dead_letter
 from dbus_spark.stage.worker import Batcher
 from dbus_spark.state.batch_reports import write_report
 from dbus_spark.state.checkpoint import ProgressFolder

@@ -25,7 +25,8 @@ from dbus_fn.capture import (
 from dbus_fn.events import BinlogPosition
 from dbus_spark.config import logs
 from dbus_spark.config.runtime import RuntimeConfig, SourceBinding
-from dbus_spark.stage.functions import FunctionStage, StageCounts
+from dbus_spark.stage.counts import StageCounts
+from dbus_spark.stage.functions import FunctionStage
 from dbus_spark.stage.shipment import Shipment, unpacked
 from dbus_spark.state.live_counters import Publisher
 from dbus_spark.state.records import RecordType

@@ -204,7 +204,7 @@ def _key_json(values: list[Any]) -> Any:
 
 def _texts(change: Any) -> tuple[str, str]:
     from dbus_fn.cloudevent import primary_key_text
-    from dbus_spark.stage.functions import IndexActions
+    from dbus_spark.stage.documents import IndexActions
 
     return IndexActions().build(change, "-").doc_id, primary_key_text(change) or ""
 

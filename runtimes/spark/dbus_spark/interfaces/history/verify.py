@@ -45,7 +45,7 @@ from dbus_fn.pipeline import Pipeline
 from dbus_fn.registry import LoadedDeployment
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.interfaces.history.target import deployment_named, runtime_at
-from dbus_spark.stage.functions import IndexActions
+from dbus_spark.stage.documents import IndexActions
 from dbus_spark.state.checkpoint import progress_path
 from dbus_spark.state.history.queries import keys_where
 
