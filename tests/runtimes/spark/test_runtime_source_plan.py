@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -133,17 +132,18 @@ def test_a_note_is_taken_only_where_it_is_further_and_covers_every_deployment(
 
 def test_what_a_read_task_delivered_itself_adds_up_with_the_writers_counts() -> None:
     from dbus_spark.sinks.writer import TaskReport
+    from dbus_spark.stage.counts import SinkCounts
 
     writer = TaskReport(records=2, kafka=2, seconds=0.5, started=20.0)
     writer.per_source["a"] += 2
     reader = TaskReport(records=5, kafka=3, elasticsearch=2, fenced=0, seconds=2.0, started=10.0)
     reader.per_source.update({"a": 4, "b": 1})
-    writer.absorb(json.loads(json.dumps(reader.counts())))  # as it travels
+    writer.add_sinks(SinkCounts.from_bytes(reader.sink_counts().to_bytes()))  # as it travels
     assert (writer.records, writer.kafka, writer.elasticsearch) == (7, 5, 2)
     assert (writer.seconds, writer.started) == (2.0, 10.0)
     assert writer.per_source == {"a": 6, "b": 1}
     empty = TaskReport()
-    empty.absorb(TaskReport().counts())
+    empty.add_sinks(TaskReport().sink_counts())
     assert empty.started == 0.0
 
 

@@ -22,10 +22,8 @@ import json
 import os
 import socket
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import field, replace
-from typing import Any
 
 import pyarrow as pa
 from pydantic import computed_field
@@ -37,13 +35,13 @@ from pyspark.sql.datasource import (
 
 from dbus_fn.coordination import HoldCheck
 from dbus_fn.errors import DbusError
-from dbus_spark.config.json_form import JSON_FORM, JsonForm
+from dbus_spark.config.json_form import JSON_FORM
 from dbus_spark.config.logs import FIELDS, runtime_logger
 from dbus_spark.config.routes import Routes, elasticsearch_cluster, kafka_cluster
 from dbus_spark.config.runtime import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
-from dbus_spark.stage.counts import StageCounts, Tally
+from dbus_spark.stage.counts import SinkCounts, StageCounts
 from dbus_spark.stage.functions import FunctionStage, StageRecord, refusal_dead_letter
 from dbus_spark.stage.worker import Batcher
 from dbus_spark.state.batch_reports import write_report
@@ -60,19 +58,11 @@ log = runtime_logger()
 
 
 @dataclass(config=JSON_FORM)
-class TaskReport(JsonForm, WriterCommitMessage):  # type: ignore[misc]
-    """What one task did; the driver sums these into the batch's metrics, and its JSON
-    is the batch's report (``state.batch_reports``)."""
+class TaskReport(SinkCounts, WriterCommitMessage):  # type: ignore[misc]
+    """What one task did: what its sinks took and what its stage counted; the driver
+    sums these into the batch's metrics, and its JSON is the batch's report
+    (``state.batch_reports``)."""
 
-    records: int = 0
-    kafka: int = 0
-    elasticsearch: int = 0
-    fenced: int = 0
-    """Kafka messages dropped because the source's hold was lost mid-task."""
-    seconds: float = 0.0
-    started: float = 0.0
-    """Epoch seconds the task began writing."""
-    per_source: Tally = field(default_factory=Counter)
     stage: StageCounts = field(default_factory=StageCounts)
 
     @computed_field  # type: ignore[prop-decorator]
@@ -80,28 +70,6 @@ class TaskReport(JsonForm, WriterCommitMessage):  # type: ignore[misc]
     def read_seconds(self) -> float:
         """The stage's read time, beside the sinks' (the metrics' read phase)."""
         return self.stage.read_seconds
-
-    def counts(self) -> dict[str, Any]:
-        """The sinks' counters alone, as a read task that delivered itself sends them."""
-        return {
-            "records": self.records, "kafka": self.kafka, "elasticsearch": self.elasticsearch,
-            "fenced": self.fenced, "seconds": self.seconds, "started": self.started,
-            "per_source": self.per_source,
-        }  # fmt: skip
-
-    def absorb(self, counts: Mapping[str, Any]) -> None:
-        """Add what another task's sinks delivered (``counts``)."""
-        self.records += counts["records"]
-        self.kafka += counts["kafka"]
-        self.elasticsearch += counts["elasticsearch"]
-        self.fenced += counts["fenced"]
-        self.seconds = max(self.seconds, counts["seconds"])
-        self.started = (
-            min(t for t in (self.started, counts["started"]) if t)
-            if (self.started or counts["started"])
-            else 0.0
-        )
-        self.per_source.update(counts["per_source"])
 
 
 class WorkerSinks:
@@ -450,7 +418,7 @@ class Output:
         """Wait for what was put (at most ``within`` seconds, by default the detach
         bound): per deployment whose sinks did not take all of it, why."""
         failed = self.sinks.settle(self.report, began, within)
-        self.batcher.add_delivered(self.report.counts())
+        self.batcher.add_delivered(self.report.sink_counts())
         return failed
 
 
@@ -463,7 +431,7 @@ def task_counts(batches: Iterator[pa.RecordBatch]) -> TaskReport:
             if record_type == RecordType.STATS:
                 report.stage.add_bytes(value)
             elif record_type == RecordType.DELIVERED:
-                report.absorb(json.loads(value))
+                report.add_sinks(SinkCounts.from_bytes(value))
     return report
 
 
@@ -487,14 +455,9 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         for report in messages:
             if report is None:
                 continue
-            total.records += report.records
-            total.kafka += report.kafka
-            total.elasticsearch += report.elasticsearch
-            total.fenced += report.fenced
-            total.seconds = max(total.seconds, report.seconds)
-            began = [t for t in (total.started, report.started, report.stage.started) if t]
-            total.started = min(began, default=0.0)
-            total.per_source.update(report.per_source)
+            total.add_sinks(report)
+            began = [t for t in (total.started, report.stage.started) if t]
+            total.started = min(began, default=0.0)  # or when its stage began reading
             total.stage.add(report.stage)
         stage = total.stage
         if self._reports is not None:

@@ -168,4 +168,36 @@ def _event_texts(changes: Iterable[RowChange | str]) -> list[str]:
     return texts
 
 
-__all__ = ["StageCounts", "Tally", "counter_of_pairs"]
+@json_dataclass(config=JSON_FORM)
+class SinkCounts(JsonForm):
+    """What a read task's sinks took: records handed to them, messages and documents
+    acknowledged, per source; summed on the driver beside the ``StageCounts``."""
+
+    records: int = 0
+    kafka: int = 0
+    elasticsearch: int = 0
+    fenced: int = 0
+    """Kafka messages dropped because the source's hold was lost mid-task."""
+    seconds: float = 0.0
+    started: float = 0.0
+    """Epoch seconds the task began writing (0: it wrote nothing)."""
+    per_source: Tally = field(default_factory=Counter)
+
+    def sink_counts(self) -> SinkCounts:
+        """These counts alone (a copy), as a read task that delivered itself sends them."""
+        return SinkCounts(self.records, self.kafka, self.elasticsearch, self.fenced,
+                          self.seconds, self.started, Counter(self.per_source))  # fmt: skip
+
+    def add_sinks(self, other: SinkCounts) -> None:
+        """Add what another task's sinks took."""
+        self.records += other.records
+        self.kafka += other.kafka
+        self.elasticsearch += other.elasticsearch
+        self.fenced += other.fenced
+        self.seconds = max(self.seconds, other.seconds)
+        began = [t for t in (self.started, other.started) if t]
+        self.started = min(began) if began else 0.0
+        self.per_source.update(other.per_source)
+
+
+__all__ = ["SinkCounts", "StageCounts", "Tally", "counter_of_pairs"]

@@ -11,7 +11,6 @@ position and the hold it was read under.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +24,7 @@ from dbus_fn.capture import (
 from dbus_fn.events import BinlogPosition
 from dbus_spark.config import logs
 from dbus_spark.config.runtime import RuntimeConfig, SourceBinding
-from dbus_spark.stage.counts import StageCounts
+from dbus_spark.stage.counts import SinkCounts, StageCounts
 from dbus_spark.stage.functions import FunctionStage
 from dbus_spark.stage.shipment import Shipment, unpacked
 from dbus_spark.state.live_counters import Publisher
@@ -103,9 +102,9 @@ class Batcher:
     def add_stats(self, counts: StageCounts) -> None:
         self._rows.append((RecordType.STATS, counts.to_bytes()))
 
-    def add_delivered(self, counts: dict[str, Any]) -> None:
-        """What the read task's own sinks delivered (``TaskReport.counts``)."""
-        self._rows.append((RecordType.DELIVERED, json.dumps(counts).encode()))
+    def add_delivered(self, counts: SinkCounts) -> None:
+        """What the read task's own sinks took."""
+        self._rows.append((RecordType.DELIVERED, counts.to_bytes()))
 
     def add(self, kind: str, value: bytes) -> None:
         """A row ``take`` gave (from another process: ``dbus_spark.reads.open_read``)."""
