@@ -247,10 +247,10 @@ def test_a_read_still_starting_when_its_source_is_asked_for_hands_it_over_once_i
     handed = open_read.quiet(checkpoint, "src")
     took = time.monotonic() - began
     starting.join(60)
-    # Asked again once it listened, it handed its source over, with how far it read.
+    # Asked again once it listened, it handed its source over, with how far it read
+    # (past the planned end too: it read open, other tests' writes on the server too).
     assert handed.reached is not None
-    start, end = (coordinates(position_from_json(p)) for p in (planned.start, planned.end))
-    assert start <= coordinates(handed.reached) <= end
+    assert coordinates(handed.reached) >= coordinates(position_from_json(planned.start))
     assert took < 10, f"the source was handed over after {took:.1f}s"
     # Its own task either asked first (and read its range) or found the read ended
     # (and fails: Spark reads the batch again). Nothing holds the source after.
