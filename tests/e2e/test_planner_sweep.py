@@ -15,8 +15,9 @@ import pytest
 from e2e_support import Scratch
 from support import kafka_count, relay_table, wait_for
 
+from dbus_spark.spark import planners
 from dbus_spark.spark.job import start, stop
-from dbus_spark.spark.planners import PLANNER_MODULES, PlannerSweeper
+from dbus_spark.spark.planners import CREATOR, PLANNER_MODULES, PlannerSweeper
 
 pytestmark = pytest.mark.e2e
 
@@ -77,3 +78,38 @@ def test_planner_processes_end_after_a_start_and_come_back_for_the_next(
             stop(query, spark)
         shown += written
     assert PlannerSweeper.ensure(spark.sparkContext).is_alive()
+
+
+def test_a_planner_busy_at_the_sweep_after_the_first_commit_is_stopped_at_a_later_one(
+    spark: Any, scratch: Scratch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services, database, topic, _index, tmp_path, function_folder = scratch
+    folder, _table = relay_table(database, function_folder, f"kafka://{topic}")
+    config = replace(scratch.runtime_config(folder), checkpoint_dir=str(tmp_path / "cp"))
+    sweep = planners.sweep
+    busy: list[frozenset[str]] = []
+
+    def creator_busy_once(sc: Any, pools: dict[str, Any], modules: frozenset[str]) -> bool:
+        # Spark asked the creator again just as the query committed: busy at that sweep
+        # (a moment no service gives on cue).
+        if CREATOR in modules and not busy:
+            busy.append(modules)
+            sweep(sc, pools, modules - {CREATOR})
+            return False
+        return sweep(sc, pools, modules)
+
+    monkeypatch.setattr(planners, "sweep", creator_busy_once)
+    query = start(config, spark=spark)
+    try:
+        wait_for(lambda: query.exception() or query.lastProgress, 120, "the first progress")
+        with database.connect().cursor() as cur:
+            for key in range(1, 51):
+                cur.execute("INSERT INTO t VALUES (%s)", (key,))
+        assert kafka_count(services.kafka.bootstrap_servers, topic, expected=50) == 50
+        try:
+            wait_for(lambda: not _planners(spark), 30, "the planner processes to end")
+        except AssertionError as late:
+            raise AssertionError(f"{late}; still running: {_planners(spark)}") from None
+        assert busy, "the sweep after the first commit found the creator busy"
+    finally:
+        stop(query, spark)

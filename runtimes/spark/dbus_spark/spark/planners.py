@@ -15,7 +15,8 @@ Spark asks it again in later micro-batches.
   the block began: the first batch of a big transaction runs without them;
 - all three once the first batch committed (its sink runner started) and the
   source's creator, which that commit uses, was handed back;
-- and only a pool with an idle worker and none busy.
+- and only a pool with an idle worker and none busy; a query is forgotten only
+  once its pools are stopped, so one busy at a sweep is stopped at a later one.
 A pool stopped is started again by Spark when next needed. The pools of the
 query's own tasks and of its streaming source and sink runners are left alone:
 every micro-batch uses them.
@@ -85,28 +86,36 @@ def _used_since(pools: dict[str, Any], module: str, since_ns: int, *, handed_bac
     return int(getattr(pool, _LAST_ACTIVITY)()) >= since_ns
 
 
-def _unused(sc: SparkContext, pool: Any) -> bool:
-    """Whether a pool has an idle worker and none busy (a daemon with no worker yet
-    is about to give one out)."""
+def _state(sc: SparkContext, pool: Any) -> str:
+    """``"gone"`` (no daemon runs), ``"idle"`` (an idle worker and none busy) or
+    ``"busy"`` (a worker at work, or a daemon with no worker yet, about to give one
+    out)."""
     daemon = _private(sc, pool, "org.apache.spark.api.python.PythonWorkerFactory", "daemon")
     if daemon is None:
-        return False
+        return "gone"
     try:
         workers = psutil.Process(int(daemon.pid())).children()
+    except psutil.NoSuchProcess:
+        return "gone"
     except psutil.Error:
-        return False
+        return "busy"
     idle = int(pool.idleWorkers().size())
-    return idle > 0 and len(workers) <= idle
+    return "idle" if idle > 0 and len(workers) <= idle else "busy"
 
 
-def sweep(sc: SparkContext, pools: dict[str, Any], modules: frozenset[str]) -> int:
-    """Stop the ``pools`` of ``modules`` none of whose workers is busy; how many."""
-    swept = 0
+def sweep(sc: SparkContext, pools: dict[str, Any], modules: frozenset[str]) -> bool:
+    """Stop the ``pools`` of ``modules`` none of whose workers is busy; whether none of
+    them runs now (a busy one is left for a later sweep)."""
+    done = True
     for module, pool in pools.items():
-        if module in modules and _unused(sc, pool):
+        if module not in modules:
+            continue
+        state = _state(sc, pool)
+        if state == "idle":
             pool.stop()
-            swept += 1
-    return swept
+        elif state == "busy":
+            done = False
+    return done
 
 
 class PlannerSweeper(threading.Thread):
@@ -145,35 +154,36 @@ class PlannerSweeper(threading.Thread):
             with self._guard:
                 self._starting -= 1
 
-    def _due(self) -> tuple[frozenset[str], dict[str, Any]]:
-        """Which pools a sweep may stop now (see the module's text), and the pools;
-        forgets the queries that committed a batch or ended, once this sweep is
-        their last."""
+    def _due(self) -> tuple[frozenset[str], dict[str, Any], list[tuple[StreamingQuery, int]]]:
+        """Which pools a sweep may stop now (see the module's text), the pools, and the
+        queries still to wait for once those are stopped (the others committed a
+        batch, or ended)."""
         if self._starting or not self._pending:
-            return frozenset(), {}
+            return frozenset(), {}, self._pending
         pools = _pools(self.sc)
         due, waiting = PLANNER_MODULES, []
         for query, since in self._pending:
             if not query.isActive:
                 continue
             if not _used_since(pools, WRITER_PLANNER, since, handed_back=True):
-                return frozenset(), pools  # its first batch is still being planned
+                return frozenset(), pools, self._pending  # its first batch is being planned
             if not (
                 _used_since(pools, SINK_RUNNER, since, handed_back=False)
                 and _used_since(pools, CREATOR, since, handed_back=True)
             ):
                 waiting.append((query, since))  # its first commit is still to come
                 due = EARLY_MODULES
-        self._pending = waiting
-        return due, pools
+        return due, pools, waiting
 
     def run(self) -> None:
         try:
             while SparkContext._active_spark_context is self.sc:
                 with self._guard:  # no query starts while a sweep runs
-                    due, pools = self._due()
-                    if due:
-                        sweep(self.sc, pools, due)
+                    due, pools, waiting = self._due()
+                    # A query is forgotten only once its pools are stopped: one busy at
+                    # this sweep (the creator, just asked again) is stopped at a later one.
+                    if due and sweep(self.sc, pools, due):
+                        self._pending = waiting
                 time.sleep(self.every)
         except (Py4JError, OSError, AttributeError, AssertionError) as exc:
             # The context stopped between the check and the sweep.
