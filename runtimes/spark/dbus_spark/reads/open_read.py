@@ -40,12 +40,10 @@ Whether reads are carried at all, and how the driver ends them, is
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import json
 import logging
-import pickle
 import queue
 import socket
 import tempfile
@@ -72,7 +70,17 @@ from dbus_fn.events import (
     TransactionCommit,
 )
 from dbus_spark.config.runtime import RuntimeConfig
-from dbus_spark.reads.open_read_socket import LISTEN_WAIT, address, ask, digest, listen
+from dbus_spark.reads.open_read_socket import (
+    LISTEN_WAIT,
+    address,
+    ask,
+    digest,
+    error_from_json,
+    error_to_json,
+    listen,
+    rows_from_json,
+    rows_to_json,
+)
 from dbus_spark.reads.shared_read import SharedItems, read_events
 from dbus_spark.reads.task import ReadTask
 from dbus_spark.sinks.writer import own_sinks, paces
@@ -408,9 +416,8 @@ class OpenRead:
         try:
             rows = self._own(span, position_from_json(request["end"]))
         except BaseException as exc:
-            error = base64.b64encode(_pickled(exc)).decode()
-            return {"taken": True, "error": error, "text": str(exc)}
-        return {"taken": True, "rows": [[kind, base64.b64encode(v).decode()] for kind, v in rows]}
+            return {"taken": True, **error_to_json(exc)}
+        return {"taken": True, "rows": rows_to_json(rows)}
 
     def _own(self, span: Span, planned_end: BinlogPosition) -> list[tuple[str, bytes]]:
         """Own ``span`` for a task: for ``open_read_seconds`` and at least up to the
@@ -500,15 +507,8 @@ class OpenRead:
         return {
             "ended": True,
             "reached": position_to_json(span.reached),
-            "rows": [[kind, base64.b64encode(v).decode()] for kind, v in rows],
+            "rows": rows_to_json(rows),
         }
-
-
-def _pickled(exc: BaseException) -> bytes:
-    try:
-        return pickle.dumps(exc)
-    except Exception:  # an error that does not pickle arrives as its text
-        return pickle.dumps(DbusError(str(exc)))
 
 
 @dataclass(frozen=True)
@@ -561,7 +561,7 @@ def _hand_over(checkpoint: str, source: str, timeout: float | None = None) -> Ha
     if answer is None or not answer.get("ended"):
         return Handed()
     return Handed(
-        tuple((kind, base64.b64decode(value)) for kind, value in answer["rows"]),
+        rows_from_json(answer["rows"]),
         position_from_json(answer["reached"]),
     )
 
@@ -644,14 +644,10 @@ def read_open(
                 raise read.error  # it failed before it could answer
             raise DbusError(f"source {source!r}: its open read ended as it started")
     if "error" in answer:
-        try:
-            error = pickle.loads(base64.b64decode(answer["error"]))
-        except Exception:  # a class this process cannot make again: its text
-            error = DbusError(answer["text"])
-        raise error
+        raise error_from_json(answer)
     batcher = Batcher(source)
-    for kind, value in answer["rows"]:
-        batcher.add(kind, base64.b64decode(value))
+    for kind, value in rows_from_json(answer["rows"]):
+        batcher.add(kind, value)
     last = batcher.flush()
     if last is not None:
         yield last

@@ -1,15 +1,19 @@
-"""How an open read and the tasks of its source find each other: a Unix socket in
-Linux's abstract namespace, named by the checkpoint and the source, on which the
-read listens and a task asks with one JSON line (``dbus_spark.reads.open_read``)."""
+"""How an open read and the tasks of its source talk: a Unix socket in Linux's
+abstract namespace, named by the checkpoint and the source, on which the read
+listens and a task asks with one JSON line and gets one back, rows and errors in
+it as written here (``dbus_spark.reads.open_read``)."""
 
 from __future__ import annotations
 
+import base64
 import errno
 import hashlib
 import json
 import os
+import pickle
 import socket
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from dbus_fn.errors import DbusError
@@ -70,3 +74,32 @@ def ask(
         return None
     answer: dict[str, Any] = json.loads(line)
     return answer
+
+
+def rows_to_json(rows: Iterable[tuple[str, bytes]]) -> list[list[str]]:
+    """A read's rows for Spark, (kind, value) each, as an answer carries them."""
+    return [[kind, base64.b64encode(value).decode()] for kind, value in rows]
+
+
+def rows_from_json(rows: Iterable[list[str]]) -> tuple[tuple[str, bytes], ...]:
+    """The rows an answer carried (``rows_to_json``), as they were."""
+    return tuple((kind, base64.b64decode(value)) for kind, value in rows)
+
+
+def error_to_json(exc: BaseException) -> dict[str, str]:
+    """A task's error as an answer carries it: pickled, and its text for a process
+    that cannot make its class again."""
+    try:
+        pickled = pickle.dumps(exc)
+    except Exception:  # an error that does not pickle arrives as its text
+        pickled = pickle.dumps(DbusError(str(exc)))
+    return {"error": base64.b64encode(pickled).decode(), "text": str(exc)}
+
+
+def error_from_json(answer: dict[str, Any]) -> BaseException:
+    """The error an answer carried (``error_to_json``), to raise in the asking task."""
+    try:
+        error: BaseException = pickle.loads(base64.b64decode(answer["error"]))
+    except Exception:  # a class this process cannot make again: its text
+        error = DbusError(answer["text"])
+    return error

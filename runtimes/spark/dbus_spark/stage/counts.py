@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Iterable
-from dataclasses import field
+from dataclasses import field, fields
 from typing import Annotated, Any, TypeVar
 
 from pydantic import ConfigDict, PlainSerializer, PlainValidator
@@ -185,8 +185,8 @@ class SinkCounts(JsonForm):
 
     def sink_counts(self) -> SinkCounts:
         """These counts alone (a copy), as a read task that delivered itself sends them."""
-        return SinkCounts(self.records, self.kafka, self.elasticsearch, self.fenced,
-                          self.seconds, self.started, Counter(self.per_source))  # fmt: skip
+        copied = {f.name: getattr(self, f.name) for f in fields(SinkCounts)}
+        return SinkCounts(**{**copied, "per_source": Counter(self.per_source)})
 
     def add_sinks(self, other: SinkCounts) -> None:
         """Add what another task's sinks took."""
