@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import logging
 import queue
@@ -49,7 +50,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -84,7 +85,7 @@ from dbus_spark.reads.open_read_socket import (
 from dbus_spark.reads.shared_read import SharedItems, read_events
 from dbus_spark.reads.task import ReadTask
 from dbus_spark.sinks.writer import own_sinks, paces
-from dbus_spark.stage.functions import FunctionStage
+from dbus_spark.stage.functions import FunctionStage, StageRecord
 from dbus_spark.stage.worker import Batcher, drop_reader, offset_to_position
 from dbus_spark.state.checkpoint import record_delivered
 from dbus_spark.state.progress import Admission
@@ -259,32 +260,20 @@ class OpenRead:
         return 0.0 if self._ending else _FAR
 
     def _run(self, start: BinlogPosition, stop: BinlogPosition) -> None:
-        span: Span | None = None
+        """Deliver the source's items into one span after another (``ReadTask.deliver``,
+        as every read does), each up to the transaction boundary where it was cut;
+        the item that begins the next span's first transaction goes first into it."""
         try:
             items = cast(
                 Generator[ReadItem, None, None],
                 self._reader.read(start, stop=stop, until=self._until),
             )
-            for item in items:
-                if not self._in_transaction:
-                    with self._turn:
-                        while self._held and not self._ending:  # the span just cut settles
-                            self._turn.wait()
-                        span = None if self._ending else self.span
-                        self._in_transaction = span is not None
-                    if span is None:
-                        break
-                assert span is not None
-                put = span.task.out.put
-                for record in span(item):
-                    put(record)
-                if type(item) is TransactionCommit:  # span(item) read its commit time
-                    if self._notes.due(span.committed_at):  # before a cut settles
-                        self._note_delivered(span)
-                    with self._turn:
-                        self._in_transaction = False
-                        if self._cutting:
-                            self._turn.notify_all()
+            first: list[ReadItem] = []
+            while (span := self.span) is not None and not self._ending:
+                taken = itertools.chain(first, items)
+                first = []
+                if span.task.deliver(taken, self._into(span, first)):
+                    break  # the items ended (the read was ended at a heartbeat)
             items.close()
         except BaseException as exc:  # the task that owns the span raises it
             self.error = exc
@@ -305,6 +294,36 @@ class OpenRead:
                     with contextlib.suppress(Exception):
                         left.task.settle(max(1.0, self.config.detach_seconds))
                 self._lock_file.close()  # the next reader of the source may go
+
+    def _into(
+        self, span: Span, first: list[ReadItem]
+    ) -> Callable[[ReadItem], Iterable[StageRecord] | None]:
+        """What each item is to ``span`` (``SharedItems``), until a transaction begins
+        after ``span`` was cut: then the read waits while the span settles, and that
+        item goes back into ``first`` for the next span (none if the read ends). At
+        each commit, the read notes how far it delivered when that is due, before a
+        cut settles."""
+
+        def records(item: ReadItem) -> Iterable[StageRecord] | None:
+            if not self._in_transaction:
+                with self._turn:
+                    while self._held and not self._ending:  # the span just cut settles
+                        self._turn.wait()
+                    self._in_transaction = not self._ending and self.span is span
+                if not self._in_transaction:
+                    first.append(item)
+                    return None
+            produced = span(item)
+            if type(item) is TransactionCommit:  # span(item) read its commit time
+                if self._notes.due(span.committed_at):
+                    self._note_delivered(span)
+                with self._turn:
+                    self._in_transaction = False
+                    if self._cutting:
+                        self._turn.notify_all()
+            return produced
+
+        return records
 
     def _note_delivered(self, span: Span) -> None:
         """Note how far ``span`` delivered (the commit just read) once its sinks
