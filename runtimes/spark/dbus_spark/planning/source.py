@@ -624,4 +624,5 @@ def _span(start: dict[str, Any], end: dict[str, Any]) -> float:
 
 
 def _moved(start: dict[str, Any], end: dict[str, Any]) -> bool:
+    """Whether the server wrote between two offsets (a change of place, not an order)."""
     return (start["file"], int(start["pos"])) != (end["file"], int(end["pos"]))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -58,7 +57,6 @@ class IndexAction:
 
 
 _FILE_BITS, _POS_BITS, _ROW_BITS = 20, 30, 13
-_FILE_SUFFIX = re.compile(r"\.(\d+)$")
 
 
 _TOTAL_BITS = 38
@@ -66,9 +64,10 @@ _TOTAL_BITS = 38
 
 
 def position_order(position: BinlogPosition) -> int:
-    """The one order of positions the runtime keeps as a number: file number, then
-    offset (a server-neutral position: transaction place, then place inside it), as
-    ``dbus_fn.capture.coordinates`` orders them; ``document_version`` at row 0."""
+    """The one order of positions (``dbus_fn.capture.coordinates``: file number, then
+    offset; a server-neutral position's transaction place, then place inside it)
+    packed into one number, for comparisons made per row; ``document_version`` at
+    row 0."""
     return document_version(position, 0)
 
 
@@ -81,15 +80,14 @@ def document_version(position: BinlogPosition, row_index: int) -> int:
     servers, ``dbus_fn.capture``) is 38 bits of transaction place and 25 of change
     inside the transaction: its offset, the rows before its event, plus the row index.
     """
+    number, offset = coordinates(position)  # the one order of positions
     if is_neutral(position):
-        total, inside = coordinates(position)[0], position.pos + row_index
-        if total >= 1 << _TOTAL_BITS or inside > TRANSACTION_END:
+        inside = offset + row_index
+        if number >= 1 << _TOTAL_BITS or inside > TRANSACTION_END:
             raise ValueError(f"position {position} row {row_index} is out of the version range")
-        return (total << TRANSACTION_END.bit_length()) | inside
-    match = _FILE_SUFFIX.search(position.file)
-    if match is None:
+        return (number << TRANSACTION_END.bit_length()) | inside
+    if number < 0:
         raise ValueError(f"binlog file name {position.file!r} has no numeric suffix")
-    number = int(match.group(1))
-    if number >= 1 << _FILE_BITS or position.pos >= 1 << _POS_BITS or row_index >= 1 << _ROW_BITS:
+    if number >= 1 << _FILE_BITS or offset >= 1 << _POS_BITS or row_index >= 1 << _ROW_BITS:
         raise ValueError(f"binlog position {position} row {row_index} is out of the version range")
-    return (number << (_POS_BITS + _ROW_BITS)) | (position.pos << _ROW_BITS) | row_index
+    return (number << (_POS_BITS + _ROW_BITS)) | (offset << _ROW_BITS) | row_index
