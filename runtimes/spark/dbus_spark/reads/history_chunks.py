@@ -37,9 +37,9 @@ from dbus_fn.events import (
     TransactionCommit,
     UndecodedRows,
 )
-from dbus_fn.manifest import Destination
 from dbus_spark.config.logs import runtime_logger
 from dbus_spark.config.runtime import RuntimeConfig, SourceBinding
+from dbus_spark.reads.replay_window import ReplayWindow
 from dbus_spark.reads.task import ReadTask, planned_here, reading
 from dbus_spark.sinks.writer import paces
 from dbus_spark.stage.counts import StageCounts
@@ -97,8 +97,6 @@ class ReplayRange(InputPartition):  # type: ignore[misc]
     until: float | None
 
 
-REPLAY_ROWS = 20_000
-"""Rows a replay reads per micro-batch at most (it stops at the next commit)."""
 SETTLED_BY = 0.75
 """Share of its time by which a read for one deployment (a catch-up, a history read)
 has its sinks take what it put: it ends before the shared read beside it does."""
@@ -134,24 +132,16 @@ def _replay_part(
     reader = worker_reader(binding, replica_id_for(
         f"{binding.replica_id}/replay/{partition.deployment}"))  # fmt: skip
     start, stop = position_from_json(partition.start), position_from_json(partition.stop)
-    route = None if partition.route is None else Destination.parse(partition.route)
-
-    rows = 0
+    window = ReplayWindow(stage, partition.deployment, counts, route=partition.route,
+                          since=partition.since, until=partition.until)  # fmt: skip
 
     def process(change: RowChange) -> Iterable[StageRecord] | None:
-        nonlocal rows
-        moment = change.commit_time.timestamp()
-        if partition.until is not None and moment > partition.until:
-            return None
-        if partition.since is not None and moment < partition.since:
-            return ()
-        rows += 1
-        return stage.process_only(partition.deployment, change, counts, route)
+        return None if window.past(change) else window.records(change)
 
     read = OwnRead(partition.start)
     if not stop.file or not start.file or position_order(start) < position_order(stop):
         read = read_own(task, reader, partition.start, stop, partition.deployment, process,
-                        more=lambda: rows < REPLAY_ROWS,
+                        more=lambda: not window.full(),
                         undecoded=lambda item: stage.undecoded(item, counts,
                                                                partition.deployment))  # fmt: skip
     task.read_done()
@@ -159,7 +149,7 @@ def _replay_part(
         return
     counts.replays.append(ReplayPart(
         partition.source, partition.deployment, partition.run, partition.start, read.reached,
-        rows, read.ended,
+        window.rows, read.ended,
     ))  # fmt: skip
 
 

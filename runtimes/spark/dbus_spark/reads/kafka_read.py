@@ -17,10 +17,10 @@ from pyspark.sql.datasource import InputPartition
 from dbus_fn.errors import DbusError, SourceUnreachableError
 from dbus_fn.events import RowChange
 from dbus_fn.kafka_binding import change_from_kafka_message
-from dbus_fn.manifest import Destination
 from dbus_spark.config.kafka_source import KAFKA, OUTAGE_SECONDS, KafkaSource, consumer, ranges
 from dbus_spark.config.runtime import RuntimeConfig
-from dbus_spark.reads.history_chunks import REPLAY_ROWS, ReplayRange
+from dbus_spark.reads.history_chunks import ReplayRange
+from dbus_spark.reads.replay_window import ReplayWindow
 from dbus_spark.reads.task import ReadTask
 from dbus_spark.stage.functions import FunctionStage, StageRecord
 from dbus_spark.state.history import ReplayPart
@@ -190,14 +190,13 @@ def read_kafka_replay(
     if stage.has_deployment(part.deployment):
         counts = task.counts
         task.deliver_to(config, stage, paced=False)
-        route = None if part.route is None else Destination.parse(part.route)
+        window = ReplayWindow(stage, part.deployment, counts, route=part.route,
+                              since=part.since, until=part.until)  # fmt: skip
         cursor = {topic: dict(offsets) for topic, offsets in part.start[KAFKA].items()}
         end = part.stop[KAFKA]
-        rows = 0
 
         def records(message: Any) -> Iterable[StageRecord] | None:
-            nonlocal rows
-            if rows >= REPLAY_ROWS:
+            if window.full():
                 return None  # read up to here: the cursor stays before this one
             cursor.setdefault(message.topic(), {})[str(message.partition())] = (
                 message.offset() + 1
@@ -206,16 +205,10 @@ def read_kafka_replay(
                 change = change_of(part.source, message)
             except DbusError:
                 return ()  # a dead letter when the stream read it
-            moment = 0.0 if change is None else change.commit_time.timestamp()
-            if change is None or (part.until is not None and moment > part.until):
-                return ()
-            if part.since is not None and moment < part.since:
-                return ()
-            rows += 1
-            return stage.process_only(part.deployment, change, counts, route)
+            return () if change is None else window.records(change)
 
         for topic, partition, first, last in ranges(cursor, end):
-            if rows >= REPLAY_ROWS:
+            if window.full():
                 break
             read = KafkaRange(None, part.source, topic, partition, first, last)
             if not task.deliver(read_messages(source, read), records):
@@ -225,6 +218,7 @@ def read_kafka_replay(
         task.settle()
         ended = not ranges(cursor, end)
         counts.replays.append(ReplayPart(
-            part.source, part.deployment, part.run, part.start, {KAFKA: cursor}, rows, ended,
+            part.source, part.deployment, part.run, part.start, {KAFKA: cursor}, window.rows,
+            ended,
         ))  # fmt: skip
     yield from task.rows()
