@@ -11,6 +11,9 @@ On the real services (``dbus services up``), in one run:
 * meanwhile another table takes ``--rate`` updates/s, read by another deployment:
   COMMIT → readable in Kafka p50/p99 during the bootstrap, against the same
   stream with no bootstrap running;
+* the CPU each part of the machine took during each bootstrap (cores: the runtime's
+  Python workers and JVM, each service, the bench itself) and how busy it was, which
+  says whether a bootstrap is bound by the machine's cores;
 * peak memory (PSS sum of the driver JVM and the Python workers) of each run, and
   of a bootstrap of a ``--small``-row table, to show it does not grow with size;
 * `dbus fn verify` over the bootstrapped index: rows/s.
@@ -39,6 +42,7 @@ import pymysql.cursors
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_capture import WIDE, WIDE_FILL
+from measures import CpuShare
 from support import kafka_consumer
 
 from dbus_deploy.services import endpoints
@@ -213,22 +217,25 @@ def chunk_reads(dsn: str, database: str, table: str, native: str) -> float:
 
 
 def bootstrap(spark: Any, cfg: RuntimeConfig, deployment: str, table: str, pulse: Pulse | None,
-              ) -> tuple[float, float]:  # fmt: skip
-    """Rows/s of the bootstrap and the runtime's peak PSS (MiB) while it ran."""
+              ) -> tuple[float, float, CpuShare]:  # fmt: skip
+    """Rows/s of the bootstrap, the runtime's peak PSS (MiB) while it ran, and the CPU
+    each part of the machine took meanwhile."""
     peak = Peak()
     query = start(cfg, spark=spark)
     store = HistoryStore(progress_path(cfg.checkpoint_dir))
     try:
         if pulse is not None:
             pulse.start()
-        while True:
-            if query.exception() is not None:
-                raise RuntimeError(str(query.exception()))
-            store.reload()
-            task = store.tasks("bench").get(f"{deployment}:{table}")
-            if task is not None and task.finished:
-                return task.rows / (task.finished - task.started), peak.stop()
-            time.sleep(0.5)
+        with CpuShare() as cpu:
+            while True:
+                if query.exception() is not None:
+                    raise RuntimeError(str(query.exception()))
+                store.reload()
+                task = store.tasks("bench").get(f"{deployment}:{table}")
+                if task is not None and task.finished:
+                    break
+                time.sleep(0.5)
+        return task.rows / (task.finished - task.started), peak.stop(), cpu
     finally:
         peak.stop()
         stop(query, spark)
@@ -297,10 +304,11 @@ def main() -> None:
             path, topic = live(f"{name}-live")
             cfg = runtime(work, dsn, [catalog, path], args.chunk_rows)
             pulse = Pulse(settings, database, topic, args.rate, cfg.kafka_bootstrap)
-            rate, peak = bootstrap(spark, cfg, "catalog", f"{database}.wide", pulse)
+            rate, peak, cpu = bootstrap(spark, cfg, "catalog", f"{database}.wide", pulse)
             during = pulse.stop()
             print(f"bootstrap → {sink:<5} {args.rows:,} rows  {rate:>10,.0f} rows/s "
                   f"({rate / bare:.2f} x bare), peak PSS {peak:,.0f} MiB")  # fmt: skip
+            print(f"CPU during it: {cpu.text()}")
             print(f"live stream during it:          {percentiles(during)}")
             if sink == "es" and "verify" not in args.skip:
                 out = io.StringIO()
@@ -312,7 +320,7 @@ def main() -> None:
             catalog = folder(work / name, "catalog", f"{database}.small", f"kafka://{name}",
                              "snapshot")  # fmt: skip
             cfg = runtime(work, dsn, [catalog], args.chunk_rows)
-            rate, peak = bootstrap(spark, cfg, "catalog", f"{database}.small", None)
+            rate, peak, _ = bootstrap(spark, cfg, "catalog", f"{database}.small", None)
             print(f"bootstrap → kafka {args.small:,} rows  {rate:>10,.0f} rows/s, "
                   f"peak PSS {peak:,.0f} MiB")  # fmt: skip
     finally:

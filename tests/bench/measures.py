@@ -1,5 +1,6 @@
 """The measurements the runtime benches share: COMMIT→Kafka latency under a steady
-insert rate, messages counted in a topic, and peak memory of a process tree."""
+insert rate, messages counted in a topic, peak memory of a process tree, and the CPU
+each part of the machine took."""
 
 from __future__ import annotations
 
@@ -267,6 +268,81 @@ class PeakMemory:
             for key, value in now.items():
                 self.peaks[key] = max(self.peaks[key], value)
             self._done.wait(0.2)
+
+
+class CpuShare:
+    """The CPU each part of the machine took while it runs (cores: CPU seconds over
+    wall seconds), sampled every 0.5 s in a thread so a process that ends meanwhile
+    still counts up to its last sample: the runtime's Spark (this process's children,
+    its JVM and its Python workers apart), each local service (by its command line),
+    the bench itself, the rest; and how busy the machine was."""
+
+    PARTS = ("Spark's Python workers", "Spark's JVM", "MariaDB/MySQL", "Kafka",
+             "Elasticsearch", "ZooKeeper", "the bench", "the rest")  # fmt: skip
+
+    def __init__(self) -> None:
+        self._me = psutil.Process()
+        self._first: dict[int, float] = {}
+        self._last: dict[int, tuple[str, float]] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self.cores: dict[str, float] = {}
+        self.busy = 0.0
+
+    def __enter__(self) -> CpuShare:
+        self._began = time.monotonic()
+        self._machine = psutil.cpu_times()
+        self._take(first=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        self._take(first=False)
+        seconds = time.monotonic() - self._began
+        spent = dict.fromkeys(self.PARTS, 0.0)
+        for pid, (part, cpu) in self._last.items():
+            spent[part] += cpu - self._first.get(pid, 0.0)
+        self.cores = {part: cpu / seconds for part, cpu in spent.items()}
+        now = psutil.cpu_times()
+        total = sum(now) - sum(self._machine)
+        idle = (now.idle + now.iowait) - (self._machine.idle + self._machine.iowait)
+        self.busy = 1.0 - idle / total if total > 0 else 0.0
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.5):
+            self._take(first=False)
+
+    def _take(self, *, first: bool) -> None:
+        children = {p.pid for p in tree(self._me)} - {self._me.pid}
+        for process in psutil.process_iter(["cmdline", "cpu_times"]):
+            times = process.info["cpu_times"]
+            if times is None:
+                continue
+            cpu = times.user + times.system
+            if first:
+                self._first[process.pid] = cpu
+            part = self._part(process.pid, " ".join(process.info["cmdline"] or ()), children)
+            self._last[process.pid] = (part, cpu)
+
+    def _part(self, pid: int, command: str, children: set[int]) -> str:
+        if pid == self._me.pid:
+            return "the bench"
+        if pid in children:
+            jvm = "/java" in command.split(" ", 1)[0]
+            return "Spark's JVM" if jvm else "Spark's Python workers"
+        for marker, part in (("mariadbd", "MariaDB/MySQL"), ("mysqld", "MariaDB/MySQL"),
+                             ("kafka.Kafka", "Kafka"), ("elasticsearch", "Elasticsearch"),
+                             ("zookeeper", "ZooKeeper")):  # fmt: skip
+            if marker in command:
+                return part
+        return "the rest"
+
+    def text(self) -> str:
+        taken = [(part, cores) for part, cores in self.cores.items() if cores >= 0.005]
+        parts = ", ".join(f"{part} {cores:.2f}" for part, cores in taken)
+        return f"{parts} cores; the machine {self.busy:.0%} busy ({psutil.cpu_count()} cores)"
 
 
 def tree(root: psutil.Process) -> list[psutil.Process]:
