@@ -55,10 +55,10 @@ def make_sink(kafka_service: KafkaEndpoint) -> Iterator[Callable[..., KafkaSink]
     sinks: list[KafkaSink] = []
 
     def make(hold: Hold, *, hold_seconds: float = 0.0, bootstrap: str | None = None,
-             create_topics: bool = True) -> KafkaSink:  # fmt: skip
+             create_topics: bool = True, timeout: float = TIMEOUT) -> KafkaSink:  # fmt: skip
         fence = WriteFence(
             transactional_id=f"dbus-test-{uuid.uuid4().hex}",
-            transaction_timeout=TIMEOUT,
+            transaction_timeout=timeout,
             hold_seconds=hold_seconds,
             confirm=hold,
         )
@@ -308,6 +308,49 @@ def test_a_bounded_fenced_write_nobody_answers_for_names_its_deployments_in_time
     assert sent == 0 and set(failed) == {"b"}
     assert "did not commit a transaction within 1s" in failed["b"]
     assert sink.settle(1.0) == (0, {}), "the next task starts afresh"
+
+
+def test_an_abort_that_went_through_after_its_call_timed_out_leaves_the_next_one_free(
+    make_sink: Callable[..., KafkaSink],
+    kafka_service: KafkaEndpoint,
+    kafka_topic: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # librdkafka may finish an abort after the call that asked for it timed out. The
+    # sink then asks again before its next transaction, and that abort finds none
+    # ("Operation not valid in state Ready"): an abort done, not one to ask for until
+    # the bound. Seen on CI after a broker came back: every transaction of the sink
+    # was given up for 90 s. The timing is injected: the first abort goes through,
+    # then its call says it timed out. The transaction timeout is long enough that the
+    # broker never aborts it first (that fences the producer: another path).
+    hold = Hold("held")
+    sink = make_sink(hold, timeout=30.0)
+    sink.hold("shop", 3)
+    sink.write(KafkaRecord(kafka_topic, b"k", b"first"), "a")
+    assert sink.settle(10.0) == (1, {})
+    producer, aborts = sink._producer, []
+
+    class _AbortDoneLate:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(producer, name)
+
+        def abort_transaction(self, *args: Any) -> None:
+            aborts.append(args)
+            producer.abort_transaction(*args)
+            if len(aborts) == 1:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    monkeypatch.setattr(sink, "_producer", _AbortDoneLate())
+    sink.block_for = 2.0
+    hold.answers = ["unreachable"]  # the transaction cannot commit: it is given up
+    sink.write(KafkaRecord(kafka_topic, b"k", b"given up"), "a")
+    sent, failed = sink.settle(2.0)
+    assert sent == 0 and set(failed) == {"a"} and len(aborts) == 1, failed
+    hold.answers = ["held"]
+    sink.write(KafkaRecord(kafka_topic, b"k", b"again"), "a")
+    assert sink.settle(5.0) == (1, {})
+    assert len(aborts) == 2, "the abort asked again before the next transaction"
+    assert read(kafka_service.bootstrap_servers, kafka_topic) == [b"first", b"again"]
 
 
 def test_a_bounded_fenced_transaction_whose_broker_stops_is_given_up_and_aborted(

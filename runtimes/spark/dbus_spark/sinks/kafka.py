@@ -300,8 +300,7 @@ class KafkaSink:
                 self._producer.init_transactions(self._wait_at_most(deadline))
                 self._ready = True
             if self._abort_due:
-                self._producer.abort_transaction(self._wait_at_most(deadline))
-                self._abort_due = False
+                self._abort_once(deadline)
             self._producer.begin_transaction()
         except KafkaException as exc:
             error = exc.args[0]
@@ -589,7 +588,7 @@ class KafkaSink:
     def _abort(self, deadline: float | None = None) -> None:
         assert self._fence is not None
         try:
-            self._producer.abort_transaction(self._wait_at_most(deadline))
+            self._abort_once(deadline)
         except KafkaException as exc:
             if exc.args[0].fatal():
                 self._producer = self._new_producer()
@@ -597,6 +596,18 @@ class KafkaSink:
                 self._abort_due = True  # finished before the next transaction begins
         with self._lock:
             self._errors.clear()
+
+    def _abort_once(self, deadline: float | None) -> None:
+        """Abort the open transaction. One whose abort went through after its call
+        timed out (librdkafka ends it in the background) is done: asked again, the
+        producer answers that no transaction is open (``_STATE``), and that is not an
+        error to wait on until the bound."""
+        try:
+            self._producer.abort_transaction(self._wait_at_most(deadline))
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._STATE:
+                raise
+        self._abort_due = False
 
     def _waiting(self, what: str, why: str) -> None:
         self.activity.retried()
