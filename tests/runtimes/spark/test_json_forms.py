@@ -84,8 +84,8 @@ STAGE = """{"rows": 10, "ddl": 1, "read_seconds": 0.8, "started": 1767312000.25,
 {"file": "binlog.000003", "pos": 4711, "gtid": "0-1-42"}, "commit_time": 1767311999.5,
 "ended": true}], "refused": [{"source": "shop", "deployment": "orders-eu", "reason":
 "timeout"}], "recent": [["shop", "shop.orders", ["{\\"id\\": \\"e1\\"}"]]]}"""
-REPORT = f"""{{"records": 9, "kafka": 8, "elasticsearch": 1, "fenced": 0, "seconds": 0.4,
-"started": 1767312000.0, "read_seconds": 0.8, "per_source": {{"shop": 10}}, "stage":
+REPORT = f"""{{"records": 9, "kafka": 8, "elasticsearch": 1, "fenced": 0, "already": 0,
+"seconds": 0.4, "started": 1767312000.0, "read_seconds": 0.8, "per_source": {{"shop": 10}}, "stage":
 {STAGE}}}"""
 PLANNED = """["orders-eu:shop.items", [["id", 100]], [["id", 200]], 2]"""
 CHUNK_DONE = """{"source": "shop", "task": "orders-eu:shop.items", "lower": [["id", 100]],
@@ -260,6 +260,9 @@ def test_a_task_report_writes_its_old_json() -> None:
         per_source=Counter({"shop": 10}), stage=_stage(),
     )  # fmt: skip
     assert json.loads(json.dumps(report.to_json())) == _old(REPORT)
+    # One written before ``already`` was counted reads as none dropped.
+    before = {key: value for key, value in _old(REPORT).items() if key != "already"}
+    assert TaskReport.from_json(before).already == 0
 
 
 def test_a_planned_chunk_reads_and_writes_its_old_list() -> None:

@@ -250,6 +250,13 @@ class RuntimeConfig(JsonForm):
     """How many of each table's newest changes the runtime keeps for previews (0:
     none); see ``dbus_spark.interfaces.preview``."""
 
+    @property
+    def exactly_once(self) -> bool:
+        """Whether its Kafka writes are exactly once for ``read_committed`` consumers:
+        transactional, each carrying how far its lanes go
+        (``dbus_spark.sinks.kafka_positions``). A cluster member's are."""
+        return self.fencing is not None
+
     def source(self, name: str) -> SourceBinding:
         for binding in self.sources:
             if binding.spec.name == name:

@@ -451,7 +451,11 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         split = max(1, self._shards // max(1, len(moved)))
         ranges: list[SourceRange | ChunkRange | ReplayRange | CatchUpRange] = []
         for name, begin, upto, admission in moved:
-            count = split if _span(begin, upto) >= SHARD_MIN_BYTES else 1
+            # Exactly once, a source is read whole: its lanes' marks are per key shard,
+            # and a read again with other shards could not tell what each one had.
+            count = (
+                split if _span(begin, upto) >= SHARD_MIN_BYTES and not config.exactly_once else 1
+            )
             gate = self._history.gate(name, fenced=config.fencing is not None)
             ranges += [
                 SourceRange(

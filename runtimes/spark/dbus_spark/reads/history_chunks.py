@@ -40,6 +40,7 @@ from dbus_fn.events import (
 from dbus_spark.config.logs import runtime_logger
 from dbus_spark.config.runtime import RuntimeConfig, SourceBinding
 from dbus_spark.reads.replay_window import ReplayWindow
+from dbus_spark.reads.shared_read import change_order
 from dbus_spark.reads.task import ReadTask, planned_here, reading
 from dbus_spark.sinks.writer import paces
 from dbus_spark.stage.counts import StageCounts
@@ -201,7 +202,7 @@ def read_own(
 
     items = cast(Generator[ReadItem, None, None], reader.read(position_from_json(start), stop=stop))
     with reading(reader), contextlib.closing(items):
-        task.deliver(items, records, refused_by=deployment)
+        task.deliver(items, records, refused_by=deployment, order=change_order)
     return read
 
 
@@ -272,10 +273,12 @@ def _chunk_rows(
 
 
 def one_deployment(
-    partition: Any, read: Callable[..., None], *, paced: bool = False
+    partition: Any, read: Callable[..., None], *, paced: bool = False, in_order: bool = False
 ) -> Iterator[pa.RecordBatch]:
     """A partition read for one deployment, its stage counts last; ``paced``: it writes
-    to its sinks itself, bounded, also where other reads do not (``Output``). Planned
+    to its sinks itself, bounded, also where other reads do not (``Output``);
+    ``in_order``: it reads the deployment's changes of its source in order, as the
+    stream does (a catch-up read: its Kafka writes go in the stream's lanes). Planned
     before the source moved away or the deployment went, it reads nothing and records
     nothing, so its work is planned again where it is read now."""
     config, stage = worker_stage(partition.shipment)
@@ -284,7 +287,8 @@ def one_deployment(
         partition.deployment
     ):
         task.deliver_to(config, stage, paced=paced or paces(config, stage),
-                        bound=None if paced else history_bound(config))  # fmt: skip
+                        bound=None if paced else history_bound(config),
+                        in_order=in_order)  # fmt: skip
         read(partition, stage, config.source(partition.source), task)
     yield from task.rows()
 

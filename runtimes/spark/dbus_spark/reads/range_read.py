@@ -18,7 +18,7 @@ from pyspark.sql.datasource import InputPartition
 from dbus_fn.capture import Shard, coordinates, position_to_json
 from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.reads import open_read, open_read_control
-from dbus_spark.reads.shared_read import SharedItems, read_events
+from dbus_spark.reads.shared_read import SharedItems, change_order, read_events
 from dbus_spark.reads.task import ReadTask, planned_here, reading
 from dbus_spark.sinks.writer import paces
 from dbus_spark.stage.functions import FunctionStage
@@ -88,7 +88,7 @@ def read_source_range(
     # alone (with one deployment, detaching it would free no other: its sinks are
     # waited for).
     paced = paces(config, stage)
-    task.deliver_to(config, stage, paced=paced)
+    task.deliver_to(config, stage, paced=paced, in_order=shard.count == 1)
     planned_end = offset_to_position(partition.end)
     items = SharedItems(
         partition.source, stage, counts, planned_end,
@@ -104,7 +104,7 @@ def read_source_range(
             shard=shard,
             until=began + config.open_read_seconds if is_open else None,
             catch_up=began + open_read.CATCH_UP * config.open_read_seconds if is_open else None,
-        ), items)  # fmt: skip
+        ), items, order=change_order)  # fmt: skip
     task.read_done()
     # Acknowledged up to here: the next batch may start past it (for a
     # deployment its sinks did not take, from its own start again).

@@ -32,6 +32,17 @@ from dbus_spark.state.progress import (
     rejoined,
     start_order,
 )
+from dbus_spark.state.records import document_version
+
+
+def change_order(item: ReadItem) -> int | None:
+    """A binlog item's place in its source, row by row (``document_version``): a row
+    change's, or undecoded rows'; None for what writes nothing in order."""
+    kind = type(item)
+    if kind is RowChange or kind is UndecodedRows:
+        assert isinstance(item, RowChange | UndecodedRows)
+        return document_version(item.position, item.row_index)
+    return None
 
 
 class SharedItems:

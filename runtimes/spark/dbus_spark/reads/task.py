@@ -58,11 +58,14 @@ class ReadTask:
         paced: bool,
         bound: float | None = None,
         sinks: WorkerSinks | None = None,
+        in_order: bool = False,
     ) -> Output:
         """Where the read's records go (``writer.Output``): the worker's sinks, or
-        ``sinks`` of its own; each deployment's writes bounded when ``paced``."""
+        ``sinks`` of its own; each deployment's writes bounded when ``paced``;
+        ``in_order``: it reads its source's changes in order, whole (then ``deliver`` is
+        given their ``order``)."""
         self._out = Output(config, self.batcher, stage.routes, paced=paced, bound=bound,
-                           sinks=sinks)  # fmt: skip
+                           sinks=sinks, in_order=in_order)  # fmt: skip
         return self._out
 
     @property
@@ -76,15 +79,21 @@ class ReadTask:
         records: Callable[[Item], Iterable[StageRecord] | None],
         *,
         refused_by: str | None = None,
+        order: Callable[[Item], int | None] | None = None,
     ) -> bool:
         """Hand each item's ``records`` to the sinks as it is read: whether the read
         went through its items, not stopped by ``records`` (None) or by the sinks of
-        deployment ``refused_by`` refusing what it put."""
+        deployment ``refused_by`` refusing what it put. ``order``: each item's place in
+        its source (``shared_read.change_order``), for sinks that write in lanes."""
         put, out = self.out.put, self.out
+        sinks = out.sinks
+        at = order if order is not None and sinks.in_lanes else None
         for item in items:
             produced = records(item)
             if produced is None:
                 return False
+            if at is not None:
+                sinks.order = at(item)
             for record in produced:
                 put(record)
             if refused_by is not None and out.refused(refused_by):

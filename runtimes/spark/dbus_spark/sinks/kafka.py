@@ -25,10 +25,20 @@ to a bound and names the deployments whose messages the broker refused or did no
 in time, so those alone are detached (``dbus_spark.state.progress``) while the others'
 positions are committed. Fenced, a transaction not committed in time is aborted and
 names every deployment in it: deployments sharing a producer share its fate.
+
+Exactly once (fenced writes): a record written with its lane and order (``write``) is
+dropped when its lane's mark committed in the cluster is at or past it, and each
+transaction carries the new marks of the lanes it writes
+(``dbus_spark.sinks.kafka_positions``). A transaction is committed only between two
+changes, never between two records of one change (a change's records share its
+order). The marks are read again for each task (``refresh_marks``): another worker may
+have written a lane since, and a task's records left open by a task that failed are
+aborted, not committed by the next one (its read is made again).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -43,6 +53,13 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type
 from dbus_fn.errors import KafkaSinkError, ServiceError
 from dbus_spark.config.logs import kafka_config
 from dbus_spark.sinks.kafka_admin import MAX_MESSAGE_BYTES, create_missing_topics
+from dbus_spark.sinks.kafka_positions import (
+    POSITIONS_TOPIC,
+    Lane,
+    committed_marks,
+    ensure_positions_topic,
+    mark_record,
+)
 from dbus_spark.sinks.kafka_reports import LOST_BROKER, PURGED, REFUSED, not_delivered
 from dbus_spark.state.records import KafkaRecord
 from dbus_spark.state.sink_activity import SinkActivity
@@ -156,6 +173,17 @@ class KafkaSink:
         self._chunk_began = 0.0
         self._committed = 0
         self._confirmed: dict[tuple[str, int], float] = {}
+        # Exactly once: each lane's committed mark (None: read it before the next
+        # lane's record), the marks of the open transaction, whether those went into
+        # it, and the lane and order of its last record (no commit before its change's
+        # next record).
+        self._marks: dict[bytes, int] | None = None
+        self._open_marks: dict[Lane, int] = {}
+        self._marks_sent = False
+        self._last_mark: tuple[Lane, int] | None = None
+        self.already = 0
+        """Records dropped because their lane's mark was committed past them (reset by
+        ``flush`` and ``settle``)."""
 
     def _new_producer(self) -> Producer:
         """A producer; fenced, its transactions are set up by the first ``_begin``."""
@@ -236,8 +264,23 @@ class KafkaSink:
         self._hold = (source, epoch)
         self._lost = False
 
-    def write(self, record: KafkaRecord, deployment: str | None = None) -> None:
-        """Send ``record``; ``deployment``: count it as that deployment's (see ``settle``)."""
+    def refresh_marks(self) -> None:
+        """A task begins: what a task before it left open is aborted (its read is made
+        again), and the lanes' marks are read again before the next ordered record."""
+        if self._fence is None:
+            return
+        if self._chunk:
+            self._drop_chunk(self._deadline())
+        self._marks = None
+
+    def write(
+        self,
+        record: KafkaRecord,
+        deployment: str | None = None,
+        mark: tuple[Lane, int] | None = None,
+    ) -> None:
+        """Send ``record``; ``deployment``: count it as that deployment's (see ``settle``);
+        ``mark``: its lane and its change's order (exactly once, fenced writes only)."""
         if self._fence is None:
             self._produce(record, deployment)
             return
@@ -246,15 +289,26 @@ class KafkaSink:
             return
         if deployment is not None and deployment in self._gave_up:
             return  # its own read sends it again
+        if mark is not None and self._has(*mark):
+            self.already += 1
+            return
+        if self._chunk and mark != self._last_mark and self._chunk_due():
+            self._commit_chunk(self._deadline())
+            if deployment is not None and deployment in self._gave_up:
+                return
         if not self._chunk:
             if not self._begin(self._deadline()):
                 if deployment is not None:
                     self._gave_up.setdefault(deployment, self._late("no transaction began"))
                 return
             self._chunk_began = time.monotonic()
+            self._marks_sent = False
         self._chunk.append(record)
         if deployment is not None:
             self._chunk_of[deployment] += 1
+        if mark is not None:
+            self._open_marks[mark[0]] = mark[1]
+        self._last_mark = mark
         try:
             self._produce(record)
         except KafkaException as exc:
@@ -272,11 +326,46 @@ class KafkaSink:
                 raise
             self._give_up(str(exc))
             return
-        if (
+        if mark is None and self._chunk_due():
+            self._commit_chunk(self._deadline())
+
+    def _chunk_due(self) -> bool:
+        """Whether the open transaction is due to commit (fenced writes)."""
+        return (
             len(self._chunk) >= CHUNK_RECORDS
             or time.monotonic() - self._chunk_began >= CHUNK_SECONDS
-        ):
-            self._commit_chunk(self._deadline())
+        )
+
+    def _has(self, lane: Lane, order: int) -> bool:
+        """Whether ``lane``'s change at ``order`` is committed already, or was put in the
+        open transaction before a later one (a change's own records are not: they share
+        its order and come one after another)."""
+        if self._marks is None:
+            self._marks = self._read_marks()
+        if order <= self._marks.get(lane.key, -1):
+            return True
+        open_mark = self._open_marks.get(lane)
+        return open_mark is not None and order < open_mark
+
+    def _read_marks(self) -> dict[bytes, int]:
+        """The lanes' committed marks in this cluster, its positions topic made first."""
+        assert self._fence is not None
+        settings = {**self._client_settings, "bootstrap.servers": self._bootstrap}
+        # Past a transaction left open by a runtime killed mid-write: its timeout and
+        # the broker's abort scan, with room.
+        timeout = self._fence.transaction_timeout * 5 + 15.0
+        if self.block_for is not None:
+            timeout = min(timeout, max(1.0, self.block_for))
+        if POSITIONS_TOPIC not in self._known_topics:
+            ensure_positions_topic(settings, timeout=min(30.0, timeout))
+            self._known_topics.add(POSITIONS_TOPIC)
+        if not self._ready:
+            # First: a producer with this transactional id aborts what the last one
+            # left open, and the marks are read past it at once.
+            with contextlib.suppress(KafkaException):  # else ``_begin`` tries again
+                self._producer.init_transactions(self._wait_at_most(self._deadline()))
+                self._ready = True
+        return committed_marks(settings, timeout=timeout)
 
     def _deadline(self) -> float | None:
         return None if self.block_for is None else time.monotonic() + self.block_for
@@ -343,8 +432,7 @@ class KafkaSink:
 
     def _drop_chunk(self, deadline: float | None = None) -> None:
         """Forget the open transaction's records and abort it."""
-        self._chunk.clear()
-        self._chunk_of.clear()
+        self._clear_chunk()
         self._abort(deadline)
 
     def _produce(self, record: KafkaRecord, deployment: str | None = None) -> None:
@@ -517,9 +605,15 @@ class KafkaSink:
                 if not self._begin(deadline):
                     raise _Again(None)
                 self._chunk_began = time.monotonic()
+                self._marks_sent = False
                 for record in self._chunk:
                     self._produce(record)
                 self._resend_due = False
+            if not self._marks_sent:
+                # How far each lane goes, visible with its records or not at all.
+                for lane, order in self._open_marks.items():
+                    self._produce(mark_record(lane, order))
+                self._marks_sent = True
             errors = self._drain(deadline)
             if errors:
                 raise _Resend(f"Kafka refused {len(errors)} message(s), first: {errors[0]}")
@@ -557,8 +651,16 @@ class KafkaSink:
             )  # fmt: skip
             raise _Again(str(exc), pause=pause) from exc
         self._committed += len(self._chunk)
+        if self._marks is not None:
+            self._marks.update({lane.key: order for lane, order in self._open_marks.items()})
+        self._clear_chunk()
+
+    def _clear_chunk(self) -> None:
+        """Forget the open transaction's records and marks (committed or dropped)."""
         self._chunk.clear()
         self._chunk_of.clear()
+        self._open_marks.clear()
+        self._last_mark = None
 
     def _holds(self) -> bool:
         """Whether the current hold was confirmed recently enough to commit now."""
@@ -576,8 +678,8 @@ class KafkaSink:
     def _drop_lost(self) -> None:
         assert self._hold is not None
         self.fenced += len(self._chunk)
-        self._chunk.clear()
-        self._chunk_of.clear()
+        self._clear_chunk()
+        self._marks = None  # whoever holds the source now writes its lanes
         self._lost = True
         log.warning(
             "kafka: %s is no longer held by this runtime at epoch %d; its uncommitted "

@@ -41,9 +41,11 @@ def create_missing_topics(
     partitions: int,
     create: bool,
     timeout: float,
+    config: Mapping[str, str] | None = None,
 ) -> None:
     """Create those of ``topics`` the cluster (``settings``: its client settings) lacks,
-    with ``partitions`` each; with ``create`` off, a missing one is an error."""
+    with ``partitions`` each and the topic ``config`` given; with ``create`` off, a
+    missing one is an error."""
     bootstrap = settings["bootstrap.servers"]
     admin = AdminClient(kafka_config(settings))
     try:
@@ -65,7 +67,9 @@ def create_missing_topics(
     futures = admin.create_topics(
         [
             NewTopic(
-                t, num_partitions=partitions, config={"max.message.bytes": str(MAX_MESSAGE_BYTES)}
+                t,
+                num_partitions=partitions,
+                config={"max.message.bytes": str(MAX_MESSAGE_BYTES), **(config or {})},
             )
             for t in to_create
         ]

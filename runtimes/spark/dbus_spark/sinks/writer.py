@@ -41,6 +41,7 @@ from dbus_spark.config.routes import Routes, elasticsearch_cluster, kafka_cluste
 from dbus_spark.config.runtime import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
+from dbus_spark.sinks.kafka_positions import Lane
 from dbus_spark.stage.counts import SinkCounts, StageCounts
 from dbus_spark.stage.functions import FunctionStage, StageRecord, refusal_dead_letter
 from dbus_spark.stage.worker import Batcher
@@ -118,6 +119,36 @@ class WorkerSinks:
         self.publisher = SinkPublisher(
             {"kafka": self._kafka_activity, "elasticsearch": self._es_activity}, label
         )
+        self._in_order = False
+        self._lanes: dict[str, Lane] = {}
+        self.order: int | None = None
+        """The order of the change whose records ``deliver`` is given now (exactly once:
+        ``start``'s read is in lanes), else None."""
+
+    def start(self, in_order: bool) -> None:
+        """A read task begins with these sinks: ``in_order``, it reads its source's
+        changes in order and its records go in lanes (each deployment's changes of the
+        source), and what a lane's cluster already has is not sent again (fenced writes;
+        ``dbus_spark.sinks.kafka_positions``)."""
+        self._in_order = in_order and self._fence is not None
+        self._lanes.clear()
+        self.order = None
+        for producer in self._producers.values():
+            producer.refresh_marks()
+
+    @property
+    def in_lanes(self) -> bool:
+        """Whether the read begun (``start``) hands its changes' orders (``order``)."""
+        return self._in_order
+
+    def _mark(self, deployment: str, source: str) -> tuple[Lane, int] | None:
+        """The lane and order of ``deployment``'s record given now (None: none)."""
+        if self.order is None:
+            return None
+        lane = self._lanes.get(deployment)
+        if lane is None:
+            lane = self._lanes[deployment] = Lane(deployment, source)
+        return lane, self.order
 
     def pace(self, detaching: bool, bound: float | None = None) -> None:
         """Set this task's writes to be bounded by the detach bound, or by ``bound`` if
@@ -218,7 +249,8 @@ class WorkerSinks:
         within = self.within
         try:
             if type(out) is KafkaRecord:
-                self.kafka_for(name).write(out, name if within else None)
+                mark = self._mark(name, source) if self._in_order else None
+                self.kafka_for(name).write(out, name if within else None, mark)
             else:
                 assert type(out) is IndexAction
                 if out.document is not None and not out.size:
@@ -248,8 +280,7 @@ class WorkerSinks:
         for producer in list(self._producers.values()):
             sent, late = producer.settle(max(0.5, deadline - time.monotonic()))
             report.kafka += sent
-            report.fenced += producer.fenced
-            producer.fenced = 0
+            self._count_dropped(producer, report)
             for name, reason in late.items():
                 failed.setdefault(name, reason)
         report.seconds = time.monotonic() - started
@@ -302,10 +333,16 @@ class WorkerSinks:
         self._send_buffered(report, lambda: None)
         for producer in list(self._producers.values()):
             report.kafka += producer.flush()
-            report.fenced += producer.fenced
-            producer.fenced = 0
+            self._count_dropped(producer, report)
         report.seconds = time.monotonic() - started
         return report
+
+    @staticmethod
+    def _count_dropped(producer: KafkaSink, report: TaskReport) -> None:
+        """Move what ``producer`` dropped (a hold lost, a lane's mark past) to ``report``."""
+        report.fenced += producer.fenced
+        report.already += producer.already
+        producer.fenced = producer.already = 0
 
 
 _SINKS_MADE = itertools.count()
@@ -391,14 +428,16 @@ class Output:
 
     def __init__(self, config: RuntimeConfig, batcher: Batcher, routes: Routes,
                  *, paced: bool, bound: float | None = None,
-                 sinks: WorkerSinks | None = None) -> None:  # fmt: skip
+                 sinks: WorkerSinks | None = None, in_order: bool = False) -> None:  # fmt: skip
         """``paced``: bounded by the detach bound, or by ``bound`` if shorter.
-        ``sinks``: the read's own (``own_sinks``), else the worker's."""
+        ``sinks``: the read's own (``own_sinks``), else the worker's. ``in_order``: the
+        read reads its source's changes in order (``WorkerSinks.start``)."""
         self.batcher = batcher
         self.sinks = sinks or worker_sinks(sink_settings(config), routes)
         self.sinks.pace(paced, bound)
         if config.fencing is not None:
             self.sinks.hold(batcher.source, config.source(batcher.source).epoch)
+        self.sinks.start(in_order)
         self.report = TaskReport(started=time.time())
 
     def put(self, record: StageRecord) -> None:

@@ -178,6 +178,9 @@ class SinkCounts(JsonForm):
     elasticsearch: int = 0
     fenced: int = 0
     """Kafka messages dropped because the source's hold was lost mid-task."""
+    already: int = 0
+    """Kafka messages not sent again: their lane's committed mark in the cluster was
+    past them (exactly once, ``dbus_spark.sinks.kafka_positions``)."""
     seconds: float = 0.0
     started: float = 0.0
     """Epoch seconds the task began writing (0: it wrote nothing)."""
@@ -194,6 +197,7 @@ class SinkCounts(JsonForm):
         self.kafka += other.kafka
         self.elasticsearch += other.elasticsearch
         self.fenced += other.fenced
+        self.already += other.already
         self.seconds = max(self.seconds, other.seconds)
         began = [t for t in (self.started, other.started) if t]
         self.started = min(began) if began else 0.0

@@ -1,0 +1,125 @@
+"""How far each lane of a deployment's changes is committed in one Kafka cluster: the
+positions topic of that cluster, written in the same transaction as the changes it
+counts, and read back before a lane is written again.
+
+A *lane* is what one read writes in order: a deployment's changes of one source (read
+whole, never in key shards: ``dbus_spark.planning.source``). Its *mark* is the order of the last
+change a committed transaction carried (``state.records.document_version``: binlog
+position, then row inside its rows event, so a transaction split across two Kafka
+transactions is counted row by row). A fenced sink (``dbus_spark.sinks.kafka``) puts
+each lane's new mark in the transaction that carries the lane's changes, so the two
+are visible together or not at all; a sink that writes a lane again (after a kill, a
+failover, a source moving to another runtime, a batch read again) first reads its
+mark and drops every change at or before it: what a ``read_committed`` consumer
+already sees is not sent twice.
+
+The topic is compacted with one partition (one message per lane survives), so reading
+it whole is cheap. A read waits until every transaction open when it began has ended
+(``read_committed`` stops at the first open one), so it never misses a mark committed
+by a runtime that was killed with its transaction open: a new producer with that
+transactional id aborts it at once, else the broker does at its timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+from dbus_fn.errors import KafkaSinkError
+from dbus_spark.config.logs import kafka_config
+from dbus_spark.sinks.kafka_admin import create_missing_topics
+from dbus_spark.state.records import KafkaRecord
+
+POSITIONS_TOPIC = "dbus.positions"
+"""The positions topic of every Kafka cluster a runtime writes exactly once."""
+
+TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    # Compacted often: a lane's mark is rewritten with every transaction.
+    "segment.ms": str(10 * 60 * 1000),
+    "min.cleanable.dirty.ratio": "0.1",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """One deployment's changes of one source."""
+
+    deployment: str
+    source: str
+
+    @property
+    def key(self) -> bytes:
+        """The lane's key in the positions topic."""
+        return json.dumps([self.deployment, self.source], separators=(",", ":")).encode()
+
+
+def mark_record(lane: Lane, order: int) -> KafkaRecord:
+    """The positions topic's message saying ``lane`` is committed up to ``order``."""
+    return KafkaRecord(POSITIONS_TOPIC, lane.key, json.dumps({"order": order}).encode())
+
+
+def ensure_positions_topic(settings: Mapping[str, Any], *, timeout: float) -> None:
+    """Create the positions topic of the cluster (``settings``: its client settings)
+    when it lacks one: compacted, one partition."""
+    create_missing_topics(
+        settings, {POSITIONS_TOPIC}, partitions=1, create=True, timeout=timeout,
+        config=TOPIC_CONFIG,
+    )  # fmt: skip
+
+
+def committed_marks(settings: Mapping[str, Any], *, timeout: float) -> dict[bytes, int]:
+    """Per lane key, its committed mark in the cluster (``settings``: its client
+    settings): the positions topic read to the end it had when asked, once every
+    transaction then open has ended. A ``KafkaSinkError`` past ``timeout`` seconds."""
+    bootstrap = settings["bootstrap.servers"]
+    consumer = Consumer(
+        kafka_config(
+            {
+                **settings,
+                "group.id": f"dbus-positions-{uuid.uuid4().hex}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.partition.eof": False,
+            }
+        )
+    )
+    deadline = time.monotonic() + timeout
+    marks: dict[bytes, int] = {}
+    try:
+        partition = TopicPartition(POSITIONS_TOPIC, 0)
+        _low, end = consumer.get_watermark_offsets(partition, timeout=timeout, cached=False)
+        if end <= 0:
+            return marks
+        consumer.assign([TopicPartition(POSITIONS_TOPIC, 0, OFFSET_BEGINNING)])
+        while True:
+            for message in consumer.consume(500, timeout=0.2):
+                if message.error() is None and message.key() is not None:
+                    marks[message.key()] = json.loads(message.value())["order"]
+            [at] = consumer.position([partition])
+            if at.offset >= end:
+                return marks
+            if time.monotonic() >= deadline:
+                raise KafkaSinkError(
+                    f"Kafka at {bootstrap} did not let its positions topic be read to "
+                    f"offset {end} within {timeout:g}s (read to {max(at.offset, 0)}; a "
+                    "transaction stays open); check the broker, or wait for the "
+                    "transaction's timeout",
+                    topic=POSITIONS_TOPIC,
+                )
+    except KafkaException as exc:
+        raise KafkaSinkError(
+            f"Kafka at {bootstrap} did not answer for its positions topic: {exc.args[0].str()}",
+            topic=POSITIONS_TOPIC,
+        ) from exc
+    finally:
+        consumer.close()
+
+
+__all__ = ["POSITIONS_TOPIC", "Lane", "committed_marks", "ensure_positions_topic", "mark_record"]

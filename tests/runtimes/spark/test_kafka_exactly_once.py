@@ -1,0 +1,269 @@
+"""Exactly once into Kafka, against the real broker: a lane's changes written again (a
+batch read again after a kill, a task tried again, a source moved) reach a
+``read_committed`` consumer once, because each transaction carries how far its lanes
+go (``dbus_spark.sinks.kafka_positions``) and a sink drops what a lane's mark is past.
+
+The kills are real: a writer process is SIGKILLed with a transaction open, and the
+broker ends that transaction (at once for a writer with the same transactional id,
+else at its timeout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_kafka_fencing import TIMEOUT, Hold, read
+
+from dbus_deploy.services import KafkaEndpoint
+from dbus_spark.sinks.kafka import KafkaSink, WriteFence
+from dbus_spark.sinks.kafka_positions import (
+    POSITIONS_TOPIC,
+    Lane,
+    committed_marks,
+    mark_record,
+)
+from dbus_spark.state.records import KafkaRecord
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def make_sink(kafka_service: KafkaEndpoint) -> Iterator[Callable[..., KafkaSink]]:
+    sinks: list[KafkaSink] = []
+
+    def make(transactional_id: str | None = None) -> KafkaSink:
+        fence = WriteFence(
+            transactional_id=transactional_id or f"dbus-test-{uuid.uuid4().hex}",
+            transaction_timeout=TIMEOUT,
+            hold_seconds=0.0,
+            confirm=Hold("held"),
+        )
+        sink = KafkaSink(kafka_service.bootstrap_servers, fence=fence)
+        sink.hold("shop", 1)
+        sinks.append(sink)
+        return sink
+
+    yield make
+    for sink in sinks:
+        sink.close()
+
+
+@pytest.fixture
+def lane() -> Lane:
+    return Lane(f"orders-{uuid.uuid4().hex[:8]}", "shop")
+
+
+def changes(topic: str, lane: Lane, orders: range, per_change: int = 1) -> list[tuple]:
+    """(record, mark) for each change of ``orders``, ``per_change`` records each (a
+    change routed to several topics, or with a dead letter)."""
+    return [
+        (KafkaRecord(topic, b"k%d" % (order % 5), f"{order}.{i}".encode()), (lane, order))
+        for order in orders
+        for i in range(per_change)
+    ]
+
+
+def write(sink: KafkaSink, written: list[tuple]) -> None:
+    for record, mark in written:
+        sink.write(record, "orders", mark)
+
+
+def settings(kafka: KafkaEndpoint) -> dict[str, str]:
+    return {"bootstrap.servers": kafka.bootstrap_servers}
+
+
+def test_a_lane_written_again_after_its_commit_reaches_the_consumer_once(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
+    lane: Lane,
+) -> None:  # fmt: skip
+    """Killed between the Kafka commit and Spark's: the batch is read again by a new
+    runtime (a new sink, a new transactional id) and goes on past where it was."""
+    first = make_sink()
+    write(first, changes(kafka_topic, lane, range(1, 101)))
+    assert first.flush() == 100
+    assert committed_marks(settings(kafka_service), timeout=30)[lane.key] == 100
+
+    again = make_sink()
+    again.refresh_marks()  # a task begins
+    write(again, changes(kafka_topic, lane, range(1, 151)))
+    assert again.flush() == 50
+    assert again.already == 100
+    values = read(kafka_service.bootstrap_servers, kafka_topic)
+    assert sorted(values) == sorted(f"{o}.0".encode() for o in range(1, 151))
+    assert committed_marks(settings(kafka_service), timeout=30)[lane.key] == 150
+
+
+def test_a_changes_records_never_straddle_two_transactions(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
+    lane: Lane, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A transaction due to commit between two records of one change waits for the
+    change's last: its mark then covers all of them, and a read again sends none."""
+    monkeypatch.setattr("dbus_spark.sinks.kafka.CHUNK_RECORDS", 2)
+    sink = make_sink()
+    write(sink, changes(kafka_topic, lane, range(1, 4), per_change=3))
+    # Due after two records, committed at each change's boundary: changes 1 and 2 so far.
+    assert committed_marks(settings(kafka_service), timeout=30)[lane.key] == 2
+    sink.refresh_marks()  # the task fails; its open transaction (change 3) is aborted
+    write(sink, changes(kafka_topic, lane, range(1, 4), per_change=3))
+    assert sink.flush() == 6 + 3  # committed since the last flush: changes 1 and 2, then 3
+    assert sink.already == 6
+    values = read(kafka_service.bootstrap_servers, kafka_topic)
+    assert sorted(values) == sorted(f"{o}.{i}".encode() for o in range(1, 4) for i in range(3))
+
+
+def test_lanes_are_apart(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
+    lane: Lane,
+) -> None:  # fmt: skip
+    """Another deployment of the source, and the same deployment of another source,
+    each have their own mark."""
+    other_deployment = Lane(f"{lane.deployment}-b", lane.source)
+    other_source = Lane(lane.deployment, "warehouse")
+    first = make_sink()
+    write(first, changes(kafka_topic, lane, range(1, 11)))
+    write(first, changes(kafka_topic, other_deployment, range(1, 4)))
+    first.flush()
+    again = make_sink()
+    write(again, changes(kafka_topic, other_deployment, range(1, 11)))
+    write(again, changes(kafka_topic, other_source, range(1, 11)))
+    assert again.flush() == 7 + 10
+    marks = committed_marks(settings(kafka_service), timeout=30)
+    assert (marks[lane.key], marks[other_deployment.key], marks[other_source.key]) == (10, 10, 10)
+
+
+WRITER_TIMEOUT = 10.0
+"""The killed writer's transaction timeout, seconds."""
+WRITER = textwrap.dedent(
+    """
+    import os, sys, time
+    import dbus_spark.sinks.kafka as kafka
+    from dbus_spark.sinks.kafka import KafkaSink, WriteFence
+    from dbus_spark.sinks.kafka_positions import Lane
+    from dbus_spark.state.records import KafkaRecord
+
+    bootstrap, topic, deployment, transactional_id, ready = sys.argv[1:]
+    kafka.CHUNK_SECONDS = 600.0  # one transaction for 1..100, one for 101..200
+    fence = WriteFence(transactional_id, %(timeout)r, 0.0, lambda s, e: time.monotonic())
+    sink = KafkaSink(bootstrap, fence=fence)
+    sink.hold("shop", 1)
+    lane = Lane(deployment, "shop")
+    for order in range(1, 201):
+        sink.write(KafkaRecord(topic, b"k%%d" %% (order %% 5), b"%%d" %% order), "orders",
+                   (lane, order))
+        if order == 100:
+            sink.flush()  # 1..100 committed
+    sink._producer.flush(10)  # 101..200 written, their transaction open
+    open(ready, "w").close()
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.parametrize("same_id", [True, False], ids=["same-transactional-id", "new-id"])
+def test_a_writer_killed_with_its_transaction_open_is_followed_exactly_once(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
+    lane: Lane, tmp_path: Path, same_id: bool,
+) -> None:  # fmt: skip
+    """kill -9 inside a transaction: its 100 open records never become visible, and
+    the next writer sends exactly what was not committed. With the same transactional
+    id, its new producer aborts the open transaction at once; with another, the broker
+    does at the transaction's timeout, and until then a ``read_committed`` consumer
+    sees nothing past it (it is waited for here)."""
+    transactional_id = f"dbus-test-{uuid.uuid4().hex}"
+    ready = tmp_path / "ready"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER % {"timeout": WRITER_TIMEOUT},
+         kafka_service.bootstrap_servers, kafka_topic, lane.deployment, transactional_id,
+         str(ready)],
+        env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert writer.poll() is None, "the writer ended before it was killed"
+            assert time.monotonic() < deadline, "the writer did not get its transaction open"
+            time.sleep(0.1)
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    sink = make_sink(transactional_id if same_id else None)
+    began = time.monotonic()
+    sink.refresh_marks()
+    write(sink, changes(kafka_topic, lane, range(1, 251)))
+    waited = time.monotonic() - began
+    assert sink.flush() == 150
+    assert sink.already == 100
+    expected = [str(o).encode() for o in range(1, 101)] + [
+        f"{o}.0".encode() for o in range(101, 251)
+    ]
+    values = read(kafka_service.bootstrap_servers, kafka_topic)
+    until = time.monotonic() + WRITER_TIMEOUT + 20
+    while not same_id and len(values) < len(expected) and time.monotonic() < until:
+        time.sleep(1)  # the killed transaction is open until the broker aborts it
+        values = read(kafka_service.bootstrap_servers, kafka_topic)
+    assert sorted(values) == sorted(expected)
+    if same_id:
+        # Its transaction did not hold the new writer back until its timeout.
+        assert waited < WRITER_TIMEOUT, waited
+
+
+def test_the_mark_is_in_the_transaction_it_counts(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
+    lane: Lane,
+) -> None:  # fmt: skip
+    """An aborted transaction's mark is never seen: a read again sends its changes."""
+    sink = make_sink()
+    write(sink, changes(kafka_topic, lane, range(1, 6)))
+    sink.refresh_marks()  # aborted, not committed
+    assert lane.key not in committed_marks(settings(kafka_service), timeout=30)
+    write(sink, changes(kafka_topic, lane, range(1, 6)))
+    assert sink.flush() == 5
+    assert sink.already == 0
+    assert sorted(read(kafka_service.bootstrap_servers, kafka_topic)) == sorted(
+        f"{o}.0".encode() for o in range(1, 6)
+    )
+
+
+def test_a_mark_message_says_its_lane_and_order() -> None:
+    record = mark_record(Lane("orders", "shop"), 42)
+    assert (record.topic, json.loads(record.key or b""), json.loads(record.value or b"")) == (
+        POSITIONS_TOPIC, ["orders", "shop"], {"order": 42},
+    )  # fmt: skip
+
+
+def test_a_new_clusters_first_lane_is_marked_and_followed_once(
+    private_services: Callable[..., Any],
+) -> None:
+    """On a broker that never had a transaction nor a positions topic, the sink makes
+    the topic, and its first commit's mark is read back by the next writer."""
+    bootstrap = private_services("kafka").endpoints.kafka.bootstrap_servers
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    lane = Lane("orders", "shop")
+    sinks = []
+    for _attempt in range(2):
+        fence = WriteFence(f"dbus-test-{uuid.uuid4().hex}", TIMEOUT, 0.0, Hold("held"))
+        sink = KafkaSink(bootstrap, fence=fence)
+        sinks.append(sink)
+        sink.hold("shop", 1)
+        write(sink, changes(topic, lane, range(1, 21)))
+        sink.flush()
+    try:
+        assert (sinks[0].already, sinks[1].already) == (0, 20)
+        assert committed_marks({"bootstrap.servers": bootstrap}, timeout=30) == {lane.key: 20}
+        assert sorted(read(bootstrap, topic)) == sorted(f"{o}.0".encode() for o in range(1, 21))
+    finally:
+        for sink in sinks:
+            sink.close()
