@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import field, fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from pydantic import (
@@ -56,6 +56,10 @@ DEFAULT_OPEN_READ_SECONDS = 2.0
 DEFAULT_DETACH_SECONDS = 5.0
 DEFAULT_PREVIEW_WINDOW = 100
 """How many of each table's newest changes a runtime keeps for `dbus fn preview`."""
+Delivery = Literal["exactly-once", "at-least-once"]
+"""What a ``read_committed`` consumer of a standalone runtime's Kafka topics gets."""
+EXACTLY_ONCE: Delivery = "exactly-once"
+DEFAULT_DELIVERY: Delivery = "at-least-once"
 DEFAULT_API_ADDRESS = "127.0.0.1:9464"
 """Where a runtime serves its metrics unless told otherwise (see ``dbus_spark.interfaces.api``)."""
 EXECUTOR_PYTHON_ENV = "DBUS_EXECUTOR_PYTHON"
@@ -249,13 +253,16 @@ class RuntimeConfig(JsonForm):
     preview_window: int = DEFAULT_PREVIEW_WINDOW
     """How many of each table's newest changes the runtime keeps for previews (0:
     none); see ``dbus_spark.interfaces.preview``."""
+    delivery: Delivery = DEFAULT_DELIVERY
+    """A standalone runtime's Kafka delivery: ``exactly-once`` (transactional, for
+    ``read_committed`` consumers) or ``at-least-once``; see ``exactly_once``."""
 
     @property
     def exactly_once(self) -> bool:
         """Whether its Kafka writes are exactly once for ``read_committed`` consumers:
         transactional, each carrying how far its lanes go
-        (``dbus_spark.sinks.kafka_positions``). A cluster member's are."""
-        return self.fencing is not None
+        (``dbus_spark.sinks.kafka_positions``). A cluster member's always are."""
+        return self.fencing is not None or self.delivery == EXACTLY_ONCE
 
     def source(self, name: str) -> SourceBinding:
         for binding in self.sources:

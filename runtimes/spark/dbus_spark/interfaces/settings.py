@@ -15,9 +15,11 @@ from dbus_fn.local_services import Endpoints, local_endpoints
 from dbus_spark.config.kafka_source import is_kafka_url, parse_kafka_source
 from dbus_spark.config.runtime import (
     DEFAULT_CHUNK_ROWS,
+    DEFAULT_DELIVERY,
     DEFAULT_DETACH_SECONDS,
     DEFAULT_OPEN_READ_SECONDS,
     DEFAULT_PREVIEW_WINDOW,
+    Delivery,
     RuntimeConfig,
     SourceBinding,
     loaded_folders,
@@ -42,6 +44,7 @@ def runtime_config(
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     keep_helper_tables: bool | None = None,
     preview_window: int = DEFAULT_PREVIEW_WINDOW,
+    delivery: Delivery = DEFAULT_DELIVERY,
     home: Path | None = None,
 ) -> RuntimeConfig:
     """Resolve every setting of a runtime; raise ``ConfigError`` naming the fix.
@@ -92,6 +95,7 @@ def runtime_config(
         chunk_rows=chunk_rows,
         kafka_sources=kafka_sources,
         preview_window=preview_window,
+        delivery=delivery,
     )
 
 

@@ -82,7 +82,7 @@ from dbus_spark.reads.open_read_socket import (
     rows_from_json,
     rows_to_json,
 )
-from dbus_spark.reads.shared_read import SharedItems, read_events
+from dbus_spark.reads.shared_read import SharedItems, change_order, read_events
 from dbus_spark.reads.task import ReadTask
 from dbus_spark.sinks.writer import own_sinks, paces
 from dbus_spark.stage.functions import FunctionStage, StageRecord
@@ -188,7 +188,8 @@ class Span(SharedItems):
     def __init__(self, read: OpenRead, start: BinlogPosition) -> None:
         self.start = start
         self.task = ReadTask(read.source)
-        self.task.deliver_to(read.config, read.stage, paced=read.paced, sinks=read.sinks)
+        self.task.deliver_to(read.config, read.stage, paced=read.paced, sinks=read.sinks,
+                             in_order=True)  # fmt: skip
         super().__init__(
             read.source, read.stage, self.task.counts, start,
             admission=Admission(), paced=read.paced, began=self.task.began,
@@ -272,7 +273,7 @@ class OpenRead:
             while (span := self.span) is not None and not self._ending:
                 taken = itertools.chain(first, items)
                 first = []
-                if span.task.deliver(taken, self._into(span, first)):
+                if span.task.deliver(taken, self._into(span, first), order=change_order):
                     break  # the items ended (the read was ended at a heartbeat)
             items.close()
         except BaseException as exc:  # the task that owns the span raises it
@@ -293,6 +294,7 @@ class OpenRead:
                     # Delivered again by whoever reads on: only let it all out first.
                     with contextlib.suppress(Exception):
                         left.task.settle(max(1.0, self.config.detach_seconds))
+                self.sinks.release()
                 self._lock_file.close()  # the next reader of the source may go
 
     def _into(

@@ -42,6 +42,7 @@ from dbus_spark.config.runtime import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.kafka_positions import Lane
+from dbus_spark.sinks.write_slots import WriteSlot
 from dbus_spark.stage.counts import SinkCounts, StageCounts
 from dbus_spark.stage.functions import FunctionStage, StageRecord, refusal_dead_letter
 from dbus_spark.stage.worker import Batcher
@@ -88,9 +89,13 @@ class WorkerSinks:
         self.config = config
         self._check: HoldCheck | None = None
         self._fence = None
+        self._slot: WriteSlot | None = None
         if config.fencing is not None:
             self._check = HoldCheck(config.fencing.zookeeper, config.fencing.runtime_id)
             self._fence = _write_fence(config.fencing, self._check, next(_SINKS_MADE))
+        elif config.exactly_once:
+            self._slot = WriteSlot(config.checkpoint_dir)
+            self._fence = _slot_fence(self._slot)
         self._kafka_activity = SinkActivity(
             in_flight=lambda: sum(s.in_flight for s in list(self._producers.values()))
         )
@@ -222,6 +227,12 @@ class WorkerSinks:
             )
             self._elasticsearch[deployment] = sink
         return sink
+
+    def release(self) -> None:
+        """These sinks write no more: their write slot (standalone, exactly once) is
+        free for the runtime's next sinks."""
+        if self._slot is not None:
+            self._slot.release()
 
     def _fail(self, deployment: str, reason: str) -> None:
         """Drop what ``deployment`` still has buffered: it is detached, and its own read
@@ -366,6 +377,23 @@ def _write_fence(fencing: WriteFencing, check: HoldCheck, made: int) -> WriteFen
     )
 
 
+STANDALONE_TRANSACTION_TIMEOUT = 10.0
+"""Seconds a standalone runtime's Kafka transaction may stay open: the longest a
+``read_committed`` consumer waits behind one whose runtime was paused (one that was
+killed is aborted by the runtime that follows, ``dbus_spark.sinks.write_slots``)."""
+
+
+def _slot_fence(slot: WriteSlot) -> WriteFence:
+    """The fence of a standalone runtime's exactly-once writes: no hold to confirm
+    (no other runtime reads its sources), a stable transactional id per write slot."""
+    return WriteFence(
+        transactional_id=slot.transactional_id,
+        transaction_timeout=STANDALONE_TRANSACTION_TIMEOUT,
+        hold_seconds=float("inf"),
+        confirm=lambda _source, _epoch: time.monotonic(),
+    )
+
+
 _sinks: dict[str, WorkerSinks] = {}
 
 
@@ -437,6 +465,8 @@ class Output:
         self.sinks.pace(paced, bound)
         if config.fencing is not None:
             self.sinks.hold(batcher.source, config.source(batcher.source).epoch)
+        elif config.exactly_once:
+            self.sinks.hold(batcher.source, 0)  # held by this runtime alone
         self.sinks.start(in_order)
         self.report = TaskReport(started=time.time())
 

@@ -11,7 +11,7 @@ The runtime's own files stay on the driver's disk: beside a local checkpoint as
 ``<name>.config.json`` and so on, and for a URI under ``<home>/checkpoints/<slug>``
 (see ``local_twin``), where every command given the same ``--checkpoint`` finds
 them. This module names each of them, and says what it holds (``last_config_path``,
-``progress_path``, ``reports_dir``, ``requests_dir``, ``address_path``,
+``progress_path``, ``reports_dir``, ``requests_dir``, ``slots_dir``, ``address_path``,
 ``bundles_dir``); nothing else makes a path beside a checkpoint. (A read carried
 across micro-batches keeps its lock and stop files on the host that reads, not
 here: ``dbus_spark.reads.open_read``.)
@@ -159,6 +159,13 @@ def requests_dir(checkpoint: str) -> Path:
     hands requests to its planner, and the planner's answers
     (``dbus_spark.planning.mailbox``)."""
     return beside(checkpoint, ".requests")
+
+
+def slots_dir(checkpoint: str) -> Path:
+    """``<checkpoint>.slots/``: one lock file per write slot of a standalone runtime
+    whose Kafka writes are exactly once; a worker's sinks hold one while they live, and
+    write under its stable transactional id (``dbus_spark.sinks.write_slots``)."""
+    return beside(checkpoint, ".slots")
 
 
 def address_path(checkpoint: str) -> Path:

@@ -308,8 +308,11 @@ def _configuration(
         return config.checkpoint_dir, config
     dsns = dict(named_sources(tuple(sources)))
     folder, config = runtime_at(checkpoint, with_secrets=True, dsns=dsns)
-    sinks = {"kafka_bootstrap": kafka, "elasticsearch_url": elasticsearch}
-    return folder, replace(config, **{k: v for k, v in sinks.items() if v})
+    return folder, replace(
+        config,
+        kafka_bootstrap=kafka or config.kafka_bootstrap,
+        elasticsearch_url=elasticsearch or config.elasticsearch_url,
+    )
 
 
 def _tables_of(
