@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_kafka_fencing import TIMEOUT, Hold, read
+from confluent_kafka import KafkaError
+from test_kafka_fencing import TIMEOUT, Hold, read, wrap_produce
 
 from dbus_deploy.services import KafkaEndpoint
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
@@ -267,3 +269,88 @@ def test_a_new_clusters_first_lane_is_marked_and_followed_once(
     finally:
         for sink in sinks:
             sink.close()
+
+
+def test_a_broker_paused_past_the_transactions_timeout_gets_the_chunk_once(
+    private_services: Callable[..., Any], lane: Lane,
+) -> None:  # fmt: skip
+    """The broker paused (SIGSTOP) past the transaction's timeout, which is also its
+    messages': the chunk goes again from a new producer, and is seen once."""
+    from dbus_deploy.services import status
+
+    services = private_services("kafka")
+    bootstrap = services.endpoints.kafka.bootstrap_servers
+    [kafka] = status(["kafka"], config=services.config)
+    assert kafka.pid is not None
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    timeout = 2.0  # the transaction's, and so its messages'
+    fence = WriteFence(f"dbus-test-{uuid.uuid4().hex}", timeout, 0.0, Hold("held"))
+    sink = KafkaSink(bootstrap, fence=fence)
+    try:
+        sink.hold("shop", 1)
+        write(sink, changes(topic, lane, range(1, 3)))
+        assert sink.flush() == 2
+        first_producer = sink._producer
+        os.kill(kafka.pid, signal.SIGSTOP)
+        try:
+            write(sink, changes(topic, lane, range(3, 13)))
+            waker = threading.Timer(timeout * 2, os.kill, (kafka.pid, signal.SIGCONT))
+            waker.start()
+            assert sink.flush() == 10
+        finally:
+            os.kill(kafka.pid, signal.SIGCONT)
+        assert sink._producer is not first_producer
+        assert sorted(read(bootstrap, topic)) == sorted(f"{o}.0".encode() for o in range(1, 13))
+        assert committed_marks({"bootstrap.servers": bootstrap}, timeout=30) == {lane.key: 12}
+    finally:
+        sink.close()
+
+
+class _TimedOut:
+    """A delivery report's error: the client gave up waiting for the message."""
+
+    def code(self) -> int:
+        return KafkaError._MSG_TIMED_OUT
+
+    def str(self) -> str:
+        return "Local: Message timed out"
+
+
+def test_a_message_that_timed_out_is_sent_again_from_a_new_producer(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
+    lane: Lane, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A message the client gave up on may still reach the broker, and land in this
+    producer's next transaction (librdkafka lacks KIP-890's protection): the chunk is
+    sent again from a new producer, whose start fences the old one out. The timeout is
+    injected (one delivery report says so; the broker cannot time out one message of a
+    transaction apart from the transaction itself)."""
+    sink = make_sink()
+    write(sink, changes(kafka_topic, lane, range(1, 3)))
+    assert sink.flush() == 2
+    reported: list[int] = []
+
+    def produce(real: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        if args[0] == kafka_topic and not reported:
+            reported.append(1)  # not handed over: its report says it timed out
+            kwargs["on_delivery"](_TimedOut(), _Message(args[0]))
+            return
+        real(*args, **kwargs)
+
+    wrap_produce(sink, monkeypatch, produce)
+    wrapped = sink._producer
+    write(sink, changes(kafka_topic, lane, range(3, 8)))
+    assert sink.flush() == 5
+    assert reported == [1]
+    assert sink._producer is not wrapped, "the chunk went again from the same producer"
+    assert sorted(read(kafka_service.bootstrap_servers, kafka_topic)) == sorted(
+        f"{o}.0".encode() for o in range(1, 8)
+    )
+
+
+class _Message:
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+
+    def topic(self) -> str:
+        return self._topic

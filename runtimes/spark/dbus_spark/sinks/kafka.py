@@ -60,7 +60,13 @@ from dbus_spark.sinks.kafka_positions import (
     ensure_positions_topic,
     mark_record,
 )
-from dbus_spark.sinks.kafka_reports import LOST_BROKER, PURGED, REFUSED, not_delivered
+from dbus_spark.sinks.kafka_reports import (
+    LOST_BROKER,
+    PURGED,
+    REFUSED,
+    TIMED_OUT,
+    not_delivered,
+)
 from dbus_spark.state.records import KafkaRecord
 from dbus_spark.state.sink_activity import SinkActivity
 
@@ -151,6 +157,8 @@ class KafkaSink:
         (None: as long as it takes)."""
         self._pending = 0
         self._sent = 0
+        self._timed_out = False
+        """A message of the open transaction timed out (fenced writes: see ``_commit_once``)."""
         self._lock = threading.Lock()
         self.activity = activity or SinkActivity(in_flight=lambda: self._pending)
         self._producer = self._new_producer()
@@ -223,6 +231,8 @@ class KafkaSink:
                 return  # given up on by ``settle``: its deployment sends it again
             if why is not None:
                 self._errors.append(f"{msg.topic()}: {why}")
+                if err is not None and err.code() in TIMED_OUT:
+                    self._timed_out = True
             else:
                 self._sent += 1
         if why is not None:
@@ -639,7 +649,15 @@ class KafkaSink:
             raise _Again(error.str()) from exc
         except (_Resend, KafkaSinkError) as exc:
             self._waiting("a transaction failed", str(exc))
-            self._abort(deadline)
+            if self._timed_out:
+                # A message the client gave up on may still reach the broker, and land
+                # in the next transaction of this producer (librdkafka lacks the
+                # broker's protection against it, KIP-890): a new producer, whose
+                # start aborts this one's transaction, fences it out.
+                self._producer = self._new_producer()
+                self._timed_out = False
+            else:
+                self._abort(deadline)
             self._resend_due = True
             raise _Again(str(exc)) from exc
         except ServiceError as exc:

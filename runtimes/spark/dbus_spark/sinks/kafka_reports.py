@@ -11,6 +11,8 @@ PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 """Messages the sink itself purged (given up on by ``settle``)."""
 REFUSED = (KafkaError.MSG_SIZE_TOO_LARGE,)
 """What the client refuses to take of one record, whatever the broker's state."""
+TIMED_OUT = (KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT)
+"""A message the client gave up waiting for: it may still reach the broker."""
 LOST_BROKER = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
 """The client's errors that say it lost its connection to the cluster and connects
 again: the sink retrying, as the metrics count it."""
