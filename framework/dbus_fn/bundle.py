@@ -94,6 +94,7 @@ def manifest_json(manifest: Manifest) -> dict[str, Any]:
         "timeout": manifest.timeout,
         "sinks": _plain(manifest.sinks),
         "initial": manifest.initial,
+        "delivery": manifest.delivery,
     }
 
 

@@ -16,6 +16,7 @@ Example::
     dead_letter_route = "kafka://orders.dead-letter"
     timeout = 1.0                   # seconds each function call may take (0: no budget)
     initial = "snapshot"            # a first run bootstraps the sinks from the tables
+    delivery = "at-least-once"      # or "exactly-once" to Kafka (read_committed consumers)
 
     [sinks.kafka]                   # this deployment's own Kafka cluster
     bootstrap_servers = "kafka.orders:9092"
@@ -265,6 +266,10 @@ class Manifest:
     initial: str = "snapshot"
     """What a first run sends for rows that exist already: ``"snapshot"`` bootstraps
     the sinks from the tables (see docs/history.md), ``"none"`` sends changes only."""
+    delivery: str = "at-least-once"
+    """What its Kafka consumers get from a standalone runtime: ``"exactly-once"`` (its
+    writes in Kafka transactions, for ``read_committed`` consumers) or
+    ``"at-least-once"``; in a cluster, always exactly once (docs/runtime.md)."""
     root: Path | None = None
     """The folder the manifest was read from; ``module`` paths are relative to it."""
 
@@ -376,6 +381,12 @@ class Manifest:
                 f"initial: expected {' or '.join(repr(c) for c in INITIAL_CHOICES)}, "
                 f"got {initial!r}"
             )
+        delivery = data.get("delivery", "at-least-once")
+        if delivery not in DELIVERY_CHOICES:
+            problems.append(
+                f"delivery: expected {' or '.join(repr(c) for c in DELIVERY_CHOICES)}, "
+                f"got {delivery!r}"
+            )
         sinks: dict[str, Mapping[str, Any]] = {}
         raw_sinks = data.get("sinks", {})
         if not isinstance(raw_sinks, Mapping):
@@ -425,6 +436,7 @@ class Manifest:
             timeout=timeout,
             sinks=MappingProxyType(sinks),
             initial=str(initial),
+            delivery=str(delivery),
             root=root,
         )
 
@@ -447,9 +459,11 @@ _KEYS = frozenset(
         "timeout",
         "sinks",
         "initial",
+        "delivery",
     }
 )
 INITIAL_CHOICES: tuple[str, ...] = ("snapshot", "none")
+DELIVERY_CHOICES: tuple[str, ...] = ("at-least-once", "exactly-once")
 
 
 def manifest_path(path: str | Path) -> Path:

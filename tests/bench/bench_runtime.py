@@ -15,7 +15,7 @@ In one run, on the same binlog of 20-column rows:
   ``--big`` row transaction goes through.
 
     .venv/bin/python tests/bench/bench_runtime.py [--rows 100000] [--rate 1000]
-        [--decode-shards N] [--open-read SECONDS]
+        [--decode-shards N] [--open-read SECONDS] [--delivery exactly-once]
 
 A source's read goes on across micro-batches unless ``DBUS_CARRY_OPEN_READS=0``
 (``dbus_spark.reads.open_read_control``); the first line printed says which.
@@ -43,7 +43,7 @@ import pymysql
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_capture import WIDE, WIDE_FILL, bare, master
-from measures import PeakMemory, SteadyLoad, TopicCount, steady_load
+from measures import CommittedCount, PeakMemory, SteadyLoad, TopicCount, steady_load
 
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec, replica_id_for
@@ -64,8 +64,12 @@ WARM = WIDE.replace("CREATE TABLE wide", "CREATE TABLE warm")
 WARM_FILL = WIDE_FILL.replace("INSERT INTO wide", "INSERT INTO warm")
 
 
-def deployment(folder: Path, database: str, destination: str, tables: str = "*") -> Path:
-    """A deployment that sends every change of ``database.tables`` to ``destination``."""
+def deployment(
+    folder: Path, database: str, destination: str, tables: str = "*",
+    delivery: str = "at-least-once",
+) -> Path:  # fmt: skip
+    """A deployment that sends every change of ``database.tables`` to ``destination``,
+    with the manifest's ``delivery``."""
     folder.mkdir(parents=True)
     (folder / "bench.py").write_text(
         textwrap.dedent(
@@ -87,7 +91,7 @@ def deployment(folder: Path, database: str, destination: str, tables: str = "*")
     # latency run would take for its own.
     (folder / "dbus.toml").write_text(
         f'name = "bench"\nversion = "1"\nmodule = "bench.py"\ntables = ["{database}.{tables}"]\n'
-        'initial = "none"\n'
+        f'initial = "none"\ndelivery = "{delivery}"\n'
     )
     return folder
 
@@ -101,6 +105,7 @@ def config(
     shards: int = 0,
     tables: str = "*",
     open_read: float = DEFAULT_OPEN_READ_SECONDS,
+    delivery: str = "at-least-once",
 ) -> RuntimeConfig:
     local = endpoints()
     run = uuid.uuid4().hex[:8]
@@ -113,13 +118,14 @@ def config(
             ),
         ),
         deployments=deployment_folders(
-            (str(deployment(work / run / "fn", database, destination, tables)),)
+            (str(deployment(work / run / "fn", database, destination, tables, delivery)),)
         ),
         kafka_bootstrap=local.kafka.bootstrap_servers,
         elasticsearch_url=local.elasticsearch.url,
         checkpoint_dir=str(work / run / "checkpoint"),
         decode_shards=shards,
         open_read_seconds=open_read,
+        exactly_once_deployments=("bench",) if delivery == "exactly-once" else (),
     )
 
 
@@ -134,7 +140,7 @@ def _delivered(cfg: RuntimeConfig) -> Callable[[], int]:
     delivers as it reads and hands Spark only its counters."""
     destination = _destination(cfg)
     if destination.startswith("kafka://"):
-        count = TopicCount(cfg.kafka_bootstrap)
+        count = (CommittedCount if cfg.exactly_once else TopicCount)(cfg.kafka_bootstrap)
         return lambda: count(destination.removeprefix("kafka://"))
     index = destination.removeprefix("es://")
 
@@ -296,6 +302,12 @@ def main() -> None:
         default=DEFAULT_OPEN_READ_SECONDS,
         help="seconds a batch's reader goes on past its planned end (the runtime's --open-read)",
     )
+    parser.add_argument(
+        "--delivery",
+        choices=["at-least-once", "exactly-once"],
+        default="at-least-once",
+        help="the deployment's Kafka delivery (its manifest's delivery)",
+    )
     args = parser.parse_args()
 
     local = endpoints()
@@ -316,12 +328,12 @@ def main() -> None:
 
         def made(destination: str, begin: BinlogPosition | str = "latest") -> RuntimeConfig:
             return config(work, dsn, database, destination, begin, args.decode_shards,
-                          open_read=args.open_read)  # fmt: skip
+                          open_read=args.open_read, delivery=args.delivery)  # fmt: skip
 
         carried = open_read_control.switched_on(os.environ)
         print(f"open reads carried across micro-batches: {'on' if carried else 'off'} "
               f"({open_read_control.SWITCH})")  # fmt: skip
-        print(f"{args.rows} rows of 20 columns")
+        print(f"{args.rows} rows of 20 columns; delivery {args.delivery}")
         topic = f"bench-{uuid.uuid4().hex[:8]}"
         begin = master(cur)
         kafka = steady_rows_per_second(

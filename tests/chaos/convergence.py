@@ -334,8 +334,11 @@ def new_routes(database: str, tables: Iterable[str]) -> Routes:
     return Routes(database, f"dbus-chaos-{uuid.uuid4().hex[:12]}", tuple(tables))
 
 
-def write_function_folder(folder: Path, routes: Routes) -> Path:
-    """A deployment that sends each table to its own topic and index."""
+def write_function_folder(
+    folder: Path, routes: Routes, delivery: str = "at-least-once"
+) -> Path:
+    """A deployment that sends each table to its own topic and index, with the
+    manifest's ``delivery``."""
     folder.mkdir(parents=True)
     db = routes.database
     (folder / "chaos.py").write_text(
@@ -359,6 +362,7 @@ def write_function_folder(folder: Path, routes: Routes) -> Path:
             module = "chaos.py"
             tables = [{tables}]
             dead_letter_route = "kafka://{routes.dead_letters}"
+            delivery = "{delivery}"
             """
         )
     )

@@ -363,11 +363,13 @@ class Convergence:
 
 
 def assert_converged(cluster: ChaosCluster) -> None:
-    """The cluster converged on a real load with no dead letter (figures printed)."""
+    """The cluster converged on a real load with no dead letter, and a read_committed
+    consumer saw no change twice: a cluster writes exactly once (figures printed)."""
     report = cluster.converge()
     print(report)
     assert report.changes > 0, "the load wrote nothing, so convergence proves nothing"
     assert report.dead_letters == 0, f"{report.dead_letters} dead letter(s); none expected"
+    assert report.replayed == 0, f"{report.replayed} change(s) seen twice; exactly once expected"
 
 
 def _dbus(settings: ZooKeeperSettings, *args: str) -> None:

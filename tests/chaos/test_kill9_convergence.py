@@ -6,8 +6,8 @@ moments, seeded and printed, and restarts it on the same checkpoint, while a
 writer runs a mixed workload on three tables. After the last restart catches
 up: every committed change is in its table's topic, one key's changes in commit
 order, and each table's index equals the table, value for value. The same on a
-MariaDB and on a MySQL source. With ``--delivery exactly-once``, a ``read_committed``
-consumer also sees no change twice.
+MariaDB and on a MySQL source. With ``delivery = "exactly-once"`` in the deployment's
+manifest, a ``read_committed`` consumer also sees no change twice.
 """
 
 from __future__ import annotations
@@ -74,12 +74,11 @@ def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
     routes = new_routes(chaos_database.name, workload.tables)
     runtime = RuntimeProcess.for_runtime(
         source_dsn=chaos_database.endpoint.dsn,
-        functions=write_function_folder(tmp_path / "fn", routes),
+        functions=write_function_folder(tmp_path / "fn", routes, delivery),
         kafka=bootstrap,
         elasticsearch=elasticsearch_service.url,
         checkpoint=tmp_path / "checkpoint",
         logs=tmp_path / "logs",
-        options=["--delivery", delivery],
     )
     rng = random.Random(f"kill schedule {chaos_seed}")
     conn = chaos_database.connect()

@@ -172,6 +172,24 @@ def test_an_unknown_initial_is_refused_naming_the_choices() -> None:
     assert "initial: expected 'snapshot' or 'none', got 'everything'" in str(error.value)
 
 
+def test_delivery_defaults_to_at_least_once_and_can_be_exactly_once() -> None:
+    base = {"name": "x", "version": "1", "module": "x", "tables": ["a.b"]}
+    assert Manifest.from_mapping(base).delivery == "at-least-once"
+    assert Manifest.from_mapping({**base, "delivery": "exactly-once"}).delivery == "exactly-once"
+
+
+@pytest.mark.parametrize("delivery", ["exactly_once", "at-most-once", 1, True])
+def test_an_unknown_delivery_is_refused_in_one_line_naming_the_choices(delivery: object) -> None:
+    base = {"name": "x", "version": "1", "module": "x", "tables": ["a.b"]}
+    with pytest.raises(ManifestError) as error:
+        Manifest.from_mapping({**base, "delivery": delivery}, origin="dbus.toml")
+    assert "\n" not in str(error.value)
+    assert (
+        f"delivery: expected 'at-least-once' or 'exactly-once', got {delivery!r}"
+        in str(error.value)
+    )
+
+
 _BASE = {"name": "x", "version": "1", "module": "x.py", "tables": ["a.b"]}
 
 

@@ -64,7 +64,8 @@ CONFIG = f"""{{"sources": [{{"name": "shop", "dsn": "mysql://dbus@127.0.0.1:3306
 "http://127.0.0.1:9200", "checkpoint_dir": "/var/lib/dbus/ckpt", "trigger_seconds": 0.5,
 "type_prefix": "io.dbus", "topic_partitions": 6, "decode_shards": 2, "fencing": {FENCING},
 "chunk_rows": 5000, "open_read_seconds": 1.5, "detach_seconds": 4.0, "extra": {{"note":
-"x"}}, "kafka_sources": [{KAFKA_SOURCE}], "preview_window": 50, "delivery": "exactly-once"}}"""
+"x"}}, "kafka_sources": [{KAFKA_SOURCE}], "preview_window": 50, "exactly_once_deployments":
+["orders-eu"]}}"""
 STAGE = """{"rows": 10, "ddl": 1, "read_seconds": 0.8, "started": 1767312000.25, "tables":
 [["shop", "shop.orders", 10]], "offered": [["shop", "shop.orders", "orders-eu", 10]],
 "routed": [["orders-eu", "kafka://orders.paid", 9]], "delivered": {"orders-eu": 8},
@@ -162,7 +163,8 @@ def test_a_runtime_config_reads_and_writes_its_old_json() -> None:
     assert config.fencing == WriteFencing.from_json(_old(FENCING))
     assert config.kafka_sources == (KafkaSource.from_json(_old(KAFKA_SOURCE)),)
     assert (config.trigger_seconds, config.topic_partitions, config.preview_window) == (0.5, 6, 50)
-    assert config.delivery == "exactly-once"
+    assert config.exactly_once_deployments == ("orders-eu",)
+    assert config.writes_once("orders-eu") and config.exactly_once
     assert config.to_json() == _old(CONFIG)
 
 

@@ -34,6 +34,7 @@ from dbus_spark.sinks.kafka_positions import (
     Lane,
     committed_marks,
     mark_record,
+    scope_of,
 )
 from dbus_spark.state.records import KafkaRecord
 
@@ -63,7 +64,7 @@ def make_sink(kafka_service: KafkaEndpoint) -> Iterator[Callable[..., KafkaSink]
 
 @pytest.fixture
 def lane() -> Lane:
-    return Lane(f"orders-{uuid.uuid4().hex[:8]}", "shop")
+    return Lane(f"standalone/test-{uuid.uuid4().hex[:8]}", "orders", "shop")
 
 
 def changes(topic: str, lane: Lane, orders: range, per_change: int = 1) -> list[tuple]:
@@ -129,10 +130,12 @@ def test_lanes_are_apart(
     make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
     lane: Lane,
 ) -> None:  # fmt: skip
-    """Another deployment of the source, and the same deployment of another source,
-    each have their own mark."""
-    other_deployment = Lane(f"{lane.deployment}-b", lane.source)
-    other_source = Lane(lane.deployment, "warehouse")
+    """Another deployment of the source, the same deployment of another source, and
+    the same names in another runtime (a second checkpoint on one Kafka: its own
+    database and binlog), each have their own mark."""
+    other_deployment = Lane(lane.scope, f"{lane.deployment}-b", lane.source)
+    other_source = Lane(lane.scope, lane.deployment, "warehouse")
+    other_runtime = Lane(f"{lane.scope}-b", lane.deployment, lane.source)
     first = make_sink()
     write(first, changes(kafka_topic, lane, range(1, 11)))
     write(first, changes(kafka_topic, other_deployment, range(1, 4)))
@@ -140,9 +143,12 @@ def test_lanes_are_apart(
     again = make_sink()
     write(again, changes(kafka_topic, other_deployment, range(1, 11)))
     write(again, changes(kafka_topic, other_source, range(1, 11)))
-    assert again.flush() == 7 + 10
+    write(again, changes(kafka_topic, other_runtime, range(1, 6)))
+    assert again.flush() == 7 + 10 + 5
     marks = committed_marks(settings(kafka_service), timeout=30)
-    assert (marks[lane.key], marks[other_deployment.key], marks[other_source.key]) == (10, 10, 10)
+    assert [marks[x.key] for x in (lane, other_deployment, other_source, other_runtime)] == [
+        10, 10, 10, 5,
+    ]  # fmt: skip
 
 
 WRITER_TIMEOUT = 10.0
@@ -155,12 +161,12 @@ WRITER = textwrap.dedent(
     from dbus_spark.sinks.kafka_positions import Lane
     from dbus_spark.state.records import KafkaRecord
 
-    bootstrap, topic, deployment, transactional_id, ready = sys.argv[1:]
+    bootstrap, topic, scope, deployment, transactional_id, ready = sys.argv[1:]
     kafka.CHUNK_SECONDS = 600.0  # one transaction for 1..100, one for 101..200
     fence = WriteFence(transactional_id, %(timeout)r, 0.0, lambda s, e: time.monotonic())
     sink = KafkaSink(bootstrap, fence=fence)
     sink.hold("shop", 1)
-    lane = Lane(deployment, "shop")
+    lane = Lane(scope, deployment, "shop")
     for order in range(1, 201):
         sink.write(KafkaRecord(topic, b"k%%d" %% (order %% 5), b"%%d" %% order), "orders",
                    (lane, order))
@@ -188,7 +194,8 @@ def test_a_writer_killed_with_its_transaction_open_is_followed_exactly_once(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER % {"timeout": WRITER_TIMEOUT},
-         kafka_service.bootstrap_servers, kafka_topic, lane.deployment, transactional_id,
+         kafka_service.bootstrap_servers, kafka_topic, lane.scope, lane.deployment,
+         transactional_id,
          str(ready)],
         env=env,
     )  # fmt: skip
@@ -240,10 +247,12 @@ def test_the_mark_is_in_the_transaction_it_counts(
 
 
 def test_a_mark_message_says_its_lane_and_order() -> None:
-    record = mark_record(Lane("orders", "shop"), 42)
+    record = mark_record(Lane("cluster/eu", "orders", "shop"), 42)
     assert (record.topic, json.loads(record.key or b""), json.loads(record.value or b"")) == (
-        POSITIONS_TOPIC, ["orders", "shop"], {"order": 42},
+        POSITIONS_TOPIC, ["cluster/eu", "orders", "shop"], {"order": 42},
     )  # fmt: skip
+    partition = mark_record(Lane("cluster/eu", "mirror", "dc2", "orders/3"), 7)
+    assert json.loads(partition.key or b"") == ["cluster/eu", "mirror", "dc2", "orders/3"]
 
 
 def test_a_new_clusters_first_lane_is_marked_and_followed_once(
@@ -253,7 +262,7 @@ def test_a_new_clusters_first_lane_is_marked_and_followed_once(
     the topic, and its first commit's mark is read back by the next writer."""
     bootstrap = private_services("kafka").endpoints.kafka.bootstrap_servers
     topic = f"orders-{uuid.uuid4().hex[:8]}"
-    lane = Lane("orders", "shop")
+    lane = Lane(f"standalone/test-{uuid.uuid4().hex[:8]}", "orders", "shop")
     sinks = []
     for _attempt in range(2):
         fence = WriteFence(f"dbus-test-{uuid.uuid4().hex}", TIMEOUT, 0.0, Hold("held"))
@@ -354,3 +363,12 @@ class _Message:
 
     def topic(self) -> str:
         return self._topic
+
+
+def test_a_lanes_scope_is_its_cluster_or_its_standalone_runtimes_checkpoint() -> None:
+    assert scope_of("/srv/a/checkpoint", "eu") == scope_of("/srv/b/checkpoint", "eu") == (
+        "cluster/eu"
+    )  # fmt: skip
+    one, other = scope_of("/srv/a/checkpoint", None), scope_of("/srv/b/checkpoint", None)
+    assert one.startswith("standalone/") and other.startswith("standalone/") and one != other
+    assert scope_of("/srv/a/checkpoint", None) == one  # the same runtime after a restart

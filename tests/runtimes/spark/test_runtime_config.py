@@ -45,6 +45,22 @@ def test_sources_subscribe_to_the_tables_of_every_deployment() -> None:
     assert binding.start == "latest"
 
 
+def test_the_deployments_that_ask_for_exactly_once_are_the_ones_written_once(
+    tmp_path: Path,
+) -> None:
+    once = tmp_path / "once"
+    once.mkdir()
+    text = (Path(ORDERS) / "dbus.toml").read_text().replace('name = "orders"', 'name = "once"')
+    (once / "dbus.toml").write_text(text + '\ndelivery = "exactly-once"\n')
+    for module in Path(ORDERS).glob("*.py"):
+        (once / module.name).write_text(module.read_text())
+    config = _config(deployments=(ORDERS, str(once)))
+    assert config.exactly_once_deployments == ("once",)
+    assert config.exactly_once
+    assert (config.writes_once("once"), config.writes_once("orders")) == (True, False)
+    assert not _config().exactly_once
+
+
 def test_each_source_gets_its_own_server_id() -> None:
     config = _config(sources=("a=mysql://u:p@127.0.0.1:1", "b=mysql://u:p@127.0.0.1:1"))
     ids = {b.replica_id for b in config.sources}

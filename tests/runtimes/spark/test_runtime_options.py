@@ -145,19 +145,3 @@ def test_a_checkpoint_no_folder_can_be_made_for_is_one_line_before_spark() -> No
         "choose a writable folder with --checkpoint",
     )  # fmt: skip
 
-
-@pytest.mark.parametrize(
-    ("args", "env"),
-    [(["--delivery", "exactly-twice"], {}), ([], {"DBUS_DELIVERY": "at-most-once"})],
-    ids=["flag", "environment"],
-)
-def test_a_delivery_that_is_neither_is_a_usage_error_naming_both(
-    args: list[str], env: dict[str, str]
-) -> None:
-    result = _start("--functions", ORDERS, *args, env=env)
-    assert result.returncode == 2
-    [error] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    named = "--delivery" if args else "DBUS_DELIVERY"
-    for needle in (named, args[1] if args else env["DBUS_DELIVERY"], "at-least-once",
-                   "exactly-once"):  # fmt: skip
-        assert needle in error, error

@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import field, fields
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from urllib.parse import quote
 
 from pydantic import (
@@ -56,10 +56,6 @@ DEFAULT_OPEN_READ_SECONDS = 2.0
 DEFAULT_DETACH_SECONDS = 5.0
 DEFAULT_PREVIEW_WINDOW = 100
 """How many of each table's newest changes a runtime keeps for `dbus fn preview`."""
-Delivery = Literal["exactly-once", "at-least-once"]
-"""What a ``read_committed`` consumer of a standalone runtime's Kafka topics gets."""
-EXACTLY_ONCE: Delivery = "exactly-once"
-DEFAULT_DELIVERY: Delivery = "at-least-once"
 DEFAULT_API_ADDRESS = "127.0.0.1:9464"
 """Where a runtime serves its metrics unless told otherwise (see ``dbus_spark.interfaces.api``)."""
 EXECUTOR_PYTHON_ENV = "DBUS_EXECUTOR_PYTHON"
@@ -253,16 +249,21 @@ class RuntimeConfig(JsonForm):
     preview_window: int = DEFAULT_PREVIEW_WINDOW
     """How many of each table's newest changes the runtime keeps for previews (0:
     none); see ``dbus_spark.interfaces.preview``."""
-    delivery: Delivery = DEFAULT_DELIVERY
-    """A standalone runtime's Kafka delivery: ``exactly-once`` (transactional, for
-    ``read_committed`` consumers) or ``at-least-once``; see ``exactly_once``."""
+    exactly_once_deployments: tuple[str, ...] = ()
+    """The deployments of a standalone runtime whose manifests ask for exactly-once
+    Kafka delivery (``delivery = "exactly-once"``); see ``exactly_once``."""
 
     @property
     def exactly_once(self) -> bool:
         """Whether its Kafka writes are exactly once for ``read_committed`` consumers:
         transactional, each carrying how far its lanes go
-        (``dbus_spark.sinks.kafka_positions``). A cluster member's always are."""
-        return self.fencing is not None or self.delivery == EXACTLY_ONCE
+        (``dbus_spark.sinks.kafka_positions``): a cluster member's, and a standalone
+        runtime's with a deployment that asks for it."""
+        return self.fencing is not None or bool(self.exactly_once_deployments)
+
+    def writes_once(self, deployment: str) -> bool:
+        """Whether ``deployment``'s Kafka writes are exactly once (``exactly_once``)."""
+        return self.fencing is not None or deployment in self.exactly_once_deployments
 
     def source(self, name: str) -> SourceBinding:
         for binding in self.sources:

@@ -25,7 +25,6 @@ from dbus_spark.config.logs import LOG_FORMAT_ENV, log_formatter
 from dbus_spark.config.runtime import (
     DEFAULT_API_ADDRESS,
     DEFAULT_CHUNK_ROWS,
-    DEFAULT_DELIVERY,
     DEFAULT_DETACH_SECONDS,
     DEFAULT_OPEN_READ_SECONDS,
     DEFAULT_PREVIEW_WINDOW,
@@ -160,18 +159,6 @@ def runtime() -> None:
     "detach; every deployment waits for the slowest).",
 )
 @env_option(
-    "--delivery",
-    type=click.Choice(["at-least-once", "exactly-once"]),
-    default=DEFAULT_DELIVERY,
-    show_default=True,
-    env="DBUS_DELIVERY",
-    help="What consumers of the Kafka topics get from a standalone runtime. "
-    "exactly-once: each change once, across kills and restarts, for consumers that read "
-    "with isolation.level=read_committed (writes go in Kafka transactions, so they become "
-    "readable as each commits). at-least-once: a change may come again after a crash. "
-    "A --cluster always writes exactly once.",
-)
-@env_option(
     "--preview-window",
     type=click.IntRange(min=0),
     default=DEFAULT_PREVIEW_WINDOW,
@@ -281,7 +268,6 @@ def start(
     decode_shards: int,
     open_read: float,
     detach_after: float,
-    delivery: str,
     preview_window: int,
     chunk_rows: int,
     master: str,
@@ -470,7 +456,7 @@ def _launch(
     settings = (
         "sources", "deployments", "kafka", "elasticsearch", "checkpoint", "start", "trigger",
         "decode_shards", "open_read", "detach_after", "chunk_rows", "keep_helper_tables",
-        "preview_window", "delivery",
+        "preview_window",
     )  # fmt: skip
     config = runtime_config(**{key: options[key] for key in settings})
     query = start_query(

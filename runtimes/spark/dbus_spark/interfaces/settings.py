@@ -15,11 +15,9 @@ from dbus_fn.local_services import Endpoints, local_endpoints
 from dbus_spark.config.kafka_source import is_kafka_url, parse_kafka_source
 from dbus_spark.config.runtime import (
     DEFAULT_CHUNK_ROWS,
-    DEFAULT_DELIVERY,
     DEFAULT_DETACH_SECONDS,
     DEFAULT_OPEN_READ_SECONDS,
     DEFAULT_PREVIEW_WINDOW,
-    Delivery,
     RuntimeConfig,
     SourceBinding,
     loaded_folders,
@@ -44,7 +42,6 @@ def runtime_config(
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     keep_helper_tables: bool | None = None,
     preview_window: int = DEFAULT_PREVIEW_WINDOW,
-    delivery: Delivery = DEFAULT_DELIVERY,
     home: Path | None = None,
 ) -> RuntimeConfig:
     """Resolve every setting of a runtime; raise ``ConfigError`` naming the fix.
@@ -95,7 +92,9 @@ def runtime_config(
         chunk_rows=chunk_rows,
         kafka_sources=kafka_sources,
         preview_window=preview_window,
-        delivery=delivery,
+        exactly_once_deployments=tuple(
+            folder.name for folder, manifest in loaded if manifest.delivery == "exactly-once"
+        ),
     )
 
 

@@ -544,7 +544,11 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
         return [
             KafkaRange(shipment, name, topic, partition, first, last, shard, count)
             for name, topic, partition, first, last in found
-            for count in [kafka_shards(last - first, len(found), self._chunk_tasks)]
+            # Exactly once, a partition is read whole (its lanes are per partition).
+            for count in [
+                1 if config.exactly_once
+                else kafka_shards(last - first, len(found), self._chunk_tasks)
+            ]
             for shard in range(count)
         ] + replays
 

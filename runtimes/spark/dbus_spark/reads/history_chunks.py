@@ -273,12 +273,12 @@ def _chunk_rows(
 
 
 def one_deployment(
-    partition: Any, read: Callable[..., None], *, paced: bool = False, in_order: bool = False
+    partition: Any, read: Callable[..., None], *, paced: bool = False, lane: str | None = None
 ) -> Iterator[pa.RecordBatch]:
     """A partition read for one deployment, its stage counts last; ``paced``: it writes
     to its sinks itself, bounded, also where other reads do not (``Output``);
-    ``in_order``: it reads the deployment's changes of its source in order, as the
-    stream does (a catch-up read: its Kafka writes go in the stream's lanes). Planned
+    ``lane``: it reads the deployment's changes of its source in order, in that lane
+    (``Output``; a catch-up read's is the stream's). Planned
     before the source moved away or the deployment went, it reads nothing and records
     nothing, so its work is planned again where it is read now."""
     config, stage = worker_stage(partition.shipment)
@@ -288,7 +288,7 @@ def one_deployment(
     ):
         task.deliver_to(config, stage, paced=paced or paces(config, stage),
                         bound=None if paced else history_bound(config),
-                        in_order=in_order)  # fmt: skip
+                        lane=lane)  # fmt: skip
         read(partition, stage, config.source(partition.source), task)
     yield from task.rows()
 

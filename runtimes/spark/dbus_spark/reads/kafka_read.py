@@ -156,7 +156,10 @@ def read_kafka_range(
     source = config.kafka_source(part.source)
     task = ReadTask(part.source)
     counts = task.counts
-    task.deliver_to(config, stage, paced=False)
+    # Its partition is its lane (read whole when writes are exactly once), and a
+    # message's offset its order.
+    lane = f"{part.topic}/{part.partition}" if part.shards == 1 else None
+    task.deliver_to(config, stage, paced=False, lane=lane)
     counts.positions[part.source] = f"{part.topic}[{part.partition}]@{part.end}"
 
     def records(message: Any) -> Iterable[StageRecord]:
@@ -172,10 +175,14 @@ def read_kafka_range(
         counts.last_commit[part.source] = change.commit_time.timestamp()
         return stage.process(change, counts)
 
-    task.deliver(read_messages(source, part), records)
+    task.deliver(read_messages(source, part), records, order=_offset)
     task.read_done()
     task.settle()  # unpaced: every deployment's writes acknowledged
     yield from task.rows()
+
+
+def _offset(message: Any) -> int:
+    return int(message.offset())
 
 
 def read_kafka_replay(

@@ -189,7 +189,7 @@ class Span(SharedItems):
         self.start = start
         self.task = ReadTask(read.source)
         self.task.deliver_to(read.config, read.stage, paced=read.paced, sinks=read.sinks,
-                             in_order=True)  # fmt: skip
+                             lane="")  # fmt: skip
         super().__init__(
             read.source, read.stage, self.task.counts, start,
             admission=Admission(), paced=read.paced, began=self.task.began,

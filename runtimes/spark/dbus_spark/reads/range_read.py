@@ -88,7 +88,7 @@ def read_source_range(
     # alone (with one deployment, detaching it would free no other: its sinks are
     # waited for).
     paced = paces(config, stage)
-    task.deliver_to(config, stage, paced=paced, in_order=shard.count == 1)
+    task.deliver_to(config, stage, paced=paced, lane="" if shard.count == 1 else None)
     planned_end = offset_to_position(partition.end)
     items = SharedItems(
         partition.source, stage, counts, planned_end,

@@ -58,14 +58,15 @@ class ReadTask:
         paced: bool,
         bound: float | None = None,
         sinks: WorkerSinks | None = None,
-        in_order: bool = False,
+        lane: str | None = None,
     ) -> Output:
         """Where the read's records go (``writer.Output``): the worker's sinks, or
         ``sinks`` of its own; each deployment's writes bounded when ``paced``;
-        ``in_order``: it reads its source's changes in order, whole (then ``deliver`` is
-        given their ``order``)."""
+        ``lane``: it reads its source in order, whole (then ``deliver`` is given each
+        item's ``order``): "" for the source's changes, else the part it reads (a Kafka
+        source's partition; ``WorkerSinks.start``)."""
         self._out = Output(config, self.batcher, stage.routes, paced=paced, bound=bound,
-                           sinks=sinks, in_order=in_order)  # fmt: skip
+                           sinks=sinks, lane=lane)  # fmt: skip
         return self._out
 
     @property

@@ -2,16 +2,18 @@
 positions topic of that cluster, written in the same transaction as the changes it
 counts, and read back before a lane is written again.
 
-A *lane* is what one read writes in order: a deployment's changes of one source (read
-whole, never in key shards: ``dbus_spark.planning.source``). Its *mark* is the order of the last
+A *lane* is what one read writes in order: of one runtime (its *scope*: a standalone
+runtime's checkpoint, or a cluster), a deployment's changes of one source (read
+whole, never in key shards: ``dbus_spark.planning.source``), or of one part of it that
+is read in order apart (a Kafka source's partition). Its *mark* is the order of the last
 change a committed transaction carried (``state.records.document_version``: binlog
 position, then row inside its rows event, so a transaction split across two Kafka
-transactions is counted row by row). A fenced sink (``dbus_spark.sinks.kafka``) puts
-each lane's new mark in the transaction that carries the lane's changes, so the two
-are visible together or not at all; a sink that writes a lane again (after a kill, a
-failover, a source moving to another runtime, a batch read again) first reads its
-mark and drops every change at or before it: what a ``read_committed`` consumer
-already sees is not sent twice.
+transactions is counted row by row; a Kafka source's offset). A fenced sink
+(``dbus_spark.sinks.kafka``) puts each lane's new mark in the transaction that carries
+the lane's changes, so the two are visible together or not at all; a sink that
+writes a lane again (after a kill, a failover, a source moving to another runtime, a
+batch read again) first reads its mark and drops every change at or before it: what a
+``read_committed`` consumer already sees is not sent twice.
 
 The topic is compacted with one partition (one message per lane survives), so reading
 it whole is cheap. A read waits until every transaction open when it began has ended
@@ -22,6 +24,7 @@ transactional id aborts it at once, else the broker does at its timeout.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -49,15 +52,28 @@ TOPIC_CONFIG = {
 
 @dataclass(frozen=True, slots=True)
 class Lane:
-    """One deployment's changes of one source."""
+    """One deployment's changes of one source, or of its ``part`` read apart, as the
+    runtimes of ``scope`` write them (``scope_of``): two runtimes apart never share a
+    lane, whatever their deployments and sources are called."""
 
+    scope: str
     deployment: str
     source: str
+    part: str = ""
 
     @property
     def key(self) -> bytes:
         """The lane's key in the positions topic."""
-        return json.dumps([self.deployment, self.source], separators=(",", ":")).encode()
+        named = [self.scope, self.deployment, self.source, *([self.part] if self.part else [])]
+        return json.dumps(named, separators=(",", ":")).encode()
+
+
+def scope_of(checkpoint: str, cluster: str | None) -> str:
+    """Whose lanes: a cluster's (its members hand sources to one another), else one
+    standalone runtime's, named by its checkpoint."""
+    if cluster is not None:
+        return f"cluster/{cluster}"
+    return f"standalone/{hashlib.sha256(checkpoint.encode()).hexdigest()[:16]}"
 
 
 def mark_record(lane: Lane, order: int) -> KafkaRecord:
@@ -99,9 +115,10 @@ def committed_marks(settings: Mapping[str, Any], *, timeout: float) -> dict[byte
             return marks
         consumer.assign([TopicPartition(POSITIONS_TOPIC, 0, OFFSET_BEGINNING)])
         while True:
-            for message in consumer.consume(500, timeout=0.2):
-                if message.error() is None and message.key() is not None:
-                    marks[message.key()] = json.loads(message.value())["order"]
+            for message in consumer.consume(500, timeout=0.05):
+                key, value = message.key(), message.value()
+                if message.error() is None and key is not None and value is not None:
+                    marks[key] = json.loads(value)["order"]
             [at] = consumer.position([partition])
             if at.offset >= end:
                 return marks
@@ -122,4 +139,7 @@ def committed_marks(settings: Mapping[str, Any], *, timeout: float) -> dict[byte
         consumer.close()
 
 
-__all__ = ["POSITIONS_TOPIC", "Lane", "committed_marks", "ensure_positions_topic", "mark_record"]
+__all__ = [
+    "POSITIONS_TOPIC", "Lane", "committed_marks", "ensure_positions_topic", "mark_record",
+    "scope_of",
+]  # fmt: skip

@@ -14,10 +14,10 @@ never share a slot.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import itertools
 from typing import IO
 
+from dbus_spark.sinks.kafka_positions import scope_of
 from dbus_spark.state.checkpoint import slots_dir
 
 
@@ -38,8 +38,7 @@ class WriteSlot:
             self.number, self._file = number, held
             break
         # Two runtimes on one Kafka never share ids: their checkpoints differ.
-        digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
-        self.transactional_id = f"dbus/standalone/{digest}/{self.number}"
+        self.transactional_id = f"dbus/{scope_of(checkpoint, None)}/{self.number}"
 
     def release(self) -> None:
         """Let another of this runtime's sinks take the slot."""

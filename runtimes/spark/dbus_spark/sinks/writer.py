@@ -37,11 +37,11 @@ from dbus_fn.coordination import HoldCheck
 from dbus_fn.errors import DbusError
 from dbus_spark.config.json_form import JSON_FORM
 from dbus_spark.config.logs import FIELDS, runtime_logger
-from dbus_spark.config.routes import Routes, elasticsearch_cluster, kafka_cluster
+from dbus_spark.config.routes import KafkaCluster, Routes, elasticsearch_cluster, kafka_cluster
 from dbus_spark.config.runtime import RuntimeConfig, WriteFencing, load_config
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
-from dbus_spark.sinks.kafka_positions import Lane
+from dbus_spark.sinks.kafka_positions import Lane, scope_of
 from dbus_spark.sinks.write_slots import WriteSlot
 from dbus_spark.stage.counts import SinkCounts, StageCounts
 from dbus_spark.stage.functions import FunctionStage, StageRecord, refusal_dead_letter
@@ -90,12 +90,10 @@ class WorkerSinks:
         self._check: HoldCheck | None = None
         self._fence = None
         self._slot: WriteSlot | None = None
+        """Standalone, the write slot of its exactly-once producers (taken with the first)."""
         if config.fencing is not None:
             self._check = HoldCheck(config.fencing.zookeeper, config.fencing.runtime_id)
             self._fence = _write_fence(config.fencing, self._check, next(_SINKS_MADE))
-        elif config.exactly_once:
-            self._slot = WriteSlot(config.checkpoint_dir)
-            self._fence = _slot_fence(self._slot)
         self._kafka_activity = SinkActivity(
             in_flight=lambda: sum(s.in_flight for s in list(self._producers.values()))
         )
@@ -107,7 +105,8 @@ class WorkerSinks:
         )
         """The runtime's own Kafka: every deployment's that names no cluster."""
         self._producers: dict[str, KafkaSink] = {"": self.kafka}
-        """Per cluster and settings (``KafkaCluster.key``; "" the runtime's), its sink."""
+        """Per cluster and settings (``KafkaCluster.key``; "" the runtime's), its sink;
+        standalone, the exactly-once deployments' apart (the key, then ``once``)."""
         self._routes: Routes = {}
         self._kafka_of: dict[str, KafkaSink] = {}
         self.detach_seconds = config.detach_seconds
@@ -124,18 +123,21 @@ class WorkerSinks:
         self.publisher = SinkPublisher(
             {"kafka": self._kafka_activity, "elasticsearch": self._es_activity}, label
         )
-        self._in_order = False
+        self._lane: str | None = None
         self._lanes: dict[str, Lane] = {}
+        self._scope = scope_of(
+            config.checkpoint_dir, config.fencing and config.fencing.zookeeper.cluster
+        )
         self.order: int | None = None
         """The order of the change whose records ``deliver`` is given now (exactly once:
         ``start``'s read is in lanes), else None."""
 
-    def start(self, in_order: bool) -> None:
-        """A read task begins with these sinks: ``in_order``, it reads its source's
-        changes in order and its records go in lanes (each deployment's changes of the
-        source), and what a lane's cluster already has is not sent again (fenced writes;
-        ``dbus_spark.sinks.kafka_positions``)."""
-        self._in_order = in_order and self._fence is not None
+    def start(self, lane: str | None) -> None:
+        """A read task begins with these sinks. With a ``lane`` ("" for a source's
+        changes, else the part of the source it reads), it reads in order and its records
+        go in lanes, a deployment's each, and what a lane's cluster already has is not
+        sent again (fenced writes; ``dbus_spark.sinks.kafka_positions``)."""
+        self._lane = lane if self.config.exactly_once else None
         self._lanes.clear()
         self.order = None
         for producer in self._producers.values():
@@ -144,7 +146,7 @@ class WorkerSinks:
     @property
     def in_lanes(self) -> bool:
         """Whether the read begun (``start``) hands its changes' orders (``order``)."""
-        return self._in_order
+        return self._lane is not None
 
     def _mark(self, deployment: str, source: str) -> tuple[Lane, int] | None:
         """The lane and order of ``deployment``'s record given now (None: none)."""
@@ -152,7 +154,8 @@ class WorkerSinks:
             return None
         lane = self._lanes.get(deployment)
         if lane is None:
-            lane = self._lanes[deployment] = Lane(deployment, source)
+            assert self._lane is not None
+            lane = self._lanes[deployment] = Lane(self._scope, deployment, source, self._lane)
         return lane, self.order
 
     def pace(self, detaching: bool, bound: float | None = None) -> None:
@@ -187,26 +190,34 @@ class WorkerSinks:
         sink = self._kafka_of.get(deployment)
         if sink is None:
             cluster = kafka_cluster(deployment, self._routes)
-            if cluster is None:
-                sink = self.kafka
-            else:
-                sink = self._producers.get(cluster.key)
-                if sink is None:
-                    fence = self._fence and replace(
-                        self._fence,
-                        transactional_id=f"{self._fence.transactional_id}/{cluster.key}",
-                    )
-                    sink = self._producers[cluster.key] = KafkaSink(
-                        cluster.bootstrap or self.config.kafka_bootstrap,
-                        topic_partitions=self.config.topic_partitions,
-                        settings=cluster.settings,
-                        fence=fence,
-                        activity=self._kafka_activity,
-                    )
-                    sink.block_for = self.within
-                    if self.kafka.held is not None:  # fenced by the task's hold too
-                        sink.hold(*self.kafka.held)
+            once = self._fence is None and self.config.writes_once(deployment)
+            key = "/".join(k for k in (cluster and cluster.key, once and "once") if k)
+            sink = self._producers.get(key)
+            if sink is None:
+                sink = self._producers[key] = self._producer(cluster, key, once)
             self._kafka_of[deployment] = sink
+        return sink
+
+    def _producer(self, cluster: KafkaCluster | None, key: str, once: bool) -> KafkaSink:
+        """A new sink for ``cluster`` (None: the runtime's), under ``key``: a cluster
+        member's fenced, a standalone runtime's exactly-once (``once``) transactional
+        under its write slot's id."""
+        fence = self._fence
+        if once:
+            if self._slot is None:
+                self._slot = WriteSlot(self.config.checkpoint_dir)
+            fence = _slot_fence(self._slot)
+        fence = fence and replace(fence, transactional_id=f"{fence.transactional_id}/{key}")
+        sink = KafkaSink(
+            (cluster and cluster.bootstrap) or self.config.kafka_bootstrap,
+            topic_partitions=self.config.topic_partitions,
+            settings=cluster.settings if cluster else None,
+            fence=fence,
+            activity=self._kafka_activity,
+        )
+        sink.block_for = self.within
+        if self.kafka.held is not None:  # fenced by the task's hold too
+            sink.hold(*self.kafka.held)
         return sink
 
     def elasticsearch(self, deployment: str) -> ElasticsearchSink:
@@ -260,7 +271,7 @@ class WorkerSinks:
         within = self.within
         try:
             if type(out) is KafkaRecord:
-                mark = self._mark(name, source) if self._in_order else None
+                mark = self._mark(name, source) if self._lane is not None else None
                 self.kafka_for(name).write(out, name if within else None, mark)
             else:
                 assert type(out) is IndexAction
@@ -456,10 +467,10 @@ class Output:
 
     def __init__(self, config: RuntimeConfig, batcher: Batcher, routes: Routes,
                  *, paced: bool, bound: float | None = None,
-                 sinks: WorkerSinks | None = None, in_order: bool = False) -> None:  # fmt: skip
+                 sinks: WorkerSinks | None = None, lane: str | None = None) -> None:  # fmt: skip
         """``paced``: bounded by the detach bound, or by ``bound`` if shorter.
-        ``sinks``: the read's own (``own_sinks``), else the worker's. ``in_order``: the
-        read reads its source's changes in order (``WorkerSinks.start``)."""
+        ``sinks``: the read's own (``own_sinks``), else the worker's. ``lane``: the
+        read reads in order, in that lane (``WorkerSinks.start``)."""
         self.batcher = batcher
         self.sinks = sinks or worker_sinks(sink_settings(config), routes)
         self.sinks.pace(paced, bound)
@@ -467,7 +478,7 @@ class Output:
             self.sinks.hold(batcher.source, config.source(batcher.source).epoch)
         elif config.exactly_once:
             self.sinks.hold(batcher.source, 0)  # held by this runtime alone
-        self.sinks.start(in_order)
+        self.sinks.start(lane)
         self.report = TaskReport(started=time.time())
 
     def put(self, record: StageRecord) -> None:
