@@ -3,7 +3,9 @@
 A sink buffers what one Spark task produces and ``flush()`` returns only when the
 destination has acknowledged all of it, or raises ``SinkError``. The writer commits
 a micro-batch (and so its binlog positions) only after every sink of every task
-has flushed: that is the at-least-once guarantee.
+has flushed: that is the at-least-once guarantee. Exactly once to Kafka adds
+transactions that carry how far each lane goes (``kafka_positions``), under stable
+transactional ids for a standalone runtime (``write_slots``).
 """
 
 from __future__ import annotations
