@@ -2,7 +2,9 @@
 deployment's events to its own Kafka cluster (a second broker on other ports),
 with a client setting taken from the runtime's environment; the other deployment
 goes on writing to the runtime's Kafka. The second cluster stopped detaches its
-deployment alone, and once it is back that deployment catches up."""
+deployment alone, and once it is back that deployment catches up. With both
+deployments exactly once, the second cluster stopped for a minute under load: each
+cluster ends with every change once."""
 
 from __future__ import annotations
 
@@ -22,10 +24,15 @@ from dbus_spark.state.progress import ProgressBook
 pytestmark = [pytest.mark.e2e, pytest.mark.exclusive]
 
 
-def _folder(scratch: Scratch, name: str, table: str, topic: str, sinks: str = "") -> Path:
+def _folder(
+    scratch: Scratch, name: str, table: str, topic: str, sinks: str = "", delivery: str = ""
+) -> Path:
     folder = Path(scratch.function_folder(name, route_code(table, f"kafka://{topic}"), [table]))
+    manifest = folder / "dbus.toml"
+    if delivery:  # a top-level key: before any [sinks.*] table
+        text = manifest.read_text()
+        manifest.write_text(f'delivery = "{delivery}"\n' + text)
     if sinks:
-        manifest = folder / "dbus.toml"
         manifest.write_text(manifest.read_text() + sinks)
     return folder
 
@@ -41,9 +48,15 @@ def _insert(scratch: Scratch, ids: range) -> None:
         cur.executemany("INSERT INTO orders VALUES (%s, %s)", [(i, i * 3) for i in ids])
 
 
+@pytest.mark.parametrize(
+    ("delivery", "outage"), [("at-least-once", 0.0), ("exactly-once", 60.0)],
+    ids=["at-least-once", "exactly-once"],
+)
 def test_two_deployments_reach_their_own_kafka_clusters_and_one_cluster_down_detaches_one(
-    scratch: Scratch, private_services: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    scratch: Scratch, private_services: Any, monkeypatch: pytest.MonkeyPatch, delivery: str,
+    outage: float,
+) -> None:  # fmt: skip
+    """``outage``: how long the second cluster stays down, rows written meanwhile."""
     with scratch.fresh_database.connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
     table = f"{scratch.fresh_database.name}.orders"
@@ -54,11 +67,12 @@ def test_two_deployments_reach_their_own_kafka_clusters_and_one_cluster_down_det
     # A client setting from the runtime's environment, as a credential would come.
     monkeypatch.setenv("THEIRS_CLIENT_ID", "theirs-producer")
     ours_topic, theirs_topic = scratch.kafka_topic, f"{scratch.kafka_topic}.theirs"
-    ours = _folder(scratch, "ours", table, ours_topic)
+    ours = _folder(scratch, "ours", table, ours_topic, delivery=delivery)
     theirs = _folder(
         scratch, "theirs", table, theirs_topic,
         f'\n[sinks.kafka]\nbootstrap_servers = "{theirs_kafka}"\n'
         'client_id_env = "THEIRS_CLIENT_ID"\nlinger_ms = 2\n',
+        delivery=delivery,
     )  # fmt: skip
     checkpoint = str(scratch.tmp_path / "checkpoint")
     runtime = spawn_cli_runtime(
@@ -78,7 +92,10 @@ def test_two_deployments_reach_their_own_kafka_clusters_and_one_cluster_down_det
         assert ours_topic not in _topics(theirs_kafka)
 
         down(["kafka"], config=second.config)
-        _insert(scratch, range(21, 61))
+        stopped = time.monotonic()
+        for first in range(21, 61, 5):  # the load goes on while the cluster is away
+            _insert(scratch, range(first, first + 5))
+            time.sleep(outage / 8)
         assert kafka_count(ours_kafka, ours_topic, expected=60, within=60) == 60
         wait_for(lambda: "theirs" in book.load().get("shop", {}), 60, "theirs detached",
                  every=0.5, alive=alive)  # fmt: skip
@@ -86,6 +103,7 @@ def test_two_deployments_reach_their_own_kafka_clusters_and_one_cluster_down_det
         assert set(behind) == {"theirs"}, behind
         assert theirs_kafka in behind["theirs"].reason, behind["theirs"].reason
 
+        time.sleep(max(0.0, outage - (time.monotonic() - stopped)))
         up(["kafka"], config=second.config)
         assert kafka_count(theirs_kafka, theirs_topic, expected=60, within=120) >= 60
         wait_for(lambda: not book.load().get("shop"), 90, "theirs to rejoin", every=0.5,
@@ -95,6 +113,10 @@ def test_two_deployments_reach_their_own_kafka_clusters_and_one_cluster_down_det
         assert kafka_count(theirs_kafka, theirs_topic, expected=70, within=60) >= 70
         time.sleep(1)
         assert alive()
+        if delivery == "exactly-once":
+            # Every change once in each cluster, read to the end (read_committed).
+            assert kafka_count(ours_kafka, ours_topic, within=10) == 70
+            assert kafka_count(theirs_kafka, theirs_topic, within=10) == 70
     finally:
         stop_cli_runtime(scratch, runtime)
 
