@@ -155,13 +155,13 @@ WRITER_TIMEOUT = 10.0
 """The killed writer's transaction timeout, seconds."""
 WRITER = textwrap.dedent(
     """
-    import os, sys, time
+    import os, signal, sys, threading, time
     import dbus_spark.sinks.kafka as kafka
     from dbus_spark.sinks.kafka import KafkaSink, WriteFence
     from dbus_spark.sinks.kafka_positions import Lane
     from dbus_spark.state.records import KafkaRecord
 
-    bootstrap, topic, scope, deployment, transactional_id, ready = sys.argv[1:]
+    bootstrap, topic, scope, deployment, transactional_id, ready, where = sys.argv[1:]
     kafka.CHUNK_SECONDS = 600.0  # one transaction for 1..100, one for 101..200
     fence = WriteFence(transactional_id, %(timeout)r, 0.0, lambda s, e: time.monotonic())
     sink = KafkaSink(bootstrap, fence=fence)
@@ -173,50 +173,63 @@ WRITER = textwrap.dedent(
         if order == 100:
             sink.flush()  # 1..100 committed
     sink._producer.flush(10)  # 101..200 written, their transaction open
+    if where == "committed":  # and committed: killed before the batch is recorded
+        sink.flush()
+    elif where == "committing":  # killed while its commit is on its way
+        threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        sink.flush()
+        time.sleep(600)
     open(ready, "w").close()
     time.sleep(600)
     """
 )
 
 
-@pytest.mark.parametrize("same_id", [True, False], ids=["same-transactional-id", "new-id"])
-def test_a_writer_killed_with_its_transaction_open_is_followed_exactly_once(
+@pytest.mark.parametrize(
+    ("where", "same_id"),
+    [("open", True), ("open", False), ("committed", True), ("committing", True)],
+    ids=["in-a-transaction", "in-a-transaction-new-id", "after-the-commit", "in-the-commit"],
+)
+def test_a_writer_killed_at_each_point_of_a_transaction_is_followed_exactly_once(
     make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
-    lane: Lane, tmp_path: Path, same_id: bool,
+    lane: Lane, tmp_path: Path, where: str, same_id: bool,
 ) -> None:  # fmt: skip
-    """kill -9 inside a transaction: its 100 open records never become visible, and
-    the next writer sends exactly what was not committed. With the same transactional
-    id, its new producer aborts the open transaction at once; with another, the broker
-    does at the transaction's timeout, and until then a ``read_committed`` consumer
-    sees nothing past it (it is waited for here)."""
+    """kill -9 of a writer that committed changes 1..100, with 101..200 in a
+    transaction that is open, committed (the kill between the Kafka commit and the
+    batch's record), or on its way to commit. The next writer gets 1..250 again and
+    sends exactly what was not committed: none of the open transaction is ever seen.
+    With the same transactional id, its new producer aborts an open transaction at
+    once; with another, the broker does at the transaction's timeout, and until then
+    a ``read_committed`` consumer sees nothing past it (it is waited for here)."""
     transactional_id = f"dbus-test-{uuid.uuid4().hex}"
     ready = tmp_path / "ready"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     writer = subprocess.Popen(
         [sys.executable, "-c", WRITER % {"timeout": WRITER_TIMEOUT},
          kafka_service.bootstrap_servers, kafka_topic, lane.scope, lane.deployment,
-         transactional_id,
-         str(ready)],
+         transactional_id, str(ready), where],
         env=env,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert writer.poll() is None, "the writer ended before it was killed"
+        while not ready.exists() and writer.poll() is None:
             assert time.monotonic() < deadline, "the writer did not get its transaction open"
             time.sleep(0.1)
     finally:
         writer.send_signal(signal.SIGKILL)
         writer.wait()
+    assert writer.returncode == -signal.SIGKILL
     sink = make_sink(transactional_id if same_id else None)
     began = time.monotonic()
     sink.refresh_marks()
     write(sink, changes(kafka_topic, lane, range(1, 251)))
     waited = time.monotonic() - began
-    assert sink.flush() == 150
-    assert sink.already == 100
-    expected = [str(o).encode() for o in range(1, 101)] + [
-        f"{o}.0".encode() for o in range(101, 251)
+    sent = sink.flush()
+    committed = {"open": 100, "committed": 200}.get(where, sink.already)
+    assert (sink.already, sent) == (committed, 250 - committed)
+    assert committed in (100, 200)
+    expected = [str(o).encode() for o in range(1, committed + 1)] + [
+        f"{o}.0".encode() for o in range(committed + 1, 251)
     ]
     values = read(kafka_service.bootstrap_servers, kafka_topic)
     until = time.monotonic() + WRITER_TIMEOUT + 20
@@ -225,7 +238,7 @@ def test_a_writer_killed_with_its_transaction_open_is_followed_exactly_once(
         values = read(kafka_service.bootstrap_servers, kafka_topic)
     assert sorted(values) == sorted(expected)
     if same_id:
-        # Its transaction did not hold the new writer back until its timeout.
+        # An open transaction did not hold the new writer back until its timeout.
         assert waited < WRITER_TIMEOUT, waited
 
 
