@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
+from support import es_count
 from test_kafka_fencing import TIMEOUT, Hold, read, wrap_produce
 
 from dbus_deploy.services import KafkaEndpoint
@@ -32,6 +33,7 @@ from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.kafka_positions import (
     POSITIONS_TOPIC,
     Lane,
+    MarkReader,
     committed_marks,
     mark_record,
     scope_of,
@@ -385,3 +387,89 @@ def test_a_lanes_scope_is_its_cluster_or_its_standalone_runtimes_checkpoint() ->
     one, other = scope_of("/srv/a/checkpoint", None), scope_of("/srv/b/checkpoint", None)
     assert one.startswith("standalone/") and other.startswith("standalone/") and one != other
     assert scope_of("/srv/a/checkpoint", None) == one  # the same runtime after a restart
+
+
+def test_a_mark_reader_reads_on_from_where_it_stopped(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
+    lane: Lane,
+) -> None:  # fmt: skip
+    """A sink reads the marks for every task: each read takes what was committed since
+    the last, with the marks before it kept."""
+    reader = MarkReader(settings(kafka_service))
+    other = Lane(lane.scope, f"{lane.deployment}-b", lane.source)
+    try:
+        sink = make_sink()
+        write(sink, changes(kafka_topic, lane, range(1, 4)))
+        sink.flush()
+        assert reader.read(timeout=30)[lane.key] == 3
+        write(sink, changes(kafka_topic, lane, range(4, 6)))
+        write(sink, changes(kafka_topic, other, range(1, 3)))
+        sink.flush()
+        marks = reader.read(timeout=30)
+        assert (marks[lane.key], marks[other.key]) == (5, 2)
+    finally:
+        reader.close()
+
+
+TASK = textwrap.dedent(
+    """
+    import os, signal, sys
+    import dbus_spark.sinks.kafka as kafka
+    from dbus_spark.config.runtime import RuntimeConfig
+    from dbus_spark.sinks.writer import TaskReport, WorkerSinks
+    from dbus_spark.stage.functions import StageRecord
+    from dbus_spark.state.records import IndexAction, KafkaRecord
+
+    bootstrap, es_url, checkpoint, topic, index, first, last, kill = sys.argv[1:]
+    kafka.CHUNK_SECONDS = 600.0  # one transaction, committed when the task settles
+    if kill == "yes":  # after Elasticsearch took everything, before the Kafka commit
+        kafka.KafkaSink.flush = lambda self: os.kill(os.getpid(), signal.SIGKILL)
+    config = RuntimeConfig(
+        sources=(), deployments=(), kafka_bootstrap=bootstrap, elasticsearch_url=es_url,
+        checkpoint_dir=checkpoint, exactly_once_deployments=("orders",),
+    )
+    sinks = WorkerSinks(config)
+    sinks.pace(False)
+    sinks.hold("shop", 0)
+    sinks.start("")
+    report = TaskReport()
+    for order in range(int(first), int(last) + 1):
+        sinks.order = order
+        for record in (KafkaRecord(topic, b"k%d" % order, b"%d" % order),
+                       IndexAction(index, str(order), order, {"v": order})):
+            sinks.deliver(StageRecord("orders", record), "shop", report)
+    sinks.settle(report, 0.0)
+    print(report.kafka, report.already, report.elasticsearch, flush=True)
+    """
+)
+
+
+def test_a_task_killed_between_its_elasticsearch_flush_and_its_kafka_commit(
+    kafka_topic: str, kafka_service: KafkaEndpoint, es_index: str,
+    elasticsearch_service: Any, tmp_path: Path,
+) -> None:  # fmt: skip
+    """A standalone runtime's task (its worker's sinks, an exactly-once deployment)
+    killed once Elasticsearch took its 50 changes and before their Kafka transaction
+    committed; the task read again with 10 more changes, in a process of the same
+    runtime (its checkpoint: its lanes, its write slot): Kafka gets every change once,
+    and Elasticsearch ends with each document at its newest version."""
+    checkpoint = str(tmp_path / "checkpoint")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+    def task(last: int, kill: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", TASK, kafka_service.bootstrap_servers,
+             elasticsearch_service.url, checkpoint, kafka_topic, es_index, "1", str(last),
+             kill],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    killed = task(50, "yes")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert es_count(elasticsearch_service.url, es_index) == 50
+    again = task(60, "no")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.split() == ["60", "0", "60"]  # nothing of the killed one committed
+    values = read(kafka_service.bootstrap_servers, kafka_topic)
+    assert sorted(values) == sorted(str(o).encode() for o in range(1, 61))
+    assert es_count(elasticsearch_service.url, es_index) == 60

@@ -56,7 +56,7 @@ from dbus_spark.sinks.kafka_admin import MAX_MESSAGE_BYTES, create_missing_topic
 from dbus_spark.sinks.kafka_positions import (
     POSITIONS_TOPIC,
     Lane,
-    committed_marks,
+    MarkReader,
     ensure_positions_topic,
     mark_record,
 )
@@ -186,6 +186,7 @@ class KafkaSink:
         # it, and the lane and order of its last record (no commit before its change's
         # next record).
         self._marks: dict[bytes, int] | None = None
+        self._mark_reader: MarkReader | None = None
         self._open_marks: dict[Lane, int] = {}
         self._marks_sent = False
         self._last_mark: tuple[Lane, int] | None = None
@@ -366,16 +367,17 @@ class KafkaSink:
         timeout = self._fence.transaction_timeout * 5 + 15.0
         if self.block_for is not None:
             timeout = min(timeout, max(1.0, self.block_for))
-        if POSITIONS_TOPIC not in self._known_topics:
+        if self._mark_reader is None:
             ensure_positions_topic(settings, timeout=min(30.0, timeout))
             self._known_topics.add(POSITIONS_TOPIC)
+            self._mark_reader = MarkReader(settings)
         if not self._ready:
             # First: a producer with this transactional id aborts what the last one
             # left open, and the marks are read past it at once.
             with contextlib.suppress(KafkaException):  # else ``_begin`` tries again
                 self._producer.init_transactions(self._wait_at_most(self._deadline()))
                 self._ready = True
-        return committed_marks(settings, timeout=timeout)
+        return self._mark_reader.read(timeout=timeout)
 
     def _deadline(self) -> float | None:
         return None if self.block_for is None else time.monotonic() + self.block_for
@@ -737,6 +739,8 @@ class KafkaSink:
         if self._fence is not None and self._chunk:
             self._abort()
         self._producer.flush(30)
+        if self._mark_reader is not None:
+            self._mark_reader.close()
 
 
 class _Resend(Exception):

@@ -15,11 +15,12 @@ writes a lane again (after a kill, a failover, a source moving to another runtim
 batch read again) first reads its mark and drops every change at or before it: what a
 ``read_committed`` consumer already sees is not sent twice.
 
-The topic is compacted with one partition (one message per lane survives), so reading
-it whole is cheap. A read waits until every transaction open when it began has ended
-(``read_committed`` stops at the first open one), so it never misses a mark committed
-by a runtime that was killed with its transaction open: a new producer with that
-transactional id aborts it at once, else the broker does at its timeout.
+The topic is compacted with one partition (one message per lane survives), and a sink
+reads it on from where it stopped (``MarkReader``). A read waits until every
+transaction open when it began has ended (``read_committed`` stops at the first open
+one), so it never misses a mark committed by a runtime that was killed with its
+transaction open: a new producer with that transactional id aborts it at once, else
+the broker does at its timeout.
 """
 
 from __future__ import annotations
@@ -90,56 +91,89 @@ def ensure_positions_topic(settings: Mapping[str, Any], *, timeout: float) -> No
     )  # fmt: skip
 
 
-def committed_marks(settings: Mapping[str, Any], *, timeout: float) -> dict[bytes, int]:
-    """Per lane key, its committed mark in the cluster (``settings``: its client
-    settings): the positions topic read to the end it had when asked, once every
-    transaction then open has ended. A ``KafkaSinkError`` past ``timeout`` seconds."""
-    bootstrap = settings["bootstrap.servers"]
-    consumer = Consumer(
-        kafka_config(
-            {
-                **settings,
-                "group.id": f"dbus-positions-{uuid.uuid4().hex}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.partition.eof": False,
-            }
-        )
-    )
-    deadline = time.monotonic() + timeout
-    marks: dict[bytes, int] = {}
-    try:
+class MarkReader:
+    """The positions topic of one cluster (``settings``: its client settings), read
+    on from where it last stopped, so a sink that reads the marks for every task reads
+    only what was written since."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        self._settings = dict(settings)
+        self._consumer: Any = None
+        self.marks: dict[bytes, int] = {}
+        """Per lane key, its committed mark, as of the last ``read``."""
+
+    def read(self, *, timeout: float) -> dict[bytes, int]:
+        """The marks, once the topic is read to the end it had when asked and every
+        transaction then open has ended. A ``KafkaSinkError`` past ``timeout`` seconds
+        (the next read starts again from the topic's beginning)."""
+        bootstrap = self._settings["bootstrap.servers"]
+        deadline = time.monotonic() + timeout
         partition = TopicPartition(POSITIONS_TOPIC, 0)
-        _low, end = consumer.get_watermark_offsets(partition, timeout=timeout, cached=False)
-        if end <= 0:
-            return marks
+        try:
+            if self._consumer is None:
+                self._consumer = self._open()
+            consumer = self._consumer
+            _low, end = consumer.get_watermark_offsets(partition, timeout=timeout, cached=False)
+            while end > 0:
+                for message in consumer.consume(500, timeout=0.05):
+                    key, value = message.key(), message.value()
+                    if message.error() is None and key is not None and value is not None:
+                        self.marks[key] = json.loads(value)["order"]
+                [at] = consumer.position([partition])
+                if at.offset >= end:
+                    break
+                if time.monotonic() >= deadline:
+                    self.close()
+                    raise KafkaSinkError(
+                        f"Kafka at {bootstrap} did not let its positions topic be read to "
+                        f"offset {end} within {timeout:g}s (read to {max(at.offset, 0)}; a "
+                        "transaction stays open); check the broker, or wait for the "
+                        "transaction's timeout",
+                        topic=POSITIONS_TOPIC,
+                    )
+        except KafkaException as exc:
+            self.close()
+            raise KafkaSinkError(
+                f"Kafka at {bootstrap} did not answer for its positions topic: "
+                f"{exc.args[0].str()}",
+                topic=POSITIONS_TOPIC,
+            ) from exc
+        return self.marks
+
+    def _open(self) -> Any:
+        """A ``read_committed`` consumer at the topic's beginning; the marks start empty."""
+        consumer = Consumer(
+            kafka_config(
+                {
+                    **self._settings,
+                    "group.id": f"dbus-positions-{uuid.uuid4().hex}",
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": False,
+                }
+            )
+        )
         consumer.assign([TopicPartition(POSITIONS_TOPIC, 0, OFFSET_BEGINNING)])
-        while True:
-            for message in consumer.consume(500, timeout=0.05):
-                key, value = message.key(), message.value()
-                if message.error() is None and key is not None and value is not None:
-                    marks[key] = json.loads(value)["order"]
-            [at] = consumer.position([partition])
-            if at.offset >= end:
-                return marks
-            if time.monotonic() >= deadline:
-                raise KafkaSinkError(
-                    f"Kafka at {bootstrap} did not let its positions topic be read to "
-                    f"offset {end} within {timeout:g}s (read to {max(at.offset, 0)}; a "
-                    "transaction stays open); check the broker, or wait for the "
-                    "transaction's timeout",
-                    topic=POSITIONS_TOPIC,
-                )
-    except KafkaException as exc:
-        raise KafkaSinkError(
-            f"Kafka at {bootstrap} did not answer for its positions topic: {exc.args[0].str()}",
-            topic=POSITIONS_TOPIC,
-        ) from exc
+        self.marks = {}
+        return consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def committed_marks(settings: Mapping[str, Any], *, timeout: float) -> dict[bytes, int]:
+    """Per lane key, its committed mark in the cluster: the positions topic read whole
+    (``MarkReader``), once."""
+    reader = MarkReader(settings)
+    try:
+        return reader.read(timeout=timeout)
     finally:
-        consumer.close()
+        reader.close()
 
 
 __all__ = [
-    "POSITIONS_TOPIC", "Lane", "committed_marks", "ensure_positions_topic", "mark_record",
-    "scope_of",
+    "POSITIONS_TOPIC", "Lane", "MarkReader", "committed_marks", "ensure_positions_topic",
+    "mark_record", "scope_of",
 ]  # fmt: skip
