@@ -34,7 +34,6 @@ from dbus_spark.sinks.kafka_positions import (
     POSITIONS_TOPIC,
     Lane,
     MarkReader,
-    committed_marks,
     mark_record,
     scope_of,
 )
@@ -82,6 +81,15 @@ def changes(topic: str, lane: Lane, orders: range, per_change: int = 1) -> list[
 def write(sink: KafkaSink, written: list[tuple]) -> None:
     for record, mark in written:
         sink.write(record, "orders", mark)
+
+
+def committed_marks(settings: dict[str, str], *, timeout: float) -> dict[bytes, int]:
+    """Per lane key, its committed mark: the positions topic read whole, once."""
+    reader = MarkReader(settings)
+    try:
+        return reader.read(timeout=timeout)
+    finally:
+        reader.close()
 
 
 def settings(kafka: KafkaEndpoint) -> dict[str, str]:

@@ -144,4 +144,3 @@ def test_a_checkpoint_no_folder_can_be_made_for_is_one_line_before_spark() -> No
         result, "checkpoint /proc/dbus-test/cp: cannot create /proc/dbus-test (",
         "choose a writable folder with --checkpoint",
     )  # fmt: skip
-

@@ -163,17 +163,7 @@ class MarkReader:
             self._consumer = None
 
 
-def committed_marks(settings: Mapping[str, Any], *, timeout: float) -> dict[bytes, int]:
-    """Per lane key, its committed mark in the cluster: the positions topic read whole
-    (``MarkReader``), once."""
-    reader = MarkReader(settings)
-    try:
-        return reader.read(timeout=timeout)
-    finally:
-        reader.close()
-
-
 __all__ = [
-    "POSITIONS_TOPIC", "Lane", "MarkReader", "committed_marks", "ensure_positions_topic",
-    "mark_record", "scope_of",
+    "POSITIONS_TOPIC", "Lane", "MarkReader", "ensure_positions_topic", "mark_record",
+    "scope_of",
 ]  # fmt: skip
