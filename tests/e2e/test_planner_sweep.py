@@ -18,6 +18,7 @@ from support import kafka_count, relay_table, wait_for
 from dbus_spark.spark import planners
 from dbus_spark.spark.job import start, stop
 from dbus_spark.spark.planners import CREATOR, PLANNER_MODULES, PlannerSweeper
+from dbus_spark.state.checkpoint import last_config_path
 
 pytestmark = pytest.mark.e2e
 
@@ -35,6 +36,23 @@ def _planners(spark: Any) -> list[str]:
             continue
         running += [module for module in PLANNER_MODULES if module in command]
     return running
+
+
+def _wait_for_planners_to_end(spark: Any, what: str) -> None:
+    try:
+        wait_for(lambda: not _planners(spark), 30, what)
+    except AssertionError as late:
+        raise AssertionError(f"{late}; still running: {_planners(spark)}") from None
+
+
+def _relay_fifty_rows(query: Any, scratch: Scratch) -> None:
+    """The query's first progress, then 50 rows inserted and relayed to the topic."""
+    wait_for(lambda: query.exception() or query.lastProgress, 120, "the first progress")
+    with scratch.fresh_database.connect().cursor() as cur:
+        for key in range(1, 51):
+            cur.execute("INSERT INTO t VALUES (%s)", (key,))
+    bootstrap = scratch.services.kafka.bootstrap_servers
+    assert kafka_count(bootstrap, scratch.kafka_topic, expected=50) == 50
 
 
 def test_planner_processes_end_after_a_start_and_come_back_for_the_next(
@@ -64,10 +82,7 @@ def test_planner_processes_end_after_a_start_and_come_back_for_the_next(
             assert query.exception() is None
             # The first batch with data plans the writer; the first commit ends the start.
             assert kafka_count(bootstrap, topic, expected=shown + write(50)) == shown + written
-            try:
-                wait_for(lambda: not _planners(spark), 30, "the planner processes to end")
-            except AssertionError as late:
-                raise AssertionError(f"{late}; still running: {_planners(spark)}") from None
+            _wait_for_planners_to_end(spark, "the planner processes to end")
             # The query goes on without them.
             assert kafka_count(bootstrap, topic, expected=shown + write(50)) == shown + written
             assert query.isActive and query.exception() is None
@@ -83,7 +98,7 @@ def test_planner_processes_end_after_a_start_and_come_back_for_the_next(
 def test_a_planner_busy_at_the_sweep_after_the_first_commit_is_stopped_at_a_later_one(
     spark: Any, scratch: Scratch, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    services, database, topic, _index, tmp_path, function_folder = scratch
+    _services, database, topic, _index, tmp_path, function_folder = scratch
     folder, _table = relay_table(database, function_folder, f"kafka://{topic}")
     config = replace(scratch.runtime_config(folder), checkpoint_dir=str(tmp_path / "cp"))
     sweep = planners.sweep
@@ -101,15 +116,29 @@ def test_a_planner_busy_at_the_sweep_after_the_first_commit_is_stopped_at_a_late
     monkeypatch.setattr(planners, "sweep", creator_busy_once)
     query = start(config, spark=spark)
     try:
-        wait_for(lambda: query.exception() or query.lastProgress, 120, "the first progress")
-        with database.connect().cursor() as cur:
-            for key in range(1, 51):
-                cur.execute("INSERT INTO t VALUES (%s)", (key,))
-        assert kafka_count(services.kafka.bootstrap_servers, topic, expected=50) == 50
-        try:
-            wait_for(lambda: not _planners(spark), 30, "the planner processes to end")
-        except AssertionError as late:
-            raise AssertionError(f"{late}; still running: {_planners(spark)}") from None
+        _relay_fifty_rows(query, scratch)
+        _wait_for_planners_to_end(spark, "the planner processes to end")
         assert busy, "the sweep after the first commit found the creator busy"
+    finally:
+        stop(query, spark)
+
+
+def test_a_planner_spark_asks_again_after_the_query_was_forgotten_is_stopped_later(
+    spark: Any, scratch: Scratch
+) -> None:
+    _services, database, topic, _index, tmp_path, function_folder = scratch
+    folder, _table = relay_table(database, function_folder, f"kafka://{topic}")
+    config = replace(scratch.runtime_config(folder), checkpoint_dir=str(tmp_path / "cp"))
+    query = start(config, spark=spark)
+    try:
+        _relay_fifty_rows(query, scratch)
+        _wait_for_planners_to_end(spark, "the planner processes to end")
+        # Spark asks the creator once more after the sweep that forgot the query (as
+        # it may just after a first commit): here by resolving the source outside a start.
+        saved = str(last_config_path(config.checkpoint_dir))
+        spark.readStream.format("dbus_binlog").option("config", saved).load()
+        assert CREATOR in _planners(spark), "resolving the source started its creator"
+        _wait_for_planners_to_end(spark, "the creator asked late to end")
+        assert query.isActive and query.exception() is None
     finally:
         stop(query, spark)

@@ -16,7 +16,11 @@ Spark asks it again in later micro-batches.
 - all three once the first batch committed (its sink runner started) and the
   source's creator, which that commit uses, was handed back;
 - and only a pool with an idle worker and none busy; a query is forgotten only
-  once its pools are stopped, so one busy at a sweep is stopped at a later one.
+  once its pools are stopped, so one busy at a sweep is stopped at a later one;
+- once every query is forgotten, any of the three every ``LATE_SECONDS`` while no
+  query starts: Spark may ask one again after the sweep that forgot the query
+  (the creator, just after the first commit), and nothing else of the runtime
+  asks them.
 A pool stopped is started again by Spark when next needed. The pools of the
 query's own tasks and of its streaming source and sink runners are left alone:
 every micro-batch uses them.
@@ -46,6 +50,7 @@ PLANNER_MODULES = EARLY_MODULES | {CREATOR}
 WRITER_PLANNER = "pyspark.sql.worker.write_into_data_source"
 SINK_RUNNER = "pyspark.sql.worker.python_streaming_sink_runner"
 SWEEP_SECONDS = 0.2
+LATE_SECONDS = 2.0
 
 _LAST_ACTIVITY = "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs"
 
@@ -124,10 +129,14 @@ class PlannerSweeper(threading.Thread):
     _running: ClassVar[dict[int, PlannerSweeper]] = {}
     _lock = threading.Lock()
 
-    def __init__(self, sc: SparkContext, every: float = SWEEP_SECONDS) -> None:
+    def __init__(
+        self, sc: SparkContext, every: float = SWEEP_SECONDS, late: float = LATE_SECONDS
+    ) -> None:
         super().__init__(name="dbus-planner-sweeper", daemon=True)
         self.sc = sc
         self.every = every
+        self.late = late
+        self._late_at = 0.0
         self._starting = 0
         self._pending: list[tuple[StreamingQuery, int]] = []
         self._guard = threading.Lock()
@@ -158,8 +167,15 @@ class PlannerSweeper(threading.Thread):
         """Which pools a sweep may stop now (see the module's text), the pools, and the
         queries still to wait for once those are stopped (the others committed a
         batch, or ended)."""
-        if self._starting or not self._pending:
+        if self._starting:
             return frozenset(), {}, self._pending
+        if not self._pending:
+            # Every query forgotten: a late sweep now and then, for a planner asked again.
+            now = time.monotonic()
+            if now < self._late_at:
+                return frozenset(), {}, []
+            self._late_at = now + self.late
+            return PLANNER_MODULES, _pools(self.sc), []
         pools = _pools(self.sc)
         due, waiting = PLANNER_MODULES, []
         for query, since in self._pending:
