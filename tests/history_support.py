@@ -108,6 +108,14 @@ class TopicState:
                 place = (number, int(event.get_extension("binlogpos")), suffix)
                 self.history.setdefault(key, []).append(place)
 
+    def snapshots_twice(self) -> list[int]:
+        """Keys whose snapshot row (a history chunk's read of it) came more than once."""
+        return sorted(
+            key
+            for key, places in self.history.items()
+            if sum(suffix == "snapshot" for _, _, suffix in places) > 1
+        )
+
     def merge_violations(
         self, since_of: Callable[[int], tuple[int, int]] | None = None
     ) -> list[tuple[int, list[tuple[int, int, str]]]]:
@@ -275,11 +283,15 @@ def wait_sinks_equal_table(
         )) from None  # fmt: skip
 
 
-def catalog_folder(folder: Any, table: str, topic: str, index: str) -> Any:
-    """The catalog deployment (``CATALOG``) over ``table`` as an author writes it."""
+def catalog_folder(
+    folder: Any, table: str, topic: str, index: str, delivery: str = "at-least-once"
+) -> Any:
+    """The catalog deployment (``CATALOG``) over ``table`` as an author writes it, with
+    its manifest's ``delivery``."""
     folder.mkdir()
     (folder / "catalog.py").write_text(CATALOG.format(table=table, topic=topic, index=index))
     (folder / "dbus.toml").write_text(
         f'name = "catalog"\nversion = "1.0.0"\nmodule = "catalog.py"\ntables = ["{table}"]\n'
+        f'delivery = "{delivery}"\n'
     )
     return folder

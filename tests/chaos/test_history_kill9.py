@@ -1,5 +1,7 @@
 """kill -9 a runtime again and again while it bootstraps a deployment under writes:
-each run goes on from the last committed chunk, and the sinks end equal to the table."""
+each run goes on from the last committed chunk, and the sinks end equal to the table.
+With ``delivery = "exactly-once"`` a ``read_committed`` consumer also gets each row's
+snapshot once: a chunk read again after a kill sends nothing its first read committed."""
 
 from __future__ import annotations
 
@@ -32,7 +34,9 @@ KILLS = 3
 CHUNKS_PER_BATCH = 2  # local[2]: one chunk task per core
 
 
+@pytest.mark.parametrize("delivery", ["at-least-once", "exactly-once"])
 def test_a_bootstrap_killed_mid_way_resumes_from_its_last_chunk_and_ends_equal(
+    delivery: str,
     fresh_database: Any,
     kafka_service: Any,
     elasticsearch_service: Any,
@@ -44,7 +48,7 @@ def test_a_bootstrap_killed_mid_way_resumes_from_its_last_chunk_and_ends_equal(
     connection = fresh_database.connect()
     create_products(connection, ROWS)
     table = f"{fresh_database.name}.products"
-    folder = catalog_folder(tmp_path / "catalog", table, kafka_topic, es_index)
+    folder = catalog_folder(tmp_path / "catalog", table, kafka_topic, es_index, delivery)
     checkpoint = tmp_path / "checkpoint"
     runtime = RuntimeProcess.for_runtime(
         source_dsn=fresh_database.endpoint.dsn,
@@ -92,9 +96,16 @@ def test_a_bootstrap_killed_mid_way_resumes_from_its_last_chunk_and_ends_equal(
         runtime.stop()
     total = task().chunks
     reads = chunk_reads(runtime)
-    print(f"chunks: {total}; read: {reads}; committed at each kill: {done_at_kill}")
+    twice = topic.snapshots_twice()
+    print(
+        f"chunks: {total}; read: {reads}; committed at each kill: {done_at_kill}; "
+        f"{delivery}: {len(twice)} of {len(topic.history)} keys' snapshot rows twice"
+    )
     # Progress only grew from kill to kill, and no run started over: each kill costs
     # at most the chunks of the batch it interrupted.
     assert done_at_kill == sorted(done_at_kill) and done_at_kill[-1] > 0
     assert total <= reads <= total + KILLS * CHUNKS_PER_BATCH
     assert topic.merge_violations(chunk_thresholds(store, "chaos", task_name))[:5] == []
+    if delivery == "exactly-once":
+        # A chunk read again after its records were committed sends none of them.
+        assert twice[:10] == []

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from support import es_count
 from test_kafka_fencing import TIMEOUT, Hold, read, wrap_produce
 
@@ -134,6 +134,57 @@ def test_a_changes_records_never_straddle_two_transactions(
     assert sink.already == 6
     values = read(kafka_service.bootstrap_servers, kafka_topic)
     assert sorted(values) == sorted(f"{o}.{i}".encode() for o in range(1, 4) for i in range(3))
+
+
+def test_a_send_that_failed_inside_a_change_loses_none_of_the_changes_records(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
+    lane: Lane, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A record the client did not take (an error of its own, injected: the broker
+    makes none on demand) sends the open transaction again with it and commits it,
+    inside its change: the change's records that follow still go, once."""
+    sink = make_sink()
+    failed: list[bytes] = []
+
+    def produce(real: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        if args[0] == kafka_topic and kwargs.get("value") == b"2.1" and not failed:
+            failed.append(kwargs["value"])
+            raise KafkaException(KafkaError(KafkaError._STATE, "not taken"))
+        real(*args, **kwargs)
+
+    wrap_produce(sink, monkeypatch, produce)
+    write(sink, changes(kafka_topic, lane, range(1, 4), per_change=3))
+    sink.flush()
+    assert failed == [b"2.1"]
+    assert sink.already == 0
+    values = read(kafka_service.bootstrap_servers, kafka_topic)
+    assert sorted(values) == sorted(f"{o}.{i}".encode() for o in range(1, 4) for i in range(3))
+    assert committed_marks(settings(kafka_service), timeout=30)[lane.key] == 3
+
+
+def test_a_lane_read_at_a_position_is_followed_once_and_names_that_position(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
+    lane: Lane,
+) -> None:  # fmt: skip
+    """A history chunk's records share one order: read again at a later position once
+    they are committed, none goes again, and the position they were read at stands."""
+    chunk = [(KafkaRecord(kafka_topic, b"k%d" % key, b"%d" % key), (lane, 0)) for key in range(20)]
+    first = make_sink()
+    first.refresh_marks()
+    first.read_at(lane, {"file": "binlog.000001", "pos": 400})
+    assert first.committed_at(lane) is None
+    write(first, chunk)
+    assert first.flush() == 20
+    assert first.committed_at(lane) == {"file": "binlog.000001", "pos": 400}
+
+    again = make_sink()  # the batch read again by the next runtime
+    again.refresh_marks()
+    again.read_at(lane, {"file": "binlog.000001", "pos": 900})
+    write(again, chunk)
+    assert again.flush() == 0
+    assert again.already == 20
+    assert again.committed_at(lane) == {"file": "binlog.000001", "pos": 400}
+    assert len(read(kafka_service.bootstrap_servers, kafka_topic)) == 20
 
 
 def test_lanes_are_apart(

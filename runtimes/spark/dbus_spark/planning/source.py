@@ -493,7 +493,8 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                     continue
                 ranges.append(
                     ReplayRange(shipment, name, upto, deployment, run, cursor,
-                                replay.end, replay.route, replay.since, replay.until)
+                                replay.end, replay.route, replay.since, replay.until,
+                                replay.started)
                 )  # fmt: skip
             tasks = self._history.tasks(name)
             for seq, data in enumerate(upto.get("chunks", ())):
@@ -513,6 +514,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                         task.unchunked,
                         task.where,
                         tuple(task.deletes),
+                        task.started,
                     )
                 )
         ranges += self._kafka_ranges(config, shipment, start, kafka)
@@ -540,7 +542,7 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 if replay is not None and replay.run == run:
                     replays.append(ReplayRange(shipment, name, upto, deployment, run, cursor,
                                                replay.end, replay.route, replay.since,
-                                               replay.until))  # fmt: skip
+                                               replay.until, replay.started))  # fmt: skip
         return [
             KafkaRange(shipment, name, topic, partition, first, last, shard, count)
             for name, topic, partition, first, last in found

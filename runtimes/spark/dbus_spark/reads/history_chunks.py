@@ -13,6 +13,7 @@ the other deployments.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -79,6 +80,9 @@ class ChunkRange(InputPartition):  # type: ignore[misc]
     where: str | None = None
     deletes: tuple[tuple[str, str], ...] = ()
     """A repair's (destination, key text) pairs to delete if the read finds no row."""
+    started: float = 0.0
+    """When its task began (``HistoryTask.started``): no other task's chunk shares its
+    lane (``chunk_lane``)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,9 @@ class ReplayRange(InputPartition):  # type: ignore[misc]
     route: str | None
     since: float | None
     until: float | None
+    started: float = 0.0
+    """When the replay began (``ReplayTask.started``): no other replay shares its lanes
+    (``replay_lane``)."""
 
 
 SETTLED_BY = 0.75
@@ -119,8 +126,17 @@ def history_bound(config: RuntimeConfig) -> float:
 
 
 def read_replay_range(partition: ReplayRange) -> Iterator[pa.RecordBatch]:
-    """A part of a replay: retained binlog through one deployment only."""
-    return one_deployment(partition, _replay_part)
+    """A part of a replay: retained binlog through one deployment only, in the replay's
+    lane (``replay_lane``)."""
+    return one_deployment(partition, _replay_part, lane=replay_lane(partition))
+
+
+def replay_lane(partition: ReplayRange, part: str = "") -> str:
+    """The lane of one replay (exactly once), or of one ``part`` of it read in order
+    apart (a Kafka source's partition): a part read again after its records were
+    committed (a batch read again, a read its sinks refused) sends none of them, and
+    a replay asked again is a lane of its own."""
+    return f"replay/{partition.run}/{partition.started!r}" + (f"/{part}" if part else "")
 
 
 def _replay_part(
@@ -207,8 +223,25 @@ def read_own(
 
 
 def read_chunk_range(partition: ChunkRange) -> Iterator[pa.RecordBatch]:
-    """One history chunk, through its deployment's functions only."""
-    return one_deployment(partition, _chunk_rows)
+    """One history chunk, through its deployment's functions only, in a lane of its
+    own (``chunk_lane``)."""
+    return one_deployment(partition, _chunk_rows, lane=chunk_lane(partition))
+
+
+def chunk_lane(partition: ChunkRange) -> str:
+    """The lane of one chunk of one task (exactly once): its records share one order,
+    so a transaction carries all of them or none, and a chunk read again once they
+    are committed sends none of them; its mark names the position they were read at,
+    which the read again reports in place of its own (the merge with the stream
+    counts from the snapshot the consumer has)."""
+    chunk = PlannedChunk.from_json(partition.chunk)
+    bounds = json.dumps([chunk.lower, chunk.upper], separators=(",", ":"))
+    return f"chunk/{partition.table}/{partition.started!r}/{bounds}"
+
+
+def _one_change(_item: Any) -> int:
+    """A history chunk's order: the same for all of its rows (``chunk_lane``)."""
+    return 0
 
 
 def _chunk_rows(
@@ -232,6 +265,8 @@ def _chunk_rows(
         if type(item) is ChunkRead:
             position = position_to_json(item.position)
             read = item
+            if out.sinks.in_lanes:
+                out.sinks.read_at(partition.deployment, partition.source, position)
             return ()
         assert type(item) is RowChange
         rows += 1
@@ -244,13 +279,16 @@ def _chunk_rows(
             reader, chunked_of(reader, history), key_from_json(chunk.lower),
             key_from_json(chunk.upper), where=partition.where,
         )  # fmt: skip
-        task.deliver(items, records, refused_by=partition.deployment)
+        task.deliver(items, records, refused_by=partition.deployment, order=_one_change)
         if read is not None and not out.refused(partition.deployment):
             for record in _repair_deletes(partition, stage, read, found, counts, reader):
                 out.put(record)
     task.read_done()
     if _refused(partition, task):
         return  # not done: the chunk is planned again, after a backoff
+    # Read again after its records were committed (a batch read again): they stand,
+    # and so does the position they were read at.
+    position = out.sinks.committed_at(partition.deployment, partition.source) or position
     runtime_logger().info(
         "history: read chunk %s of %s for %s: %d rows at %s in %.3fs",
         _bounds(chunk), partition.table, partition.deployment, rows,

@@ -19,7 +19,7 @@ from dbus_fn.events import RowChange
 from dbus_fn.kafka_binding import change_from_kafka_message
 from dbus_spark.config.kafka_source import KAFKA, OUTAGE_SECONDS, KafkaSource, consumer, ranges
 from dbus_spark.config.runtime import RuntimeConfig
-from dbus_spark.reads.history_chunks import ReplayRange
+from dbus_spark.reads.history_chunks import ReplayRange, replay_lane
 from dbus_spark.reads.replay_window import ReplayWindow
 from dbus_spark.reads.task import ReadTask
 from dbus_spark.stage.functions import FunctionStage, StageRecord
@@ -196,7 +196,7 @@ def read_kafka_replay(
     task = ReadTask(part.source)
     if stage.has_deployment(part.deployment):
         counts = task.counts
-        task.deliver_to(config, stage, paced=False)
+        sinks = task.deliver_to(config, stage, paced=False, lane=replay_lane(part)).sinks
         window = ReplayWindow(stage, part.deployment, counts, route=part.route,
                               since=part.since, until=part.until)  # fmt: skip
         cursor = {topic: dict(offsets) for topic, offsets in part.start[KAFKA].items()}
@@ -218,7 +218,9 @@ def read_kafka_replay(
             if window.full():
                 break
             read = KafkaRange(None, part.source, topic, partition, first, last)
-            if not task.deliver(read_messages(source, read), records):
+            # Each partition its lane, its offsets the order (as the stream's read).
+            sinks.move_to(replay_lane(part, f"{topic}/{partition}"))
+            if not task.deliver(read_messages(source, read), records, order=_offset):
                 break
             cursor.setdefault(topic, {})[str(partition)] = last
         task.read_done()

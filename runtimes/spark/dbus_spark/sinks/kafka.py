@@ -183,13 +183,17 @@ class KafkaSink:
         self._confirmed: dict[tuple[str, int], float] = {}
         # Exactly once: each lane's committed mark (None: read it before the next
         # lane's record), the marks of the open transaction, whether those went into
-        # it, and the lane and order of its last record (no commit before its change's
-        # next record).
+        # it, the lane and order of its last record (no commit before its change's
+        # next record), the position a lane's open records were read at where their
+        # order does not say it (``read_at``), and the change a commit came inside of
+        # (its records that follow are not dropped for it: ``write``).
         self._marks: dict[bytes, int] | None = None
         self._mark_reader: MarkReader | None = None
         self._open_marks: dict[Lane, int] = {}
         self._marks_sent = False
         self._last_mark: tuple[Lane, int] | None = None
+        self._open_at: dict[Lane, dict[str, Any]] = {}
+        self._carried: tuple[Lane, int] | None = None
         self.already = 0
         """Records dropped because their lane's mark was committed past them (reset by
         ``flush`` and ``settle``)."""
@@ -283,6 +287,23 @@ class KafkaSink:
         if self._chunk:
             self._drop_chunk(self._deadline())
         self._marks = None
+        self._carried = None
+        self._open_at.clear()
+
+    def read_at(self, lane: Lane, at: dict[str, Any]) -> None:
+        """``lane``'s records in this task were read at source position ``at``: its
+        marks say so (``committed_at``)."""
+        self._open_at[lane] = at
+
+    def committed_at(self, lane: Lane) -> dict[str, Any] | None:
+        """The position ``lane``'s committed records were read at (``read_at``), None
+        when it has no such mark (fenced writes only)."""
+        if self._fence is None:
+            return None
+        if self._marks is None:
+            self._marks = self._read_marks()
+        assert self._mark_reader is not None
+        return self._mark_reader.at.get(lane.key)
 
     def write(
         self,
@@ -300,7 +321,7 @@ class KafkaSink:
             return
         if deployment is not None and deployment in self._gave_up:
             return  # its own read sends it again
-        if mark is not None and self._has(*mark):
+        if mark is not None and mark != self._carried and self._has(*mark):
             self.already += 1
             return
         if self._chunk and mark != self._last_mark and self._chunk_due():
@@ -624,7 +645,7 @@ class KafkaSink:
             if not self._marks_sent:
                 # How far each lane goes, visible with its records or not at all.
                 for lane, order in self._open_marks.items():
-                    self._produce(mark_record(lane, order))
+                    self._produce(mark_record(lane, order, self._open_at.get(lane)))
                 self._marks_sent = True
             errors = self._drain(deadline)
             if errors:
@@ -673,6 +694,13 @@ class KafkaSink:
         self._committed += len(self._chunk)
         if self._marks is not None:
             self._marks.update({lane.key: order for lane, order in self._open_marks.items()})
+        if self._mark_reader is not None:
+            read_at = self._open_at
+            self._mark_reader.at.update(
+                {lane.key: read_at[lane] for lane in self._open_marks if lane in read_at}
+            )
+        # Committed inside a change (a send that failed): its next records still go.
+        self._carried = self._last_mark
         self._clear_chunk()
 
     def _clear_chunk(self) -> None:

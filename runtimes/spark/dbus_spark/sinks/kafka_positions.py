@@ -77,9 +77,14 @@ def scope_of(checkpoint: str, cluster: str | None) -> str:
     return f"standalone/{hashlib.sha256(checkpoint.encode()).hexdigest()[:16]}"
 
 
-def mark_record(lane: Lane, order: int) -> KafkaRecord:
-    """The positions topic's message saying ``lane`` is committed up to ``order``."""
-    return KafkaRecord(POSITIONS_TOPIC, lane.key, json.dumps({"order": order}).encode())
+def mark_record(lane: Lane, order: int, at: dict[str, Any] | None = None) -> KafkaRecord:
+    """The positions topic's message saying ``lane`` is committed up to ``order``;
+    ``at``: the source position what it carries was read at, where the order alone
+    does not say it (a history chunk's read)."""
+    value: dict[str, Any] = {"order": order}
+    if at is not None:
+        value["at"] = at
+    return KafkaRecord(POSITIONS_TOPIC, lane.key, json.dumps(value).encode())
 
 
 def ensure_positions_topic(settings: Mapping[str, Any], *, timeout: float) -> None:
@@ -101,6 +106,8 @@ class MarkReader:
         self._consumer: Any = None
         self.marks: dict[bytes, int] = {}
         """Per lane key, its committed mark, as of the last ``read``."""
+        self.at: dict[bytes, dict[str, Any]] = {}
+        """Per lane key whose mark names one, the position it was read at (``mark_record``)."""
 
     def read(self, *, timeout: float) -> dict[bytes, int]:
         """The marks, once the topic is read to the end it had when asked and every
@@ -118,7 +125,12 @@ class MarkReader:
                 for message in consumer.consume(500, timeout=0.05):
                     key, value = message.key(), message.value()
                     if message.error() is None and key is not None and value is not None:
-                        self.marks[key] = json.loads(value)["order"]
+                        mark = json.loads(value)
+                        self.marks[key] = mark["order"]
+                        if "at" in mark:
+                            self.at[key] = mark["at"]
+                        else:
+                            self.at.pop(key, None)
                 [at] = consumer.position([partition])
                 if at.offset >= end:
                     break
@@ -154,7 +166,7 @@ class MarkReader:
             )
         )
         consumer.assign([TopicPartition(POSITIONS_TOPIC, 0, OFFSET_BEGINNING)])
-        self.marks = {}
+        self.marks, self.at = {}, {}
         return consumer
 
     def close(self) -> None:

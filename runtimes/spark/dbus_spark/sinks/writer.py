@@ -24,6 +24,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import field, replace
+from typing import Any
 
 import pyarrow as pa
 from pydantic import computed_field
@@ -143,6 +144,13 @@ class WorkerSinks:
         for producer in self._producers.values():
             producer.refresh_marks()
 
+    def move_to(self, lane: str) -> None:
+        """The read begun (``start``) in a lane goes on in ``lane``, another part of its
+        source it reads in order (a Kafka replay's next partition)."""
+        if self._lane is not None:
+            self._lane = lane
+            self._lanes.clear()
+
     @property
     def in_lanes(self) -> bool:
         """Whether the read begun (``start``) hands its changes' orders (``order``)."""
@@ -152,11 +160,28 @@ class WorkerSinks:
         """The lane and order of ``deployment``'s record given now (None: none)."""
         if self.order is None:
             return None
+        return self._lane_of(deployment, source), self.order
+
+    def _lane_of(self, deployment: str, source: str) -> Lane:
         lane = self._lanes.get(deployment)
         if lane is None:
             assert self._lane is not None
             lane = self._lanes[deployment] = Lane(self._scope, deployment, source, self._lane)
-        return lane, self.order
+        return lane
+
+    def read_at(self, deployment: str, source: str, at: dict[str, Any]) -> None:
+        """The read begun (``start``) read ``deployment``'s changes of ``source`` at
+        position ``at`` (a history chunk's, whose records share one order): its lane's
+        mark names it, so a read again can report where its changes were read."""
+        if self._lane is not None:
+            self.kafka_for(deployment).read_at(self._lane_of(deployment, source), at)
+
+    def committed_at(self, deployment: str, source: str) -> dict[str, Any] | None:
+        """Where the committed records of ``deployment``'s lane of ``source`` were read
+        (``read_at``): None when none are committed, or the read is in no lane."""
+        if self._lane is None:
+            return None
+        return self.kafka_for(deployment).committed_at(self._lane_of(deployment, source))
 
     def pace(self, detaching: bool, bound: float | None = None) -> None:
         """Set this task's writes to be bounded by the detach bound, or by ``bound`` if
