@@ -302,7 +302,7 @@ def function_folder(tmp_path: Path) -> FunctionFolder:
     """Write a function folder as an author would: ``<name>.py`` and its ``dbus.toml``.
 
     ``function_folder(name, code, tables, dead_letter=None, version="1.0.0",
-    initial=None)`` returns the folder; ``code`` is dedented.
+    initial=None, delivery=None)`` returns the folder; ``code`` is dedented.
     """
 
     def write(
@@ -313,6 +313,7 @@ def function_folder(tmp_path: Path) -> FunctionFolder:
         dead_letter: str | None = None,
         version: str = "1.0.0",
         initial: str | None = None,
+        delivery: str | None = None,
     ) -> Path:
         folder = tmp_path / f"fn-{name}"
         folder.mkdir()
@@ -327,6 +328,8 @@ def function_folder(tmp_path: Path) -> FunctionFolder:
             manifest.append(f'dead_letter_route = "{dead_letter}"')
         if initial is not None:
             manifest.append(f'initial = "{initial}"')
+        if delivery is not None:
+            manifest.append(f'delivery = "{delivery}"')
         (folder / "dbus.toml").write_text("\n".join(manifest) + "\n")
         return folder
 

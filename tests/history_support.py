@@ -210,10 +210,12 @@ def audit(event: fn.RowChange) -> str:
 '''
 
 
-def catalog_and_other(scratch: Any, table: str, **changes: Any) -> Any:
+def catalog_and_other(
+    scratch: Any, table: str, delivery: str | None = None, **changes: Any
+) -> Any:
     """A runtime config running two deployments over ``table``, changes only: catalog
-    (CATALOG, to the scratch topic and index) and other (every change to
-    ``<topic>.other``)."""
+    (CATALOG, to the scratch topic and index, with its manifest's ``delivery``) and
+    other (every change to ``<topic>.other``)."""
     from dataclasses import replace
 
     from dbus_spark.config.runtime import deployment_folders
@@ -221,7 +223,7 @@ def catalog_and_other(scratch: Any, table: str, **changes: Any) -> Any:
     _services, _db, topic, index, _tmp, function_folder = scratch
     catalog = function_folder(
         "catalog", CATALOG.format(table=table, topic=topic, index=index), [table],
-        initial="none",
+        initial="none", delivery=delivery,
     )  # fmt: skip
     other = function_folder(
         "other", OTHER.format(table=table, topic=f"{topic}.other"), [table], initial="none"

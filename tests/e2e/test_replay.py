@@ -40,10 +40,20 @@ class Running:
 
 @pytest.fixture
 def running(spark: Any, scratch: Scratch) -> Iterator[Running]:
+    yield from _running(spark, scratch, None)
+
+
+@pytest.fixture
+def running_once(spark: Any, scratch: Scratch) -> Iterator[Running]:
+    """``running``, its catalog deployment written exactly once."""
+    yield from _running(spark, scratch, "exactly-once")
+
+
+def _running(spark: Any, scratch: Scratch, delivery: str | None) -> Iterator[Running]:
     _services, database, topic, _index, _tmp, _ff = scratch
     create_products(database.connect(), 300)
     table = f"{database.name}.products"
-    config = catalog_and_other(scratch, table)
+    config = catalog_and_other(scratch, table, delivery)
     query = start(config, spark=spark)
     try:
         assert query.exception() is None
@@ -99,6 +109,31 @@ def test_a_replay_to_a_shadow_topic_reproduces_the_range_and_touches_nothing_els
     # Nobody else heard of it.
     assert len(messages(bootstrap, running.topic, 54)) == 54
     assert len(messages(bootstrap, f"{running.topic}.other", 60)) == 60
+
+
+def test_an_exactly_once_replay_asked_again_is_a_replay_of_its_own(
+    running_once: Running, scratch: Scratch
+) -> None:
+    """Each replay of an exactly-once deployment is a lane of its own: the range asked
+    again is delivered again, each of its changes once per replay."""
+    bootstrap = scratch.services.kafka.bootstrap_servers
+    running = running_once
+    begin = running.position()
+    with scratch.fresh_database.connect().cursor() as cursor:
+        for key in range(1, 21):
+            cursor.execute("UPDATE products SET price = price + 5 WHERE id = %s", (key,))
+    end = running.position()
+    live = messages(bootstrap, running.topic, 18)  # ids 7 and 17 filtered
+    assert len(live) == 18
+    shadow = f"kafka://{running.topic}.shadow"
+    for asked in (1, 2):
+        out = io.StringIO()
+        replay("catalog", begin, end, route=shadow, checkpoint=running.config.checkpoint_dir,
+               out=out)  # fmt: skip
+        assert "catalog:replay: done, 20 rows" in out.getvalue(), out.getvalue()
+        found = messages(bootstrap, f"{running.topic}.shadow", 18 * asked)
+        assert sorted(found) == sorted(live * asked)
+    assert len(messages(bootstrap, running.topic, 18)) == 18
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
