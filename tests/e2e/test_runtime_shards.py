@@ -1,4 +1,5 @@
-"""One busy binlog read by two shards at once: every change arrives, each key in order."""
+"""One busy binlog read by two shards at once: every change arrives, each key in order;
+and no task of the runtime's is ever run twice at once."""
 
 from __future__ import annotations
 
@@ -113,3 +114,8 @@ def test_two_shards_deliver_every_change_once_per_key_in_commit_order(
         seen[json.loads(key)[0]].append((event.get_type().rsplit(".", 1)[-1], row["ver"]))
     assert seen == expected
 
+
+def test_the_runtimes_spark_never_runs_a_copy_of_a_task_beside_it(spark: Any) -> None:
+    """No speculative tasks: two attempts of one read at once would write its lanes
+    side by side (exactly once, ``dbus_spark.sinks.kafka_positions``)."""
+    assert spark.sparkContext.getConf().get("spark.speculation") == "false"

@@ -30,6 +30,9 @@ _SPARK_SETTINGS: tuple[tuple[str, str], ...] = (
     ("spark.driver.bindAddress", "127.0.0.1"),
     ("spark.driver.host", "127.0.0.1"),
     ("spark.sql.shuffle.partitions", "4"),
+    # A task runs once at a time: a speculative copy would write its lanes beside it
+    # (``dbus_spark.sinks.kafka_positions``), whatever Spark's defaults file says.
+    ("spark.speculation", "false"),
     # Keep Python workers alive between tasks: functions and clients load once.
     ("spark.python.worker.reuse", "true"),
     ("spark.sql.streaming.noDataMicroBatches.enabled", "false"),
