@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -20,15 +21,20 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from elasticsearch import Elasticsearch
 from support import es_count
 from test_kafka_fencing import TIMEOUT, Hold, read, wrap_produce
 
 from dbus_deploy.services import KafkaEndpoint
+from dbus_fn.events import BinlogPosition, Operation, RowChange
+from dbus_spark.config.runtime import RuntimeConfig
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.kafka_positions import (
     POSITIONS_TOPIC,
@@ -37,7 +43,9 @@ from dbus_spark.sinks.kafka_positions import (
     mark_record,
     scope_of,
 )
-from dbus_spark.state.records import KafkaRecord
+from dbus_spark.sinks.writer import TaskReport, WorkerSinks
+from dbus_spark.stage.functions import StageRecord
+from dbus_spark.state.records import IndexAction, KafkaRecord
 
 pytestmark = pytest.mark.integration
 
@@ -220,7 +228,10 @@ WRITER = textwrap.dedent(
     import dbus_spark.sinks.kafka as kafka
     from dbus_spark.sinks.kafka import KafkaSink, WriteFence
     from dbus_spark.sinks.kafka_positions import Lane
-    from dbus_spark.state.records import KafkaRecord
+    from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.sinks.writer import TaskReport, WorkerSinks
+from dbus_spark.stage.functions import StageRecord
+from dbus_spark.state.records import IndexAction, KafkaRecord
 
     bootstrap, topic, scope, deployment, transactional_id, ready, where = sys.argv[1:]
     kafka.CHUNK_SECONDS = 600.0  # one transaction for 1..100, one for 101..200
@@ -532,3 +543,53 @@ def test_a_task_killed_between_its_elasticsearch_flush_and_its_kafka_commit(
     values = read(kafka_service.bootstrap_servers, kafka_topic)
     assert sorted(values) == sorted(str(o).encode() for o in range(1, 61))
     assert es_count(elasticsearch_service.url, es_index) == 60
+
+
+def test_a_dead_letter_of_a_document_elasticsearch_refused_is_sent_once(
+    kafka_topic: str, kafka_service: KafkaEndpoint, es_index: str,
+    elasticsearch_service: Any, tmp_path: Path,
+) -> None:  # fmt: skip
+    """A document Elasticsearch refuses becomes a dead letter in a lane of its own, in
+    the order of its change: the task read again (as after a kill before Spark's
+    commit) sends neither the changes nor the letter again."""
+    with Elasticsearch(elasticsearch_service.url) as es:
+        # A mapping the documents can break: a name that is not a number is refused.
+        es.indices.create(index=es_index, mappings={"properties": {"name": {"type": "long"}}})
+    config = RuntimeConfig(
+        sources=(), deployments=(), kafka_bootstrap=kafka_service.bootstrap_servers,
+        elasticsearch_url=elasticsearch_service.url, checkpoint_dir=str(tmp_path / "cp"),
+        exactly_once_deployments=("orders",),
+    )  # fmt: skip
+    dead = f"{kafka_topic}.dead"
+
+    def task() -> TaskReport:
+        sinks = WorkerSinks(config)
+        try:
+            sinks.pace(False)
+            sinks.hold("shop", 0)
+            sinks.start("")
+            report = TaskReport()
+            for order, name in enumerate(["12", "widget", "34"], start=1):
+                change = RowChange(
+                    source="shop", database="d", table="t", op=Operation.INSERT, before=None,
+                    after={"id": order, "name": name}, primary_key=("id",),
+                    position=BinlogPosition("binlog.000001", 100 * order),
+                    commit_time=datetime.now(UTC), server_id="1",
+                )  # fmt: skip
+                sinks.order = order
+                document = IndexAction(es_index, str(order), order, {"name": name})
+                document = replace(document, dead_letter=dead, change=pickle.dumps(change))
+                for record in (KafkaRecord(kafka_topic, b"%d" % order, name.encode()), document):
+                    sinks.deliver(StageRecord("orders", record), "shop", report)
+            sinks.settle(report, 0.0)
+            return report
+        finally:
+            sinks.release()
+
+    first = task()
+    assert (first.kafka, first.already) == (4, 0)  # three changes and the letter
+    again = task()
+    assert (again.kafka, again.already) == (0, 4)
+    assert sorted(read(kafka_service.bootstrap_servers, kafka_topic)) == [b"12", b"34", b"widget"]
+    [letter] = read(kafka_service.bootstrap_servers, dead)
+    assert b'"widget"' in letter  # the refused change, in its dead letter

@@ -120,12 +120,12 @@ class WorkerSinks:
         )
         self.failed: dict[str, str] = {}
         """Per deployment, why its sinks did not take what it was given in this task."""
-        self._refused: list[tuple[str, KafkaRecord]] = []
+        self._refused: list[tuple[str, KafkaRecord, tuple[Lane, int] | None]] = []
         self.publisher = SinkPublisher(
             {"kafka": self._kafka_activity, "elasticsearch": self._es_activity}, label
         )
         self._lane: str | None = None
-        self._lanes: dict[str, Lane] = {}
+        self._lanes: dict[tuple[str, str], Lane] = {}
         self._scope = scope_of(
             config.checkpoint_dir, config.fencing and config.fencing.zookeeper.cluster
         )
@@ -162,11 +162,14 @@ class WorkerSinks:
             return None
         return self._lane_of(deployment, source), self.order
 
-    def _lane_of(self, deployment: str, source: str) -> Lane:
-        lane = self._lanes.get(deployment)
+    def _lane_of(self, deployment: str, source: str, kind: str = "") -> Lane:
+        """``deployment``'s lane of ``source`` in the read begun; ``kind``: a lane of its
+        own beside it (the dead letters of documents Elasticsearch refused)."""
+        lane = self._lanes.get((deployment, kind))
         if lane is None:
             assert self._lane is not None
-            lane = self._lanes[deployment] = Lane(self._scope, deployment, source, self._lane)
+            part = f"{self._lane}/{kind}" if kind else self._lane
+            lane = self._lanes[deployment, kind] = Lane(self._scope, deployment, source, part)
         return lane
 
     def read_at(self, deployment: str, source: str, at: dict[str, Any]) -> None:
@@ -252,7 +255,7 @@ class WorkerSinks:
 
             def refused(action: IndexAction, reason: str) -> None:
                 letter = refusal_dead_letter(action, reason, type_prefix=self.config.type_prefix)
-                self._refused.append((deployment, letter))
+                self._refused.append((deployment, letter, action.refusal_mark))
 
             cluster = elasticsearch_cluster(deployment, self._routes)
             sink = ElasticsearchSink(
@@ -302,6 +305,10 @@ class WorkerSinks:
                 assert type(out) is IndexAction
                 if out.document is not None and not out.size:
                     out = replace(out, size=len(json.dumps(out.document)))
+                if self.order is not None and self._lane is not None:
+                    # A refusal's dead letter goes in a lane of its own, in this order.
+                    refusals = self._lane_of(name, source, "refused")
+                    out = replace(out, refusal_mark=(refusals, self.order))
                 self.elasticsearch(name).write(out, within=within)
         except DbusError as exc:
             if within is None:
@@ -365,10 +372,15 @@ class WorkerSinks:
                 if self.within is None:
                     raise
                 self._fail(name, str(exc))
-        for name, letter in self._refused:
+        # In the order of the changes they are of (bulk requests answer in any order):
+        # a lane's letters go in order, like its records.
+        self._refused.sort(key=lambda refused: refused[2][1] if refused[2] else 0)
+        for name, letter, mark in self._refused:
             if name not in self.failed:
                 try:
-                    self.kafka_for(name).write(letter, name if self.within is not None else None)
+                    self.kafka_for(name).write(
+                        letter, name if self.within is not None else None, mark
+                    )
                 except DbusError as exc:
                     if self.within is None:
                         raise

@@ -50,6 +50,9 @@ class IndexAction:
     from. It is decoded only then."""
     size: int = 0
     """The document's bytes as JSON, for the sink's metrics (0: not known)."""
+    refusal_mark: tuple[Any, int] | None = None
+    """Exactly once: the lane and order a refusal's dead letter is written with
+    (``dbus_spark.sinks.writer``), so a read again does not send it twice."""
 
     @property
     def op(self) -> Literal["index", "delete"]:
