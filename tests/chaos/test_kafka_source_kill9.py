@@ -7,9 +7,11 @@ reads those two topics as source ``dc2`` and writes one index per table. The
 runtime is killed with SIGKILL mid-load, twice, and restarted on its checkpoint.
 Afterwards each topic holds every committed change, one key's in commit order
 (the binlog deployment lost nothing), and each mirrored index equals its table
-(the Kafka-sourced deployment lost nothing), with no dead letter. With the binlog
-deployment's ``delivery = "exactly-once"`` (the runtime's Kafka reads go in lanes
-too), a ``read_committed`` consumer also sees no change twice in its topics.
+(the Kafka-sourced deployment lost nothing), with no dead letter. A third
+deployment, relay, writes the Kafka source's changes to Kafka again, to topics of
+its own, which hold every change too. With ``delivery = "exactly-once"`` in the
+binlog and relay deployments (the runtime's Kafka reads go in lanes too), a
+``read_committed`` consumer also sees no change twice in any of those topics.
 """
 
 from __future__ import annotations
@@ -65,6 +67,28 @@ def publish_folder(folder: Path, prefix: str, delivery: str) -> Path:
     return folder
 
 
+def relay_folder(folder: Path, relay: str, delivery: str) -> Path:
+    """A deployment over the Kafka source: each of its tables to the topic
+    ``<relay>.<table>``, with the manifest's ``delivery``."""
+    folder.mkdir(parents=True)
+    (folder / "relay.py").write_text(textwrap.dedent(f'''
+        import dbus_fn as fn
+
+        @fn.route(tables="shop.*")
+        def per_table(event: fn.RowChange) -> str:
+            return "kafka://{relay}." + event.table
+    '''))  # fmt: skip
+    (folder / "dbus.toml").write_text(textwrap.dedent(f"""
+        name = "relay"
+        version = "1.0.0"
+        module = "relay.py"
+        sources = ["dc2"]
+        tables = ["shop.*"]
+        delivery = "{delivery}"
+    """))  # fmt: skip
+    return folder
+
+
 def _clean(bootstrap: str, es: Elasticsearch, topics: list[str], indices: list[str]) -> None:
     delete_topics(bootstrap, topics)
     for index in indices:
@@ -90,6 +114,9 @@ def test_a_kafka_source_and_a_binlog_source_in_one_runtime_lose_nothing_over_kil
     workload.create_tables()
     prefix = f"dbus-dc2-{uuid.uuid4().hex[:8]}"
     topics = [f"{prefix}.{t.name}" for t in tables]
+    # What the Kafka source's changes become in Kafka again (a name its pattern skips).
+    relay = f"dbus-relay-{uuid.uuid4().hex[:8]}"
+    relayed = [f"{relay}.{t.name}" for t in tables]
     indices = [f"dc2.shop.{t.name}" for t in tables]
     es = Elasticsearch(elasticsearch_service.url, request_timeout=60)
     _clean(bootstrap, es, [], indices)  # the mirror's index names are fixed
@@ -100,6 +127,7 @@ def test_a_kafka_source_and_a_binlog_source_in_one_runtime_lose_nothing_over_kil
          "--source", f"dc2=kafka://{bootstrap}/{prefix}.*",
          "--functions", str(publish_folder(tmp_path / "publish", prefix, delivery)),
          "--functions", str(MIRROR),
+         "--functions", str(relay_folder(tmp_path / "relay", relay, delivery)),
          "--kafka", bootstrap, "--elasticsearch", elasticsearch_service.url,
          "--checkpoint", str(tmp_path / "checkpoint"), "--from", "earliest",
          "--master", "local[2]"],
@@ -117,15 +145,21 @@ def test_a_kafka_source_and_a_binlog_source_in_one_runtime_lose_nothing_over_kil
         time.sleep(3)
         workload.stop()
 
+        twice: dict[str, int] = {}
+
         def converged() -> list[str]:
             problems = []
-            for table, topic, index in zip(tables, topics, indices, strict=True):
-                messages = read_topic(bootstrap, topic) if topic_exists(bootstrap, topic) else []
-                verdict = check_topic(messages, workload.expected(table.name), table.name)
-                if not verdict.ok:
-                    problems.append(f"{topic}: {verdict.describe()}")
-                elif delivery == "exactly-once" and verdict.replayed:
-                    problems.append(f"{topic}: {verdict.replayed} change(s) seen twice")
+            for table, index in zip(tables, indices, strict=True):
+                for topic in (f"{prefix}.{table.name}", f"{relay}.{table.name}"):
+                    messages = (
+                        read_topic(bootstrap, topic) if topic_exists(bootstrap, topic) else []
+                    )
+                    verdict = check_topic(messages, workload.expected(table.name), table.name)
+                    twice[topic] = verdict.replayed
+                    if not verdict.ok:
+                        problems.append(f"{topic}: {verdict.describe()}")
+                    elif delivery == "exactly-once" and verdict.replayed:
+                        problems.append(f"{topic}: {verdict.replayed} change(s) seen twice")
                 differences = compare_index(
                     table_documents(connection, "shop", table), index_documents(es, index)
                 )
@@ -146,10 +180,11 @@ def test_a_kafka_source_and_a_binlog_source_in_one_runtime_lose_nothing_over_kil
     finally:
         workload.stop()
         runtime.stop()
-        _clean(bootstrap, es, [*topics, f"{prefix}.dead"], indices)
+        _clean(bootstrap, es, [*topics, *relayed, f"{prefix}.dead"], indices)
         es.close()
         database.close()
     print(
         f"changes committed: {len(workload.committed)}; runs: {len(runtime.runs)}; "
-        f"per table: {', '.join(f'{t.name} {len(workload.expected(t.name))}' for t in tables)}"
+        f"per table: {', '.join(f'{t.name} {len(workload.expected(t.name))}' for t in tables)}; "
+        f"{delivery}, seen twice: {twice}"
     )
