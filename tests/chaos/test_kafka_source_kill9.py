@@ -44,11 +44,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 MIRROR = Path(__file__).resolve().parents[2] / "functions" / "mirror"
 
 
-def publish_folder(folder: Path, prefix: str, delivery: str) -> Path:
-    """The binlog deployment: each ``shop`` table to the topic ``<prefix>.<table>``,
-    with the manifest's ``delivery``."""
+def per_table_folder(folder: Path, name: str, source: str, prefix: str, delivery: str) -> Path:
+    """Deployment ``name`` over ``source``: each ``shop`` table to the topic
+    ``<prefix>.<table>`` (its dead letters to ``<prefix>.dead``), with the manifest's
+    ``delivery``."""
     folder.mkdir(parents=True)
-    (folder / "publish.py").write_text(textwrap.dedent(f'''
+    (folder / f"{name}.py").write_text(textwrap.dedent(f'''
         import dbus_fn as fn
 
         @fn.route(tables="shop.*")
@@ -56,34 +57,12 @@ def publish_folder(folder: Path, prefix: str, delivery: str) -> Path:
             return "kafka://{prefix}." + event.table
     '''))  # fmt: skip
     (folder / "dbus.toml").write_text(textwrap.dedent(f"""
-        name = "publish"
+        name = "{name}"
         version = "1.0.0"
-        module = "publish.py"
-        sources = ["shop"]
+        module = "{name}.py"
+        sources = ["{source}"]
         tables = ["shop.*"]
         dead_letter_route = "kafka://{prefix}.dead"
-        delivery = "{delivery}"
-    """))  # fmt: skip
-    return folder
-
-
-def relay_folder(folder: Path, relay: str, delivery: str) -> Path:
-    """A deployment over the Kafka source: each of its tables to the topic
-    ``<relay>.<table>``, with the manifest's ``delivery``."""
-    folder.mkdir(parents=True)
-    (folder / "relay.py").write_text(textwrap.dedent(f'''
-        import dbus_fn as fn
-
-        @fn.route(tables="shop.*")
-        def per_table(event: fn.RowChange) -> str:
-            return "kafka://{relay}." + event.table
-    '''))  # fmt: skip
-    (folder / "dbus.toml").write_text(textwrap.dedent(f"""
-        name = "relay"
-        version = "1.0.0"
-        module = "relay.py"
-        sources = ["dc2"]
-        tables = ["shop.*"]
         delivery = "{delivery}"
     """))  # fmt: skip
     return folder
@@ -121,13 +100,13 @@ def test_a_kafka_source_and_a_binlog_source_in_one_runtime_lose_nothing_over_kil
     es = Elasticsearch(elasticsearch_service.url, request_timeout=60)
     _clean(bootstrap, es, [], indices)  # the mirror's index names are fixed
     dbus = Path(sys.executable).parent / "dbus"
+    publish = per_table_folder(tmp_path / "publish", "publish", "shop", prefix, delivery)
+    relayer = per_table_folder(tmp_path / "relay", "relay", "dc2", relay, delivery)
     runtime = RuntimeProcess(
         [str(dbus), "runtime", "start",
          "--source", f"shop={endpoint.dsn}",
          "--source", f"dc2=kafka://{bootstrap}/{prefix}.*",
-         "--functions", str(publish_folder(tmp_path / "publish", prefix, delivery)),
-         "--functions", str(MIRROR),
-         "--functions", str(relay_folder(tmp_path / "relay", relay, delivery)),
+         "--functions", str(publish), "--functions", str(MIRROR), "--functions", str(relayer),
          "--kafka", bootstrap, "--elasticsearch", elasticsearch_service.url,
          "--checkpoint", str(tmp_path / "checkpoint"), "--from", "earliest",
          "--master", "local[2]"],
@@ -172,7 +151,7 @@ def test_a_kafka_source_and_a_binlog_source_in_one_runtime_lose_nothing_over_kil
             assert runtime.alive(), f"the runtime exited:\n{runtime.tail()}"
             time.sleep(3)
         assert not problems, f"{problems}\nruntime log tail:\n{runtime.tail()}"
-        for dead in (f"{prefix}.dead", "mirror.dead-letter"):
+        for dead in (f"{prefix}.dead", f"{relay}.dead", "mirror.dead-letter"):
             if topic_exists(bootstrap, dead):
                 assert read_topic(bootstrap, dead) == [], f"dead letters in {dead}"
         code = runtime.stop()
@@ -180,7 +159,7 @@ def test_a_kafka_source_and_a_binlog_source_in_one_runtime_lose_nothing_over_kil
     finally:
         workload.stop()
         runtime.stop()
-        _clean(bootstrap, es, [*topics, *relayed, f"{prefix}.dead"], indices)
+        _clean(bootstrap, es, [*topics, *relayed, f"{prefix}.dead", f"{relay}.dead"], indices)
         es.close()
         database.close()
     print(
