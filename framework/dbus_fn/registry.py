@@ -14,10 +14,12 @@ pipeline runs. ``with_packages`` loads one with its own packages
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import pkgutil
 import re
 import sys
+import sysconfig
 import traceback
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -179,6 +181,15 @@ def load_module(target: str | Path, *, root: Path | None = None) -> ModuleType:
             f"{path}: expected a module name that is a Python identifier, got {name!r}",
             target=text,
         )
+    taken = taken_module_name(name)
+    if taken is not None:
+        other = f"{name}_functions" + ("" if locations is not None else ".py")
+        raise ModuleLoadError(
+            f"{path}: a function module named {name!r} would hide {taken} from the runtime "
+            f"and every deployment beside it; rename it (and module = in dbus.toml), such as "
+            f"to {other}",
+            target=text,
+        )
     existing = sys.modules.get(name)
     stamp = _stamp(file)
     if (
@@ -207,6 +218,45 @@ def load_module(target: str | Path, *, root: Path | None = None) -> ModuleType:
             raise
         raise _load_error(exc, file, text) from exc
     return module
+
+
+def taken_module_name(name: str) -> str | None:
+    """What already answers to the top-level module ``name`` in this Python, in words
+    ("Python's own json module", "the installed package pyarrow"); None: nothing does.
+
+    A function module is imported under its own name with its folder first on
+    ``sys.path``, so under a taken name it would replace that module for all the code
+    of its process: the runtime's and every other deployment's. Installed means found
+    by the import system outside the folders that hold function modules: in Python's
+    own or the environment's folders, or by a finder installed there (an editable
+    install's)."""
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+        return f"Python's own {name} module"
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    installed = [entry for entry in sys.path if entry and _within(Path(entry), prefixes)]
+    for finder in sys.meta_path:
+        try:
+            if finder is importlib.machinery.PathFinder:
+                spec = finder.find_spec(name, installed)
+            else:
+                spec = finder.find_spec(name, None)
+        except (AttributeError, ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        where = spec.origin or next(iter(spec.submodule_search_locations or ()), "")
+        if where and _within(Path(where), {Path(sysconfig.get_paths()["stdlib"]).resolve()}):
+            return f"Python's own {name} module"
+        return f"the installed package {name}"
+    return None
+
+
+def _within(entry: Path, folders: set[Path]) -> bool:
+    try:
+        resolved = entry.resolve()
+    except OSError:
+        return False
+    return any(resolved == folder or folder in resolved.parents for folder in folders)
 
 
 _stamps: dict[Path, tuple[int, int]] = {}

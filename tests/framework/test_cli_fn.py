@@ -519,6 +519,41 @@ def test_validate_refuses_a_module_outside_the_folder(
     assert "outside the deployment folder" in result.stderr
 
 
+def test_validate_refuses_a_module_named_like_one_of_pythons_own(
+    scaffold: Path, runner: CliRunner
+) -> None:
+    """Imported under its name with its folder first on ``sys.path``, a module named
+    ``copy`` would stand in for the standard one in the runtime's workers."""
+    (scaffold / "cli_demo.py").rename(scaffold / "copy.py")
+    _edit_manifest(scaffold, 'module = "cli_demo.py"', 'module = "copy.py"')
+    result = runner.invoke(cli, ["fn", "validate", str(scaffold)])
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert (
+        "copy.py: a function module named 'copy' would hide Python's own copy module from "
+        "the runtime and every deployment beside it; rename it (and module = in dbus.toml), "
+        "such as to copy_functions.py" in line
+    )
+    assert str(scaffold) not in sys.path
+    assert sys.modules["copy"].__file__ != str(scaffold / "copy.py")
+
+
+@pytest.mark.parametrize(
+    ("name", "taken"),
+    [("json", "Python's own json module"), ("Pluggy", "the installed package pluggy")],
+)
+def test_init_refuses_a_name_whose_module_would_hide_another(
+    tmp_path: Path, runner: CliRunner, name: str, taken: str
+) -> None:
+    result = runner.invoke(cli, ["fn", "init", name, "-C", str(tmp_path)])
+    assert result.exit_code == 2
+    assert (
+        f"{name!r} would name the module {name.lower()}.py, which would hide {taken} from "
+        f"the runtime; choose another name, such as {name}-functions" in result.stderr
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("version", ["1", "1.0.0", "2.1.0-rc.1", "1.0.0+build.7"])
 def test_validate_accepts_numbered_versions(
     scaffold: Path, runner: CliRunner, version: str

@@ -139,6 +139,37 @@ def test_module_that_fails_to_import_is_named_with_its_error_in_one_line(tmp_pat
     assert path.stem not in sys.modules
 
 
+@pytest.mark.parametrize(
+    ("layout", "taken"),
+    [
+        ("copy.py", "Python's own copy module"),
+        ("json/__init__.py", "Python's own json module"),
+        ("pluggy.py", "the installed package pluggy"),
+    ],
+)
+def test_a_module_named_like_one_python_has_is_refused_and_replaces_nothing(
+    tmp_path: Path, layout: str, taken: str
+) -> None:
+    file = tmp_path / layout
+    file.parent.mkdir(exist_ok=True)
+    file.write_text("import dbus_fn as fn\n")
+    target = file.parent if file.name == "__init__.py" else file
+    name = target.stem
+    modules, path = dict(sys.modules), list(sys.path)
+    with pytest.raises(ModuleLoadError) as caught:
+        load_module(target)
+    message = str(caught.value)
+    assert "\n" not in message
+    other = f"{name}_functions" + ("" if target.is_dir() else ".py")
+    assert message == (
+        f"{target}: a function module named {name!r} would hide {taken} from the runtime "
+        "and every deployment beside it; rename it (and module = in dbus.toml), such as to "
+        f"{other}"
+    )
+    assert sys.modules.get(name) is modules.get(name)
+    assert sys.path == path
+
+
 def test_module_with_syntax_error(tmp_path: Path) -> None:
     path = write_module(tmp_path, "def broken(:\n")
     with pytest.raises(

@@ -43,7 +43,7 @@ from dbus_fn.events import RowChange
 from dbus_fn.files import cannot_create_in
 from dbus_fn.json_format import write_jsonl
 from dbus_fn.manifest import NAME_MAX
-from dbus_fn.registry import LoadedDeployment, load_deployment, with_packages
+from dbus_fn.registry import LoadedDeployment, load_deployment, taken_module_name, with_packages
 from dbus_fn.testing import row_change
 
 _PATH = click.argument(
@@ -117,6 +117,13 @@ def init(name: str, table: str, directory: Path) -> None:
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name):
         raise click.BadParameter(
             f"expected a name of letters, digits, _ and -, starting with a letter; got {name!r}",
+            param_hint="NAME",
+        )
+    taken = taken_module_name(name.replace("-", "_").lower())
+    if taken is not None:
+        raise click.BadParameter(
+            f"{name!r} would name the module {name.replace('-', '_').lower()}.py, which would "
+            f"hide {taken} from the runtime; choose another name, such as {name}-functions",
             param_hint="NAME",
         )
     if not re.fullmatch(r"[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+", table):
