@@ -228,10 +228,7 @@ WRITER = textwrap.dedent(
     import dbus_spark.sinks.kafka as kafka
     from dbus_spark.sinks.kafka import KafkaSink, WriteFence
     from dbus_spark.sinks.kafka_positions import Lane
-    from dbus_spark.config.runtime import RuntimeConfig
-from dbus_spark.sinks.writer import TaskReport, WorkerSinks
-from dbus_spark.stage.functions import StageRecord
-from dbus_spark.state.records import IndexAction, KafkaRecord
+    from dbus_spark.state.records import KafkaRecord
 
     bootstrap, topic, scope, deployment, transactional_id, ready, where = sys.argv[1:]
     kafka.CHUNK_SECONDS = 600.0  # one transaction for 1..100, one for 101..200
