@@ -119,11 +119,12 @@ def init(name: str, table: str, directory: Path) -> None:
             f"expected a name of letters, digits, _ and -, starting with a letter; got {name!r}",
             param_hint="NAME",
         )
-    taken = taken_module_name(name.replace("-", "_").lower())
+    module = name.replace("-", "_").lower()
+    taken = taken_module_name(module)
     if taken is not None:
         raise click.BadParameter(
-            f"{name!r} would name the module {name.replace('-', '_').lower()}.py, which would "
-            f"hide {taken} from the runtime; choose another name, such as {name}-functions",
+            f"{name!r} would name the module {module}.py, which would hide {taken} from the "
+            f"runtime; choose another name, such as {name}-functions",
             param_hint="NAME",
         )
     if not re.fullmatch(r"[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+", table):
@@ -138,7 +139,6 @@ def init(name: str, table: str, directory: Path) -> None:
             f"create {folder} ({refused.strerror}); choose a writable folder with -C",
             setting="directory",
         )
-    module = name.replace("-", "_").lower()
     values = {
         "requirement": _scaffold_requirement(folder),
         "name": name.lower(),

@@ -300,8 +300,7 @@ class KafkaSink:
         when it has no such mark (fenced writes only)."""
         if self._fence is None:
             return None
-        if self._marks is None:
-            self._marks = self._read_marks()
+        self._committed_marks()
         assert self._mark_reader is not None
         return self._mark_reader.at.get(lane.key)
 
@@ -372,12 +371,16 @@ class KafkaSink:
         """Whether ``lane``'s change at ``order`` is committed already, or was put in the
         open transaction before a later one (a change's own records are not: they share
         its order and come one after another)."""
-        if self._marks is None:
-            self._marks = self._read_marks()
-        if order <= self._marks.get(lane.key, -1):
+        if order <= self._committed_marks().get(lane.key, -1):
             return True
         open_mark = self._open_marks.get(lane)
         return open_mark is not None and order < open_mark
+
+    def _committed_marks(self) -> dict[bytes, int]:
+        """The lanes' committed marks, read once per task (``refresh_marks`` forgets them)."""
+        if self._marks is None:
+            self._marks = self._read_marks()
+        return self._marks
 
     def _read_marks(self) -> dict[bytes, int]:
         """The lanes' committed marks in this cluster, its positions topic made first."""
