@@ -14,6 +14,7 @@ import json
 import logging
 import re
 import time
+import uuid
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -258,7 +259,10 @@ def ensure_cluster(client: KazooClient, settings: ZooKeeperSettings) -> bool:
                     client.create(path, b"", acl=OPEN_ACL_UNSAFE)
         if client.exists(layout.root) is None:
             stamp = utc_timestamp()
-            data = dump({"cluster": settings.cluster, "layout": LAYOUT_VERSION, "created": stamp})
+            # Which making of the cluster this is (``cluster_incarnation``): a cluster made
+            # again under the same name is another one.
+            data = dump({"cluster": settings.cluster, "layout": LAYOUT_VERSION,
+                         "created": stamp, "id": uuid.uuid4().hex})  # fmt: skip
             try:
                 client.create(layout.root, data, acl=acl)
                 created = True
@@ -269,6 +273,15 @@ def ensure_cluster(client: KazooClient, settings: ZooKeeperSettings) -> bool:
                 with suppress(NodeExistsError):
                     client.create(path, b"", acl=acl)
     return created
+
+
+def cluster_incarnation(client: KazooClient, settings: ZooKeeperSettings) -> str:
+    """Which making of the cluster this is: the id ``ensure_cluster`` gave its root, the
+    same for every member, another when the cluster is made again under its name (its
+    tree deleted, or a new ZooKeeper); "" for a root made before roots had one."""
+    with zk_errors(settings):
+        raw, _ = client.get(settings.layout.root)
+    return str(load(raw).get("id", ""))
 
 
 def _create_chroot(settings: ZooKeeperSettings, chroot: str) -> None:

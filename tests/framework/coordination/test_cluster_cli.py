@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 from coordination_support import make_function
+from kazoo.client import KazooClient
 from support import wait_until
 
-from dbus_fn.coordination import Coordinator, ZooKeeperSettings
+from dbus_fn.coordination import Coordinator, ZooKeeperSettings, cluster_incarnation
 from dbus_fn.events import BinlogPosition
 
 pytestmark = pytest.mark.integration
@@ -22,6 +23,27 @@ def test_init_creates_the_cluster_once(dbus: Any, settings: ZooKeeperSettings) -
     assert first.output == f"Created cluster 'test' (/dbus/test on ZooKeeper {settings.hosts})\n"
     again = dbus("cluster", "init")
     assert again.output.startswith("Found existing cluster 'test'")
+
+
+def test_a_cluster_made_again_under_its_name_is_another_making_of_it(
+    dbus: Any, settings: ZooKeeperSettings, client: KazooClient
+) -> None:
+    """Its members scope their exactly-once lanes by it: a cluster made again under its
+    name (its tree deleted, or on a new ZooKeeper) never takes the marks of the one
+    before, which are orders of another history of its sources' binlogs."""
+    assert dbus("cluster", "init").exit_code == 0
+    first = cluster_incarnation(client, settings)
+    assert dbus("cluster", "init").output.startswith("Found existing")
+    assert cluster_incarnation(client, settings) == first
+    client.delete(settings.layout.root, recursive=True)
+    assert dbus("cluster", "init").output.startswith("Created")
+    again = cluster_incarnation(client, settings)
+    assert len(first) == len(again) == 32 and again != first
+    # A root made before roots had one: its members keep the lanes they had.
+    root = json.loads(client.get(settings.layout.root)[0])
+    del root["id"]
+    client.set(settings.layout.root, json.dumps(root).encode())
+    assert cluster_incarnation(client, settings) == ""
 
 
 def test_init_makes_the_chroot_its_zookeeper_address_names(

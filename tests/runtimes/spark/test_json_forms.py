@@ -65,7 +65,7 @@ CONFIG = f"""{{"sources": [{{"name": "shop", "dsn": "mysql://dbus@127.0.0.1:3306
 "type_prefix": "io.dbus", "topic_partitions": 6, "decode_shards": 2, "fencing": {FENCING},
 "chunk_rows": 5000, "open_read_seconds": 1.5, "detach_seconds": 4.0, "extra": {{"note":
 "x"}}, "kafka_sources": [{KAFKA_SOURCE}], "preview_window": 50, "exactly_once_deployments":
-["orders-eu"]}}"""
+["orders-eu"], "incarnation": "5e1f0c2a9b3d4e6f"}}"""
 STAGE = """{"rows": 10, "ddl": 1, "read_seconds": 0.8, "started": 1767312000.25, "tables":
 [["shop", "shop.orders", 10]], "offered": [["shop", "shop.orders", "orders-eu", 10]],
 "routed": [["orders-eu", "kafka://orders.paid", 9]], "delivered": {"orders-eu": 8},
@@ -165,6 +165,7 @@ def test_a_runtime_config_reads_and_writes_its_old_json() -> None:
     assert (config.trigger_seconds, config.topic_partitions, config.preview_window) == (0.5, 6, 50)
     assert config.exactly_once_deployments == ("orders-eu",)
     assert config.writes_once("orders-eu") and config.exactly_once
+    assert config.incarnation == "5e1f0c2a9b3d4e6f"
     assert config.to_json() == _old(CONFIG)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +47,7 @@ from dbus_spark.sinks.kafka_positions import (
 )
 from dbus_spark.sinks.writer import TaskReport, WorkerSinks
 from dbus_spark.stage.functions import StageRecord
+from dbus_spark.state.checkpoint import checkpoint_incarnation
 from dbus_spark.state.records import IndexAction, KafkaRecord
 
 pytestmark = pytest.mark.integration
@@ -98,6 +101,22 @@ def committed_marks(settings: dict[str, str], *, timeout: float) -> dict[bytes, 
         return reader.read(timeout=timeout)
     finally:
         reader.close()
+
+
+@contextmanager
+def lanes_task(config: RuntimeConfig) -> Iterator[tuple[WorkerSinks, TaskReport]]:
+    """A standalone runtime's read task of source ``shop`` in lanes (its worker's sinks
+    for ``config``); what the body delivered is settled as it ends."""
+    sinks = WorkerSinks(config)
+    try:
+        sinks.pace(False)
+        sinks.hold("shop", 0)
+        sinks.start("")
+        report = TaskReport()
+        yield sinks, report
+        sinks.settle(report, 0.0)
+    finally:
+        sinks.release()
 
 
 def settings(kafka: KafkaEndpoint) -> dict[str, str]:
@@ -454,6 +473,14 @@ def test_a_lanes_scope_is_its_cluster_or_its_standalone_runtimes_checkpoint() ->
     one, other = scope_of("/srv/a/checkpoint", None), scope_of("/srv/b/checkpoint", None)
     assert one.startswith("standalone/") and other.startswith("standalone/") and one != other
     assert scope_of("/srv/a/checkpoint", None) == one  # the same runtime after a restart
+    # Another making of the same cluster, or of a checkpoint at the same path: lanes
+    # of its own (the first making's marks are orders of another binlog history).
+    made, remade = scope_of("/srv/a/checkpoint", "eu", "1f2e"), scope_of("/x", "eu", "9a0b")
+    assert made == "cluster/eu/1f2e" and remade != made and made != scope_of("/x", "eu")
+    begun, begun_again = scope_of("/srv/a/checkpoint", None, "1f2e"), scope_of(
+        "/srv/a/checkpoint", None, "9a0b"
+    )
+    assert len({one, begun, begun_again}) == 3 and begun.startswith(one + "/")
 
 
 def test_a_mark_reader_reads_on_from_where_it_stopped(
@@ -560,12 +587,7 @@ def test_a_dead_letter_of_a_document_elasticsearch_refused_is_sent_once(
     dead = f"{kafka_topic}.dead"
 
     def task() -> TaskReport:
-        sinks = WorkerSinks(config)
-        try:
-            sinks.pace(False)
-            sinks.hold("shop", 0)
-            sinks.start("")
-            report = TaskReport()
+        with lanes_task(config) as (sinks, report):
             for order, name in enumerate(["12", "widget", "34"], start=1):
                 change = RowChange(
                     source="shop", database="d", table="t", op=Operation.INSERT, before=None,
@@ -578,10 +600,7 @@ def test_a_dead_letter_of_a_document_elasticsearch_refused_is_sent_once(
                 document = replace(document, dead_letter=dead, change=pickle.dumps(change))
                 for record in (KafkaRecord(kafka_topic, b"%d" % order, name.encode()), document):
                     sinks.deliver(StageRecord("orders", record), "shop", report)
-            sinks.settle(report, 0.0)
-            return report
-        finally:
-            sinks.release()
+        return report
 
     first = task()
     assert (first.kafka, first.already) == (4, 0)  # three changes and the letter
@@ -590,3 +609,39 @@ def test_a_dead_letter_of_a_document_elasticsearch_refused_is_sent_once(
     assert sorted(read(kafka_service.bootstrap_servers, kafka_topic)) == [b"12", b"34", b"widget"]
     [letter] = read(kafka_service.bootstrap_servers, dead)
     assert b'"widget"' in letter  # the refused change, in its dead letter
+
+
+def test_a_checkpoint_begun_again_at_its_path_sends_its_changes_again(
+    kafka_topic: str, kafka_service: KafkaEndpoint, tmp_path: Path,
+) -> None:  # fmt: skip
+    """A standalone runtime's checkpoint deleted and begun again at the same path (to
+    read the binlog again, ``--from earliest``; or on another server whose positions
+    lie before the first's): the first making's marks are not the new one's, so its
+    changes are sent, where a restart of one making sends none of them twice."""
+    checkpoint = tmp_path / "cp"
+    base = RuntimeConfig(
+        sources=(), deployments=(), kafka_bootstrap=kafka_service.bootstrap_servers,
+        elasticsearch_url="http://127.0.0.1:9", checkpoint_dir=str(checkpoint),
+        exactly_once_deployments=("orders",),
+    )  # fmt: skip
+
+    def run() -> tuple[int, int]:
+        """A run's first task (its config as the runtime's start writes it): its three
+        changes' records sent, and those a mark already had."""
+        config = replace(base, incarnation=checkpoint_incarnation(str(checkpoint)))
+        (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+        (checkpoint / "offsets" / "0").write_text("v1\n{}\n{}\n")  # Spark planned a batch
+        with lanes_task(config) as (sinks, report):
+            for order in (1, 2, 3):
+                sinks.order = order
+                record = KafkaRecord(kafka_topic, b"%d" % order, b"%d" % order)
+                sinks.deliver(StageRecord("orders", record), "shop", report)
+        return report.kafka, report.already
+
+    assert run() == (3, 0)
+    assert run() == (0, 3)  # restarted: the same lanes
+    shutil.rmtree(checkpoint)
+    assert run() == (3, 0)  # begun again: lanes of its own
+    assert sorted(read(kafka_service.bootstrap_servers, kafka_topic)) == sorted(
+        [b"1", b"2", b"3"] * 2
+    )

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import shutil
 from pathlib import Path
 
-from dbus_spark.state.checkpoint import ProgressFolder, load_reached, progress_path, record_reached
+from dbus_spark.state.checkpoint import (
+    ProgressFolder,
+    checkpoint_incarnation,
+    load_reached,
+    progress_path,
+    record_reached,
+)
 from dbus_spark.state.history import HistoryStore
 from dbus_spark.state.history.records import HistoryTask
 from dbus_spark.state.progress import Behind, ProgressBook, detached
@@ -135,3 +142,34 @@ def test_a_book_with_an_entry_it_cannot_read_is_read_as_empty(tmp_path: Path) ->
     assert ProgressBook(checkpoint).load() == {}
     book.write("deployments", {"a": ["b"]})
     assert ProgressBook(checkpoint).load() == {}
+
+
+def _planned(checkpoint: Path) -> None:
+    """Spark planned batch 0 there (its offset log's first file)."""
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "0").write_text("v1\n{}\n{}\n")
+
+
+def test_a_checkpoint_deleted_and_begun_again_at_its_path_is_another_incarnation(
+    tmp_path: Path,
+) -> None:
+    """Its exactly-once lanes are scoped by it: a restart keeps them, a checkpoint
+    begun again at the same path (its progress folder left behind) gets new ones."""
+    checkpoint = tmp_path / "ckpt"
+    first = checkpoint_incarnation(str(checkpoint))
+    _planned(checkpoint)
+    assert checkpoint_incarnation(str(checkpoint)) == first  # a restart
+    assert checkpoint_incarnation(str(checkpoint)) == first
+    shutil.rmtree(checkpoint)
+    assert (tmp_path / "ckpt.progress").is_dir()
+    again = checkpoint_incarnation(str(checkpoint))
+    _planned(checkpoint)
+    assert len(first) == len(again) == 16 and again != first
+    assert checkpoint_incarnation(str(checkpoint)) == again
+
+
+def test_a_checkpoint_begun_before_incarnations_keeps_the_lanes_it_had(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ckpt"
+    _planned(checkpoint)
+    assert checkpoint_incarnation(str(checkpoint)) == ""
+    assert not (tmp_path / "ckpt.progress" / "incarnation.json").exists()

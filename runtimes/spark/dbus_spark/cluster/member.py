@@ -37,6 +37,7 @@ from dbus_fn.coordination import (
     FunctionWatcher,
     RequestBox,
     ZooKeeperSettings,
+    cluster_incarnation,
     read_plans,
 )
 from dbus_fn.errors import DbusError, FencedError
@@ -147,6 +148,9 @@ class ClusterMember:
         """Join (one-line errors if ZooKeeper or the cluster is missing); write the
         first configuration and keep it current in the background."""
         self.coordinator.start()
+        # Exactly-once lanes are this making of the cluster's (``RuntimeConfig.incarnation``).
+        made = cluster_incarnation(self.coordinator.client, self.coordinator.settings)
+        self._base = replace(self._base, incarnation=made)
         self._watcher = self.coordinator.function_watcher(
             cache_dir=bundles_dir(self._base.checkpoint_dir)
         )

@@ -252,6 +252,11 @@ class RuntimeConfig(JsonForm):
     exactly_once_deployments: tuple[str, ...] = ()
     """The deployments of a standalone runtime whose manifests ask for exactly-once
     Kafka delivery (``delivery = "exactly-once"``); see ``exactly_once``."""
+    incarnation: str = ""
+    """Which making of its checkpoint (alone: ``state.checkpoint.checkpoint_incarnation``)
+    or of its cluster (a member: ``dbus_fn.coordination.cluster_incarnation``) this
+    runtime writes for: part of its exactly-once lanes' scope
+    (``dbus_spark.sinks.kafka_positions.scope_of``). "" for one begun before."""
 
     @property
     def exactly_once(self) -> bool:

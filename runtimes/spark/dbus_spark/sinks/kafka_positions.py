@@ -69,12 +69,22 @@ class Lane:
         return json.dumps(named, separators=(",", ":")).encode()
 
 
-def scope_of(checkpoint: str, cluster: str | None) -> str:
+def scope_of(checkpoint: str, cluster: str | None, incarnation: str = "") -> str:
     """Whose lanes: a cluster's (its members hand sources to one another), else one
-    standalone runtime's, named by its checkpoint."""
+    standalone runtime's, named by its checkpoint; ``incarnation``: which making of
+    that cluster or checkpoint (``RuntimeConfig.incarnation``).
+
+    A lane's marks are orders of its source's binlog positions, so they hold only
+    for the history they were written in: a cluster made again under its name, or a
+    checkpoint deleted and begun again at its path, reads positions that may lie
+    before those marks (another server, the binlog begun again, ``--from earliest``)
+    and must not take them for its own: with its incarnation it writes other lanes.
+    ("" for a cluster or checkpoint begun before incarnations: its lanes as they were.)"""
     if cluster is not None:
-        return f"cluster/{cluster}"
-    return f"standalone/{hashlib.sha256(checkpoint.encode()).hexdigest()[:16]}"
+        scope = f"cluster/{cluster}"
+    else:
+        scope = f"standalone/{hashlib.sha256(checkpoint.encode()).hexdigest()[:16]}"
+    return f"{scope}/{incarnation}" if incarnation else scope
 
 
 def mark_record(lane: Lane, order: int, at: dict[str, Any] | None = None) -> KafkaRecord:

@@ -127,7 +127,9 @@ class WorkerSinks:
         self._lane: str | None = None
         self._lanes: dict[tuple[str, str], Lane] = {}
         self._scope = scope_of(
-            config.checkpoint_dir, config.fencing and config.fencing.zookeeper.cluster
+            config.checkpoint_dir,
+            config.fencing and config.fencing.zookeeper.cluster,
+            config.incarnation,
         )
         self.order: int | None = None
         """The order of the change whose records ``deliver`` is given now (exactly once:

@@ -40,6 +40,7 @@ from dbus_spark.stage.shipment import PackageShipper
 from dbus_spark.state.checkpoint import (
     ProgressFolder,
     SparkLog,
+    checkpoint_incarnation,
     committed_positions,
     is_uri,
     last_config_path,
@@ -151,6 +152,8 @@ def start(
     phases.done("checks")
     spark = spark or spark_session(master, verbose=verbose, python=python)
     phases.done("Spark")
+    # Exactly-once lanes are this making of the checkpoint's (``RuntimeConfig.incarnation``).
+    config = replace(config, incarnation=checkpoint_incarnation(config.checkpoint_dir, spark))
     path = config.save(config_path or last_config_path(config.checkpoint_dir))
     return _start_query(spark, config, path, metrics, phases)
 

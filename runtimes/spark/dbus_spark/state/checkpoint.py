@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -182,7 +183,7 @@ def bundles_dir(checkpoint: str) -> Path:
 
 PROGRESS = ".progress"
 """The one folder that holds each deployment's progress beside Spark's offset log."""
-SECTIONS = ("deployments", "reached", "delivered", "history")
+SECTIONS = ("deployments", "reached", "delivered", "history", "incarnation")
 _LEGACY = {"deployments": ".progress.json", "reached": ".reached.json", "history": ".history.json"}
 """Where an older runtime kept each section, read once on upgrade."""
 
@@ -200,6 +201,8 @@ class ProgressFolder:
       (``record_delivered``), taken into ``reached`` when a run starts;
     - ``history``: bootstrap, backfill and replay tasks and how far each got
       (``dbus_spark.state.history.HistoryStore``).
+    - ``incarnation``: which making of the checkpoint it is
+      (``checkpoint_incarnation``).
 
     Spark's Python workers on the driver (the planner, the writer's commit), the
     runtime's own process and the ``dbus fn`` commands all read it. Each change is
@@ -434,6 +437,24 @@ def _files(checkpoint: str, spark: SparkSession | None) -> _Files:
             setting="checkpoint",
         )
     return _HadoopFiles(spark, checkpoint)
+
+
+def checkpoint_incarnation(checkpoint: str, spark: SparkSession | None = None) -> str:
+    """Which making of ``checkpoint`` this is, for a run about to start: a new id when
+    Spark has planned nothing there (a new checkpoint, or one deleted and begun again
+    at the same path), recorded in its progress folder; else the one recorded, or ""
+    for a checkpoint begun before it had one. ``spark``: the session that reads a URI.
+
+    A run's exactly-once lanes are scoped by it (``RuntimeConfig.incarnation``): no
+    mark written before the checkpoint was begun again can be taken for its own. No
+    mark can be written under an id before Spark plans a batch, so a first run that
+    ends before planning one loses nothing when the next makes another."""
+    folder = ProgressFolder.of(checkpoint)
+    if SparkLog(checkpoint, spark).started():
+        return str(folder.read("incarnation").get("id", ""))
+    made = uuid.uuid4().hex[:16]
+    folder.write("incarnation", {"id": made})
+    return made
 
 
 class PendingBatch(NamedTuple):
