@@ -32,7 +32,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from elasticsearch import Elasticsearch
 from support import es_count
-from test_kafka_fencing import TIMEOUT, Hold, read, wrap_produce
+from test_kafka_fencing import SCAN, TIMEOUT, Hold, read, wrap_produce
 
 from dbus_deploy.services import KafkaEndpoint
 from dbus_fn.events import BinlogPosition, Operation, RowChange
@@ -414,6 +414,28 @@ def test_a_broker_paused_past_the_transactions_timeout_gets_the_chunk_once(
         assert committed_marks({"bootstrap.servers": bootstrap}, timeout=30) == {lane.key: 12}
     finally:
         sink.close()
+
+
+def test_a_writer_paused_past_its_transactions_timeout_sends_the_chunk_again_once(
+    make_sink: Callable[..., KafkaSink], kafka_topic: str, kafka_service: KafkaEndpoint,
+    lane: Lane,
+) -> None:  # fmt: skip
+    """The writer starved (a loaded machine, a long pause) past its transaction's
+    timeout with a lane's changes in it: the broker aborts the transaction and fences
+    the producer, whose next step, adding the positions topic for the lane's mark,
+    fails fatally (librdkafka raises it out of ``flush`` as a bare ``KafkaError``,
+    which no ``except Exception`` sees). The chunk goes again from a new producer,
+    and is seen once."""
+    sink = make_sink()
+    write(sink, changes(kafka_topic, lane, range(1, 21)))
+    first_producer = sink._producer
+    time.sleep(TIMEOUT + SCAN + 1.5)
+    assert sink.flush() == 20
+    assert sink._producer is not first_producer
+    assert sorted(read(kafka_service.bootstrap_servers, kafka_topic)) == sorted(
+        f"{o}.0".encode() for o in range(1, 21)
+    )
+    assert committed_marks(settings(kafka_service), timeout=30)[lane.key] == 20
 
 
 class _TimedOut:

@@ -506,12 +506,23 @@ class KafkaSink:
                         "(the local queue stayed full)",
                         topic=record.topic,
                     ) from None
-                self._producer.poll(0.1)
+                self._serve(0.1)
         with self._lock:
             self._pending += 1
             if deployment is not None:
                 self._waiting_for[deployment] += 1
-        self._producer.poll(0)
+        self._serve(0)
+
+    def _serve(self, wait: float, *, flush: bool = False) -> int:
+        """The producer's ``poll`` (or ``flush``) for ``wait`` seconds: what it left
+        queued. A fatal error of a transactional producer (the broker fenced it: a
+        transaction left open past its timeout) comes out of these as the bare
+        ``KafkaError``, which is no ``Exception``; it is raised here as the
+        ``KafkaException`` every caller handles."""
+        try:
+            return self._producer.flush(wait) if flush else self._producer.poll(wait)
+        except KafkaError as error:
+            raise KafkaException(error) from None
 
     def _drain(self, deadline: float | None = None) -> list[str]:
         """Wait until every message handed over is delivered or failed (``_Late`` past
@@ -519,7 +530,7 @@ class KafkaSink:
         started = time.monotonic()
         while True:
             wait = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
-            remaining = self._producer.flush(max(0.0, wait))
+            remaining = self._serve(max(0.0, wait), flush=True)
             if remaining == 0:
                 break
             if deadline is not None and time.monotonic() >= deadline:
@@ -559,7 +570,7 @@ class KafkaSink:
         stays for ``settle`` (or ``flush``) to report."""
         if self._fence is not None:
             return False  # its messages are readable once its transaction commits
-        self._producer.flush(within)
+        self._serve(within, flush=True)
         with self._lock:
             return self._pending == 0 and not self._errors and not self._refused
 
@@ -580,7 +591,7 @@ class KafkaSink:
                 self._sent = 0
             return sent, failed
         while True:
-            remaining = self._producer.flush(max(0.0, min(1.0, deadline - time.monotonic())))
+            remaining = self._serve(max(0.0, min(1.0, deadline - time.monotonic())), flush=True)
             if remaining == 0 or time.monotonic() >= deadline:
                 break
             self.activity.retried()
@@ -595,7 +606,7 @@ class KafkaSink:
                 self._bootstrap,
             )
             self._producer.purge(in_queue=True, in_flight=True)
-            self._producer.flush(1.0)  # their delivery reports, failed as purged
+            self._serve(1.0, flush=True)  # their delivery reports, failed as purged
         with self._lock:
             failed = {
                 name: f"Kafka at {self._bootstrap} did not acknowledge {count} "
