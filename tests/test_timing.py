@@ -63,8 +63,6 @@ def test_the_chaos_and_docker_files_are_one_unit_costing_all_of_them() -> None:
              "tests/deploy/test_images.py::x", "tests/e2e/test_c.py::x"]  # fmt: skip
     units = [timing.work_unit(t) for t in tests]
     assert units == [timing.LANE] * 4 + ["tests/deploy/test_images.py", "tests/e2e/test_c.py"]
-    beside = "tests/chaos/test_history_cluster.py::t"
-    assert timing.work_unit(beside) == "tests/chaos/test_history_cluster.py"
     costs = {"tests/chaos/test_a.py": 100.0, "tests/chaos/test_b.py": 50.0,
              "tests/deploy/test_image.py": 20.0}  # fmt: skip
     assert timing.unit_cost(tests[:4], costs) == 170.0 + timing.UNKNOWN_FILE_SECONDS

@@ -11,8 +11,7 @@ A pytest plugin (registered by ``tests/conftest.py``) and a command:
   only when it is about to run its last test: heavy files start early instead of
   queueing behind each other at the end of the pass. The files ``ONE_LANE`` names
   (the chaos tests, and the tests of the one Docker engine) go as one unit: one
-  worker runs them one after another, never two of them side by side; those
-  ``BESIDE_THE_LANE`` names go on their own, to even out the workers.
+  worker runs them one after another, never two of them side by side.
 - ``python tests/timing.py TIMES [--slowest 25] [--costs tests/file_costs.json]``
   prints the passes and the slowest tests, and with ``--costs`` writes the measured
   seconds of each file back to the table.
@@ -84,13 +83,6 @@ lighter files). The Docker tests (``chaos/test_worker_container.py`` among them)
 tag and remove images and run Spark in containers on the one Docker engine: never two
 at a time, and never beside a chaos test's restarts."""
 
-BESIDE_THE_LANE = ("tests/chaos/test_history_cluster.py",)
-"""Chaos files handed out on their own instead, beside the lane like any other file: the
-lane is the parallel pass's longest unit, and it outlasted the other two workers by about
-four minutes (8fa0c5a's fresh-clone run: 1,616 s of lane against 1,358 s each). The
-cluster bootstrap has two ``local[1]`` members and one SIGKILL under a light churn, and
-its waits are on conditions with bounds that only guard against a hang."""
-
 LANE = "the one lane"
 """The work unit every file of ``ONE_LANE`` is handed out with."""
 
@@ -98,7 +90,7 @@ LANE = "the one lane"
 def work_unit(nodeid: str) -> str:
     """What a test is handed out with: the one lane, or else its file."""
     path = _file_of(nodeid)
-    return LANE if path.startswith(ONE_LANE) and path not in BESIDE_THE_LANE else path
+    return LANE if path.startswith(ONE_LANE) else path
 
 
 def unit_cost(tests: Iterable[str], costs: dict[str, float]) -> float:
