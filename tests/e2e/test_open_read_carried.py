@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 from e2e_support import Scratch
 from pyspark import cloudpickle
+from scratch import scratch_database
 from support import kafka_ids, relay_table
 
 from dbus_fn.capture import coordinates, position_from_json
@@ -372,11 +373,20 @@ def test_a_run_killed_between_batches_starts_past_what_its_read_noted_as_deliver
         # The server is shared: other tests' transactions may follow 3 in its binlog,
         # and the read notes at whichever transaction's end comes a second after the
         # last note. So wait for a note at or past 3's end, whatever it is exactly.
+        # Others may also write nothing for a while: the test's own transactions, in
+        # a database no deployment reads, keep transaction ends coming meanwhile.
         three = batches.planner.latestOffset(batches.offset)["src"]
         deadline = time.monotonic() + 30
-        while _at(notes.read("delivered").get("src", {}).get("position")) < _at(three):
-            assert time.monotonic() < deadline, f"no note at 3's end: {notes.read('delivered')}"
-            time.sleep(0.1)
+        with (
+            scratch_database(scratch.services.mariadb) as other,
+            other.connect() as conn,
+            conn.cursor() as cur,
+        ):
+            cur.execute("CREATE TABLE ticks (id INT AUTO_INCREMENT PRIMARY KEY)")
+            while _at(notes.read("delivered").get("src", {}).get("position")) < _at(three):
+                assert time.monotonic() < deadline, f"no note at 3's end: {notes.read('delivered')}"
+                cur.execute("INSERT INTO ticks VALUES ()")
+                time.sleep(0.2)
     finally:
         os.killpg(reading.pid, signal.SIGKILL)  # as kill -9 of the runtime: no batch commits
         reading.wait()
