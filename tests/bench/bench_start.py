@@ -5,7 +5,9 @@ On the real services (``dbus services up``), each run:
 * starts ``dbus runtime start --from latest`` on a fresh checkpoint while a load
   commits one row every ``--every`` seconds, and times, from the command's start:
   the log's "runtime started" line, and the first change readable in Kafka;
-* stops it (SIGTERM) and times the stop;
+* stops it (SIGTERM) and times the stop, and counts the CPU seconds its whole process
+  tree spent from its start to its stop (the CLI, Spark's JVM, every Python process
+  Spark started: this process adopts and reaps the ones whose parent went first);
 * starts it again on the same checkpoint (a restart: it resumes where it committed)
   and times the same two moments.
 
@@ -19,8 +21,10 @@ is what reaches Kafka first.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -83,11 +87,36 @@ def _started_after(log: Path, began_wall: float) -> dict[str, float | None]:
     return steps
 
 
+def _adopt_orphans() -> None:
+    """Become the reaper of this process's orphaned descendants (Linux), so the CPU
+    time of each of them is counted in ``RUSAGE_CHILDREN`` here once it is reaped."""
+    PR_SET_CHILD_SUBREAPER = 36
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _reap_all(within: float = 30.0) -> None:
+    """Wait for every child left (orphans adopted) until there are none, or ``within``."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.05)
+
+
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def one_start(
     command: list[str], log: Path, topic: str, count: TopicCount, timeout: float
 ) -> dict[str, float | None]:
     """Start the runtime, time its start and first change in Kafka, stop it."""
     already = count(topic)
+    cpu_before = _children_cpu()
     began_wall, began = time.time(), time.monotonic()
     with log.open("wb") as out:
         runtime = subprocess.Popen(
@@ -105,10 +134,13 @@ def one_start(
         except subprocess.TimeoutExpired:
             runtime.kill()
             runtime.wait()
+        stopped = time.monotonic() - stopping
+        _reap_all()
     return {
         **_started_after(log, began_wall),
         "first change": first,
-        "stop": time.monotonic() - stopping,
+        "stop": stopped,
+        "cpu": _children_cpu() - cpu_before,
     }
 
 
@@ -124,6 +156,7 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=0.02, help="seconds between commits")
     parser.add_argument("--timeout", type=float, default=180.0)
     args = parser.parse_args()
+    _adopt_orphans()
     local = endpoints()
     maria = local.mariadb
     connect = {"host": maria.host, "port": maria.port, "user": maria.user,

@@ -1,5 +1,6 @@
 """The Spark session a runtime runs in: Spark's settings, the Python its workers run
-(``workers_python``), dbus's log and JVM options, and dbus's two data sources registered.
+(``workers_python``) and the path they start with (``_files_on_workers_path``), dbus's
+log and JVM options, and dbus's two data sources registered.
 
 ``python -m dbus_spark.spark.session`` starts one session and prints its JVM's pid: the
 process ``dbus_spark.config.jvm`` runs to make Spark's class archive as that JVM ends.
@@ -14,7 +15,7 @@ import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from pyspark import SparkConf, SparkContext
+from pyspark import SparkConf, SparkContext, SparkFiles
 from pyspark.sql import SparkSession
 
 from dbus_fn.errors import ConfigError
@@ -100,9 +101,30 @@ def spark_session(
         ) from None
     session.sparkContext.setLogLevel(logs.spark_log_level())
     logs.quiet_accumulator_server(session.sparkContext)
+    _files_on_workers_path(session.sparkContext)
     session.dataSource.register(BinlogDataSource)
     session.dataSource.register(FunctionSinkDataSource)
     return session
+
+
+def _files_on_workers_path(context: SparkContext) -> None:
+    """Start the Python processes of ``context``'s functions (the data sources registered
+    after this, their tasks) with Spark's files folder on their path already.
+
+    Before its first task, each of Spark's Python processes (a dozen through a query's
+    start) puts that folder on ``sys.path`` and, having changed the path, calls
+    ``importlib.invalidate_caches()``. On Python 3.11 that makes every zip importer
+    re-read its archive's directory, and pyspark's worker imports pyspark from
+    ``pyspark.zip`` through one importer per package, so one call reads its 2,771
+    entries 15 times: 0.28-0.38 s of a core in each process of a start (measured,
+    docs/performance.md). With the folder given here, in the environment Spark starts
+    them with, the path does not change and nothing is read again; where an executor's
+    folder is another (a cluster's hosts), it is added at its first task as before.
+    """
+    folder = SparkFiles.getRootDirectory()
+    given = context.environment.get("PYTHONPATH", "")
+    if folder not in given.split(os.pathsep):
+        context.environment["PYTHONPATH"] = os.pathsep.join(filter(None, [given, folder]))
 
 
 def workers_python(environ: MutableMapping[str, str]) -> str:
