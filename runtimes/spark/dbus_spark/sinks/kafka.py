@@ -514,11 +514,12 @@ class KafkaSink:
         self._serve(0)
 
     def _serve(self, wait: float, *, flush: bool = False) -> int:
-        """The producer's ``poll`` (or ``flush``) for ``wait`` seconds: what it left
-        queued. A fatal error of a transactional producer (the broker fenced it: a
-        transaction left open past its timeout) comes out of these as the bare
-        ``KafkaError``, which is no ``Exception``; it is raised here as the
-        ``KafkaException`` every caller handles."""
+        """The producer's ``poll`` (or ``flush``) for ``wait`` seconds: the delivery
+        reports it served (with ``flush``: the messages it left queued). A fatal error
+        of a transactional producer (the broker fenced it: a transaction left open past
+        its timeout) comes out of these as the bare ``KafkaError``, which is no
+        ``Exception``; it is raised here as the ``KafkaException`` every caller
+        handles."""
         try:
             return self._producer.flush(wait) if flush else self._producer.poll(wait)
         except KafkaError as error:
