@@ -92,6 +92,19 @@ def test_a_batch_logs_rows_per_source_and_deployment_duration_positions_and_lag(
     assert 1.0 <= float(lag[2]) < 10
 
 
+def test_a_batch_whose_changes_the_cluster_had_already_says_how_many_were_not_sent_again(
+    lines: list[str], writer: SinkWriter
+) -> None:
+    """Exactly once after a crash: a batch read again sends nothing its lanes' marks
+    passed, and its line tells those from changes that never reached Kafka."""
+    now = time.time()
+    again = _task("shop", 20, started=now - 2.0, committed=now - 5.0)
+    again.kafka, again.already = 0, 20
+    writer.commit([again], 4)
+    (line,) = lines
+    assert line.startswith("batch 4: rows=20 ddl=0 records=20 kafka=0 already=20 es=0 ")
+
+
 def test_an_empty_batch_logs_nothing(lines: list[str], writer: SinkWriter) -> None:
     writer.commit([TaskReport()], 8)
     assert lines == []
@@ -122,6 +135,7 @@ def test_as_json_the_batch_line_carries_its_counters_as_fields(
     assert data["message"] == record.getMessage()  # the text line, whole
     assert (data["level"], data["logger"], data["batch"]) == ("INFO", "dbus.runtime", 9)
     assert data["rows"] == 30 and data["per_source"] == {"shop": 30}
+    assert (data["kafka"], data["already"]) == (30, 0)
     assert data["delivered"] == {"orders": 30}
     assert data["positions"] == {"shop": "bin.000003:4096 (0-1-9)"}
     assert 3.0 <= data["lag_seconds"]["shop"] < 10

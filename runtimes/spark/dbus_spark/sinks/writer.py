@@ -638,7 +638,8 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             now = time.time()
             fields = {
                 "batch": batchId, "rows": stage.rows, "ddl": stage.ddl,
-                "records": total.records, "kafka": total.kafka, "es": total.elasticsearch,
+                "records": total.records, "kafka": total.kafka, "already": total.already,
+                "es": total.elasticsearch,
                 "per_source": dict(total.per_source), "delivered": dict(stage.delivered),
                 "filtered": dict(stage.filtered), "dead": dict(stage.dead),
                 "read_seconds": round(stage.read_seconds, 3),
@@ -654,7 +655,7 @@ class SinkWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             }  # fmt: skip
             log.info(
                 "batch %(batch)d: rows=%(rows)d ddl=%(ddl)d records=%(records)d kafka=%(kafka)d "
-                "es=%(es)d per_source=%(per_source)s delivered=%(delivered)s "
+                "already=%(already)d es=%(es)d per_source=%(per_source)s delivered=%(delivered)s "
                 "filtered=%(filtered)s dead=%(dead)s read_seconds=%(read_seconds).3f "
                 "write_seconds=%(write_seconds).3f batch_seconds=%(batch_seconds).3f "
                 "positions=%(positions)s lag_seconds=%(lag_seconds)s"
