@@ -212,6 +212,26 @@ def test_a_read_no_task_takes_ends_by_itself_and_lets_the_source_go(
     assert os.path.exists(lock_path)
 
 
+def test_a_read_that_delivered_changes_no_task_took_yet_waits_for_the_next_task(
+    scratch: Scratch, batches: Batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(open_read, "ALIVE_SECONDS", 2.0)
+    bootstrap = scratch.services.kafka.bootstrap_servers
+    _insert(scratch, 1)
+    batches.commit(task_counts(batches.planner.read(batches.plan())))
+    cut = time.monotonic()  # the span no task owns yet begins
+    _insert(scratch, 2)
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 2) == [1, 2]
+    # The next batch is late (its planning held up on a loaded machine): past the
+    # read's time alone, the read that sent 2 still waits for the task.
+    time.sleep(max(0.0, cut + 2.0 * open_read.ALIVE_SECONDS - time.monotonic()))
+    read = open_read._reads[(str(batches.planner._config.checkpoint_dir), "src")]
+    assert not read.done, "a read that delivered a change ended before a task took it"
+    report = batches.commit(task_counts(batches.planner.read(batches.plan())))
+    assert report.stage.rows == 1, "the change delivered between batches counts in the next"
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 3, within=10) == [1, 2], "sent once"
+
+
 def test_a_read_still_starting_when_its_source_is_asked_for_hands_it_over_once_it_listens(
     scratch: Scratch, batches: Batches, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,8 +19,10 @@ and starts one from its range's start in its own process: the changes the old on
 delivered past its cut are delivered again (at least once, as after a crash), never
 interleaved with the new read's. Any other read of the source (a shard, a history
 merge, a deployment left out) ends it first too. A span no task takes for a while
-ends (a stopped query, an idle source: ``ALIVE_SECONDS``), and a worker that ends
-takes its threads along.
+ends if it delivered nothing (an idle source: ``ALIVE_SECONDS``); one that delivered
+changes waits for the task the server's move plans (a query that stops ends it from
+the driver; ``ORPHANED_SECONDS`` bound the wait). A worker that ends takes its threads
+along.
 
 As it reads, about every second at a transaction boundary, the read has its sinks
 acknowledge all it delivered and notes that position beside the checkpoint
@@ -97,8 +99,14 @@ CATCH_UP = 5
 """A read behind the server at its time (``dbus_fn.capture.behind``) goes on, up to
 this many times its time, before it is cut: a batch costs cores a backlog needs."""
 ALIVE_SECONDS = 10.0
-"""A span no task took for this long (more the trigger interval, when the runtime has
-one) ends: the query stopped, or its source idles (the next change starts a read)."""
+"""A span that delivered nothing and no task took for this long (more the trigger
+interval, when the runtime has one) ends: its source idles (the next change starts a
+read)."""
+ORPHANED_SECONDS = 300.0
+"""How long a span that delivered changes waits for a task (``ALIVE_SECONDS``): past
+that its query must have stopped without its driver ending its reads (a Spark query
+stopped directly); the span then ends, and whoever reads the source next sends its
+changes again (at least once)."""
 QUIET_WAIT = 60.0
 """How long a read waits for another process's open read of its source to end."""
 RECORD_SECONDS = 1.0
@@ -196,6 +204,12 @@ class Span(SharedItems):
         )  # fmt: skip
         self.owned = False
 
+    @property
+    def delivered(self) -> bool:
+        """Whether the span gave its sinks anything (a row change of its deployments'
+        tables, a schema change): read again, that would be sent again."""
+        return bool(self.counts.rows or self.counts.ddl or self.counts.dead)
+
 
 class OpenRead:
     """One source's read in a thread of this worker, from ``start`` on, delivering
@@ -248,15 +262,17 @@ class OpenRead:
         self._thread.start()
 
     def _until(self) -> float:
-        """When the read ends (asked at boundaries and heartbeats): never, unless it
-        is ended (``end``, a hand-over) or no task took a span for ``ALIVE_SECONDS``."""
+        """When the read ends (asked at boundaries and heartbeats, by the thread that
+        delivers): never, unless it is ended (``end``, a hand-over) or no task took a
+        span that delivered nothing for ``ALIVE_SECONDS``. A span that delivered
+        changes waits for its task up to ``ORPHANED_SECONDS``: the server moved, so a
+        batch is planned from where the span begins, however late on a loaded
+        machine, and ended alone its changes would be read and sent again. A query
+        that stops ends it sooner (``open_read_control.end_all``)."""
         if not self._ending:
             span = self.span
-            if (
-                span is not None
-                and not span.owned
-                and time.monotonic() - span.task.began > self._alive_for
-            ):
+            age = 0.0 if span is None or span.owned else time.monotonic() - span.task.began
+            if age > (ORPHANED_SECONDS if span is not None and span.delivered else self._alive_for):
                 self._ending = True
         return 0.0 if self._ending else _FAR
 
