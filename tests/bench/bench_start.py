@@ -7,7 +7,8 @@ On the real services (``dbus services up``), each run:
   the log's "runtime started" line, and the first change readable in Kafka;
 * stops it (SIGTERM) and times the stop, and counts the CPU seconds its whole process
   tree spent from its start to its stop (the CLI, Spark's JVM, every Python process
-  Spark started: this process adopts and reaps the ones whose parent went first);
+  Spark started), sampled every 0.1 s (``measures.TreeCpu``: this process adopts the
+  ones whose parent went first, so they stay in its tree, and reaps them);
 * starts it again on the same checkpoint (a restart: it resumes where it committed)
   and times the same two moments.
 
@@ -24,7 +25,6 @@ import argparse
 import ctypes
 import os
 import re
-import resource
 import signal
 import statistics
 import subprocess
@@ -40,7 +40,7 @@ import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime import deployment
-from measures import TopicCount
+from measures import TopicCount, TreeCpu
 
 from dbus_deploy.services import endpoints
 
@@ -88,8 +88,8 @@ def _started_after(log: Path, began_wall: float) -> dict[str, float | None]:
 
 
 def _adopt_orphans() -> None:
-    """Become the reaper of this process's orphaned descendants (Linux), so the CPU
-    time of each of them is counted in ``RUSAGE_CHILDREN`` here once it is reaped."""
+    """Become the reaper of this process's orphaned descendants (Linux), so each of
+    them stays in this process's tree, where its CPU is sampled (``TreeCpu``)."""
     PR_SET_CHILD_SUBREAPER = 36
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
@@ -106,22 +106,42 @@ def _reap_all(within: float = 30.0) -> None:
             time.sleep(0.05)
 
 
-def _children_cpu() -> float:
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
-
-
 def one_start(
     command: list[str], log: Path, topic: str, count: TopicCount, timeout: float
 ) -> dict[str, float | None]:
     """Start the runtime, time its start and first change in Kafka, stop it."""
     already = count(topic)
-    cpu_before = _children_cpu()
+    cpu = TreeCpu()
     began_wall, began = time.time(), time.monotonic()
-    with log.open("wb") as out:
+    with log.open("wb") as out, cpu:
         runtime = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
+        try:
+            first, stopped = _first_change_and_stop(
+                runtime, log, topic, count, already, began, timeout
+            )
+        finally:
+            _reap_all()
+    return {
+        **_started_after(log, began_wall),
+        "first change": first,
+        "stop": stopped,
+        "cpu": cpu.seconds,
+    }
+
+
+def _first_change_and_stop(
+    runtime: subprocess.Popen[bytes],
+    log: Path,
+    topic: str,
+    count: TopicCount,
+    already: int,
+    began: float,
+    timeout: float,
+) -> tuple[float, float]:
+    """Seconds from ``began`` to the first change in ``topic``; then the runtime is
+    stopped (SIGTERM), and the seconds that took."""
     try:
         first = count.seconds_until(
             topic, already + 1, began, lambda: _exited(runtime, log), timeout
@@ -135,13 +155,7 @@ def one_start(
             runtime.kill()
             runtime.wait()
         stopped = time.monotonic() - stopping
-        _reap_all()
-    return {
-        **_started_after(log, began_wall),
-        "first change": first,
-        "stop": stopped,
-        "cpu": _children_cpu() - cpu_before,
-    }
+    return first, stopped
 
 
 def _exited(runtime: subprocess.Popen[bytes], log: Path) -> str | None:

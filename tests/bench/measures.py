@@ -1,6 +1,7 @@
 """The measurements the runtime benches share: COMMIT→Kafka latency under a steady
 insert rate, messages counted in a topic (by its watermarks, or read committed), peak
-memory of a process tree, and the CPU each part of the machine took."""
+memory of a process tree, the CPU each part of the machine took, and the CPU a
+process's descendants took."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import psutil
 import pymysql
@@ -248,7 +249,34 @@ class TopicCount:
         self._consumer.close()
 
 
-class PeakMemory:
+class Sampler:
+    """What a subclass measures, taken every ``every`` seconds in a thread while a
+    ``with`` block runs (``take``), the first time at once."""
+
+    def __init__(self, every: float) -> None:
+        self._every = every
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self.take()
+            if self._done.wait(self._every):
+                return
+
+    def take(self) -> None:
+        raise NotImplementedError
+
+
+class PeakMemory(Sampler):
     """Peak memory (MiB) of a set of processes, sampled every 0.2 s in a thread.
 
     RSS sums count a page once per process that maps it, and Spark's Python workers
@@ -259,44 +287,33 @@ class PeakMemory:
     """
 
     def __init__(self, processes: Callable[[], Iterable[psutil.Process]]) -> None:
+        super().__init__(0.2)
         self._processes = processes
         self.peaks = dict.fromkeys(("jvm", "python_rss", "python_pss", "total_pss"), 0.0)
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
 
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
-        while not self._done.is_set():
-            now = dict.fromkeys(self.peaks, 0.0)
+    def take(self) -> None:
+        now = dict.fromkeys(self.peaks, 0.0)
+        try:
+            processes = list(self._processes())
+        except psutil.Error:  # one ended while the list was made: the next sample
+            return
+        for process in processes:
             try:
-                processes = list(self._processes())
-            except psutil.Error:  # one ended while the list was made: sample again
+                memory = process.memory_full_info()
+                name = process.name()
+            except psutil.Error:
                 continue
-            for process in processes:
-                try:
-                    memory = process.memory_full_info()
-                    name = process.name()
-                except psutil.Error:
-                    continue
-                if "java" in name:
-                    now["jvm"] += memory.rss / 2**20
-                else:
-                    now["python_rss"] += memory.rss / 2**20
-                    now["python_pss"] += memory.pss / 2**20
-                now["total_pss"] += memory.pss / 2**20
-            for key, value in now.items():
-                self.peaks[key] = max(self.peaks[key], value)
-            self._done.wait(0.2)
+            if "java" in name:
+                now["jvm"] += memory.rss / 2**20
+            else:
+                now["python_rss"] += memory.rss / 2**20
+                now["python_pss"] += memory.pss / 2**20
+            now["total_pss"] += memory.pss / 2**20
+        for key, value in now.items():
+            self.peaks[key] = max(self.peaks[key], value)
 
 
-class CpuShare:
+class CpuShare(Sampler):
     """The CPU each part of the machine took while it runs (cores: CPU seconds over
     wall seconds), sampled every 0.5 s in a thread so a process that ends meanwhile
     still counts up to its last sample: the runtime's Spark (this process's children,
@@ -307,24 +324,21 @@ class CpuShare:
              "Elasticsearch", "ZooKeeper", "the bench", "the rest")  # fmt: skip
 
     def __init__(self) -> None:
+        super().__init__(0.5)
         self._me = psutil.Process()
         self._first: dict[int, float] = {}
         self._last: dict[int, tuple[str, float]] = {}
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
         self.cores: dict[str, float] = {}
         self.busy = 0.0
 
-    def __enter__(self) -> CpuShare:
+    def __enter__(self) -> Self:
         self._began = time.monotonic()
         self._machine = psutil.cpu_times()
         self._take(first=True)
-        self._thread.start()
-        return self
+        return super().__enter__()
 
     def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
+        super().__exit__(*exc)
         self._take(first=False)
         seconds = time.monotonic() - self._began
         spent = dict.fromkeys(self.PARTS, 0.0)
@@ -336,9 +350,8 @@ class CpuShare:
         idle = (now.idle + now.iowait) - (self._machine.idle + self._machine.iowait)
         self.busy = 1.0 - idle / total if total > 0 else 0.0
 
-    def _sample(self) -> None:
-        while not self._done.wait(0.5):
-            self._take(first=False)
+    def take(self) -> None:
+        self._take(first=False)
 
     def _take(self, *, first: bool) -> None:
         children = {p.pid for p in tree(self._me)} - {self._me.pid}
@@ -369,6 +382,35 @@ class CpuShare:
         taken = [(part, cores) for part, cores in self.cores.items() if cores >= 0.005]
         parts = ", ".join(f"{part} {cores:.2f}" for part, cores in taken)
         return f"{parts} cores; the machine {self.busy:.0%} busy ({psutil.cpu_count()} cores)"
+
+
+class TreeCpu(Sampler):
+    """The CPU seconds this process's descendants spend while it runs, sampled every
+    ``every`` seconds in a thread: each process counts up to its last sample, so one
+    that lives less than that may be missed. ``RUSAGE_CHILDREN`` cannot count them:
+    Spark's worker daemons ignore SIGCHLD, so the kernel reaps their forked workers
+    and their CPU is added to no parent's children. A process whose parent ends before
+    it stays in the tree only when this process adopts orphans (``PR_SET_CHILD_SUBREAPER``)."""
+
+    def __init__(self, every: float = 0.1) -> None:
+        super().__init__(every)
+        self._me = psutil.Process()
+        self._cpu: dict[tuple[int, float], float] = {}
+        self.seconds = 0.0
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        self.seconds = sum(self._cpu.values(), 0.0)
+
+    def take(self) -> None:
+        for process in tree(self._me)[1:]:
+            try:
+                # A pid may be used again: a process is its pid and its start.
+                key = (process.pid, process.create_time())
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            self._cpu[key] = times.user + times.system
 
 
 def tree(root: psutil.Process) -> list[psutil.Process]:
