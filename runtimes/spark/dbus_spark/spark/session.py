@@ -1,6 +1,7 @@
 """The Spark session a runtime runs in: Spark's settings, the Python its workers run
 (``workers_python``) and the path they start with (``_files_on_workers_path``), dbus's
-log and JVM options, and dbus's two data sources registered.
+log and JVM options, the driver's calls into the JVM without pyspark's NumPy converters
+(``_without_numpy_converters``), and dbus's two data sources registered.
 
 ``python -m dbus_spark.spark.session`` starts one session and prints its JVM's pid: the
 process ``dbus_spark.config.jvm`` runs to make Spark's class archive as that JVM ends.
@@ -71,6 +72,7 @@ def spark_session(
     if verbose is not None:
         logs.set_verbose(verbose)
     logs.stacks_on_signal()
+    _without_numpy_converters()
     # Workers must import the same dbus and the same functions as the driver.
     os.environ["PYSPARK_PYTHON"] = python or workers_python(os.environ)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -105,6 +107,24 @@ def spark_session(
     session.dataSource.register(BinlogDataSource)
     session.dataSource.register(FunctionSinkDataSource)
     return session
+
+
+def _without_numpy_converters() -> None:
+    """Take pyspark's two NumPy converters off py4j's input converters, which every
+    driver-side call into the JVM with an argument that is not a string asks in turn.
+
+    The first of them to be asked imports ``pyspark.testing.utils`` to learn whether
+    NumPy is installed, and that module imports pandas to check its version: 1.2 s
+    of a core in each driver's start, for values the runtime never hands the JVM
+    (its driver passes strings, numbers, lists and maps; NumPy values are only ever
+    in its workers, which make no py4j calls)."""
+    from py4j import protocol
+    from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
+
+    numpy_kinds = (NumpyArrayConverter, NumpyScalarConverter)
+    protocol.INPUT_CONVERTER[:] = [
+        c for c in protocol.INPUT_CONVERTER if not isinstance(c, numpy_kinds)
+    ]
 
 
 def _files_on_workers_path(context: SparkContext) -> None:
