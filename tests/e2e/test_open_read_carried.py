@@ -6,11 +6,12 @@ running; the next task, planned from where the last one cut, takes the read over
 (in this process, or answered from it in another, as Spark's workers take turns)
 and counts that change once; a task planned from elsewhere ends it and reads again
 from its own start (at least once); a read still starting when another asks for its
-source hands it over once it listens; a read no task takes ends by itself; a task of a
-query that stopped starts none; a run killed between batches starts its next past
-what its read noted as delivered, not at its last batch; and a task planned at a
-binlog file the server just rotated to ends on time while the server idles (MariaDB
-and MySQL, each a server of the module's own)."""
+source hands it over once it listens; a read no task takes ends by itself, at once if it
+delivered nothing, else after a longer bound, waiting meanwhile for the next task
+however late (nothing sent again); a task of a query that stopped starts none; a run
+killed between batches starts its next past what its read noted as delivered, not at
+its last batch; and a task planned at a binlog file the server just rotated to ends on
+time while the server idles (MariaDB and MySQL, each a server of the module's own)."""
 
 from __future__ import annotations
 
@@ -230,6 +231,29 @@ def test_a_read_that_delivered_changes_no_task_took_yet_waits_for_the_next_task(
     report = batches.commit(task_counts(batches.planner.read(batches.plan())))
     assert report.stage.rows == 1, "the change delivered between batches counts in the next"
     assert kafka_ids(bootstrap, scratch.kafka_topic, 3, within=10) == [1, 2], "sent once"
+
+
+def test_a_read_whose_delivered_changes_no_task_takes_ends_after_its_longer_bound(
+    scratch: Scratch, batches: Batches, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(open_read, "ALIVE_SECONDS", 1.0)
+    monkeypatch.setattr(open_read, "ORPHANED_SECONDS", 4.0)
+    bootstrap = scratch.services.kafka.bootstrap_servers
+    _insert(scratch, 1)
+    batches.commit(task_counts(batches.planner.read(batches.plan())))
+    _insert(scratch, 2)
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 2) == [1, 2]
+    # No batch comes (a query stopped without its driver ending its reads): the read
+    # ends, and lets its source go.
+    read = open_read._reads[(str(batches.planner._config.checkpoint_dir), "src")]
+    deadline = time.monotonic() + open_read.ORPHANED_SECONDS + 30
+    while not read.done and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert read.done, "a read no task took went on past its bound"
+    # Whoever reads the source next reads it from the batch's start: at least once.
+    report = batches.commit(task_counts(batches.planner.read(batches.plan())))
+    assert report.stage.rows == 1
+    assert kafka_ids(bootstrap, scratch.kafka_topic, 3) == [1, 2, 2]
 
 
 def test_a_read_still_starting_when_its_source_is_asked_for_hands_it_over_once_it_listens(
