@@ -103,10 +103,10 @@ ALIVE_SECONDS = 10.0
 interval, when the runtime has one) ends: its source idles (the next change starts a
 read)."""
 ORPHANED_SECONDS = 300.0
-"""How long a span that delivered changes waits for a task (``ALIVE_SECONDS``): past
-that its query must have stopped without its driver ending its reads (a Spark query
-stopped directly); the span then ends, and whoever reads the source next sends its
-changes again (at least once)."""
+"""How long a span that delivered changes waits for a task, instead of
+``ALIVE_SECONDS``: past that its query must have stopped without its driver ending
+its reads (a Spark query stopped directly); the span then ends, and whoever reads the
+source next sends its changes again (at least once)."""
 QUIET_WAIT = 60.0
 """How long a read waits for another process's open read of its source to end."""
 RECORD_SECONDS = 1.0
@@ -206,8 +206,9 @@ class Span(SharedItems):
 
     @property
     def delivered(self) -> bool:
-        """Whether the span gave its sinks anything (a row change of its deployments'
-        tables, a schema change): read again, that would be sent again."""
+        """Whether the span read anything its deployments see (a row or schema change
+        of their tables, rows it could not decode): read again, its records would be
+        sent again."""
         return bool(self.counts.rows or self.counts.ddl or self.counts.dead)
 
 

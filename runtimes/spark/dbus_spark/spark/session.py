@@ -114,8 +114,9 @@ def _without_numpy_converters() -> None:
     driver-side call into the JVM with an argument that is not a string asks in turn.
 
     The first of them to be asked imports ``pyspark.testing.utils`` to learn whether
-    NumPy is installed, and that module imports pandas to check its version: 1.2 s
-    of a core in each driver's start, for values the runtime never hands the JVM
+    NumPy is installed, and that module imports pandas to check its version: about
+    0.35 s of a core in each driver's start on a quiet machine (docs/performance.md),
+    for values the runtime never hands the JVM
     (its driver passes strings, numbers, lists and maps; NumPy values are only ever
     in its workers, which make no py4j calls)."""
     from py4j import protocol
