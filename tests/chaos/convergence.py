@@ -335,10 +335,15 @@ def new_routes(database: str, tables: Iterable[str]) -> Routes:
 
 
 def write_function_folder(
-    folder: Path, routes: Routes, delivery: str = "at-least-once"
+    folder: Path,
+    routes: Routes,
+    delivery: str = "at-least-once",
+    *,
+    name: str = "chaos",
+    source: str | None = None,
 ) -> Path:
-    """A deployment that sends each table to its own topic and index, with the
-    manifest's ``delivery``."""
+    """Deployment ``name`` that sends each table to its own topic and index, with the
+    manifest's ``delivery``; of ``source`` alone when given (else of every source)."""
     folder.mkdir(parents=True)
     db = routes.database
     (folder / "chaos.py").write_text(
@@ -354,13 +359,15 @@ def write_function_folder(
         )
     )
     tables = ", ".join(f'"{db}.{t}"' for t in routes.tables)
+    sources = f'sources = ["{source}"]' if source else ""
     (folder / "dbus.toml").write_text(
         textwrap.dedent(
             f"""
-            name = "chaos"
+            name = "{name}"
             version = "1.0.0"
             module = "chaos.py"
             tables = [{tables}]
+            {sources}
             dead_letter_route = "kafka://{routes.dead_letters}"
             delivery = "{delivery}"
             """
@@ -443,8 +450,9 @@ class RuntimeProcess:
     def for_runtime(
         cls,
         *,
-        source_dsn: str,
-        functions: Path,
+        source_dsn: str = "",
+        sources: Mapping[str, str] | None = None,
+        functions: Path | Sequence[Path],
         kafka: str,
         elasticsearch: str,
         checkpoint: Path,
@@ -453,12 +461,16 @@ class RuntimeProcess:
         start: str = "earliest",
         options: Sequence[str] = (),
     ) -> RuntimeProcess:
+        """The runtime of ``sources`` (name -> DSN; else source ``chaos`` of
+        ``source_dsn``) and the function folders ``functions``."""
         dbus = Path(sys.executable).parent / "dbus"
+        named = sources if sources is not None else {"chaos": source_dsn}
+        folders = [functions] if isinstance(functions, Path) else list(functions)
         return cls(
             [
                 str(dbus), "runtime", "start",
-                "--source", f"chaos={source_dsn}",
-                "--functions", str(functions),
+                *(a for name, dsn in named.items() for a in ("--source", f"{name}={dsn}")),
+                *(a for folder in folders for a in ("--functions", str(folder))),
                 "--kafka", kafka,
                 "--elasticsearch", elasticsearch,
                 "--checkpoint", str(checkpoint),

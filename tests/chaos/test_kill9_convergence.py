@@ -1,13 +1,21 @@
 """kill -9 the runtime again and again under load: nothing lost, every index equals its table.
 
-The runtime runs as `dbus runtime start` in its own session; the test SIGKILLs
-its whole process group (the CLI, Spark's JVM, its Python workers) at random
-moments, seeded and printed, and restarts it on the same checkpoint, while a
-writer runs a mixed workload on three tables. After the last restart catches
-up: every committed change is in its table's topic, one key's changes in commit
-order, and each table's index equals the table, value for value. The same on a
-MariaDB and on a MySQL source. With ``delivery = "exactly-once"`` in the deployment's
-manifest, a ``read_committed`` consumer also sees no change twice.
+One runtime reads two private servers, a MariaDB and a MySQL (sources ``mariadb`` and
+``mysql``), and runs four deployments: for each server, one that delivers at least once
+and one with ``delivery = "exactly-once"`` in its manifest, each to topics and indices
+of its own. The runtime runs as `dbus runtime start` in its own session; the test
+SIGKILLs its whole process group (the CLI, Spark's JVM, its Python workers) at random
+moments, seeded and printed, and restarts it on the same checkpoint, while a writer on
+each server runs a mixed workload on three tables. After the last restart catches up,
+for every deployment: every committed change is in its table's topic, one key's changes
+in commit order, and each table's index equals the table, value for value. A
+``read_committed`` consumer of an exactly-once deployment's topics also sees no change
+twice.
+
+The one run (a module fixture) serves the three tests, each of which states what holds
+for its deployments: a kill is a restart of Spark under load, and one runtime killed
+five times proves for all four deployments what three runtimes killed five times each
+proved for three.
 """
 
 from __future__ import annotations
@@ -15,33 +23,67 @@ from __future__ import annotations
 import random
 import signal
 import time
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from convergence import (
     FIRST_COMMIT,
+    Convergence,
+    Delivered,
+    Routes,
     RuntimeProcess,
     Workload,
     check_convergence,
+    dead_letters,
     delete_outputs,
     new_routes,
-    read_topic,
-    topic_exists,
-    wait_converged,
+    say_seed,
     write_function_folder,
 )
 from elasticsearch import Elasticsearch
+from scratch import FreshDatabase
+from support import PrivateServices
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
+SERVERS = ("mariadb", "mysql")
+DELIVERIES = ("at-least-once", "exactly-once")
 KILLS = 5
-"""Kills per server: ten in all, each a restart of Spark under load."""
+"""Kills of the one runtime, each a restart of Spark under both servers' loads."""
 # Where a kill lands: in Spark's start-up (before the run commits anything), or
 # in steady micro-batches, a random moment after the run's first commit.
 STARTUP_SHARE = 0.3
 KILL_IN_STARTUP = (1.0, 10.0)
 KILL_AFTER_FIRST_COMMIT = (0.0, 8.0)
+PAUSE = 0.04
+"""Seconds between a writer's transactions, on average: twice the one-server tests', so
+the two servers together write about what one writes there."""
+CONVERGED_WITHIN = 240.0
+"""Seconds from the loads' end for the last run to deliver everything: a guard against a
+hang, not a bound on speed (a run caught up in 2-30 s alone on the machine)."""
+
+Deployment = tuple[str, str]
+"""(server, delivery)."""
+
+
+@dataclass
+class KilledRuns:
+    """What the module's one run left: the runs, each server's load, each deployment's
+    routes and its verdict once the loads ended."""
+
+    seed: int
+    runtime: RuntimeProcess
+    databases: dict[str, FreshDatabase]
+    workloads: dict[str, Workload]
+    routes: dict[Deployment, Routes]
+    verdicts: dict[Deployment, Convergence] = field(default_factory=dict)
+    dead: dict[Deployment, list[Delivered]] = field(default_factory=dict)
+    caught_up: float | None = None
+    load_seconds: float = 0.0
+    last_stop: int | None = None
+    tail: str = ""
 
 
 def _sleep_watching(runtime: RuntimeProcess, seconds: float) -> None:
@@ -54,112 +96,203 @@ def _sleep_watching(runtime: RuntimeProcess, seconds: float) -> None:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize(
-    ("chaos_server", "delivery"),
-    [("mariadb", "at-least-once"), ("mysql", "at-least-once"), ("mariadb", "exactly-once")],
-    ids=["mariadb", "mysql", "mariadb-exactly-once"],
-)
-def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
-    delivery: str,
-    chaos_database: Any,
+def _databases(module_servers: Callable[[str], PrivateServices]) -> dict[str, FreshDatabase]:
+    """Database ``chaos`` on each server, whose binlog holds only this module's changes."""
+    found = {}
+    for server in SERVERS:
+        endpoints = module_servers(server).endpoints
+        endpoint = endpoints.mysql if server == "mysql" else endpoints.mariadb
+        found[server] = FreshDatabase("chaos", endpoint)
+        with found[server].connect(use_database=False).cursor() as cur:
+            cur.execute("CREATE DATABASE chaos")
+    return found
+
+
+def _kill_again_and_again(run: KilledRuns) -> None:
+    """Start the runtime and the loads, kill the runtime ``KILLS`` times, each time
+    starting it again, and stop the loads a few seconds into the last run."""
+    runtime, workloads = run.runtime, run.workloads
+    rng = random.Random(f"kill schedule {run.seed}")
+    runtime.start()
+    for workload in workloads.values():
+        workload.start()
+    load_began = time.monotonic()
+    try:
+        _kill(runtime, rng)
+    finally:
+        for workload in workloads.values():
+            workload.stop()
+    run.load_seconds = time.monotonic() - load_began
+
+
+def _kill(runtime: RuntimeProcess, rng: random.Random) -> None:
+    for number in range(1, KILLS + 1):
+        if rng.random() < STARTUP_SHARE:
+            delay = rng.uniform(*KILL_IN_STARTUP)
+        else:
+            delay = runtime.wait_first_commit(FIRST_COMMIT) + rng.uniform(*KILL_AFTER_FIRST_COMMIT)
+        _sleep_watching(runtime, delay - (time.time() - runtime.current.started))
+        runtime.kill9()
+        killed = runtime.current
+        committed = killed.resumed_after
+        print(
+            f"kill {number}: run {killed.number} after {killed.killed_after:.1f}s "
+            f"(first commit: {'-' if committed is None else f'{committed:.1f}s'})"
+        )
+        runtime.start()
+    _sleep_watching(runtime, rng.uniform(5.0, 10.0))
+
+
+def _wait_converged(run: KilledRuns, es: Elasticsearch, bootstrap: str) -> None:
+    """Check every deployment until all converged, the bound passed or the run died;
+    keep the last verdicts either way (each test asserts its own)."""
+    connections = {server: database.connect() for server, database in run.databases.items()}
+    began = time.monotonic()
+    while True:
+        run.verdicts = {
+            (server, delivery): check_convergence(
+                run.workloads[server], routes, connections[server], bootstrap, es
+            )
+            for (server, delivery), routes in run.routes.items()
+        }
+        if all(v.ok for v in run.verdicts.values()):
+            run.caught_up = time.monotonic() - began
+            return
+        if time.monotonic() - began > CONVERGED_WITHIN or not run.runtime.alive():
+            run.tail = run.runtime.tail()
+            return
+        time.sleep(3)
+
+
+@pytest.fixture(scope="module")
+def killed_runs(
+    module_servers: Callable[[str], PrivateServices],
     kafka_service: Any,
     elasticsearch_service: Any,
-    chaos_seed: int,
-    tmp_path: Path,
-) -> None:
-    began = time.monotonic()
+    module_chaos_seed: int,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[KilledRuns]:
+    tmp_path = tmp_path_factory.mktemp("kill9")
     bootstrap = kafka_service.bootstrap_servers
-    workload = Workload(chaos_database.connect, seed=chaos_seed)
-    workload.create_tables()
-    routes = new_routes(chaos_database.name, workload.tables)
+    databases = _databases(module_servers)
+    workloads = {
+        server: Workload(database.connect, seed=module_chaos_seed + index, pause=PAUSE)
+        for index, (server, database) in enumerate(databases.items())
+    }
+    for workload in workloads.values():
+        workload.create_tables()
+    routes = {
+        (server, delivery): new_routes("chaos", workloads[server].tables)
+        for server in SERVERS
+        for delivery in DELIVERIES
+    }
+    folders = [
+        write_function_folder(
+            tmp_path / f"fn-{server}-{delivery}",
+            routes[server, delivery],
+            delivery,
+            name=f"chaos-{server}-{delivery}",
+            source=server,
+        )
+        for server, delivery in routes
+    ]
     runtime = RuntimeProcess.for_runtime(
-        source_dsn=chaos_database.endpoint.dsn,
-        functions=write_function_folder(tmp_path / "fn", routes, delivery),
+        sources={server: database.endpoint.dsn for server, database in databases.items()},
+        functions=folders,
         kafka=bootstrap,
         elasticsearch=elasticsearch_service.url,
         checkpoint=tmp_path / "checkpoint",
         logs=tmp_path / "logs",
     )
-    rng = random.Random(f"kill schedule {chaos_seed}")
-    conn = chaos_database.connect()
+    run = KilledRuns(module_chaos_seed, runtime, databases, workloads, routes)
     es = Elasticsearch(elasticsearch_service.url, request_timeout=60)
-    writing = False
     try:
-        runtime.start()
-        workload.start()
-        load_began = time.monotonic()
-        writing = True
-        for number in range(1, KILLS + 1):
-            if rng.random() < STARTUP_SHARE:
-                delay = rng.uniform(*KILL_IN_STARTUP)
-            else:
-                delay = runtime.wait_first_commit(FIRST_COMMIT) + rng.uniform(
-                    *KILL_AFTER_FIRST_COMMIT
-                )
-            _sleep_watching(runtime, delay - (time.time() - runtime.current.started))
-            runtime.kill9()
-            killed = runtime.current
-            committed = killed.resumed_after
-            print(
-                f"kill {number}: run {killed.number} after {killed.killed_after:.1f}s "
-                f"(first commit: {'-' if committed is None else f'{committed:.1f}s'})"
-            )
-            runtime.start()
-        _sleep_watching(runtime, rng.uniform(5.0, 10.0))
-        workload.stop()
-        load_seconds = time.monotonic() - load_began
-        writing = False
-        verdict, caught_up = wait_converged(
-            lambda: check_convergence(workload, routes, conn, bootstrap, es),
-            timeout=180,
-            alive=runtime.alive,
-            on_timeout=runtime.tail,
-            seed=workload.seed,
-        )
-        dead = (
-            read_topic(bootstrap, routes.dead_letters)
-            if topic_exists(bootstrap, routes.dead_letters)
-            else []
-        )
-        assert dead == [], f"{len(dead)} dead letter(s); none expected"
-        code = runtime.stop()
-        assert code == 0, f"the runtime's last run stopped with {code}:\n{runtime.tail()}"
-        runtime.wait_gone(30)
+        _kill_again_and_again(run)
+        _wait_converged(run, es, bootstrap)
+        run.dead = {deployment: dead_letters(bootstrap, r) for deployment, r in routes.items()}
+        if run.caught_up is not None:
+            run.last_stop = runtime.stop()
+            runtime.wait_gone(30)
+        _print_figures(run)
+        yield run
     finally:
-        if writing:
-            workload.stop()
         runtime.stop()
         es.close()
-        delete_outputs(bootstrap, elasticsearch_service.url, routes)
+        for r in routes.values():
+            delete_outputs(bootstrap, elasticsearch_service.url, r)
+        for database in databases.values():
+            database.close()
 
-    resumes = [run.resumed_after for run in runtime.runs[1:]]
+
+def _print_figures(run: KilledRuns) -> None:
+    resumes = [r.resumed_after for r in run.runtime.runs[1:]]
     measured = sorted(r for r in resumes if r is not None)
-    replayed = sum(v.replayed for v in verdict.kafka.values())
-    rate = len(workload.committed) / load_seconds
+    committed = sum(len(w.committed) for w in run.workloads.values())
+    rate = committed / run.load_seconds
     print(
-        f"kills: {KILLS}; changes committed: {len(workload.committed)} in "
-        f"{workload.transactions} transactions ({workload.rolled_back} rolled back) over "
-        f"{load_seconds:.0f}s ({rate:.0f} changes/s); replayed messages: {replayed}, "
-        f"{replayed / KILLS:.0f} per kill, {replayed / KILLS / rate:.1f}s of changes; "
-        f"caught up {caught_up:.1f}s after the load stopped"
+        f"kills: {KILLS}; changes committed: "
+        + ", ".join(
+            f"{server} {len(w.committed)} in {w.transactions} transactions "
+            f"({w.rolled_back} rolled back)"
+            for server, w in run.workloads.items()
+        )
+        + f" over {run.load_seconds:.0f}s ({rate:.0f} changes/s); "
+        + ("not converged" if run.caught_up is None else f"caught up {run.caught_up:.1f}s")
+        + " after the loads stopped"
     )
+    for (server, delivery), verdict in run.verdicts.items():
+        replayed = sum(v.replayed for v in verdict.kafka.values())
+        print(
+            f"{server} {delivery}: replayed messages {replayed}, "
+            f"{replayed / KILLS:.0f} per kill; per table (changes committed / Kafka "
+            "messages / rows): "
+            + ", ".join(
+                f"{name} {len(run.workloads[server].expected(name))}/{v.messages}/"
+                f"{verdict.rows[name]}"
+                for name, v in verdict.kafka.items()
+            )
+        )
     print(
         "restart to first committed batch: "
         + ", ".join("-" if r is None else f"{r:.1f}s" for r in resumes)
         + (f"; median {measured[len(measured) // 2]:.1f}s" if measured else "")
     )
-    print(
-        "per table (changes committed / Kafka messages / rows): "
-        + ", ".join(
-            f"{name} {len(workload.expected(name))}/{v.messages}/{verdict.rows[name]}"
-            for name, v in verdict.kafka.items()
-        )
-    )
-    print(f"total {time.monotonic() - began:.0f}s")
+
+
+CASES = {
+    "mariadb": [("mariadb", "at-least-once")],
+    "mysql": [("mysql", "at-least-once")],
+    "exactly-once": [("mariadb", "exactly-once"), ("mysql", "exactly-once")],
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
+    case: str, killed_runs: KilledRuns
+) -> None:
+    run = killed_runs
+    say_seed(run.seed)
     # Every kill hit a run that was still alive (a run that had died on its own
     # would show its own exit code), and one more run finished the job.
-    assert [run.returncode for run in runtime.runs[:-1]] == [-signal.SIGKILL] * KILLS
-    assert len(runtime.runs) == KILLS + 1
-    assert len(workload.committed) > 1000, "the workload was too small to prove anything"
-    if delivery == "exactly-once":
-        assert replayed == 0, f"{replayed} change(s) seen twice by a read_committed consumer"
+    assert [r.returncode for r in run.runtime.runs[:-1]] == [-signal.SIGKILL] * KILLS
+    assert len(run.runtime.runs) == KILLS + 1
+    for server, delivery in CASES[case]:
+        workload = run.workloads[server]
+        verdict = run.verdicts[server, delivery]
+        assert len(workload.committed) > 1000, f"{server}: the load was too small to prove anything"
+        assert verdict.ok, (
+            f"{server} {delivery}: not converged {CONVERGED_WITHIN:.0f}s after the loads "
+            f"stopped: {verdict.describe()} (chaos seed {run.seed}: replay with "
+            f"DBUS_CHAOS_SEED={run.seed})\n{verdict.where_missing()}\n"
+            f"runtime log tail:\n{run.tail}"
+        )
+        dead = run.dead[server, delivery]
+        assert dead == [], f"{server} {delivery}: {len(dead)} dead letter(s); none expected"
+        if delivery == "exactly-once":
+            replayed = sum(v.replayed for v in verdict.kafka.values())
+            assert replayed == 0, (
+                f"{server}: {replayed} change(s) seen twice by a read_committed consumer"
+            )
+    assert run.last_stop == 0, (
+        f"the runtime's last run stopped with {run.last_stop}:\n{run.runtime.tail()}"
+    )
