@@ -1,12 +1,14 @@
-"""The runtime follows its source's failover, on MariaDB (GTID states) and on MySQL
-(GTID sets): the primary is killed with SIGKILL under load, the replica promoted,
-the writes go on there; the runtime is killed -9 once after that and restarted on
-its checkpoint. Afterwards every topic holds every
-committed change, one key's in commit order, and every index equals its table.
+"""The runtime follows its sources' failovers, on MariaDB (GTID states) and on MySQL
+(GTID sets): one runtime reads two sources, a MariaDB pair and a MySQL pair; under
+load on both, each primary is killed with SIGKILL in turn, its replica promoted, the
+writes go on there; the runtime is killed -9 once after that and restarted on its
+checkpoint. Afterwards every topic holds every committed change, one key's in commit
+order, and every index equals its table. The one run (a module fixture) serves a test
+per server.
 
-The source lists the private primary and its replica (``failover_support``). The
-writer holds between two transactions while the primary is killed, once the
-replica has every commit (``test_capture_failover`` says why).
+Each source lists a private primary and its replica (``failover_support``). A writer
+holds between two transactions while its primary is killed, once the replica has every
+commit (``test_capture_failover`` says why).
 """
 
 from __future__ import annotations
@@ -14,25 +16,34 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from pathlib import Path
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
 import pytest
 from convergence import (
+    Convergence,
+    Delivered,
+    Routes,
     RuntimeProcess,
     Workload,
     check_convergence,
+    dead_letters,
     delete_outputs,
     new_routes,
-    read_topic,
-    topic_exists,
-    wait_converged,
+    say_seed,
     write_function_folder,
 )
 from elasticsearch import Elasticsearch
 from failover_support import Pair, private_pair
 from support import wait_for
+
+FLAVOURS = ("mariadb", "mysql")
+CONVERGED_WITHIN = 240.0
+"""Seconds from the loads' end for the last run to deliver everything: a guard against
+a hang, not a bound on speed."""
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
@@ -76,12 +87,13 @@ class Writer:
         assert self.error is None, f"the writer failed: {self.error!r}"
 
 
-def _until_first_commit(runtime: RuntimeProcess, pair: Pair) -> None:
-    """Write to a table of no deployment until the runtime, started from the latest
-    position, commits its first micro-batch."""
+def _until_first_commit(runtime: RuntimeProcess, pairs: list[Pair]) -> None:
+    """Write to a table of no deployment on each pair until the runtime, started from
+    the latest positions, commits its first micro-batch."""
     for n in itertools.count(1):
-        with pair.primary() as conn, conn.cursor() as cur:
-            cur.execute("INSERT INTO shop.orders VALUES (%s, 'ready?')", (n,))
+        for pair in pairs:
+            with pair.primary() as conn, conn.cursor() as cur:
+                cur.execute("INSERT INTO shop.orders VALUES (%s, 'ready?')", (n,))
         if runtime.has_committed():
             return
         assert runtime.alive(), f"the runtime exited:\n{runtime.tail()}"
@@ -89,73 +101,149 @@ def _until_first_commit(runtime: RuntimeProcess, pair: Pair) -> None:
         time.sleep(1)
 
 
-@pytest.mark.parametrize("flavour", ["mariadb", "mysql"])
-def test_the_runtime_follows_a_killed_primary_to_its_promoted_replica(
-    flavour: str, kafka_service: Any, elasticsearch_service: Any, chaos_seed: int, tmp_path: Path
-) -> None:
+@dataclass
+class Failovers:
+    """What the module's one run left, per server: its load, its routes, the changes
+    committed before its primary was killed, and its verdict once the loads ended."""
+
+    seed: int
+    workloads: dict[str, Workload] = field(default_factory=dict)
+    routes: dict[str, Routes] = field(default_factory=dict)
+    before: dict[str, int] = field(default_factory=dict)
+    verdicts: dict[str, Convergence] = field(default_factory=dict)
+    dead: dict[str, list[Delivered]] = field(default_factory=dict)
+    log: str = ""
+    caught_up: float | None = None
+    last_stop: int | None = None
+    tail: str = ""
+
+
+def _fail_over(pair: Pair, writer: Writer) -> int:
+    """Kill ``pair``'s primary between two of its writer's transactions, promote the
+    replica and move the writer there; the changes committed before."""
+    with writer.between:
+        pair.caught_up()
+        pair.kill_primary()
+        before = len(writer.workload.committed)
+        with pytest.raises(pymysql.err.OperationalError):
+            pair.primary_endpoint.connect("chaos")
+        pair.promote_replica()
+        writer.move_to_replica()
+    return before
+
+
+def _wait_converged(run: Failovers, pairs: dict[str, Pair], bootstrap: str, es: Any,
+                    runtime: RuntimeProcess) -> None:  # fmt: skip
+    """Check both servers' deployments until both converged, the bound passed or the
+    run died; keep the last verdicts either way (each test asserts its own)."""
+    replicas = {flavour: pair.replica_endpoint.connect("chaos") for flavour, pair in pairs.items()}
+    began = time.monotonic()
+    while True:
+        run.verdicts = {
+            flavour: check_convergence(
+                run.workloads[flavour], run.routes[flavour], replicas[flavour], bootstrap, es
+            )
+            for flavour in pairs
+        }
+        if all(v.ok for v in run.verdicts.values()):
+            run.caught_up = time.monotonic() - began
+            return
+        if time.monotonic() - began > CONVERGED_WITHIN or not runtime.alive():
+            run.tail = runtime.tail()
+            return
+        time.sleep(3)
+
+
+@pytest.fixture(scope="module")
+def failovers(
+    kafka_service: Any,
+    elasticsearch_service: Any,
+    module_chaos_seed: int,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Failovers]:
+    tmp_path = tmp_path_factory.mktemp("failovers")
     bootstrap = kafka_service.bootstrap_servers
-    with private_pair(tmp_path / "pair", flavour) as pair:
-        with pair.primary() as conn, conn.cursor() as cur:
-            cur.execute("CREATE DATABASE chaos")
-        workload = Workload(lambda **kw: pair.primary_endpoint.connect("chaos", **kw),
-                            seed=chaos_seed, pause=0.01)  # fmt: skip
-        workload.create_tables()
-        routes = new_routes("chaos", workload.tables)
+    run = Failovers(module_chaos_seed)
+    with ExitStack() as stack:
+        pairs = {f: stack.enter_context(private_pair(tmp_path / f"pair-{f}", f)) for f in FLAVOURS}
+        folders = []
+        for index, (flavour, pair) in enumerate(pairs.items()):
+            with pair.primary() as conn, conn.cursor() as cur:
+                cur.execute("CREATE DATABASE chaos")
+            workload = Workload(
+                lambda p=pair, **kw: p.primary_endpoint.connect("chaos", **kw),
+                seed=module_chaos_seed + index, pause=0.01,
+            )  # fmt: skip
+            workload.create_tables()
+            run.workloads[flavour] = workload
+            run.routes[flavour] = routes = new_routes("chaos", workload.tables)
+            stack.callback(delete_outputs, bootstrap, elasticsearch_service.url, routes)
+            folders.append(write_function_folder(
+                tmp_path / f"fn-{flavour}", routes, name=f"chaos-{flavour}", source=flavour
+            ))  # fmt: skip
         runtime = RuntimeProcess.for_runtime(
-            source_dsn=pair.failover_dsn,
-            functions=write_function_folder(tmp_path / "fn", routes),
+            sources={flavour: pair.failover_dsn for flavour, pair in pairs.items()},
+            functions=folders,
             kafka=bootstrap,
             elasticsearch=elasticsearch_service.url,
             checkpoint=tmp_path / "checkpoint",
             logs=tmp_path / "logs",
             start="latest",
         )
-        writer = Writer(workload, pair)
-        es = Elasticsearch(elasticsearch_service.url, request_timeout=60)
-        try:
-            runtime.start()
-            _until_first_commit(runtime, pair)  # from here on, every change is read
+        stack.callback(runtime.stop)
+        writers = {f: Writer(run.workloads[f], pair) for f, pair in pairs.items()}
+        for writer in writers.values():
+            stack.callback(writer.stop.set)
+        es = stack.enter_context(Elasticsearch(elasticsearch_service.url, request_timeout=60))
+        runtime.start()
+        _until_first_commit(runtime, list(pairs.values()))  # from here on, every change is read
+        for writer in writers.values():
             writer.thread.start()
+        for writer in writers.values():
             writer.wait_for(400)
-            with writer.between:
-                pair.caught_up()
-                pair.kill_primary()
-                before = len(workload.committed)
-                with pytest.raises(pymysql.err.OperationalError):
-                    pair.primary_endpoint.connect("chaos")
-                pair.promote_replica()
-                writer.move_to_replica()
-            writer.wait_for(before + 400)
-            runtime.kill9()  # and a restart on the checkpoint, positions after the move
-            runtime.start()
-            writer.wait_for(before + 800)
+        for flavour, writer in writers.items():
+            run.before[flavour] = _fail_over(pairs[flavour], writer)
+        for flavour, writer in writers.items():
+            writer.wait_for(run.before[flavour] + 400)
+        runtime.kill9()  # and a restart on the checkpoint, positions after the moves
+        runtime.start()
+        for flavour, writer in writers.items():
+            writer.wait_for(run.before[flavour] + 800)
+        for writer in writers.values():
             writer.finish()
-            replica = pair.replica_endpoint.connect("chaos")
-            verdict, caught_up = wait_converged(
-                lambda: check_convergence(workload, routes, replica, bootstrap, es),
-                timeout=240,
-                alive=runtime.alive,
-                on_timeout=runtime.tail,
-                seed=workload.seed,
+        _wait_converged(run, pairs, bootstrap, es, runtime)
+        run.dead = {f: dead_letters(bootstrap, routes) for f, routes in run.routes.items()}
+        run.log = runtime.log_text()
+        if run.caught_up is not None:
+            run.last_stop = runtime.stop()
+        for flavour, verdict in run.verdicts.items():
+            print(
+                f"{flavour}: changes committed: {len(run.workloads[flavour].committed)} "
+                f"({run.before[flavour]} before the failover); replayed messages: "
+                f"{sum(v.replayed for v in verdict.kafka.values())}; rows per table: "
+                f"{verdict.rows}"
             )
-            dead = (
-                read_topic(bootstrap, routes.dead_letters)
-                if topic_exists(bootstrap, routes.dead_letters)
-                else []
-            )
-            assert dead == [], f"{len(dead)} dead letter(s); none expected"
-            log = runtime.log_text()
-            assert "instead of" in log, "the runtime said where it reads now"
-            code = runtime.stop()
-            assert code == 0, f"the runtime's last run stopped with {code}:\n{runtime.tail()}"
-        finally:
-            writer.stop.set()
-            runtime.stop()
-            es.close()
-            delete_outputs(bootstrap, elasticsearch_service.url, routes)
-    print(
-        f"changes committed: {len(workload.committed)} ({before} before the failover); "
-        f"replayed messages: {sum(v.replayed for v in verdict.kafka.values())}; "
-        f"caught up {caught_up:.1f}s after the load stopped; "
-        f"rows per table: {verdict.rows}"
+        print(
+            "not converged" if run.caught_up is None
+            else f"caught up {run.caught_up:.1f}s after the loads stopped"
+        )  # fmt: skip
+        yield run
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_the_runtime_follows_a_killed_primary_to_its_promoted_replica(
+    flavour: str, failovers: Failovers
+) -> None:
+    run = failovers
+    say_seed(run.seed)
+    verdict = run.verdicts[flavour]
+    assert verdict.ok, (
+        f"{flavour}: not converged {CONVERGED_WITHIN:.0f}s after the loads stopped: "
+        f"{verdict.describe()} (chaos seed {run.seed}: replay with DBUS_CHAOS_SEED="
+        f"{run.seed})\n{verdict.where_missing()}\nruntime log tail:\n{run.tail}"
     )
+    dead = run.dead[flavour]
+    assert dead == [], f"{len(dead)} dead letter(s); none expected"
+    said = [line for line in run.log.splitlines() if f"source {flavour}: reading" in line]
+    assert any("instead of" in line for line in said), "the runtime said where it reads now"
+    assert run.last_stop == 0, f"the runtime's last run stopped with {run.last_stop}"
