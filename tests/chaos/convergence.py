@@ -982,6 +982,22 @@ def wait_converged(
         time.sleep(3)
 
 
+def converge_all(
+    check: Callable[[], dict[Any, Convergence]], *, timeout: float, alive: Callable[[], bool]
+) -> tuple[dict[Any, Convergence], float | None]:
+    """Re-check several deployments until every one converged, ``timeout`` passed or the
+    runtime died. Returns the last verdicts and how long they took (None: not all
+    converged), so that each test of a shared run asserts its own deployments."""
+    began = time.monotonic()
+    while True:
+        verdicts = check()
+        if all(v.ok for v in verdicts.values()):
+            return verdicts, time.monotonic() - began
+        if time.monotonic() - began > timeout or not alive():
+            return verdicts, None
+        time.sleep(3)
+
+
 def delete_outputs(bootstrap: str, es_url: str, routes: Routes) -> None:
     """Remove every topic and index the routes name."""
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -30,6 +30,7 @@ from convergence import (
     RuntimeProcess,
     Workload,
     check_convergence,
+    converge_all,
     dead_letters,
     delete_outputs,
     new_routes,
@@ -134,24 +135,21 @@ def _fail_over(pair: Pair, writer: Writer) -> int:
 
 def _wait_converged(run: Failovers, pairs: dict[str, Pair], bootstrap: str, es: Any,
                     runtime: RuntimeProcess) -> None:  # fmt: skip
-    """Check both servers' deployments until both converged, the bound passed or the
-    run died; keep the last verdicts either way (each test asserts its own)."""
+    """Check both servers' deployments until both converged; keep the last verdicts
+    either way."""
     replicas = {flavour: pair.replica_endpoint.connect("chaos") for flavour, pair in pairs.items()}
-    began = time.monotonic()
-    while True:
-        run.verdicts = {
+    run.verdicts, run.caught_up = converge_all(
+        lambda: {
             flavour: check_convergence(
                 run.workloads[flavour], run.routes[flavour], replicas[flavour], bootstrap, es
             )
             for flavour in pairs
-        }
-        if all(v.ok for v in run.verdicts.values()):
-            run.caught_up = time.monotonic() - began
-            return
-        if time.monotonic() - began > CONVERGED_WITHIN or not runtime.alive():
-            run.tail = runtime.tail()
-            return
-        time.sleep(3)
+        },
+        timeout=CONVERGED_WITHIN,
+        alive=runtime.alive,
+    )
+    if run.caught_up is None:
+        run.tail = runtime.tail()
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,7 @@ from convergence import (
     RuntimeProcess,
     Workload,
     check_convergence,
+    converge_all,
     dead_letters,
     delete_outputs,
     new_routes,
@@ -144,24 +145,20 @@ def _kill(runtime: RuntimeProcess, rng: random.Random) -> None:
 
 
 def _wait_converged(run: KilledRuns, es: Elasticsearch, bootstrap: str) -> None:
-    """Check every deployment until all converged, the bound passed or the run died;
-    keep the last verdicts either way (each test asserts its own)."""
+    """Check every deployment until all converged; keep the last verdicts either way."""
     connections = {server: database.connect() for server, database in run.databases.items()}
-    began = time.monotonic()
-    while True:
-        run.verdicts = {
+    run.verdicts, run.caught_up = converge_all(
+        lambda: {
             (server, delivery): check_convergence(
                 run.workloads[server], routes, connections[server], bootstrap, es
             )
             for (server, delivery), routes in run.routes.items()
-        }
-        if all(v.ok for v in run.verdicts.values()):
-            run.caught_up = time.monotonic() - began
-            return
-        if time.monotonic() - began > CONVERGED_WITHIN or not run.runtime.alive():
-            run.tail = run.runtime.tail()
-            return
-        time.sleep(3)
+        },
+        timeout=CONVERGED_WITHIN,
+        alive=run.runtime.alive,
+    )
+    if run.caught_up is None:
+        run.tail = run.runtime.tail()
 
 
 @pytest.fixture(scope="module")
