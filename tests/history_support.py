@@ -249,12 +249,12 @@ def chunk_thresholds(store_file: Any, source: str, task: str) -> Callable[[int],
     return since_of
 
 
-CHUNK_READ = re.compile(r"history: read chunk ")
-
-
-def chunk_reads(runtime: Any) -> int:
-    """How many chunk reads the runs of a ``RuntimeProcess`` logged."""
-    return sum(len(CHUNK_READ.findall(run.log.read_text(errors="replace")))
+def chunk_reads(runtime: Any, deployment: str = "") -> int:
+    """How many chunk reads the runs of a ``RuntimeProcess`` logged (``deployment``'s
+    alone, when given)."""
+    line = re.compile(rf"history: read chunk .* for {re.escape(deployment)}:" if deployment
+                      else r"history: read chunk ")  # fmt: skip
+    return sum(len(line.findall(run.log.read_text(errors="replace")))
                for run in runtime.runs)  # fmt: skip
 
 
@@ -286,14 +286,22 @@ def wait_sinks_equal_table(
 
 
 def catalog_folder(
-    folder: Any, table: str, topic: str, index: str, delivery: str = "at-least-once"
+    folder: Any,
+    table: str,
+    topic: str,
+    index: str,
+    delivery: str = "at-least-once",
+    *,
+    name: str = "catalog",
+    source: str | None = None,
 ) -> Any:
-    """The catalog deployment (``CATALOG``) over ``table`` as an author writes it, with
-    its manifest's ``delivery``."""
+    """The catalog deployment (``CATALOG``) over ``table`` as an author writes it, named
+    ``name``, with its manifest's ``delivery``; of ``source`` alone when given."""
     folder.mkdir()
     (folder / "catalog.py").write_text(CATALOG.format(table=table, topic=topic, index=index))
+    sources = f'sources = ["{source}"]\n' if source else ""
     (folder / "dbus.toml").write_text(
-        f'name = "catalog"\nversion = "1.0.0"\nmodule = "catalog.py"\ntables = ["{table}"]\n'
-        f'delivery = "{delivery}"\n'
+        f'name = "{name}"\nversion = "1.0.0"\nmodule = "catalog.py"\ntables = ["{table}"]\n'
+        f'delivery = "{delivery}"\n{sources}'
     )
     return folder

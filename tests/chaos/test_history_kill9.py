@@ -1,17 +1,26 @@
-"""kill -9 a runtime again and again while it bootstraps a deployment under writes:
-each run goes on from the last committed chunk, and the sinks end equal to the table.
-With ``delivery = "exactly-once"`` a ``read_committed`` consumer also gets each row's
-snapshot once: a chunk read again after a kill sends nothing its first read committed."""
+"""kill -9 a runtime again and again while it bootstraps under writes: each run goes on
+from the last committed chunk, and the sinks end equal to the table.
+
+One runtime bootstraps two deployments at once, each of a source of its own (a source
+plans its chunks apart from the others): one delivers at least once, from a MariaDB;
+the other with ``delivery = "exactly-once"``, from a MySQL, whose ``read_committed``
+consumer also gets each row's snapshot once (a chunk read again after a kill sends
+nothing its first read committed). The one run (a module fixture) serves a test per
+deployment: a kill is a restart of Spark, and one runtime killed three times proves for
+both what two runtimes killed three times each proved for one.
+"""
 
 from __future__ import annotations
 
 import random
 import time
-from pathlib import Path
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from convergence import FIRST_COMMIT, RuntimeProcess
+from convergence import FIRST_COMMIT, RuntimeProcess, say_seed
 from history_support import (
     Churn,
     TopicState,
@@ -21,6 +30,7 @@ from history_support import (
     create_products,
     wait_sinks_equal_table,
 )
+from scratch import scratch_database, scratch_index, scratch_topic
 from support import wait_for
 
 from dbus_spark.state.checkpoint import progress_path
@@ -31,81 +41,148 @@ pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 ROWS = 24_000
 CHUNK_ROWS = 600
 KILLS = 3
-CHUNKS_PER_BATCH = 2  # local[2]: one chunk task per core
+CHUNKS_PER_BATCH = 2  # a source's chunk tasks in a batch (local[2]: one per core)
+SOURCES = {"at-least-once": "mariadb", "exactly-once": "mysql"}
+"""Each delivery's deployment, and the source (the server) it bootstraps from."""
 
 
-@pytest.mark.parametrize("delivery", ["at-least-once", "exactly-once"])
-def test_a_bootstrap_killed_mid_way_resumes_from_its_last_chunk_and_ends_equal(
-    delivery: str,
-    fresh_database: Any,
+@dataclass
+class Bootstrap:
+    """One deployment's bootstrap in the shared run."""
+
+    source: str
+    task: str
+    connection: Any
+    topic: TopicState
+    index: str
+    done_at_kill: list[int] = field(default_factory=list)
+    equal: str = "not checked"
+    """What ``wait_sinks_equal_table`` said ("" once the sinks equal the table)."""
+
+
+@dataclass
+class Bootstraps:
+    """What the module's one run left, per delivery."""
+
+    seed: int
+    store: Any
+    runtime: RuntimeProcess
+    each: dict[str, Bootstrap] = field(default_factory=dict)
+    last_stop: int | None = None
+
+    def task(self, delivery: str) -> Any:
+        found = self.each[delivery]
+        return HistoryStore(self.store).tasks(found.source).get(found.task)
+
+
+def _kill_three_times(run: Bootstraps, rng: random.Random) -> None:
+    runtime = run.runtime
+    for _ in range(KILLS):
+        runtime.start()
+        runtime.wait_first_commit(FIRST_COMMIT)
+        time.sleep(rng.uniform(0.5, 3.0))
+        runtime.kill9()
+        for delivery, bootstrap in run.each.items():
+            found = run.task(delivery)
+            assert found is not None and not found.finished, (
+                f"the {delivery} bootstrap ended before a kill"
+            )
+            bootstrap.done_at_kill.append(found.chunks)
+        print(
+            f"killed run {runtime.current.number}; chunks committed: "
+            + ", ".join(f"{d} {b.done_at_kill[-1]}" for d, b in run.each.items())
+        )
+
+
+@pytest.fixture(scope="module")
+def bootstraps(
+    mariadb_service: Any,
+    mysql_service: Any,
     kafka_service: Any,
     elasticsearch_service: Any,
-    kafka_topic: str,
-    es_index: str,
-    chaos_seed: int,
-    tmp_path: Path,
-) -> None:
-    connection = fresh_database.connect()
-    create_products(connection, ROWS)
-    table = f"{fresh_database.name}.products"
-    folder = catalog_folder(tmp_path / "catalog", table, kafka_topic, es_index, delivery)
-    checkpoint = tmp_path / "checkpoint"
-    runtime = RuntimeProcess.for_runtime(
-        source_dsn=fresh_database.endpoint.dsn,
-        functions=folder,
-        kafka=kafka_service.bootstrap_servers,
-        elasticsearch=elasticsearch_service.url,
-        checkpoint=checkpoint,
-        logs=tmp_path / "logs",
-        start="latest",
-        options=["--chunk-rows", str(CHUNK_ROWS)],
-    )
-    store = progress_path(str(checkpoint))
-    task_name = f"catalog:{table}"
-
-    def task() -> Any:
-        return HistoryStore(store).tasks("chaos").get(task_name)
-
-    rng = random.Random(f"history kills {chaos_seed}")
-    churn = Churn(fresh_database.connect(), ROWS, CHUNK_ROWS)
-    topic = TopicState(kafka_service.bootstrap_servers, kafka_topic)
-    done_at_kill = []
-    try:
-        churn.start()
-        for _ in range(KILLS):
-            runtime.start()
-            runtime.wait_first_commit(FIRST_COMMIT)
-            time.sleep(rng.uniform(0.5, 3.0))
-            runtime.kill9()
-            found = task()
-            assert found is not None and not found.finished, "the bootstrap ended before a kill"
-            done_at_kill.append(found.chunks)
-            print(f"killed run {runtime.current.number} with {found.chunks} chunks committed")
+    module_chaos_seed: int,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Bootstraps]:
+    tmp_path = tmp_path_factory.mktemp("bootstraps")
+    servers = {"mariadb": mariadb_service, "mysql": mysql_service}
+    with ExitStack() as stack:
+        databases = {s: stack.enter_context(scratch_database(e)) for s, e in servers.items()}
+        folders, churns = [], []
+        each: dict[str, Bootstrap] = {}
+        for delivery, source in SOURCES.items():
+            database = databases[source]
+            connection = database.connect()
+            create_products(connection, ROWS)
+            table = f"{database.name}.products"
+            topic = stack.enter_context(scratch_topic(kafka_service))
+            index = stack.enter_context(scratch_index(elasticsearch_service))
+            name = f"catalog-{delivery}"
+            folders.append(catalog_folder(tmp_path / name, table, topic, index, delivery,
+                                          name=name, source=source))  # fmt: skip
+            state = TopicState(kafka_service.bootstrap_servers, topic)
+            stack.callback(state.close)
+            each[delivery] = Bootstrap(source, f"{name}:{table}", connection, state, index)
+            churns.append(Churn(database.connect(), ROWS, CHUNK_ROWS))
+        checkpoint = tmp_path / "checkpoint"
+        runtime = RuntimeProcess.for_runtime(
+            sources={s: d.endpoint.dsn for s, d in databases.items()},
+            functions=folders,
+            kafka=kafka_service.bootstrap_servers,
+            elasticsearch=elasticsearch_service.url,
+            checkpoint=checkpoint,
+            logs=tmp_path / "logs",
+            start="latest",
+            options=["--chunk-rows", str(CHUNK_ROWS)],
+        )
+        stack.callback(runtime.stop)
+        run = Bootstraps(module_chaos_seed, progress_path(str(checkpoint)), runtime, each)
+        for churn in churns:
+            stack.callback(churn.stopped.set)
+            churn.start()
+        _kill_three_times(run, random.Random(f"history kills {module_chaos_seed}"))
         runtime.start()
-        wait_for(lambda: (t := task()) is not None and t.finished > 0, 300,
-                 "the bootstrap to end", every=0.5, alive=runtime.alive)  # fmt: skip
+        wait_for(lambda: all((t := run.task(d)) is not None and t.finished > 0 for d in each),
+                 300, "both bootstraps to end", every=0.5, alive=runtime.alive)  # fmt: skip
         time.sleep(2)
-        churn.stopped.set()
-        churn.join()
-        wait_sinks_equal_table(connection, topic, elasticsearch_service.url, es_index,
-                               runtime.alive)  # fmt: skip
-        assert runtime.stop() == 0, runtime.tail()
-    finally:
-        churn.stopped.set()
-        topic.close()
-        runtime.stop()
-    total = task().chunks
-    reads = chunk_reads(runtime)
-    twice = topic.snapshots_twice()
+        for churn in churns:
+            churn.stopped.set()
+            churn.join()
+        for bootstrap in each.values():
+            try:
+                wait_sinks_equal_table(bootstrap.connection, bootstrap.topic,
+                                       elasticsearch_service.url, bootstrap.index,
+                                       runtime.alive)  # fmt: skip
+                bootstrap.equal = ""
+            except AssertionError as exc:
+                bootstrap.equal = str(exc)
+        run.last_stop = runtime.stop()
+        yield run
+
+
+@pytest.mark.parametrize("delivery", list(SOURCES))
+def test_a_bootstrap_killed_mid_way_resumes_from_its_last_chunk_and_ends_equal(
+    delivery: str, bootstraps: Bootstraps
+) -> None:
+    run = bootstraps
+    say_seed(run.seed)
+    bootstrap = run.each[delivery]
+    total = run.task(delivery).chunks
+    reads = chunk_reads(run.runtime, f"catalog-{delivery}")
+    twice = bootstrap.topic.snapshots_twice()
     print(
-        f"chunks: {total}; read: {reads}; committed at each kill: {done_at_kill}; "
-        f"{delivery}: {len(twice)} of {len(topic.history)} keys' snapshot rows twice"
+        f"{delivery} on {bootstrap.source}: chunks: {total}; read: {reads}; committed at each "
+        f"kill: {bootstrap.done_at_kill}; {len(twice)} of {len(bootstrap.topic.history)} "
+        "keys' snapshot rows twice"
     )
+    assert bootstrap.equal == "", bootstrap.equal
+    assert run.last_stop == 0, run.runtime.tail()
     # Progress only grew from kill to kill, and no run started over: each kill costs
     # at most the chunks of the batch it interrupted.
+    done_at_kill = bootstrap.done_at_kill
     assert done_at_kill == sorted(done_at_kill) and done_at_kill[-1] > 0
     assert total <= reads <= total + KILLS * CHUNKS_PER_BATCH
-    assert topic.merge_violations(chunk_thresholds(store, "chaos", task_name))[:5] == []
+    thresholds = chunk_thresholds(run.store, bootstrap.source, bootstrap.task)
+    assert bootstrap.topic.merge_violations(thresholds)[:5] == []
     if delivery == "exactly-once":
         # A chunk read again after its records were committed sends none of them.
         assert twice[:10] == []
