@@ -2,12 +2,12 @@
 from the last committed chunk, and the sinks end equal to the table.
 
 One runtime bootstraps two deployments at once, each of a source of its own (a source
-plans its chunks apart from the others): one delivers at least once, from a MariaDB;
-the other with ``delivery = "exactly-once"``, from a MySQL, whose ``read_committed``
-consumer also gets each row's snapshot once (a chunk read again after a kill sends
-nothing its first read committed). The one run (a module fixture) serves a test per
-deployment: a kill is a restart of Spark, and one runtime killed three times proves for
-both what two runtimes killed three times each proved for one.
+plans its chunks apart from the others): one delivers at least once, from a private
+MariaDB; the other with ``delivery = "exactly-once"``, from a private MySQL, whose
+``read_committed`` consumer also gets each row's snapshot once (a chunk read again after
+a kill sends nothing its first read committed). The one run (a module fixture) serves a
+test per deployment: a kill is a restart of Spark, and one runtime killed three times
+proves for both what two runtimes killed three times each proved for one.
 """
 
 from __future__ import annotations
@@ -96,15 +96,20 @@ def _kill_three_times(run: Bootstraps, rng: random.Random) -> None:
 
 @pytest.fixture(scope="module")
 def bootstraps(
-    mariadb_service: Any,
-    mysql_service: Any,
+    module_servers: Any,
     kafka_service: Any,
     elasticsearch_service: Any,
     module_chaos_seed: int,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Bootstraps]:
     tmp_path = tmp_path_factory.mktemp("bootstraps")
-    servers = {"mariadb": mariadb_service, "mysql": mysql_service}
+    # Servers of the module's own: the churn and the bootstraps' reads are heavy, and
+    # every reader of a shared server's binlog (a replica started from its start, a
+    # test reading it from the earliest position) would wade through them.
+    servers = {
+        "mariadb": module_servers("mariadb").endpoints.mariadb,
+        "mysql": module_servers("mysql").endpoints.mysql,
+    }
     with ExitStack() as stack:
         databases = {s: stack.enter_context(scratch_database(e)) for s, e in servers.items()}
         folders, churns = [], []

@@ -1,17 +1,20 @@
-"""A Kafka source beside a binlog source in one runtime, killed -9 under load.
+"""Kafka sources beside a binlog source in one runtime, killed -9 under load.
 
-One runtime reads a private MariaDB (source ``shop``) and Kafka topics (source
-``dc2``). A binlog deployment publishes each table of ``shop`` to a topic of its
-own: the other data centre's dbus topics. The mirror example of ``functions/``
-reads those two topics as source ``dc2`` and writes one index per table. The
-runtime is killed with SIGKILL mid-load, twice, and restarted on its checkpoint.
-Afterwards each topic holds every committed change, one key's in commit order
-(the binlog deployment lost nothing), and each mirrored index equals its table
-(the Kafka-sourced deployment lost nothing), with no dead letter. A third
-deployment, relay, writes the Kafka source's changes to Kafka again, to topics of
-its own, which hold every change too. With ``delivery = "exactly-once"`` in the
-binlog and relay deployments (the runtime's Kafka reads go in lanes too), a
-``read_committed`` consumer also sees no change twice in any of those topics.
+One runtime reads a private MariaDB (source ``shop``) and Kafka topics (sources ``dc2``
+and ``dc3``). Two binlog deployments publish each table of ``shop`` to a topic of its
+own, one at least once (``publish-at-least-once``, read back as source ``dc3``), one
+exactly once (``publish-exactly-once``, read back as ``dc2``): the other data centre's
+dbus topics. The mirror example of ``functions/`` reads ``dc2`` and writes one index
+per table; the same module pointed at ``dc3`` writes indices of its own. Two relay
+deployments write what a Kafka source brings to Kafka again, to topics of their own:
+one at least once of ``dc3``, one exactly once of ``dc2``. The runtime is killed with
+SIGKILL mid-load, twice, and restarted on its checkpoint. Afterwards each topic holds
+every committed change, one key's in commit order (the binlog deployments lost
+nothing), each mirrored index equals its table (the Kafka-sourced deployments lost
+nothing, one of them reading topics that hold changes twice), with no dead letter; a
+``read_committed`` consumer of the exactly-once topics sees no change twice (the
+runtime's Kafka reads go in lanes too). The one run (a module fixture) serves a test per
+delivery: one runtime killed twice proves for both what two runtimes did for one.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ from convergence import (
     compare_index,
     index_documents,
     read_topic,
+    say_seed,
     table_documents,
     topic_exists,
 )
@@ -42,6 +49,12 @@ from support import delete_topics, wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
 MIRROR = Path(__file__).resolve().parents[2] / "functions" / "mirror"
+DELIVERIES = ("at-least-once", "exactly-once")
+KAFKA_SOURCE = {"at-least-once": "dc3", "exactly-once": "dc2"}
+"""The Kafka source that reads each delivery's published topics back (``dc2``: the one
+the shipped mirror reads)."""
+CONVERGED_WITHIN = 240.0
+"""Guards against a hang: seconds from the load's end for the last run to deliver all."""
 
 
 def per_table_folder(folder: Path, name: str, source: str, prefix: str, delivery: str) -> Path:
@@ -49,7 +62,8 @@ def per_table_folder(folder: Path, name: str, source: str, prefix: str, delivery
     ``<prefix>.<table>`` (its dead letters to ``<prefix>.dead``), with the manifest's
     ``delivery``."""
     folder.mkdir(parents=True)
-    (folder / f"{name}.py").write_text(textwrap.dedent(f'''
+    module = name.replace("-", "_")  # a module's name is a Python identifier
+    (folder / f"{module}.py").write_text(textwrap.dedent(f'''
         import dbus_fn as fn
 
         @fn.route(tables="shop.*")
@@ -59,7 +73,7 @@ def per_table_folder(folder: Path, name: str, source: str, prefix: str, delivery
     (folder / "dbus.toml").write_text(textwrap.dedent(f"""
         name = "{name}"
         version = "1.0.0"
-        module = "{name}.py"
+        module = "{module}.py"
         sources = ["{source}"]
         tables = ["shop.*"]
         dead_letter_route = "kafka://{prefix}.dead"
@@ -68,52 +82,135 @@ def per_table_folder(folder: Path, name: str, source: str, prefix: str, delivery
     return folder
 
 
-def _clean(bootstrap: str, es: Elasticsearch, topics: list[str], indices: list[str]) -> None:
-    delete_topics(bootstrap, topics)
-    for index in indices:
-        es.options(ignore_status=404).indices.delete(index=index)
+def mirror_of(folder: Path, source: str) -> Path:
+    """The mirror example as it is (``dc2``), or pointed at another Kafka source: the
+    same module and manifest, its indices and its name that source's."""
+    if source == "dc2":
+        return MIRROR
+    folder.mkdir(parents=True)
+    module = (MIRROR / "mirror.py").read_text()
+    manifest = (MIRROR / "dbus.toml").read_text()
+    assert 'es://dc2.' in module and 'sources = ["dc2"]' in manifest
+    (folder / "mirror.py").write_text(module.replace("es://dc2.", f"es://{source}."))
+    (folder / "dbus.toml").write_text(
+        manifest.replace('sources = ["dc2"]', f'sources = ["{source}"]')
+        .replace('name = "mirror"', f'name = "mirror-{source}"')
+    )  # fmt: skip
+    return folder
 
 
-@pytest.mark.parametrize("delivery", ["at-least-once", "exactly-once"])
-def test_a_kafka_source_and_a_binlog_source_in_one_runtime_lose_nothing_over_kill9(
-    delivery: str,
-    private_mariadb: Any,
+def _dead(bootstrap: str, topics: list[str]) -> dict[str, int]:
+    """Dead-letter topics among ``topics`` that hold any message, and how many."""
+    found = {t: len(read_topic(bootstrap, t)) for t in topics if topic_exists(bootstrap, t)}
+    return {topic: count for topic, count in found.items() if count}
+
+
+@dataclass
+class Chain:
+    """One delivery's path: its published topics' prefix, its relay's, its indices."""
+
+    prefix: str
+    relay: str
+    indices: list[str]
+    twice: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=lambda: ["not checked"])
+    dead: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class KilledTwice:
+    seed: int
+    runtime: RuntimeProcess
+    workload: Workload
+    chains: dict[str, Chain]
+    mirror_dead: dict[str, int] = field(default_factory=dict)
+    last_stop: int | None = None
+
+
+def _problems(run: KilledTwice, chain: Chain, delivery: str, bootstrap: str,
+              connection: Any, es: Elasticsearch) -> list[str]:  # fmt: skip
+    problems = []
+    for table, index in zip(run.workload.tables.values(), chain.indices, strict=True):
+        for topic in (f"{chain.prefix}.{table.name}", f"{chain.relay}.{table.name}"):
+            messages = read_topic(bootstrap, topic) if topic_exists(bootstrap, topic) else []
+            verdict = check_topic(messages, run.workload.expected(table.name), table.name)
+            chain.twice[topic] = verdict.replayed
+            if not verdict.ok:
+                problems.append(f"{topic}: {verdict.describe()}")
+            elif delivery == "exactly-once" and verdict.replayed:
+                problems.append(f"{topic}: {verdict.replayed} change(s) seen twice")
+        differences = compare_index(
+            table_documents(connection, "shop", table), index_documents(es, index)
+        )
+        if differences:
+            problems.append(f"{index}: {len(differences)} differences {differences[:3]}")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def killed_twice(
+    module_servers: Any,
     kafka_service: Any,
     elasticsearch_service: Any,
-    chaos_seed: int,
-    tmp_path: Path,
-) -> None:
+    module_chaos_seed: int,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[KilledTwice]:
+    tmp_path = tmp_path_factory.mktemp("kafka-sources")
     bootstrap = kafka_service.bootstrap_servers
-    endpoint = private_mariadb.endpoints.mariadb
+    endpoint = module_servers("mariadb").endpoints.mariadb
     database = FreshDatabase("shop", endpoint)
     with endpoint.connect().cursor() as cur:
         cur.execute("CREATE DATABASE shop")
     tables = TABLES[:2]  # two tables, two topics
-    workload = Workload(database.connect, seed=chaos_seed, tables=tables, pause=0.01)
+    workload = Workload(database.connect, seed=module_chaos_seed, tables=tables, pause=0.01)
     workload.create_tables()
-    prefix = f"dbus-dc2-{uuid.uuid4().hex[:8]}"
-    topics = [f"{prefix}.{t.name}" for t in tables]
-    # What the Kafka source's changes become in Kafka again (a name its pattern skips).
-    relay = f"dbus-relay-{uuid.uuid4().hex[:8]}"
-    relayed = [f"{relay}.{t.name}" for t in tables]
-    indices = [f"dc2.shop.{t.name}" for t in tables]
-    es = Elasticsearch(elasticsearch_service.url, request_timeout=60)
-    _clean(bootstrap, es, [], indices)  # the mirror's index names are fixed
+    chains = {}
+    folders: list[Path] = []
+    sources = [f"shop={endpoint.dsn}"]
+    for delivery in DELIVERIES:
+        kafka_source = KAFKA_SOURCE[delivery]
+        # What a Kafka source's changes become in Kafka again: a name its pattern skips.
+        chain = Chain(f"dbus-{kafka_source}-{uuid.uuid4().hex[:8]}",
+                      f"dbus-relay-{uuid.uuid4().hex[:8]}",
+                      [f"{kafka_source}.shop.{t.name}" for t in tables])  # fmt: skip
+        chains[delivery] = chain
+        sources.append(f"{kafka_source}=kafka://{bootstrap}/{chain.prefix}.*")
+        folders += [
+            per_table_folder(tmp_path / f"publish-{delivery}", f"publish-{delivery}", "shop",
+                             chain.prefix, delivery),
+            per_table_folder(tmp_path / f"relay-{delivery}", f"relay-{delivery}", kafka_source,
+                             chain.relay, delivery),
+            mirror_of(tmp_path / f"mirror-{kafka_source}", kafka_source),
+        ]  # fmt: skip
     dbus = Path(sys.executable).parent / "dbus"
-    publish = per_table_folder(tmp_path / "publish", "publish", "shop", prefix, delivery)
-    relayer = per_table_folder(tmp_path / "relay", "relay", "dc2", relay, delivery)
     runtime = RuntimeProcess(
         [str(dbus), "runtime", "start",
-         "--source", f"shop={endpoint.dsn}",
-         "--source", f"dc2=kafka://{bootstrap}/{prefix}.*",
-         "--functions", str(publish), "--functions", str(MIRROR), "--functions", str(relayer),
+         *(a for source in sources for a in ("--source", source)),
+         *(a for folder in folders for a in ("--functions", str(folder))),
          "--kafka", bootstrap, "--elasticsearch", elasticsearch_service.url,
          "--checkpoint", str(tmp_path / "checkpoint"), "--from", "earliest",
          "--master", "local[2]"],
         tmp_path / "logs", tmp_path / "checkpoint",
     )  # fmt: skip
-    connection = database.connect()
-    try:
+    run = KilledTwice(module_chaos_seed, runtime, workload, chains)
+    outputs = [
+        f"{name}.{suffix}"
+        for chain in chains.values()
+        for name in (chain.prefix, chain.relay)
+        for suffix in (*(t.name for t in tables), "dead")
+    ]
+    indices = [index for chain in chains.values() for index in chain.indices]
+    with ExitStack() as stack:
+        es = stack.enter_context(Elasticsearch(elasticsearch_service.url, request_timeout=60))
+        for index in indices:  # the mirrors' index names are fixed
+            es.options(ignore_status=404).indices.delete(index=index)
+        stack.callback(database.close)
+        stack.callback(lambda: [es.options(ignore_status=404).indices.delete(index=i)
+                                for i in indices])  # fmt: skip
+        stack.callback(delete_topics, bootstrap, outputs)
+        stack.callback(runtime.stop)
+        stack.callback(workload.stop)
+        connection = database.connect()
         runtime.start()
         workload.start()
         for kill in (1, 2):
@@ -123,47 +220,37 @@ def test_a_kafka_source_and_a_binlog_source_in_one_runtime_lose_nothing_over_kil
             runtime.start()
         time.sleep(3)
         workload.stop()
-
-        twice: dict[str, int] = {}
-
-        def converged() -> list[str]:
-            problems = []
-            for table, index in zip(tables, indices, strict=True):
-                for topic in (f"{prefix}.{table.name}", f"{relay}.{table.name}"):
-                    messages = (
-                        read_topic(bootstrap, topic) if topic_exists(bootstrap, topic) else []
-                    )
-                    verdict = check_topic(messages, workload.expected(table.name), table.name)
-                    twice[topic] = verdict.replayed
-                    if not verdict.ok:
-                        problems.append(f"{topic}: {verdict.describe()}")
-                    elif delivery == "exactly-once" and verdict.replayed:
-                        problems.append(f"{topic}: {verdict.replayed} change(s) seen twice")
-                differences = compare_index(
-                    table_documents(connection, "shop", table), index_documents(es, index)
-                )
-                if differences:
-                    problems.append(f"{index}: {len(differences)} differences {differences[:3]}")
-            return problems
-
-        deadline = time.monotonic() + 240
-        while (problems := converged()) and time.monotonic() < deadline:
+        deadline = time.monotonic() + CONVERGED_WITHIN
+        while True:
+            for delivery, chain in chains.items():
+                chain.problems = _problems(run, chain, delivery, bootstrap, connection, es)
+            if not any(c.problems for c in chains.values()) or time.monotonic() > deadline:
+                break
             assert runtime.alive(), f"the runtime exited:\n{runtime.tail()}"
             time.sleep(3)
-        assert not problems, f"{problems}\nruntime log tail:\n{runtime.tail()}"
-        for dead in (f"{prefix}.dead", f"{relay}.dead", "mirror.dead-letter"):
-            if topic_exists(bootstrap, dead):
-                assert read_topic(bootstrap, dead) == [], f"dead letters in {dead}"
-        code = runtime.stop()
-        assert code == 0, f"the runtime's last run stopped with {code}:\n{runtime.tail()}"
-    finally:
-        workload.stop()
-        runtime.stop()
-        _clean(bootstrap, es, [*topics, *relayed, f"{prefix}.dead", f"{relay}.dead"], indices)
-        es.close()
-        database.close()
-    print(
-        f"changes committed: {len(workload.committed)}; runs: {len(runtime.runs)}; "
-        f"per table: {', '.join(f'{t.name} {len(workload.expected(t.name))}' for t in tables)}; "
-        f"{delivery}, seen twice: {twice}"
-    )
+        for chain in chains.values():
+            chain.dead = _dead(bootstrap, [f"{chain.prefix}.dead", f"{chain.relay}.dead"])
+        run.mirror_dead = _dead(bootstrap, ["mirror.dead-letter"])
+        if not any(c.problems for c in chains.values()):
+            run.last_stop = runtime.stop()
+        print(
+            f"changes committed: {len(workload.committed)}; runs: {len(runtime.runs)}; "
+            "per table: "
+            + ", ".join(f"{t.name} {len(workload.expected(t.name))}" for t in tables)
+            + "; seen twice: "
+            + "; ".join(f"{d} {c.twice}" for d, c in chains.items())
+        )
+        yield run
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+def test_a_kafka_source_and_a_binlog_source_in_one_runtime_lose_nothing_over_kill9(
+    delivery: str, killed_twice: KilledTwice
+) -> None:
+    run = killed_twice
+    say_seed(run.seed)
+    chain = run.chains[delivery]
+    assert not chain.problems, f"{chain.problems}\nruntime log tail:\n{run.runtime.tail()}"
+    assert chain.dead == {}, f"dead letters: {chain.dead}"
+    assert run.mirror_dead == {}, f"the mirrors' dead letters: {run.mirror_dead}"
+    assert run.last_stop == 0, f"the runtime's last run stopped with {run.last_stop}"
