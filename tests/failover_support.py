@@ -17,7 +17,7 @@ from typing import Any
 
 import pymysql
 import pymysql.cursors
-from support import free_ports, wait_for
+from support import database_endpoint, free_ports, wait_for
 
 from dbus_deploy.services import (
     PORT_VARIABLES,
@@ -49,11 +49,11 @@ class Pair:
 
     @property
     def primary_endpoint(self) -> MariaDBEndpoint:
-        return self.endpoints.mysql if self.mysql else self.endpoints.mariadb
+        return database_endpoint(self.endpoints, self.flavour)
 
     @property
     def replica_endpoint(self) -> MariaDBEndpoint:
-        return self.endpoints.mysql_replica if self.mysql else self.endpoints.mariadb_replica
+        return database_endpoint(self.endpoints, f"{self.flavour}_replica")
 
     @property
     def failover_dsn(self) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dbus_deploy.services import Endpoints, ServicesConfig
+    from dbus_deploy.services import Endpoints, MariaDBEndpoint, ServicesConfig
 
 
 def free_port() -> int:
@@ -448,6 +448,21 @@ class PrivateServices:
 
     config: ServicesConfig
     endpoints: Endpoints
+
+    def database(self, server: str) -> MariaDBEndpoint:
+        """The database server ``server`` of these services."""
+        return database_endpoint(self.endpoints, server)
+
+
+DATABASE_SERVERS = ("mariadb", "mysql", "mariadb_replica", "mysql_replica")
+
+
+def database_endpoint(endpoints: Endpoints, server: str) -> MariaDBEndpoint:
+    """The endpoint of database server ``server``: one of ``DATABASE_SERVERS``."""
+    if server not in DATABASE_SERVERS:
+        raise ValueError(f"no database server {server!r}: one of {', '.join(DATABASE_SERVERS)}")
+    found: MariaDBEndpoint = getattr(endpoints, server)
+    return found
 
 
 class PrivateHomes:

@@ -64,8 +64,7 @@ def chaos_database(
     """A database on a private server (``chaos_server``), whose binlog holds only this
     test's changes."""
     started = private_services(chaos_server)
-    endpoint = started.endpoints.mysql if chaos_server == "mysql" else started.endpoints.mariadb
-    database = FreshDatabase("chaos", endpoint)
+    database = FreshDatabase("chaos", started.database(chaos_server))
     with database.connect(use_database=False).cursor() as cur:
         cur.execute("CREATE DATABASE chaos")
     yield database

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import psutil
 import pytest
@@ -748,10 +748,10 @@ def read_topic(
     return messages
 
 
-def dead_letters(bootstrap: str, routes: Routes) -> list[Delivered]:
-    """What the routes' dead-letter topic holds (nothing if it was never made)."""
-    topic = routes.dead_letters
-    return read_topic(bootstrap, topic) if topic_exists(bootstrap, topic) else []
+def dead_letters(bootstrap: str, topics: Iterable[str]) -> dict[str, int]:
+    """The dead-letter topics among ``topics`` that hold any message, and how many each."""
+    found = {t: len(read_topic(bootstrap, t)) for t in topics if topic_exists(bootstrap, t)}
+    return {topic: count for topic, count in found.items() if count}
 
 
 @dataclass
@@ -969,22 +969,30 @@ def wait_converged(
     """Re-check until converged; return the verdict and how long it took. A failure
     names the load's ``seed`` (``DBUS_CHAOS_SEED`` replays it)."""
     began = time.monotonic()
-    while True:
-        verdict = check()
-        if verdict.ok:
-            return verdict, time.monotonic() - began
-        if time.monotonic() - began > timeout or not alive():
-            raise AssertionError(
-                f"not converged after {time.monotonic() - began:.0f}s: {verdict.describe()} "
-                f"(chaos seed {seed}: replay with DBUS_CHAOS_SEED={seed})\n"
-                f"{verdict.where_missing()}\nruntime log tail:\n{on_timeout()}"
-            )
-        time.sleep(3)
+    verdicts, took = converge_all(lambda: {None: check()}, timeout=timeout, alive=alive)
+    verdict = verdicts[None]
+    if took is None:
+        raise AssertionError(
+            f"not converged after {time.monotonic() - began:.0f}s: {verdict.describe()} "
+            f"(chaos seed {seed}: replay with DBUS_CHAOS_SEED={seed})\n"
+            f"{verdict.where_missing()}\nruntime log tail:\n{on_timeout()}"
+        )
+    return verdict, took
+
+
+class Verdict(Protocol):
+    """What a re-checked deployment answers: has it converged."""
+
+    @property
+    def ok(self) -> bool: ...
+
+
+V = TypeVar("V", bound=Verdict)
 
 
 def converge_all(
-    check: Callable[[], dict[Any, Convergence]], *, timeout: float, alive: Callable[[], bool]
-) -> tuple[dict[Any, Convergence], float | None]:
+    check: Callable[[], dict[Any, V]], *, timeout: float, alive: Callable[[], bool]
+) -> tuple[dict[Any, V], float | None]:
     """Re-check several deployments until every one converged, ``timeout`` passed or the
     runtime died. Returns the last verdicts and how long they took (None: not all
     converged), so that each test of a shared run asserts its own deployments."""

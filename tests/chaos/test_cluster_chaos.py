@@ -341,7 +341,7 @@ class ChaosCluster:
             transactions=self.workload.transactions,
             replayed=sum(v.replayed for v in verdict.kafka.values()),
             seconds=caught_up,
-            dead_letters=len(dead_letters(self.bootstrap, self.routes)),
+            dead_letters=sum(dead_letters(self.bootstrap, [self.routes.dead_letters]).values()),
         )
 
 

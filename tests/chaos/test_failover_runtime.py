@@ -25,7 +25,6 @@ import pymysql
 import pytest
 from convergence import (
     Convergence,
-    Delivered,
     Routes,
     RuntimeProcess,
     Workload,
@@ -112,7 +111,7 @@ class Failovers:
     routes: dict[str, Routes] = field(default_factory=dict)
     before: dict[str, int] = field(default_factory=dict)
     verdicts: dict[str, Convergence] = field(default_factory=dict)
-    dead: dict[str, list[Delivered]] = field(default_factory=dict)
+    dead: dict[str, dict[str, int]] = field(default_factory=dict)
     log: str = ""
     caught_up: float | None = None
     last_stop: int | None = None
@@ -210,7 +209,9 @@ def failovers(
         for writer in writers.values():
             writer.finish()
         _wait_converged(run, pairs, bootstrap, es, runtime)
-        run.dead = {f: dead_letters(bootstrap, routes) for f, routes in run.routes.items()}
+        run.dead = {
+            f: dead_letters(bootstrap, [routes.dead_letters]) for f, routes in run.routes.items()
+        }
         run.log = runtime.log_text()
         if run.caught_up is not None:
             run.last_stop = runtime.stop()
@@ -241,7 +242,7 @@ def test_the_runtime_follows_a_killed_primary_to_its_promoted_replica(
         f"{run.seed})\n{verdict.where_missing()}\nruntime log tail:\n{run.tail}"
     )
     dead = run.dead[flavour]
-    assert dead == [], f"{len(dead)} dead letter(s); none expected"
+    assert dead == {}, f"dead letters, none expected: {dead}"
     said = [line for line in run.log.splitlines() if f"source {flavour}: reading" in line]
     assert any("instead of" in line for line in said), "the runtime said where it reads now"
     assert run.last_stop == 0, f"the runtime's last run stopped with {run.last_stop}"

@@ -106,10 +106,7 @@ def bootstraps(
     # Servers of the module's own: the churn and the bootstraps' reads are heavy, and
     # every reader of a shared server's binlog (a replica started from its start, a
     # test reading it from the earliest position) would wade through them.
-    servers = {
-        "mariadb": module_servers("mariadb").endpoints.mariadb,
-        "mysql": module_servers("mysql").endpoints.mysql,
-    }
+    servers = {server: module_servers(server).database(server) for server in ("mariadb", "mysql")}
     with ExitStack() as stack:
         databases = {s: stack.enter_context(scratch_database(e)) for s, e in servers.items()}
         folders, churns = [], []

@@ -19,7 +19,6 @@ delivery: one runtime killed twice proves for both what two runtimes did for one
 
 from __future__ import annotations
 
-import sys
 import textwrap
 import time
 import uuid
@@ -36,6 +35,8 @@ from convergence import (
     Workload,
     check_topic,
     compare_index,
+    converge_all,
+    dead_letters,
     index_documents,
     read_topic,
     say_seed,
@@ -99,12 +100,6 @@ def mirror_of(folder: Path, source: str) -> Path:
     return folder
 
 
-def _dead(bootstrap: str, topics: list[str]) -> dict[str, int]:
-    """Dead-letter topics among ``topics`` that hold any message, and how many."""
-    found = {t: len(read_topic(bootstrap, t)) for t in topics if topic_exists(bootstrap, t)}
-    return {topic: count for topic, count in found.items() if count}
-
-
 @dataclass
 class Chain:
     """One delivery's path: its published topics' prefix, its relay's, its indices."""
@@ -115,6 +110,10 @@ class Chain:
     twice: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=lambda: ["not checked"])
     dead: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
 
 
 @dataclass
@@ -166,7 +165,7 @@ def killed_twice(
     workload.create_tables()
     chains = {}
     folders: list[Path] = []
-    sources = [f"shop={endpoint.dsn}"]
+    sources = {"shop": endpoint.dsn}
     for delivery in DELIVERIES:
         kafka_source = KAFKA_SOURCE[delivery]
         # What a Kafka source's changes become in Kafka again: a name its pattern skips.
@@ -174,7 +173,7 @@ def killed_twice(
                       f"dbus-relay-{uuid.uuid4().hex[:8]}",
                       [f"{kafka_source}.shop.{t.name}" for t in tables])  # fmt: skip
         chains[delivery] = chain
-        sources.append(f"{kafka_source}=kafka://{bootstrap}/{chain.prefix}.*")
+        sources[kafka_source] = f"kafka://{bootstrap}/{chain.prefix}.*"
         folders += [
             per_table_folder(tmp_path / f"publish-{delivery}", f"publish-{delivery}", "shop",
                              chain.prefix, delivery),
@@ -182,15 +181,10 @@ def killed_twice(
                              chain.relay, delivery),
             mirror_of(tmp_path / f"mirror-{kafka_source}", kafka_source),
         ]  # fmt: skip
-    dbus = Path(sys.executable).parent / "dbus"
-    runtime = RuntimeProcess(
-        [str(dbus), "runtime", "start",
-         *(a for source in sources for a in ("--source", source)),
-         *(a for folder in folders for a in ("--functions", str(folder))),
-         "--kafka", bootstrap, "--elasticsearch", elasticsearch_service.url,
-         "--checkpoint", str(tmp_path / "checkpoint"), "--from", "earliest",
-         "--master", "local[2]"],
-        tmp_path / "logs", tmp_path / "checkpoint",
+    runtime = RuntimeProcess.for_runtime(
+        sources=sources, functions=folders, kafka=bootstrap,
+        elasticsearch=elasticsearch_service.url, checkpoint=tmp_path / "checkpoint",
+        logs=tmp_path / "logs",
     )  # fmt: skip
     run = KilledTwice(module_chaos_seed, runtime, workload, chains)
     outputs = [
@@ -220,18 +214,18 @@ def killed_twice(
             runtime.start()
         time.sleep(3)
         workload.stop()
-        deadline = time.monotonic() + CONVERGED_WITHIN
-        while True:
+
+        def check() -> dict[str, Chain]:
             for delivery, chain in chains.items():
                 chain.problems = _problems(run, chain, delivery, bootstrap, connection, es)
-            if not any(c.problems for c in chains.values()) or time.monotonic() > deadline:
-                break
-            assert runtime.alive(), f"the runtime exited:\n{runtime.tail()}"
-            time.sleep(3)
+            return chains
+
+        _, took = converge_all(check, timeout=CONVERGED_WITHIN, alive=runtime.alive)
+        assert took is not None or runtime.alive(), f"the runtime exited:\n{runtime.tail()}"
         for chain in chains.values():
-            chain.dead = _dead(bootstrap, [f"{chain.prefix}.dead", f"{chain.relay}.dead"])
-        run.mirror_dead = _dead(bootstrap, ["mirror.dead-letter"])
-        if not any(c.problems for c in chains.values()):
+            chain.dead = dead_letters(bootstrap, [f"{chain.prefix}.dead", f"{chain.relay}.dead"])
+        run.mirror_dead = dead_letters(bootstrap, ["mirror.dead-letter"])
+        if took is not None:
             run.last_stop = runtime.stop()
         print(
             f"changes committed: {len(workload.committed)}; runs: {len(runtime.runs)}; "

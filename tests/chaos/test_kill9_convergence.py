@@ -31,7 +31,6 @@ import pytest
 from convergence import (
     FIRST_COMMIT,
     Convergence,
-    Delivered,
     Routes,
     RuntimeProcess,
     Workload,
@@ -80,7 +79,7 @@ class KilledRuns:
     workloads: dict[str, Workload]
     routes: dict[Deployment, Routes]
     verdicts: dict[Deployment, Convergence] = field(default_factory=dict)
-    dead: dict[Deployment, list[Delivered]] = field(default_factory=dict)
+    dead: dict[Deployment, dict[str, int]] = field(default_factory=dict)
     caught_up: float | None = None
     load_seconds: float = 0.0
     last_stop: int | None = None
@@ -101,9 +100,7 @@ def _databases(module_servers: Callable[[str], PrivateServices]) -> dict[str, Fr
     """Database ``chaos`` on each server, whose binlog holds only this module's changes."""
     found = {}
     for server in SERVERS:
-        endpoints = module_servers(server).endpoints
-        endpoint = endpoints.mysql if server == "mysql" else endpoints.mariadb
-        found[server] = FreshDatabase("chaos", endpoint)
+        found[server] = FreshDatabase("chaos", module_servers(server).database(server))
         with found[server].connect(use_database=False).cursor() as cur:
             cur.execute("CREATE DATABASE chaos")
     return found
@@ -206,7 +203,7 @@ def killed_runs(
     try:
         _kill_again_and_again(run)
         _wait_converged(run, es, bootstrap)
-        run.dead = {deployment: dead_letters(bootstrap, r) for deployment, r in routes.items()}
+        run.dead = {d: dead_letters(bootstrap, [r.dead_letters]) for d, r in routes.items()}
         if run.caught_up is not None:
             run.last_stop = runtime.stop()
             runtime.wait_gone(30)
@@ -284,7 +281,7 @@ def test_kill9_at_random_moments_loses_nothing_and_indices_equal_tables(
             f"runtime log tail:\n{run.tail}"
         )
         dead = run.dead[server, delivery]
-        assert dead == [], f"{server} {delivery}: {len(dead)} dead letter(s); none expected"
+        assert dead == {}, f"{server} {delivery}: dead letters, none expected: {dead}"
         if delivery == "exactly-once":
             replayed = sum(v.replayed for v in verdict.kafka.values())
             assert replayed == 0, (
