@@ -57,25 +57,10 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-PORTS_VARIABLE = "DBUS_TEST_PORTS"
-"""``LOW-HIGH``: the ports a pytest session hands out (default: from 20000 up to the
-ephemeral range). Two sessions at once each get a range of their own
-(``tests/passes.py``)."""
-
-
-def port_range(environ: Mapping[str, str]) -> tuple[int, int]:
-    """The ports (``low``, ``high``: high excluded) a session hands out."""
-    given = environ.get(PORTS_VARIABLE, "")
-    if given:
-        low, _, high = given.partition("-")
-        return int(low), int(high)
-    return 20000, max(_ephemeral_low(), 21000)
-
-
 def _port_slice() -> Iterator[int]:
-    """This process's ports to hand out: its xdist worker's share of its session's
-    range (``port_range``), walked round from a point its pid picks."""
-    low, high = port_range(os.environ)
+    """This process's ports to hand out: its xdist worker's share of the ports from
+    20000 up to the ephemeral range, walked round from a point its pid picks."""
+    low, high = 20000, max(_ephemeral_low(), 21000)
     workers = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1), 1)
     worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
     size = (high - low) // workers

@@ -32,19 +32,6 @@ def test_the_report_names_each_pass_and_the_slowest_tests(tmp_path: Path) -> Non
     assert "tests/a.py::one" not in slowest
 
 
-def test_passes_side_by_side_count_the_whole_run_to_the_last_one_to_end(tmp_path: Path) -> None:
-    times = tmp_path / "times.jsonl"
-    _record(
-        times,
-        # The exclusive pass ends first and is written first.
-        {"pass": "exclusive", "began": 1010.0, "ended": 1500.0, "tests": 1, "exit": 0},
-        {"pass": "parallel", "began": 1000.0, "ended": 2000.0, "tests": 2, "exit": 0},
-    )
-    text = timing.report(times, slowest=2, began=880.0)
-    assert "install and set-up before the first pass" in text and " 2:00" in text
-    assert "whole run" in text and "18:40" in text
-
-
 def test_measured_costs_add_up_per_file_and_merge_into_the_table(tmp_path: Path) -> None:
     times, table = tmp_path / "times.jsonl", tmp_path / "costs.json"
     _record(

@@ -20,7 +20,6 @@ A pytest plugin (registered by ``tests/conftest.py``) and a command:
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import time
@@ -66,8 +65,6 @@ class TimeRecorder:
     def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as out:
-            # Two passes at once (tests/passes.py) may end together: one appends at a time.
-            fcntl.flock(out, fcntl.LOCK_EX)
             for nodeid, seconds in self.tests.items():
                 line = {"test": nodeid, "pass": self.name, "seconds": round(seconds, 3),
                         "outcome": self.outcomes.get(nodeid, "")}  # fmt: skip
@@ -162,12 +159,12 @@ def report(path: Path, slowest: int, began: float | None) -> str:
         out.append(f"  {label:<44} {_clock(seconds):>7}")
 
     if began is not None and passes:
-        row("install and set-up before the first pass", min(p["began"] for p in passes) - began)
+        row("install and set-up before the first pass", passes[0]["began"] - began)
     for done in passes:
         row(f"{done['pass']} ({done['tests']} tests, exit {done['exit']})",
             done["ended"] - done["began"])  # fmt: skip
     if began is not None and passes:
-        row("whole run", max(p["ended"] for p in passes) - began)
+        row("whole run", passes[-1]["ended"] - began)
     out.append(f"the {min(slowest, len(tests))} slowest tests (setup + call + teardown):")
     for test in sorted(tests, key=lambda t: -t["seconds"])[:slowest]:
         out.append(f"  {test['seconds']:8.1f} s  {test['test']}  [{test['pass']}]")
