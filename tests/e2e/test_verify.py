@@ -106,7 +106,19 @@ def test_verify_finds_planted_drift_and_repair_fixes_exactly_it(
 
     topic = TopicState(services.kafka.bootstrap_servers, running.topic)
     try:
-        topic.poll(3)
+        # Read the topic up to the planted messages (the runtime writes nothing meanwhile):
+        # what it held before the repair, to tell what the repair sent.
+        keys = set(expected(fresh_database.connect()))
+
+        def read_to_the_planted() -> bool:
+            topic.poll(1)
+            return (
+                keys <= set(topic.history) and 88888 in topic.history
+                and topic.last.get(21, {}) is None
+                and (topic.last.get(22) or {}).get("name") == "WRONG"
+            )  # fmt: skip
+
+        wait_for(read_to_the_planted, 60, "the topic read up to the planted messages", every=0.5)
         before = {key: len(places) for key, places in topic.history.items()}
         with pytest.raises(DriftError):
             verify("catalog", checkpoint=running.config.checkpoint_dir, out=out,
@@ -132,10 +144,16 @@ def test_verify_finds_planted_drift_and_repair_fixes_exactly_it(
         except DriftError:
             raise AssertionError(repaired.getvalue()) from None
         assert report.bad == [], repaired.getvalue()
-        topic.poll(3)
+        want = expected(fresh_database.connect())
+
+        def repaired_in_kafka() -> bool:
+            topic.poll(1)
+            return topic.contents() == want
+
+        wait_for(repaired_in_kafka, 60, "the repair's messages in the topic", every=0.5)
+        topic.poll(3)  # and whatever more the repair sent
     finally:
         topic.close()
-    want = expected(fresh_database.connect())
     assert index_contents(services.elasticsearch.url, running.index) == want
     assert topic.contents() == want
     # Exactly the drifted keys were sent again, one message each (and the late insert);
