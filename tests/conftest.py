@@ -289,8 +289,7 @@ def private_database(private_server: PrivateServices, server: str) -> Iterator[F
     uuid-named database, dropped after the test."""
     import scratch
 
-    endpoint = getattr(private_server.endpoints, server)
-    with scratch.scratch_database(endpoint) as database:
+    with scratch.scratch_database(private_server.database(server)) as database:
         yield database
 
 
