@@ -26,7 +26,7 @@ from pyspark import cloudpickle
 from support import kafka_consumer
 
 from dbus_spark.planning.source import BinlogSourceReader
-from dbus_spark.sinks.writer import SinkWriter
+from dbus_spark.sinks.batch_commit import SinkWriter
 
 pytestmark = [pytest.mark.e2e]
 

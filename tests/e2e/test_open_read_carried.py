@@ -41,7 +41,7 @@ from dbus_fn.errors import DbusError
 from dbus_spark.planning.source import BinlogSourceReader
 from dbus_spark.reads import open_read, open_read_control
 from dbus_spark.reads.range_read import SourceRange
-from dbus_spark.sinks.writer import SinkWriter, TaskReport, task_counts
+from dbus_spark.sinks.batch_commit import SinkWriter, TaskReport, task_counts
 from dbus_spark.state.checkpoint import ProgressFolder
 
 pytestmark = [pytest.mark.e2e]
@@ -49,7 +49,7 @@ pytestmark = [pytest.mark.e2e]
 TASK = textwrap.dedent("""
     import json, sys
     from pyspark import cloudpickle
-    from dbus_spark.sinks.writer import task_counts
+    from dbus_spark.sinks.batch_commit import task_counts
     reader, partition = cloudpickle.loads(sys.stdin.buffer.read())
     report = task_counts(reader.read(partition))
     print(json.dumps({"rows": report.stage.rows, "reached": report.stage.reached}))
@@ -59,7 +59,7 @@ TASK = textwrap.dedent("""
 KEPT_READING = textwrap.dedent("""
     import base64, sys, time
     from pyspark import cloudpickle
-    from dbus_spark.sinks.writer import task_counts
+    from dbus_spark.sinks.batch_commit import task_counts
     reader, partition = cloudpickle.loads(sys.stdin.buffer.read())
     report = task_counts(reader.read(partition))
     print(base64.b64encode(cloudpickle.dumps(report)).decode(), flush=True)

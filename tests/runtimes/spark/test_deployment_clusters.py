@@ -16,7 +16,8 @@ from dbus_spark.config.routes import (
     elasticsearch_cluster,
     kafka_cluster,
 )
-from dbus_spark.sinks.writer import TaskReport, WorkerSinks
+from dbus_spark.sinks.batch_commit import TaskReport
+from dbus_spark.sinks.writer import WorkerSinks
 from dbus_spark.spark.preflight import deployment_sink_problems
 from dbus_spark.stage.functions import StageRecord
 from dbus_spark.state.records import KafkaRecord

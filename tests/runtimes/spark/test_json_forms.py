@@ -33,7 +33,7 @@ from dbus_spark.config.runtime import (
     SourceBinding,
     WriteFencing,
 )
-from dbus_spark.sinks.writer import TaskReport
+from dbus_spark.sinks.batch_commit import TaskReport
 from dbus_spark.stage.counts import StageCounts, counter_of_pairs
 from dbus_spark.state.history.records import (
     ChunkDone,

@@ -37,6 +37,7 @@ from test_kafka_fencing import SCAN, TIMEOUT, Hold, read, wrap_produce
 from dbus_deploy.services import KafkaEndpoint
 from dbus_fn.events import BinlogPosition, Operation, RowChange
 from dbus_spark.config.runtime import RuntimeConfig
+from dbus_spark.sinks.batch_commit import TaskReport
 from dbus_spark.sinks.kafka import KafkaSink, WriteFence
 from dbus_spark.sinks.kafka_positions import (
     POSITIONS_TOPIC,
@@ -45,7 +46,7 @@ from dbus_spark.sinks.kafka_positions import (
     mark_record,
     scope_of,
 )
-from dbus_spark.sinks.writer import TaskReport, WorkerSinks
+from dbus_spark.sinks.writer import WorkerSinks
 from dbus_spark.stage.functions import StageRecord
 from dbus_spark.state.checkpoint import checkpoint_incarnation
 from dbus_spark.state.records import IndexAction, KafkaRecord
@@ -532,7 +533,8 @@ TASK = textwrap.dedent(
     import os, signal, sys
     import dbus_spark.sinks.kafka as kafka
     from dbus_spark.config.runtime import RuntimeConfig
-    from dbus_spark.sinks.writer import TaskReport, WorkerSinks
+    from dbus_spark.sinks.batch_commit import TaskReport
+    from dbus_spark.sinks.writer import WorkerSinks
     from dbus_spark.stage.functions import StageRecord
     from dbus_spark.state.records import IndexAction, KafkaRecord
 

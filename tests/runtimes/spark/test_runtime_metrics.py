@@ -15,7 +15,7 @@ import pytest
 
 from dbus_spark.config.logs import LOG_FORMAT_ENV, JsonFormatter, log_formatter
 from dbus_spark.config.runtime import RuntimeConfig
-from dbus_spark.sinks.writer import SinkWriter, TaskReport
+from dbus_spark.sinks.batch_commit import SinkWriter, TaskReport
 from dbus_spark.stage.counts import StageCounts
 
 

@@ -131,7 +131,7 @@ def test_a_note_is_taken_only_where_it_is_further_and_covers_every_deployment(
 
 
 def test_what_a_read_task_delivered_itself_adds_up_with_the_writers_counts() -> None:
-    from dbus_spark.sinks.writer import TaskReport
+    from dbus_spark.sinks.batch_commit import TaskReport
     from dbus_spark.stage.counts import SinkCounts
 
     writer = TaskReport(records=2, kafka=2, seconds=0.5, started=20.0)

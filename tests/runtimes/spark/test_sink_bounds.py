@@ -13,9 +13,10 @@ from test_runtime_config import _config
 
 from dbus_fn.errors import KafkaSinkError
 from dbus_fn.testing import insert
+from dbus_spark.sinks.batch_commit import TaskReport
 from dbus_spark.sinks.elasticsearch import ElasticsearchSink, ElasticsearchSinkError
 from dbus_spark.sinks.kafka import KafkaSink
-from dbus_spark.sinks.writer import TaskReport, WorkerSinks
+from dbus_spark.sinks.writer import WorkerSinks
 from dbus_spark.stage.documents import index_action
 from dbus_spark.stage.functions import StageRecord
 from dbus_spark.state.records import KafkaRecord

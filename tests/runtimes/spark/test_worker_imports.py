@@ -72,3 +72,63 @@ def test_the_source_s_spark_schema_is_its_tasks_arrow_schema() -> None:
     from dbus_spark.stage.worker import ARROW_SCHEMA
 
     assert from_arrow_schema(ARROW_SCHEMA) == SCHEMA
+
+
+def test_a_read_task_hands_spark_its_counts_without_importing_pandas() -> None:
+    """The rows a read task hands Spark are built from their buffers: ``pa.array`` on a
+    list would import pandas into the worker to ask whether the list is a pandas object.
+    The writer's tasks read them back as they were added, non-ASCII included."""
+    done = _run(
+        """
+        import sys
+        from dbus_spark.sinks.batch_commit import task_counts
+        from dbus_spark.stage.counts import SinkCounts, StageCounts
+        from dbus_spark.stage.worker import ARROW_SCHEMA, Batcher
+
+        batcher = Batcher("bücher")
+        assert batcher.flush() is None
+        stats = StageCounts(rows=7)
+        batcher.add_stats(stats)
+        batcher.add_delivered(SinkCounts(records=5, kafka=3))
+        batcher.add("stats", StageCounts(rows=2).to_bytes())
+        batch = batcher.flush()
+        assert batch.schema == ARROW_SCHEMA, batch.schema
+        columns = batch.to_pydict()
+        print(columns["source"], columns["record_type"])
+        print(columns["value"][0] == stats.to_bytes())
+        report = task_counts(iter([batch]))
+        print(report.stage.rows, report.records, report.kafka)
+        print("pandas" in sys.modules)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:4] == [
+        "['bücher', 'bücher', 'bücher'] ['stats', 'delivered', 'stats']",
+        "True",
+        "9 5 3",
+        "False",
+    ]
+
+
+def test_the_sink_writer_s_processes_import_no_sink() -> None:
+    """Spark makes the ``dbus_functions`` writer in processes that only plan the write,
+    sum a task's counts or commit a batch: its module loads none of the sinks, their
+    clients or the function stage (the read tasks write to the sinks themselves)."""
+    done = _run(
+        """
+        import sys
+        from dbus_spark.spark.datasources import FunctionSinkDataSource
+
+        sink = FunctionSinkDataSource({"config": "/nonexistent.json"})
+        try:
+            sink.streamWriter(None, False)
+        except Exception:
+            pass  # no such configuration: the writer's module was imported to say so
+        unwanted = ("dbus_spark.sinks.writer", "dbus_spark.sinks.kafka", "confluent_kafka",
+                    "dbus_spark.stage.functions")
+        print("dbus_spark.sinks.batch_commit" in sys.modules)
+        print(sorted(m for m in unwanted if m in sys.modules))
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["True", "[]"]

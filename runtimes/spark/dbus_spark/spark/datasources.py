@@ -1,7 +1,7 @@
 """The two data sources the runtime registers with Spark, and nothing else.
 
 ``dbus_binlog`` reads the sources (``dbus_spark.planning.source``); ``dbus_functions`` is the
-sink whose tasks sum what the reads delivered (``dbus_spark.sinks.writer``). Spark makes
+sink whose tasks sum what the reads delivered (``dbus_spark.sinks.batch_commit``). Spark makes
 these classes in Python processes of its own while a query starts (to look a
 source up, to create it and learn its schema): they import only this module, and
 the reader or writer's module (the capture, the stage, the sinks, Arrow) is
@@ -55,6 +55,6 @@ class FunctionSinkDataSource(DataSource):  # type: ignore[misc]
         return "dbus_functions"
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
-        from dbus_spark.sinks.writer import SinkWriter
+        from dbus_spark.sinks.batch_commit import SinkWriter
 
         return SinkWriter(self.options["config"], self.options.get("reports"))
