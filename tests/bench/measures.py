@@ -403,14 +403,21 @@ class TreeCpu(Sampler):
         self.seconds = sum(self._cpu.values(), 0.0)
 
     def take(self) -> None:
-        for process in tree(self._me)[1:]:
-            try:
-                # A pid may be used again: a process is its pid and its start.
-                key = (process.pid, process.create_time())
-                times = process.cpu_times()
-            except psutil.Error:
-                continue
-            self._cpu[key] = times.user + times.system
+        self._cpu.update(cpu_so_far(self._me))
+
+
+def cpu_so_far(root: psutil.Process) -> dict[tuple[int, float], float]:
+    """The CPU seconds each process under ``root`` has spent so far, by its pid and its
+    start (a pid may be used again: a process is its pid and its start)."""
+    spent = {}
+    for process in tree(root)[1:]:
+        try:
+            key = (process.pid, process.create_time())
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        spent[key] = times.user + times.system
+    return spent
 
 
 def tree(root: psutil.Process) -> list[psutil.Process]:

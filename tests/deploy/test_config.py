@@ -76,3 +76,42 @@ def test_endpoints_follow_the_configured_ports(tmp_path: Path) -> None:
     assert found.kafka.bootstrap_servers == "127.0.0.1:9094"
     assert found.elasticsearch.url == "http://127.0.0.1:9201"
     assert Endpoints.from_json(found.to_json()) == found
+
+
+def test_services_java_options_are_split_as_a_shell_would_and_default_to_none() -> None:
+    assert load_config({}).java_options == ()
+    config = load_config(
+        {"DBUS_SERVICES_JAVA_OPTIONS": " -XX:TieredStopAtLevel=1  '-Dnote=a b' "}
+    )
+    assert config.java_options == ("-XX:TieredStopAtLevel=1", "-Dnote=a b")
+
+
+def test_each_jvm_the_services_start_carries_the_options_after_dbus_own(tmp_path: Path) -> None:
+    from dbus_deploy.services._elasticsearch import Elasticsearch
+    from dbus_deploy.services._install import Java
+    from dbus_deploy.services._kafka import Kafka
+
+    options = "-XX:TieredStopAtLevel=1 -Dx=1"
+    config = load_config({"DBUS_HOME": str(tmp_path), "DBUS_KAFKA_HEAP": "512m",
+                          "DBUS_SERVICES_JAVA_OPTIONS": options})  # fmt: skip
+    java = Java(binary=Path("/usr/bin/java"), home=Path("/usr"), major=17)
+    argv = Kafka(config)._java_argv(java, "kafka.Kafka", "server.properties", heap="512m")
+    at = argv.index("-XX:TieredStopAtLevel=1")
+    assert argv[at + 1] == "-Dx=1" and argv.index("-Xmx512m") < at < argv.index("kafka.Kafka")
+    assert Elasticsearch(config).java_opts() == "-Xms1g -Xmx1g -XX:TieredStopAtLevel=1 -Dx=1"
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("-XX:TieredStopAtLevel=1 '-Dnote=a", "cannot be split into options"),
+        ("-Xss4m TieredStopAtLevel=1", "holds 'TieredStopAtLevel=1', which is no JVM option"),
+    ],
+)
+def test_services_java_options_that_are_no_options_are_refused(value: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config({"DBUS_SERVICES_JAVA_OPTIONS": value})
+    assert caught.value.setting == "DBUS_SERVICES_JAVA_OPTIONS"
+    message = str(caught.value)
+    assert message.startswith(f"DBUS_SERVICES_JAVA_OPTIONS={value!r}") and problem in message
+    assert message.endswith("or unset it") and "\n" not in message

@@ -109,6 +109,15 @@ def test_a_service_that_dies_points_at_its_log_and_everything_started_is_stopped
     assert not any(entry.running for entry in status(config=config))
 
 
+def test_a_jvm_option_the_jvm_refuses_fails_the_service_quoting_the_jvm(isolated) -> None:
+    config = isolated(DBUS_SERVICES_JAVA_OPTIONS="-XX:+DbusNoSuchOption")
+    with pytest.raises(ServiceStartError) as caught:
+        up(["zookeeper"], config=config)
+    assert caught.value.service == "zookeeper"
+    assert "DbusNoSuchOption" in (caught.value.last_log_line or "")
+    assert not any(entry.running for entry in status(config=config))
+
+
 def test_a_broken_datadir_fails_with_mariadbs_own_complaint(isolated) -> None:
     config = isolated()
     # System tables "present" but empty: the server cannot open its privilege tables.

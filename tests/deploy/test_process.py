@@ -60,6 +60,17 @@ def test_skips_maven_advice_colour_codes_and_command_echo(tmp_path: Path) -> Non
     )
 
 
+def test_a_jvm_that_cannot_start_is_quoted_by_what_it_refused(tmp_path: Path) -> None:
+    log = tmp_path / "zookeeper.log"
+    log.write_text(
+        "$ java -Xms256m -XX:+DbusNoSuchOption -cp zk.jar QuorumPeerMain\n"
+        "Unrecognized VM option 'DbusNoSuchOption'\n"
+        "Error: Could not create the Java Virtual Machine.\n"
+        "Error: A fatal exception has occurred. Program will exit.\n"
+    )
+    assert last_log_line(log) == "Unrecognized VM option 'DbusNoSuchOption'"
+
+
 def test_uses_the_next_log_when_the_first_is_missing_or_empty(tmp_path: Path) -> None:
     empty = tmp_path / "empty.log"
     empty.write_text("")

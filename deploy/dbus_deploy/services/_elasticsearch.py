@@ -221,13 +221,18 @@ class Elasticsearch(Service):
                     if os.lstat(entry).st_uid != account.pw_uid:
                         os.lchown(entry, account.pw_uid, account.pw_gid)
 
+    def java_opts(self) -> str:
+        """``ES_JAVA_OPTS``: the heap, then the user's options. Elasticsearch splits it
+        at white space and honours no quotes."""
+        heap = self.config.heaps[self.name]
+        return " ".join([f"-Xms{heap}", f"-Xmx{heap}", *self.config.java_options])
+
     def prepare(self) -> Launch:
         self._make_dirs()
         java = find_java(self.config, self.name)
         self._check_reachable()
         self._write_config()
         self._chown_to_runner()
-        heap = self.config.heaps[self.name]
         return Launch(
             argv=[str(self.distribution / "bin" / "elasticsearch")],
             log_file=self.log_file,
@@ -238,7 +243,7 @@ class Elasticsearch(Service):
                 "ES_JAVA_HOME": str(java.home),
                 "ES_PATH_CONF": str(self.conf),
                 "ES_TMPDIR": str(self.run),
-                "ES_JAVA_OPTS": f"-Xms{heap} -Xmx{heap}",
+                "ES_JAVA_OPTS": self.java_opts(),
             },
             user=RUN_AS,
         )

@@ -84,6 +84,7 @@ class Kafka(Service):
             f"-Xms{heap}",
             f"-Xmx{heap}",
             "-XX:+UseG1GC",
+            *self.config.java_options,
             "-Djava.awt.headless=true",
             f"-Djava.io.tmpdir={self.run}",
             f"-Dkafka.logs.dir={self.logs}",

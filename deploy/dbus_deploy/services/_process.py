@@ -29,10 +29,13 @@ if TYPE_CHECKING:
 # Lines that say more about a failure than the plain last line of a log...
 _MEANINGFUL = re.compile(r"\b(ERROR|FATAL|Exception|Error|error|Could not|Cannot|Can't|Aborting)\b")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# ...except the advice tools print after the real error (Maven's help links).
+# ...except the advice tools print after the real error (Maven's help links), and the
+# lines a JVM that could not start prints after the option or setting it refused.
 _BOILERPLATE = re.compile(
     r"^\[ERROR\] \[Help \d+\]|Re-run Maven|For more information about"
     r"|To see the full stack trace|^\[ERROR\]\s*$"
+    r"|^Error: Could not create the Java Virtual Machine\.$"
+    r"|^Error: A fatal exception has occurred\. Program will exit\.$"
     r"|^\$ "  # the command line run_logged writes first
 )
 

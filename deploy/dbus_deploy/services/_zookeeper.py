@@ -73,6 +73,7 @@ class ZooKeeper(Service):
                 str(java.binary),
                 f"-Xms{heap}",
                 f"-Xmx{heap}",
+                *self.config.java_options,
                 f"-Dzookeeper.log.dir={self.logs}",
                 f"-Dlog4j.configuration=file:{self.conf / 'log4j.properties'}",
                 f"-Djava.io.tmpdir={self.run}",
