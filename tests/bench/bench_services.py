@@ -71,6 +71,8 @@ def _load(service: str, config: ServicesConfig, messages: int) -> None:
         while read < messages and time.monotonic() < deadline:
             read += len(consumer.consume(1000, timeout=1))
         consumer.close()
+        if read < messages:
+            raise SystemExit(f"kafka: read back {read} of {messages} messages in 120 s")
     elif service == "elasticsearch":
         url = endpoints(config).elasticsearch.url
         for start in range(0, messages, 500):
@@ -78,7 +80,9 @@ def _load(service: str, config: ServicesConfig, messages: int) -> None:
                            for i, doc in enumerate(documents[start:start + 500]))  # fmt: skip
             request = urllib.request.Request(url + "/_bulk?refresh=true", data=body.encode(),
                                              headers={"Content-Type": "application/x-ndjson"})
-            urllib.request.urlopen(request, timeout=60).read()
+            with urllib.request.urlopen(request, timeout=60) as response:
+                if json.load(response)["errors"]:
+                    raise SystemExit("elasticsearch: a bulk request indexed only a part")
         for i in range(100):
             urllib.request.urlopen(f"{url}/bench/_search?q=id:{i * 7}", timeout=60).read()
 
