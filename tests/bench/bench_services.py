@@ -19,7 +19,6 @@ are printed per run, then their medians.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import itertools
 import json
 import statistics
@@ -33,8 +32,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from measures import TreeCpu, cpu_so_far
-from support import free_ports
+from measures import TreeCpu, adopt_orphans, cpu_so_far
+from support import free_ports, kafka_count
 
 from dbus_deploy.services import (
     PORT_VARIABLES,
@@ -46,8 +45,6 @@ from dbus_deploy.services import (
 )
 from dbus_deploy.services._config import JAVA_OPTIONS_ENV
 
-PR_SET_CHILD_SUBREAPER = 36
-
 
 def _load(service: str, config: ServicesConfig, messages: int) -> None:
     """``messages`` small JSON documents through ``service``: into Kafka and read back,
@@ -56,7 +53,7 @@ def _load(service: str, config: ServicesConfig, messages: int) -> None:
     documents = [json.dumps({"id": i, "name": f"customer {i}", "note": "a row change " * 5})
                  for i in range(messages)]  # fmt: skip
     if service == "kafka":
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Producer
 
         bootstrap = endpoints(config).kafka.bootstrap_servers
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -64,13 +61,7 @@ def _load(service: str, config: ServicesConfig, messages: int) -> None:
             producer.produce("bench", key=str(i), value=document)
             producer.poll(0)
         producer.flush(60)
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
-                             "auto.offset.reset": "earliest"})  # fmt: skip
-        consumer.subscribe(["bench"])
-        read, deadline = 0, time.monotonic() + 120
-        while read < messages and time.monotonic() < deadline:
-            read += len(consumer.consume(1000, timeout=1))
-        consumer.close()
+        read = kafka_count(bootstrap, "bench", expected=messages, within=120)
         if read < messages:
             raise SystemExit(f"kafka: read back {read} of {messages} messages in 120 s")
     elif service == "elasticsearch":
@@ -137,7 +128,7 @@ def main() -> int:
                         help="the load after the idle time (Kafka and Elasticsearch)")
     args = parser.parse_args()
     # The services' processes detach from `up`: adopted here, they stay in TreeCpu's tree.
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    adopt_orphans()
     variants = {"Java's defaults": "", args.options: args.options}
     for service in args.services.split(","):
         figures: dict[str, list[tuple[float, ...]]] = {name: [] for name in variants}

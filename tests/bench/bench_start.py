@@ -22,7 +22,6 @@ is what reaches Kafka first.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import re
 import signal
@@ -40,7 +39,7 @@ import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime import deployment
-from measures import TopicCount, TreeCpu
+from measures import TopicCount, TreeCpu, adopt_orphans
 
 from dbus_deploy.services import endpoints
 
@@ -85,13 +84,6 @@ def _started_after(log: Path, began_wall: float) -> dict[str, float | None]:
     for name, seconds in PHASE.findall(found.group(3)):
         steps[name] = float(seconds)
     return steps
-
-
-def _adopt_orphans() -> None:
-    """Become the reaper of this process's orphaned descendants (Linux), so each of
-    them stays in this process's tree, where its CPU is sampled (``TreeCpu``)."""
-    PR_SET_CHILD_SUBREAPER = 36
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _reap_all(within: float = 30.0) -> None:
@@ -170,7 +162,7 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=0.02, help="seconds between commits")
     parser.add_argument("--timeout", type=float, default=180.0)
     args = parser.parse_args()
-    _adopt_orphans()
+    adopt_orphans()
     local = endpoints()
     maria = local.mariadb
     connect = {"host": maria.host, "port": maria.port, "user": maria.user,

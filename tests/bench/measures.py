@@ -5,6 +5,7 @@ process's descendants took."""
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -382,6 +383,14 @@ class CpuShare(Sampler):
         taken = [(part, cores) for part, cores in self.cores.items() if cores >= 0.005]
         parts = ", ".join(f"{part} {cores:.2f}" for part, cores in taken)
         return f"{parts} cores; the machine {self.busy:.0%} busy ({psutil.cpu_count()} cores)"
+
+
+def adopt_orphans() -> None:
+    """Become the reaper of this process's orphaned descendants (Linux), so each of them
+    stays in this process's tree, where ``TreeCpu`` samples its CPU (a service or a Spark
+    process detaches from the command that started it)."""
+    pr_set_child_subreaper = 36
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
 
 
 class TreeCpu(Sampler):
