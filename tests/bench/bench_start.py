@@ -8,7 +8,9 @@ On the real services (``dbus services up``), each run:
 * stops it (SIGTERM) and times the stop, and counts the CPU seconds its whole process
   tree spent from its start to its stop (the CLI, Spark's JVM, every Python process
   Spark started), sampled every 0.1 s (``measures.TreeCpu``: this process adopts the
-  ones whose parent went first, so they stay in its tree, and reaps them);
+  ones whose parent went first, so they stay in its tree, and reaps them), with
+  Python's bytecode caches in use, as a user's runtime has them
+  (``measures.cache_bytecode``);
 * starts it again on the same checkpoint (a restart: it resumes where it committed)
   and times the same two moments.
 
@@ -39,7 +41,7 @@ import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_runtime import deployment
-from measures import TopicCount, TreeCpu, adopt_orphans
+from measures import TopicCount, TreeCpu, adopt_orphans, cache_bytecode
 
 from dbus_deploy.services import endpoints
 
@@ -163,6 +165,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=180.0)
     args = parser.parse_args()
     adopt_orphans()
+    cache_bytecode()
     local = endpoints()
     maria = local.mariadb
     connect = {"host": maria.host, "port": maria.port, "user": maria.user,

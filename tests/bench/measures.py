@@ -6,6 +6,8 @@ process's descendants took."""
 from __future__ import annotations
 
 import ctypes
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -391,6 +393,16 @@ def adopt_orphans() -> None:
     process detaches from the command that started it)."""
     pr_set_child_subreaper = 36
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+
+def cache_bytecode() -> None:
+    """Let this process's descendants write Python's bytecode caches, as a user's
+    runtime does (tox and a plain shell alike): with ``PYTHONDONTWRITEBYTECODE`` set, a
+    module that has no cache yet (this checkout's own, before anything wrote them) is
+    compiled from source in each Python process Spark starts, and a runtime's CPU comes
+    out seconds higher than a user's."""
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        print("PYTHONDONTWRITEBYTECODE unset for this bench's processes", file=sys.stderr)
 
 
 class TreeCpu(Sampler):
