@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -259,9 +260,10 @@ def _chunk_rows(
     rows = 0
     found: set[str] = set()
     read: ChunkRead | None = None
+    second_row_at = 0.0
 
     def records(item: RowChange | ChunkRead) -> Iterable[StageRecord]:
-        nonlocal position, read, rows
+        nonlocal position, read, rows, second_row_at
         if type(item) is ChunkRead:
             position = position_to_json(item.position)
             read = item
@@ -270,6 +272,8 @@ def _chunk_rows(
             return ()
         assert type(item) is RowChange
         rows += 1
+        if rows == 2:  # the first row's records are out, and its lane's transaction open
+            second_row_at = time.monotonic()
         if partition.deletes:
             found.update(stage.sink_keys(item))
         return stage.process_snapshot(partition.deployment, item, counts)
@@ -280,6 +284,7 @@ def _chunk_rows(
             key_from_json(chunk.upper), where=partition.where,
         )  # fmt: skip
         task.deliver(items, records, refused_by=partition.deployment, order=_one_change)
+        rows_seconds = time.monotonic() - second_row_at if rows > 1 else 0.0
         if read is not None and not out.refused(partition.deployment):
             for record in _repair_deletes(partition, stage, read, found, counts, reader):
                 out.put(record)
@@ -305,7 +310,7 @@ def _chunk_rows(
             partition.seq,
             chunk.run,
             position_to_json(offset_to_position(partition.end)),
-            counts.read_seconds,
+            rows_seconds,
         )
     )
 

@@ -75,7 +75,10 @@ class ChunkDone(JsonForm):
     """The position the stream's micro-batch that read it ends at: the same in every
     attempt of that batch, and at or before every position the chunk was read at."""
     seconds: float = 0.0
-    """How long its read took (rows through the functions, records out)."""
+    """How long its rows took past its first (read, through the functions, records
+    out): what a chunk's size costs, without what every chunk costs however small
+    (its query's start, its sinks' lane and transaction opened by its first record).
+    0: a chunk of one row or none, which tells no rate."""
 
     @model_validator(mode="before")
     @classmethod
@@ -180,9 +183,12 @@ class HistoryTask(JsonForm):
 
     def chunk_rows(self, most: int) -> int:
         """Rows for its next chunk: as many as are read in about ``CHUNK_SECONDS`` at
-        the rate its chunks were read at so far, at most ``most``. A micro-batch ends
-        with its slowest partition, so a chunk's read time is what the live stream
-        waits for at worst."""
+        the rate its chunks' rows were read at so far, at most ``most``. A micro-batch
+        ends with its slowest partition, so a chunk's read time is what the live stream
+        waits for at worst. The rate leaves out what every chunk costs however small
+        (``ChunkDone.seconds``): counted in, a chunk that costs more to open (an exactly
+        once lane's transaction) read smaller and smaller chunks, more of them, and so
+        more of that cost."""
         if self.rate <= 0:
             return min(most, FIRST_CHUNK_ROWS)
         return min(most, max(MIN_CHUNK_ROWS, int(self.rate * CHUNK_SECONDS)))
