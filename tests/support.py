@@ -73,6 +73,21 @@ def _port_slice() -> Iterator[int]:
 _PORTS = _port_slice()
 
 
+FIRST_BATCH = 300.0
+"""Seconds a (re)started runtime may take to commit its first batch, or to deliver its
+first change, before it counts as stuck. A start is the runtime's, Spark's JVM and then
+the chain of Python processes Spark starts one after another to plan and run a batch
+(about 20 s on a quiet 2-core machine, most of it CPU: docs/performance.md, "A fast
+start"); a restart's first batch is also what the killed run had not committed and what
+was written while it was down. Alone on the machine a restart took 24-44 s to its first
+commit; in the parallel pass, beside the other workers' Spark runtimes, 68-123 s (CPU,
+so it stretches with the load; 2c8a71d's stacks showed a slow start and a large first
+batch, no hang), and at the pass's start (three files starting runtimes and servers at
+once) a first batch's task ended 24-32 s after its offsets. The wait is for that batch,
+not a bound on its speed: 300 s is about 2.5 times the slowest seen under load, and a
+run past it is stuck."""
+
+
 def wait_for(
     check: Callable[[], Any],
     within: float,

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_capture import WIDE, WIDE_FILL
 from bench_runtime import WARM, WARM_FILL, runtime_row_id
-from measures import TopicCount, steady_load
+from measures import TopicCount, cache_bytecode, steady_load
 
 from dbus_fn.capture import SourceSpec, replica_id_for
 from dbus_fn.local_services import local_endpoints
@@ -125,6 +125,7 @@ def measure(spark: Any, cur: Any, settings: dict[str, Any], database: str, work:
 
 
 def main() -> None:
+    cache_bytecode()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 5, 20])
     parser.add_argument("--rows", type=int, default=20_000)

@@ -42,7 +42,7 @@ import pymysql.cursors
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_capture import WIDE, WIDE_FILL
-from measures import CpuShare
+from measures import CpuShare, cache_bytecode
 from support import kafka_consumer
 
 from dbus_deploy.services import endpoints
@@ -242,6 +242,7 @@ def bootstrap(spark: Any, cfg: RuntimeConfig, deployment: str, table: str, pulse
 
 
 def main() -> None:
+    cache_bytecode()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--small", type=int, default=200_000)

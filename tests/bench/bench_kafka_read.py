@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from measures import cache_bytecode
 from support import kafka_consumer
 
 from dbus_deploy.services import endpoints
@@ -160,6 +161,7 @@ def read_in_python(bootstrap: str, topic: str, rows: int) -> float:
 
 
 def main() -> None:
+    cache_bytecode()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)

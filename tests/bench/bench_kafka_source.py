@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_capture import WIDE, WIDE_FILL
 from bench_runtime import WARM, WARM_FILL, config, deployment
-from measures import TopicCount
+from measures import TopicCount, cache_bytecode
 from support import kafka_consumer
 
 from dbus_deploy.services import endpoints
@@ -104,6 +104,7 @@ def bare_read(bootstrap: str, topic: str, total: int) -> float:
 
 
 def main() -> None:
+    cache_bytecode()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=1)

@@ -42,7 +42,7 @@ import pymysql
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_runtime import runtime_row_id
-from measures import SteadyLoad, steady_load
+from measures import SteadyLoad, cache_bytecode, steady_load
 from support import Proxy, kafka_count, serving_api
 
 from dbus_fn.capture import SourceSpec, replica_id_for
@@ -101,6 +101,7 @@ def _caught_up(es: str, index: str, rows: int, timeout: float = 600) -> float:
 
 
 def main() -> None:
+    cache_bytecode()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=30.0)

@@ -45,7 +45,7 @@ from debezium_peer import (
     fetch,
 )
 from debezium_peer import row_id as peer_row_id
-from measures import PeakMemory, TopicCount, steady_load, tree
+from measures import PeakMemory, TopicCount, cache_bytecode, steady_load, tree
 from side_by_side import Metric, render
 from support import free_port
 
@@ -333,6 +333,7 @@ def measure(bench: Bench, engines: list[PeerRun | DbusRun]) -> None:
 
 
 def main() -> None:
+    cache_bytecode()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000, help="rows per table")
     parser.add_argument(

@@ -43,7 +43,7 @@ import pymysql
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_capture import WIDE, WIDE_FILL, bare, master
-from measures import CommittedCount, PeakMemory, SteadyLoad, TopicCount, steady_load
+from measures import CommittedCount, PeakMemory, SteadyLoad, TopicCount, cache_bytecode, steady_load
 
 from dbus_deploy.services import endpoints
 from dbus_fn.capture import SourceSpec, replica_id_for
@@ -279,6 +279,7 @@ def peak_rss_during(spark: Any, cfg: RuntimeConfig, rows: int) -> dict[str, floa
 
 
 def main() -> None:
+    cache_bytecode()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--rate", type=int, default=1000, help="rows/s for the latency run")

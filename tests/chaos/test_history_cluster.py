@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from convergence import FIRST_COMMIT, RuntimeProcess
+from convergence import RuntimeProcess
 from history_support import (
     Churn,
     TopicState,
@@ -20,7 +20,7 @@ from history_support import (
     create_products,
     wait_sinks_equal_table,
 )
-from support import wait_for
+from support import FIRST_BATCH, wait_for
 
 from dbus_fn.cli import cli
 from dbus_fn.coordination import ZooKeeperSettings, close, cluster_status, connect
@@ -93,7 +93,7 @@ def test_a_bootstrap_moves_with_its_source_and_ends_equal(
         churn.start()
         first.start()
         # Deployed to a running member, which reads the table for it.
-        first.wait_first_commit(FIRST_COMMIT)
+        first.wait_first_commit(FIRST_BATCH)
         _dbus(settings, "fn", "deploy", str(folder))
         wait_for(lambda: progress()[0] >= 4, 180, "rt-1 to commit 4 chunks", every=0.3,
                  alive=first.alive)  # fmt: skip

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from convergence import FIRST_COMMIT, RuntimeProcess, say_seed
+from convergence import RuntimeProcess, say_seed
 from history_support import (
     Churn,
     TopicState,
@@ -31,7 +31,7 @@ from history_support import (
     wait_sinks_equal_table,
 )
 from scratch import scratch_database, scratch_index, scratch_topic
-from support import wait_for
+from support import FIRST_BATCH, wait_for
 
 from dbus_spark.state.checkpoint import progress_path
 from dbus_spark.state.history import HistoryStore
@@ -79,7 +79,7 @@ def _kill_three_times(run: Bootstraps, rng: random.Random) -> None:
     runtime = run.runtime
     for _ in range(KILLS):
         runtime.start()
-        runtime.wait_first_commit(FIRST_COMMIT)
+        runtime.wait_first_commit(FIRST_BATCH)
         time.sleep(rng.uniform(0.5, 3.0))
         runtime.kill9()
         for delivery, bootstrap in run.each.items():

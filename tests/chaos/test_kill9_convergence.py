@@ -29,7 +29,6 @@ from typing import Any
 
 import pytest
 from convergence import (
-    FIRST_COMMIT,
     Convergence,
     Routes,
     RuntimeProcess,
@@ -44,7 +43,7 @@ from convergence import (
 )
 from elasticsearch import Elasticsearch
 from scratch import FreshDatabase
-from support import PrivateServices
+from support import FIRST_BATCH, PrivateServices
 
 pytestmark = [pytest.mark.e2e, pytest.mark.chaos]
 
@@ -128,7 +127,7 @@ def _kill(runtime: RuntimeProcess, rng: random.Random) -> None:
         if rng.random() < STARTUP_SHARE:
             delay = rng.uniform(*KILL_IN_STARTUP)
         else:
-            delay = runtime.wait_first_commit(FIRST_COMMIT) + rng.uniform(*KILL_AFTER_FIRST_COMMIT)
+            delay = runtime.wait_first_commit(FIRST_BATCH) + rng.uniform(*KILL_AFTER_FIRST_COMMIT)
         _sleep_watching(runtime, delay - (time.time() - runtime.current.started))
         runtime.kill9()
         killed = runtime.current

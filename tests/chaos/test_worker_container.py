@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from convergence import FIRST_COMMIT, RuntimeProcess
+from convergence import RuntimeProcess
 from history_support import (
     Churn,
     TopicState,
@@ -35,7 +35,7 @@ from history_support import (
 )
 from packages_support import TwoDeployments
 from scratch import FreshDatabase, scratch_database, scratch_index, scratch_topic
-from support import free_port, kafka_count, wait_for
+from support import FIRST_BATCH, free_port, kafka_count, wait_for
 
 from dbus_deploy.image import BuiltImage, WorkerContainer, start_worker, stop_worker
 from dbus_deploy.spark import SparkClusterConfig, down, load_spark_config, up
@@ -126,8 +126,8 @@ def container_runtime(
 
         stack.callback(runtime.stop)
         runtime.start()
-        # A hang guard, not a speed bound: FIRST_COMMIT says why 300 s.
-        runtime.wait_first_commit(FIRST_COMMIT)
+        # A hang guard, not a speed bound: FIRST_BATCH says why 300 s.
+        runtime.wait_first_commit(FIRST_BATCH)
         yield shared
         assert runtime.stop() == 0, runtime.tail()
 

@@ -20,18 +20,11 @@ from typing import Any
 import pytest
 from e2e_support import Scratch, spawn_cli_runtime, stop_cli_runtime
 from scratch import scratch_database
-from support import kafka_ids, route_code, runtime_api, wait_for
+from support import FIRST_BATCH, kafka_ids, route_code, runtime_api, wait_for
 
 from dbus_deploy.services import down, status, up
 
 pytestmark = [pytest.mark.e2e]
-
-FIRST_CHANGE = 300.0
-"""Seconds a runtime may take to deliver its first change, before any fault: its first
-batch starts Spark's task workers, and at the start of the parallel pass (three files
-starting runtimes and servers at once) that batch's task ended 24-32 s after its
-offsets in a fresh clone's run. The fault tests' waits come after it."""
-
 
 def _deployment(scratch: Scratch, name: str, table: str, topic: str, source: str) -> Path:
     folder = Path(scratch.function_folder(name, route_code(table, f"kafka://{topic}"), [table]))
@@ -91,7 +84,7 @@ def test_a_stopped_source_server_leaves_the_runtime_and_its_other_sources_runnin
             for database in databases.values():
                 _insert(database, 1)
             for source, topic in topics.items():
-                assert kafka_ids(bootstrap, topic, 1, within=FIRST_CHANGE) == [1], (
+                assert kafka_ids(bootstrap, topic, 1, within=FIRST_BATCH) == [1], (
                     f"{source}'s first change"
                 )
 
@@ -181,9 +174,9 @@ def test_a_kafka_source_whose_brokers_stop_leaves_the_runtime_and_its_other_sour
         runtime_api(scratch.tmp_path / "checkpoint")
         _insert(scratch.fresh_database, 1)
         _relay(theirs, relayed, 2)
-        first = kafka_ids(bootstrap, topics["shop"], 1, within=FIRST_CHANGE)
+        first = kafka_ids(bootstrap, topics["shop"], 1, within=FIRST_BATCH)
         assert first == [1], "the binlog source's change"
-        assert kafka_ids(bootstrap, topics["dc2"], 1, within=FIRST_CHANGE) == [2], (
+        assert kafka_ids(bootstrap, topics["dc2"], 1, within=FIRST_BATCH) == [2], (
             "the Kafka source's change"
         )
 
