@@ -231,15 +231,19 @@ def test_chunks_are_sized_to_the_rate_their_reads_went_at(tmp_path: Path) -> Non
     fresh = store.tasks("src")[name]
     assert fresh.chunk_rows(10_000) == 2_000  # the rate is not known yet
     assert fresh.chunk_rows(500) == 500  # never more than asked
-    slow = ChunkDone("src", name, None, [["i", 100]], at(600), 4_000, 0, 1, at(500), 2.0)
+    slow = ChunkDone("src", name, None, [["i", 100]], at(600), 4_001, 0, 1, at(500), 2.0)
     store.record([slow])
     recorded = HistoryStore(tmp_path / "h.json").tasks("src")[name]
     assert recorded.rate == 2_000.0
     assert recorded.chunk_rows(10_000) == 1_500  # 0.75 s at 2,000 rows/s
-    fast = ChunkDone("src", name, [["i", 100]], [["i", 200]], at(700), 4_000, 0, 1, at(650), 0.2)
+    fast = ChunkDone("src", name, [["i", 100]], [["i", 200]], at(700), 4_001, 0, 1, at(650), 0.2)
     store.record([fast])
     assert store.tasks("src")[name].rate == 11_000.0  # halfway to the newest rate
     assert store.tasks("src")[name].chunk_rows(10_000) == 8_250
+    one = ChunkDone("src", name, [["i", 200]], [["i", 300]], at(800), 1, 0, 1, at(750), 0.0)
+    store.record([one])
+    assert store.tasks("src")[name].rows == 8_003
+    assert store.tasks("src")[name].rate == 11_000.0  # one row tells no rate
     store.tasks("src")[name].rate = 10.0
     assert store.tasks("src")[name].chunk_rows(10_000) == 200  # a floor for slow tables
     assert store.tasks("src")[name].chunk_rows(100) == 100  # below the floor when asked

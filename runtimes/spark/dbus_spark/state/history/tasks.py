@@ -502,8 +502,8 @@ class HistoryStore:
             task.done.append((chunk.upper, chunk.position, chunk.since))
             task.rows += chunk.rows
             self._taken(chunk.source, task.deployment)
-            if chunk.seconds > 0 and chunk.rows:
-                rate = chunk.rows / chunk.seconds
+            if chunk.seconds > 0 and chunk.rows > 1:
+                rate = (chunk.rows - 1) / chunk.seconds  # its rows past the first
                 task.rate = rate if task.rate <= 0 else (task.rate + rate) / 2
             if chunk.upper is None:
                 task.finished = time.time()
