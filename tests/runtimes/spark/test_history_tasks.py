@@ -115,10 +115,15 @@ def test_chunks_are_recorded_in_plan_order_and_a_replay_only_moves_positions(
     again.record([done(name, [["i", 200]], None, 900, 0)])
     finished = again.tasks("src")[name]
     assert finished.planned_all and finished.finished > 0
-    # Once the stream has read past where every chunk's batch ended, the gate lets go.
+    # Once the stream has read past where every chunk's batch ended, the gate lets go;
+    # for a deployment not with the stream (detached, paused), once its own read has.
     again.settle("src", BinlogPosition("binlog.000001", 750))
     assert not again.tasks("src")[name].live
-    again.settle("src", BinlogPosition("binlog.000001", 800))
+    again.settle("src", BinlogPosition("binlog.000001", 800),
+                 {"catalog": BinlogPosition("binlog.000001", 700)})  # fmt: skip
+    assert not again.tasks("src")[name].live
+    again.settle("src", BinlogPosition("binlog.000001", 800),
+                 {"other": BinlogPosition("binlog.000001", 700)})  # fmt: skip
     assert again.tasks("src")[name].live
 
 

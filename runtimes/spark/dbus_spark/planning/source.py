@@ -231,7 +231,9 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 # preflight considered them already (and refused what cannot be read).
                 self._history.consider(reader, self._manifests, strict=False)
                 if last is not None and hold(last) == hold(offset):
-                    self._history.settle(name, offset_to_position(last))
+                    self._history.settle(name, offset_to_position(last), {
+                        d: position_from_json(b.position) for d, b in book.get(name, {}).items()
+                    })  # fmt: skip
                 again = self._history.next_replan(name) if config.fencing is not None else None
                 if again is not None:
                     # What the last owner may have sent: read again as it planned it.

@@ -515,13 +515,23 @@ class HistoryStore:
         if changed:
             self.save()
 
-    def settle(self, source: str, read_to: BinlogPosition) -> None:
-        """Tasks whose every chunk is older than what the stream has read need no gate."""
+    def settle(
+        self,
+        source: str,
+        read_to: BinlogPosition,
+        behind: Mapping[str, BinlogPosition] | None = None,
+    ) -> None:
+        """Tasks whose every chunk is older than what their deployment's stream has read
+        need no gate: the shared read's ``read_to``, or where a deployment that is not
+        with it (detached, paused) has read to on its own (``behind``). Its own read
+        is behind the shared one, and without the gate it would send changes older
+        than a chunk after that chunk's rows."""
         changed = False
         for task in self.active(source):
-            if task.planned_all and (
-                not task.bootstrap or task.highest_position() <= position_order(read_to)
-            ):
+            reached = position_order(read_to)
+            if behind and task.deployment in behind:
+                reached = min(reached, position_order(behind[task.deployment]))
+            if task.planned_all and (not task.bootstrap or task.highest_position() <= reached):
                 task.live = True
                 changed = True
         if changed:
