@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import random
 import subprocess
 import sys
 import threading
@@ -17,10 +18,13 @@ from typing import Any
 import pytest
 from e2e_support import Scratch
 from elasticsearch import Elasticsearch
+from history_support import TopicState, chunk_thresholds
 from support import Proxy, kafka_count, page_texts, sample_sum, scrape, serving_api, wait_for
 
 from dbus_spark.interfaces.settings import runtime_config
 from dbus_spark.spark.job import start, stop
+from dbus_spark.state.checkpoint import progress_path
+from dbus_spark.state.history import HistoryStore
 from dbus_spark.state.progress import ProgressBook
 
 pytestmark = pytest.mark.e2e
@@ -62,12 +66,14 @@ def _documents(url: str, index: str) -> set[int]:
 
 
 class Writer:
-    """Inserts one row every ``every`` seconds in the background."""
+    """Inserts one row every ``every`` seconds in the background; with ``update``, updates
+    a random one of the keys 1 to ``update`` instead."""
 
-    def __init__(self, database: Any, first: int, every: float = 0.1, table: str = "orders"
-                 ) -> None:  # fmt: skip
+    def __init__(self, database: Any, first: int, every: float = 0.1, table: str = "orders",
+                 update: int = 0) -> None:  # fmt: skip
         self.next = first
         self._table = table
+        self._update = update
         self._database = database
         self._every = every
         self._stop = threading.Event()
@@ -76,10 +82,15 @@ class Writer:
 
     def _run(self) -> None:
         with self._database.connect() as conn, conn.cursor() as cur:
+            keys = random.Random(self.next)
             while not self._stop.is_set():
-                cur.execute(f"INSERT INTO {self._table} VALUES (%s, %s)",
-                            (self.next, self.next * 3))  # fmt: skip
-                self.next += 1
+                if self._update:
+                    cur.execute(f"UPDATE {self._table} SET total = total + 1 WHERE id = %s",
+                                (keys.randint(1, self._update),))  # fmt: skip
+                else:
+                    cur.execute(f"INSERT INTO {self._table} VALUES (%s, %s)",
+                                (self.next, self.next * 3))  # fmt: skip
+                    self.next += 1
                 self._stop.wait(self._every)
 
     def stop(self) -> int:
@@ -301,6 +312,66 @@ def test_a_function_slower_than_the_load_is_detached_and_catches_up_once_fast_ag
         stop(query, spark)
         server.stop()
         metrics.close()
+
+
+BOOTSTRAP_ROWS = 3_000
+"""30 chunks of 100 rows: a bootstrap of about 15 micro-batches. The updates are of
+keys across the table; those of the keys read so far reach the slow function, so it is
+detached a third of the way in, at most, and the rest is read while it is behind."""
+
+
+def test_a_bootstrap_that_ends_while_its_deployment_is_behind_keeps_its_merge(
+    spark: Any, scratch: Scratch
+) -> None:
+    """A deployment detached by its slow function reads behind the shared stream: the
+    bootstrap's gate holds back its changes of a read chunk's keys until its own read is
+    past that chunk's batch too, so none older than a key's snapshot row follows it."""
+    database, topic = scratch.fresh_database, scratch.kafka_topic
+    with database.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
+        cur.executemany("INSERT INTO orders VALUES (%s, %s)",
+                        [(i, i) for i in range(1, BOOTSTRAP_ROWS + 1)])  # fmt: skip
+    table = f"{database.name}.orders"
+    # Slow on changes only: its snapshot rows (the chunks) go as fast as they are read.
+    folder = Path(scratch.function_folder("behind", f"""
+        import time
+
+        import dbus_fn as fn
+
+        @fn.route(tables="{table}")
+        def there(event: fn.RowChange) -> str:
+            if event.op is not fn.Operation.SNAPSHOT:
+                time.sleep(0.3)
+            return "kafka://{topic}"
+        """, [table], initial="snapshot"))  # fmt: skip
+    writer = Writer(database, 1, every=0.05, update=BOOTSTRAP_ROWS)
+    # A deployment is detached so that it holds back no other: one that keeps up.
+    fast = _deployment(scratch, "fast", table, f"es://{scratch.es_index}")
+    query, config = _run(scratch, [folder, fast], scratch.services.elasticsearch.url, spark,
+                         chunk_rows=100)  # fmt: skip
+    book, store = ProgressBook(config.checkpoint_dir), progress_path(config.checkpoint_dir)
+    task = f"behind:{table}"
+    state = TopicState(scratch.services.kafka.bootstrap_servers, topic)
+    try:
+        finished = wait_for(lambda: (t := HistoryStore(store).tasks("src").get(task))
+                            and t.finished, 180, "the bootstrap to end", every=0.5)  # fmt: skip
+        detached = book.load().get("src", {}).get("behind")
+        assert detached is not None and detached.since < finished, (
+            "the deployment was not behind when its bootstrap ended", detached
+        )
+        writer.stop()
+        wait_for(lambda: not book.load().get("src"), 300, "the deployment to catch up and rejoin",
+                 every=1.0)  # fmt: skip
+        wanted = set(range(1, BOOTSTRAP_ROWS + 1))
+        wait_for(lambda: state.poll(1.0) or set(state.contents()) >= wanted, 60,
+                 "every row in Kafka")  # fmt: skip
+        violations = state.merge_violations(chunk_thresholds(store, "src", task))
+        assert violations[:5] == [], f"{len(violations)} keys out of merge order"
+        assert query.exception() is None
+    finally:
+        writer.stop()
+        state.close()
+        stop(query, spark)
 
 
 def _kafka_keys(bootstrap: str, topic: str, count: int) -> list[tuple[int, str]]:
