@@ -34,13 +34,13 @@ def test_a_batch_still_running_when_for_ends_blames_no_sink(tmp_path: Path) -> N
     from test_runtime_preflight import _checkpoint
 
     from dbus_fn.errors import UndeliveredError
-    from dbus_spark.interfaces.cli import _check_delivered
+    from dbus_spark.interfaces.cli import _undelivered
 
     checkpoint = str(_checkpoint(tmp_path / "cp", planned=2, committed=1))
     planned = 1_700_000_000.002
-    with pytest.raises(UndeliveredError) as caught:
-        _check_delivered(checkpoint, planned + 40, ran_out=True)
-    message = str(caught.value)
+    failure = _undelivered(checkpoint, planned + 40, ran_out=True)
+    assert isinstance(failure, UndeliveredError)
+    message = str(failure)
     assert "batch 2 (shop up to binlog.000003:300)" in message
     assert "before --for ended (40s after it was planned" in message
     assert "the sink that failed" not in message and "nothing is lost" in message

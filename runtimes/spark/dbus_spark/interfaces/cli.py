@@ -286,8 +286,7 @@ def start(
     """Run the function deployments over the sources until stopped: Ctrl-C stops with
     one line saying how far the sinks have every change and exits 130; SIGTERM exits 0."""
     from dbus_spark.reads import open_read_control
-    from dbus_spark.spark.job import stop as stop_query
-    from dbus_spark.spark.session import workers_python
+    from dbus_spark.spark.session import end_spark, workers_python
 
     os.environ[LOG_FORMAT_ENV] = log_format  # Spark's Python workers inherit it
     if executor_python:
@@ -311,45 +310,18 @@ def start(
         signals.restore()
         raise
     signals.listen()
-    deadline = None if run_for is None else time.monotonic() + run_for
-    ran_out = False  # --for ended the run
+    failure: Exception | None = None
     try:
-        while signals.received is None and query.isActive:
-            if deadline is not None and time.monotonic() > deadline:
-                ran_out = True
-                break
-            query.awaitTermination(1.0)
-    except KeyboardInterrupt:
-        signals.received = signal.SIGINT
-    except Exception:
-        # SIGTERM sent to the whole process group (a service manager's stop) also
-        # reaches Spark's JVM and Python helpers, so the query dies under us with
-        # their errors: that is the stop we were asked for, not a failure.
-        if signals.received is None:
-            raise
+        stopping, ran_out = _run_until_stopped(query, signals, run_for, served, member)
+        # Read while Spark runs: a checkpoint URI is read through its JVM.
+        if signals.received == signal.SIGINT:
+            failure = _interrupted(checkpoint_dir)
+        elif signals.received is None:  # a service manager's SIGTERM is a stop, not a failure
+            failure = _query_error(query) or _undelivered(checkpoint_dir, stopping, ran_out)
     finally:
-        stopping = time.time()
-        try:
-            if query.isActive:
-                stop_query(query)
-        except Exception:
-            if signals.received is None:
-                raise
-        finally:
-            if served is not None:
-                served.stop()
-            if member is not None:
-                member.stop()
-            signals.restore()
-    if signals.received == signal.SIGINT:
-        raise _interrupted(checkpoint_dir)
-    if signals.received is None:  # a service manager's SIGTERM is a stop, not a failed run
-        error = query.exception()
-        if error is not None:
-            raise click.ClickException(
-                f"the runtime stopped on an error: {str(error).splitlines()[0]}"
-            )
-        _check_delivered(checkpoint_dir, stopping, ran_out=ran_out)
+        end_spark()
+    if failure is not None:
+        raise failure
     click.echo("runtime stopped")
     if signals.received == signal.SIGTERM:
         # The group's SIGTERM stopped Spark's JVM too: py4j's daemon threads may still
@@ -466,15 +438,70 @@ def _launch(
     return query, None, config.checkpoint_dir
 
 
-def _check_delivered(checkpoint_dir: str, stopping: float, *, ran_out: bool = False) -> None:
-    """Fail a run that ends with a batch its sinks never took (one planned before the
-    stop began; a batch the stop itself cut short is only replayed). ``ran_out``: the
-    run ended because --for did, so the batch may only have been long, not failed."""
+def _run_until_stopped(
+    query: StreamingQuery,
+    signals: _StopSignals,
+    run_for: float | None,
+    served: RuntimeApi | None,
+    member: ClusterMember | None,
+) -> tuple[float, bool]:
+    """Wait for the query to end, a stop signal or the end of ``run_for``, then stop the
+    query, the API and the cluster membership; when the stop began, and whether
+    ``run_for`` ended the run."""
+    from dbus_spark.spark.job import stop as stop_query
+
+    deadline = None if run_for is None else time.monotonic() + run_for
+    ran_out = False
+    try:
+        while signals.received is None and query.isActive:
+            if deadline is not None and time.monotonic() > deadline:
+                ran_out = True
+                break
+            query.awaitTermination(1.0)
+    except KeyboardInterrupt:
+        signals.received = signal.SIGINT
+    except Exception:
+        # SIGTERM sent to the whole process group (a service manager's stop) also
+        # reaches Spark's JVM and Python helpers, so the query dies under us with
+        # their errors: that is the stop we were asked for, not a failure.
+        if signals.received is None:
+            raise
+    finally:
+        stopping = time.time()
+        try:
+            if query.isActive:
+                stop_query(query)
+        except Exception:
+            if signals.received is None:
+                raise
+        finally:
+            if served is not None:
+                served.stop()
+            if member is not None:
+                member.stop()
+            signals.restore()
+    return stopping, ran_out
+
+
+def _query_error(query: StreamingQuery) -> click.ClickException | None:
+    """The one line of a run whose query failed."""
+    error = query.exception()
+    if error is None:
+        return None
+    return click.ClickException(f"the runtime stopped on an error: {str(error).splitlines()[0]}")
+
+
+def _undelivered(
+    checkpoint_dir: str, stopping: float, ran_out: bool = False
+) -> UndeliveredError | None:
+    """What fails a run that ends with a batch its sinks never took (one planned before
+    the stop began; a batch the stop itself cut short is only replayed). ``ran_out``:
+    the run ended because --for did, so the batch may only have been long, not failed."""
     from dbus_spark.state.checkpoint import pending_batch
 
     pending = pending_batch(checkpoint_dir)
     if pending is None or pending.planned_at >= stopping:
-        return
+        return None
     reads = ", ".join(f"{name} up to {position}" for name, position in pending.positions.items())
     if ran_out:
         # The driver cannot tell a slow batch from a sink that keeps failing (both
@@ -486,7 +513,7 @@ def _check_delivered(checkpoint_dir: str, stopping: float, *, ran_out: bool = Fa
         hint = "If a sink failed, the log above names it"
     else:
         why, hint = "before the runtime stopped", "See the log above for the sink that failed"
-    raise UndeliveredError(
+    return UndeliveredError(
         f"batch {pending.batch} ({reads or 'no source'}) was never acknowledged by the sinks "
         f"{why}; nothing is lost: the next start with the same checkpoint "
         f"({checkpoint_dir}) delivers it. {hint}",
@@ -522,5 +549,3 @@ def _member(options: Mapping[str, Any]) -> ClusterMember:
         settings, name, base, last_config_path(base.checkpoint_dir),
         capacity=options["capacity"], start=options["start"],
     )  # fmt: skip
-
-

@@ -1,7 +1,8 @@
 """The Spark session a runtime runs in: Spark's settings, the Python its workers run
 (``workers_python``) and the path they start with (``_files_on_workers_path``), dbus's
 log and JVM options, the driver's calls into the JVM without pyspark's NumPy converters
-(``_without_numpy_converters``), and dbus's two data sources registered.
+(``_without_numpy_converters``), dbus's two data sources registered, and the session's
+end (``end_spark``): its JVM and Python workers gone before a runtime says it stopped.
 
 ``python -m dbus_spark.spark.session`` starts one session and prints its JVM's pid: the
 process ``dbus_spark.config.jvm`` runs to make Spark's class archive as that JVM ends.
@@ -9,6 +10,7 @@ process ``dbus_spark.config.jvm`` runs to make Spark's class archive as that JVM
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -16,6 +18,7 @@ import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 
+import psutil
 from pyspark import SparkConf, SparkContext, SparkFiles
 from pyspark.sql import SparkSession
 
@@ -107,6 +110,33 @@ def spark_session(
     session.dataSource.register(BinlogDataSource)
     session.dataSource.register(FunctionSinkDataSource)
     return session
+
+
+END_SECONDS = 30.0
+"""How long a stopping runtime waits for Spark's processes before it kills them."""
+
+
+def end_spark(timeout: float = END_SECONDS) -> None:
+    """End this process's Spark and wait until its JVM and every Python worker the
+    JVM started are gone; what is left after ``timeout`` is killed.
+
+    Without the wait, Spark's processes outlive the runtime that said it stopped:
+    the JVM ends only once it sees its driver gone, and its Python workers after it,
+    publishing counters into the runtime's folder and holding their sources' read
+    locks meanwhile, while a service manager or a user may already start the next run.
+    """
+    processes = psutil.Process().children(recursive=True)
+    # No call into the JVM: a signal sent to the whole group may be ending it already.
+    # It ends on its stdin's end, stopping Spark (and its workers' daemons) as it exits.
+    child = getattr(SparkContext._gateway, "proc", None)
+    if child is not None and child.stdin is not None:
+        with contextlib.suppress(OSError):
+            child.stdin.close()
+    _, left = psutil.wait_procs(processes, timeout=timeout)
+    for process in left:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(left, timeout=5)
 
 
 def _without_numpy_converters() -> None:
