@@ -35,8 +35,12 @@ ALONE = pytest.mark.exclusive
 
 
 def _deployment(scratch: Scratch, name: str, table: str, route: str, delay: float = 0.0,
-                initial: str | None = None) -> Path:  # fmt: skip
+                initial: str | None = None, changes_only: bool = False) -> Path:  # fmt: skip
+    """A deployment routing every event of ``table`` to ``route``, each in ``delay``
+    seconds (with ``changes_only``, each change: its snapshot rows go as fast as read)."""
     slow = f"time.sleep({delay})" if delay else "pass"
+    if changes_only:
+        slow = f"if event.op is not fn.Operation.SNAPSHOT: {slow}"
     return Path(
         scratch.function_folder(
             name,
@@ -315,9 +319,10 @@ def test_a_function_slower_than_the_load_is_detached_and_catches_up_once_fast_ag
 
 
 BOOTSTRAP_ROWS = 3_000
-"""30 chunks of 100 rows: a bootstrap of about 15 micro-batches. The updates are of
-keys across the table; those of the keys read so far reach the slow function, so it is
-detached a third of the way in, at most, and the rest is read while it is behind."""
+"""30 chunks of 100 rows: a bootstrap of about 15 micro-batches. The updates, 10 a
+second, are of keys across the table; those of the keys read so far reach the slow
+function (0.2 s a change), so it is detached a quarter of the way in, at most (its
+function busy half of a read), and the rest is read while it is behind."""
 
 
 def test_a_bootstrap_that_ends_while_its_deployment_is_behind_keeps_its_merge(
@@ -332,19 +337,9 @@ def test_a_bootstrap_that_ends_while_its_deployment_is_behind_keeps_its_merge(
         cur.executemany("INSERT INTO orders VALUES (%s, %s)",
                         [(i, i) for i in range(1, BOOTSTRAP_ROWS + 1)])  # fmt: skip
     table = f"{database.name}.orders"
-    # Slow on changes only: its snapshot rows (the chunks) go as fast as they are read.
-    folder = Path(scratch.function_folder("behind", f"""
-        import time
-
-        import dbus_fn as fn
-
-        @fn.route(tables="{table}")
-        def there(event: fn.RowChange) -> str:
-            if event.op is not fn.Operation.SNAPSHOT:
-                time.sleep(0.3)
-            return "kafka://{topic}"
-        """, [table], initial="snapshot"))  # fmt: skip
-    writer = Writer(database, 1, every=0.05, update=BOOTSTRAP_ROWS)
+    folder = _deployment(scratch, "behind", table, f"kafka://{topic}", delay=0.2,
+                         initial="snapshot", changes_only=True)  # fmt: skip
+    writer = Writer(database, 1, every=0.1, update=BOOTSTRAP_ROWS)
     # A deployment is detached so that it holds back no other: one that keeps up.
     fast = _deployment(scratch, "fast", table, f"es://{scratch.es_index}")
     query, config = _run(scratch, [folder, fast], scratch.services.elasticsearch.url, spark,
