@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dbus_deploy.services import Endpoints, MariaDBEndpoint, ServicesConfig
+    from dbus_spark.config.runtime import RuntimeConfig
 
 
 def free_port() -> int:
@@ -262,6 +263,21 @@ def kafka_events(bootstrap: str, topic: str, count: int, within: float) -> list[
     finally:
         consumer.close()
     return events
+
+
+def one_source_config(
+    services: Any, database: Any, folder: Path, checkpoint: Path, **options: Any
+) -> RuntimeConfig:
+    """A runtime over the local services' sinks and the deployment in ``folder``: its one
+    source ``src`` the server of ``database``, its checkpoint ``checkpoint``; ``options``
+    the rest of ``runtime_config``'s."""
+    from dbus_spark.interfaces.settings import runtime_config
+
+    return runtime_config(
+        sources=(f"src={database.endpoint.dsn}",), deployments=(str(folder),),
+        kafka=services.kafka.bootstrap_servers, elasticsearch=services.elasticsearch.url,
+        checkpoint=str(checkpoint), **options,
+    )  # fmt: skip
 
 
 def relay_table(

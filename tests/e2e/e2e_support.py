@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from support import one_source_config
+
 from dbus_spark.config.runtime import RuntimeConfig
-from dbus_spark.interfaces.settings import runtime_config
 
 
 class Scratch(NamedTuple):
@@ -29,14 +30,8 @@ class Scratch(NamedTuple):
     def runtime_config(self, folder: Path) -> RuntimeConfig:
         """A runtime over the local services, the deployment in ``folder``, starting now;
         its source ``src`` is the server of the scratch's database."""
-        return runtime_config(
-            sources=(f"src={self.fresh_database.endpoint.dsn}",),
-            deployments=(str(folder),),
-            kafka=self.services.kafka.bootstrap_servers,
-            elasticsearch=self.services.elasticsearch.url,
-            checkpoint=str(self.tmp_path / "checkpoint"),
-            start="latest",
-        )
+        return one_source_config(self.services, self.fresh_database, folder,
+                                 self.tmp_path / "checkpoint", start="latest")  # fmt: skip
 
 
 def spawn_cli_runtime(

@@ -70,31 +70,26 @@ def _documents(url: str, index: str) -> set[int]:
 
 
 class Writer:
-    """Inserts one row every ``every`` seconds in the background; with ``update``, updates
-    a random one of the keys 1 to ``update`` instead."""
+    """Inserts one row every ``every`` seconds in the background."""
 
-    def __init__(self, database: Any, first: int, every: float = 0.1, table: str = "orders",
-                 update: int = 0) -> None:  # fmt: skip
+    def __init__(self, database: Any, first: int, every: float = 0.1, table: str = "orders"
+                 ) -> None:  # fmt: skip
         self.next = first
         self._table = table
-        self._update = update
         self._database = database
         self._every = every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def write(self, cur: Any) -> None:
+        cur.execute(f"INSERT INTO {self._table} VALUES (%s, %s)", (self.next, self.next * 3))
+        self.next += 1
+
     def _run(self) -> None:
         with self._database.connect() as conn, conn.cursor() as cur:
-            keys = random.Random(self.next)
             while not self._stop.is_set():
-                if self._update:
-                    cur.execute(f"UPDATE {self._table} SET total = total + 1 WHERE id = %s",
-                                (keys.randint(1, self._update),))  # fmt: skip
-                else:
-                    cur.execute(f"INSERT INTO {self._table} VALUES (%s, %s)",
-                                (self.next, self.next * 3))  # fmt: skip
-                    self.next += 1
+                self.write(cur)
                 self._stop.wait(self._every)
 
     def stop(self) -> int:
@@ -102,6 +97,19 @@ class Writer:
         self._stop.set()
         self._thread.join()
         return self.next - 1
+
+
+class Updater(Writer):
+    """Adds one to a random one of the rows 1 to ``rows`` every ``every`` seconds."""
+
+    def __init__(self, database: Any, rows: int, every: float = 0.1) -> None:
+        self._rows = rows
+        self._keys = random.Random(rows)
+        super().__init__(database, 1, every)
+
+    def write(self, cur: Any) -> None:
+        cur.execute(f"UPDATE {self._table} SET total = total + 1 WHERE id = %s",
+                    (self._keys.randint(1, self._rows),))  # fmt: skip
 
 
 def cut_while_writing(scratch: Scratch, es_proxy: Proxy, index: str) -> int:
@@ -339,7 +347,7 @@ def test_a_bootstrap_that_ends_while_its_deployment_is_behind_keeps_its_merge(
     table = f"{database.name}.orders"
     folder = _deployment(scratch, "behind", table, f"kafka://{topic}", delay=0.2,
                          initial="snapshot", changes_only=True)  # fmt: skip
-    writer = Writer(database, 1, every=0.1, update=BOOTSTRAP_ROWS)
+    writer = Updater(database, BOOTSTRAP_ROWS, every=0.1)
     # A deployment is detached so that it holds back no other: one that keeps up.
     fast = _deployment(scratch, "fast", table, f"es://{scratch.es_index}")
     query, config = _run(scratch, [folder, fast], scratch.services.elasticsearch.url, spark,

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import kafka_count, route_code
+from support import kafka_count, one_source_config, route_code
 
 from dbus_fn.capture import BinlogReader, replica_id_for
 from dbus_spark.config.runtime import deployment_folders
-from dbus_spark.interfaces.settings import runtime_config
 from dbus_spark.reads.history_chunks import ChunkRange, _chunk_rows
 from dbus_spark.reads.task import ReadTask
 from dbus_spark.sinks.writer import Output
@@ -37,11 +36,7 @@ def test_a_chunks_reported_seconds_leave_out_the_cost_of_its_first_record(
 ) -> None:  # fmt: skip
     table = f"{mysql_database.name}.p"
     folder = function_folder("relay", route_code(table, f"kafka://{kafka_topic}"), [table])
-    config = runtime_config(
-        sources=(f"src={mysql_database.endpoint.dsn}",), deployments=(str(folder),),
-        kafka=services.kafka.bootstrap_servers, elasticsearch=services.elasticsearch.url,
-        checkpoint=str(tmp_path / "checkpoint"),
-    )  # fmt: skip
+    config = one_source_config(services, mysql_database, folder, tmp_path / "checkpoint")
     with mysql_database.connect().cursor() as cursor:
         cursor.execute("CREATE TABLE p (id INT PRIMARY KEY, note VARCHAR(10))")
         cursor.executemany("INSERT INTO p VALUES (%s, 'x')", [(i,) for i in range(1, ROWS + 1)])

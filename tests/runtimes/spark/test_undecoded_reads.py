@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 from decode_faults import refuse_rows_holding
-from support import kafka_events
+from support import kafka_events, one_source_config
 
 from dbus_fn.capture import BinlogReader, position_to_json, replica_id_for
 from dbus_spark.config.runtime import deployment_folders
-from dbus_spark.interfaces.settings import runtime_config
 from dbus_spark.reads.range_read import SourceRange, read_source_range
 from dbus_spark.stage.functions import FunctionStage
 from dbus_spark.stage.shipment import Shipment
@@ -44,11 +43,8 @@ def test_rows_a_read_cannot_decode_go_to_the_dead_letters_and_the_rest_to_their_
         [table],
         dead_letter=f"kafka://{kafka_topic}.dead",
     )
-    config = replace(runtime_config(
-        sources=(f"src={mysql_database.endpoint.dsn}",), deployments=(str(folder),),
-        kafka=services.kafka.bootstrap_servers, elasticsearch=services.elasticsearch.url,
-        checkpoint=str(tmp_path / "checkpoint"),
-    ), open_read_seconds=0.0)  # fmt: skip
+    config = replace(one_source_config(services, mysql_database, folder,
+                                       tmp_path / "checkpoint"), open_read_seconds=0.0)  # fmt: skip
     binlog = BinlogReader(config.source("src").spec, replica_id=replica_id_for(str(tmp_path)))
     with mysql_database.connect().cursor() as cursor:
         cursor.execute("CREATE TABLE o (id INT PRIMARY KEY, note VARCHAR(10))")

@@ -527,8 +527,9 @@ class HistoryStore:
         is behind the shared one, and without the gate it would send changes older
         than a chunk after that chunk's rows."""
         changed = False
+        shared = position_order(read_to)
         for task in self.active(source):
-            reached = position_order(read_to)
+            reached = shared
             if behind and task.deployment in behind:
                 reached = min(reached, position_order(behind[task.deployment]))
             if task.planned_all and (not task.bootstrap or task.highest_position() <= reached):
