@@ -11,6 +11,7 @@ process ``dbus_spark.config.jvm`` runs to make Spark's class archive as that JVM
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shlex
 import shutil
@@ -126,9 +127,16 @@ def end_spark(timeout: float = END_SECONDS) -> None:
     locks meanwhile, while a service manager or a user may already start the next run.
     """
     processes = psutil.Process().children(recursive=True)
+    # What py4j says from here on is that the JVM went: a listener's last call in
+    # flight as it exits, an object freed after. That is the end that was asked for.
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_without_py4j)
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        gateway._gateway_client.is_connected = False  # freed objects tell the JVM nothing
     # No call into the JVM: a signal sent to the whole group may be ending it already.
     # It ends on its stdin's end, stopping Spark (and its workers' daemons) as it exits.
-    child = getattr(SparkContext._gateway, "proc", None)
+    child = getattr(gateway, "proc", None)
     if child is not None and child.stdin is not None:
         with contextlib.suppress(OSError):
             child.stdin.close()
@@ -137,6 +145,10 @@ def end_spark(timeout: float = END_SECONDS) -> None:
         with contextlib.suppress(psutil.Error):
             process.kill()
     psutil.wait_procs(left, timeout=5)
+
+
+def _without_py4j(record: logging.LogRecord) -> bool:
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
 
 
 def _without_numpy_converters() -> None:
