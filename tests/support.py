@@ -265,6 +265,27 @@ def kafka_events(bootstrap: str, topic: str, count: int, within: float) -> list[
     return events
 
 
+def process_running(process: Any) -> bool:
+    """Whether a ``psutil.Process`` still runs: not gone, and not a zombie (one that
+    ended and waits for its parent)."""
+    import psutil
+
+    try:
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def process_command(process: Any) -> list[str]:
+    """A ``psutil.Process``'s command line; ``["?"]`` once it is gone or a zombie."""
+    import psutil
+
+    try:
+        return list(process.cmdline())
+    except psutil.Error:
+        return ["?"]
+
+
 def one_source_config(
     services: Any, database: Any, folder: Path, checkpoint: Path, **options: Any
 ) -> RuntimeConfig:

@@ -37,7 +37,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from elasticsearch import Elasticsearch
 from elasticsearch.helpers import scan
-from support import kafka_consumer, topic_exists
+from support import kafka_consumer, process_command, process_running, topic_exists
 
 from dbus_fn.columns import row_to_json
 from dbus_fn.kafka_binding import from_kafka_message
@@ -394,20 +394,6 @@ class Run:
     """How the run's process ended when it was killed or stopped (-9: by SIGKILL)."""
 
 
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _cmdline(proc: psutil.Process) -> list[str]:
-    try:
-        return proc.cmdline()
-    except psutil.Error:
-        return ["?"]
-
-
 def _read(path: Path) -> str:
     try:
         return path.read_text(errors="replace")
@@ -625,12 +611,12 @@ class RuntimeProcess:
         """Wait until no process of the run (its session, or ``also``) is left."""
         deadline = time.monotonic() + timeout
         while True:
-            left = {p.pid: p for p in also if _running(p)}
-            left.update((p.pid, p) for p in self.session_members() if _running(p))
+            left = {p.pid: p for p in also if process_running(p)}
+            left.update((p.pid, p) for p in self.session_members() if process_running(p))
             if not left:
                 return
             if time.monotonic() > deadline:
-                names = [f"{p.pid} {' '.join(_cmdline(p)[:3])}" for p in left.values()]
+                names = [f"{p.pid} {' '.join(process_command(p)[:3])}" for p in left.values()]
                 raise AssertionError(
                     f"processes left running after run {self.current.number}: {names}"
                 )

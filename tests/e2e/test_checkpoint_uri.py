@@ -22,7 +22,14 @@ from typing import Any
 import psutil
 import pytest
 from e2e_support import Scratch, spawn_cli_runtime
-from support import kafka_consumer, relay_table, runtime_api, wait_for
+from support import (
+    kafka_consumer,
+    process_command,
+    process_running,
+    relay_table,
+    runtime_api,
+    wait_for,
+)
 
 from dbus_spark.interfaces.settings import default_home
 from dbus_spark.spark.job import start, stop
@@ -162,12 +169,12 @@ def test_the_cli_runs_on_a_uri_checkpoint_and_its_commands_find_the_runtime(
         assert backfill.returncode == 0, backfill.stderr
         wait_for(lambda: len(_ids(scratch, 20, 5)) == 20, 90, "the backfill's rows")
         spark_processes = psutil.Process(runtime.pid).children(recursive=True)
-        commands = " ".join(_command(p) for p in spark_processes)
+        commands = " ".join(" ".join(process_command(p)) for p in spark_processes)
         runtime.send_signal(signal.SIGTERM)  # a service manager's stop: a clean one
         # A stuck stop: the query's stop waits 5 s for a batch in flight, then Spark's end.
         code = runtime.wait(timeout=90)
         # Once it said it stopped, nothing of it runs: its JVM and Python workers are gone.
-        left = [p for p in spark_processes if _running(p)]
+        left = [p for p in spark_processes if process_running(p)]
     finally:
         if runtime.poll() is None:
             runtime.kill()
@@ -177,21 +184,7 @@ def test_the_cli_runs_on_a_uri_checkpoint_and_its_commands_find_the_runtime(
     assert code == 0, output[-3000:]
     assert output.strip().splitlines()[-1] == "runtime stopped", output[-3000:]
     assert "SparkSubmit" in commands and "pyspark.daemon" in commands, commands[:2000]
-    assert left == [], [" ".join(p.cmdline())[:200] for p in left]
-
-
-def _command(process: psutil.Process) -> str:
-    try:
-        return " ".join(process.cmdline())
-    except psutil.Error:  # gone, or a zombie: a helper that ended
-        return ""
-
-
-def _running(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    assert left == [], [" ".join(process_command(p))[:200] for p in left]
 
 
 def test_a_checkpoint_uri_no_file_system_serves_is_one_line_with_exit_2(
