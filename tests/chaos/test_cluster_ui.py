@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 from convergence import RuntimeProcess
 from history_support import TopicState
-from support import free_port, page_texts, wait_for
+from support import FIRST_BATCH, free_port, page_texts, wait_for
 
 from dbus_fn.cli import cli
 
@@ -139,9 +139,9 @@ def test_one_ui_shows_the_whole_cluster_and_a_member_going(
         write("east", 40)
         write("west", 25)
         # Both members' counts, summed: every row of both tables reached the deployment.
-        # These rows make each member's first batch, the one whose tasks start its Python
-        # workers: at the opening of a parallel pass that took over 60 s.
-        wait_for(lambda: _events(_state(url)) == sum(rows.values()), 180,
+        # These rows make each member's first batch (``FIRST_BATCH``): at the opening of
+        # the parallel pass, one took 68 s from its plan to its commit.
+        wait_for(lambda: _events(_state(url)) == sum(rows.values()), FIRST_BATCH,
                  "the ui's events to be both members' rows", every=0.5)  # fmt: skip
         state = _state(url)
         (deployment,) = [d for d in state["deployments"] if d["name"] == "both"]
