@@ -26,8 +26,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql.streaming import StreamingQueryListener
-
 from dbus_fn.bundle import materialize
 from dbus_fn.capture import BinlogReader
 from dbus_fn.coordination import (
@@ -326,14 +324,11 @@ class ClusterMember:
                 log.warning("cluster: %s", exc)
 
 
-class PositionCommitter(StreamingQueryListener):  # type: ignore[misc]
+class PositionCommitter:
     """Commits positions when Spark reports a finished (checkpointed) micro-batch."""
 
     def __init__(self, member: ClusterMember) -> None:
         self._member = member
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
@@ -342,9 +337,3 @@ class PositionCommitter(StreamingQueryListener):  # type: ignore[misc]
         for source in progress.sources:
             if source.endOffset:
                 self._member.commit(json.loads(source.endOffset))
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass

@@ -22,7 +22,6 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from pyspark.sql.streaming import StreamingQueryListener
 
 from dbus_fn.capture import BinlogReader, SourceSpec, position_from_json, replica_id_for
 from dbus_fn.errors import DbusError
@@ -372,16 +371,13 @@ class RuntimeMetrics:
         yield from families(state, batches=batches, fenced=fenced)
 
 
-class BatchListener(StreamingQueryListener):  # type: ignore[misc]
+class BatchListener:
     """Feeds ``metrics`` each micro-batch Spark reports done, with the batch's report."""
 
     def __init__(self, metrics: RuntimeMetrics, reports: Path, query_id: str) -> None:
         self._metrics = metrics
         self._reports = reports
         self._query_id = query_id
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
@@ -392,12 +388,6 @@ class BatchListener(StreamingQueryListener):  # type: ignore[misc]
             self._metrics.record_batch(report, json.loads(progress.json))
         except Exception:  # metrics never stop the runtime
             log.exception("metrics: batch %s not counted", progress.batchId)
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
 
 
 class _ScrapeCollector(Collector):

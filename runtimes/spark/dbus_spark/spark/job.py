@@ -35,6 +35,7 @@ from dbus_spark.spark.preflight import (
     check_reachable,
     deployment_sink_problems,
 )
+from dbus_spark.spark.query_listener import add_listener
 from dbus_spark.spark.session import spark_session
 from dbus_spark.stage.shipment import PackageShipper
 from dbus_spark.state.checkpoint import (
@@ -173,7 +174,7 @@ def start_member(
     phases.done("cluster")
     spark = spark or spark_session(master, verbose=verbose, python=python)
     phases.done("Spark")
-    spark.streams.addListener(PositionCommitter(member))
+    add_listener(spark, PositionCommitter(member))
     shipper = PackageShipper(spark.sparkContext)
     # Deployments ZooKeeper sends while it runs bring their packages as they come.
     member.ship_with(shipper.ship)
@@ -285,7 +286,7 @@ def _start_query(
     _read_by[str(query.id)] = (config.checkpoint_dir, [b.spec.name for b in config.sources], run)
     if metrics is not None:
         metrics.listener = BatchListener(metrics, reports, str(query.id))
-        spark.streams.addListener(metrics.listener)
+        add_listener(spark, metrics.listener)
     log.info(
         "runtime started: sources=%s deployments=%s checkpoint=%s in %s",
         [b.spec.name for b in config.sources] + [k.name for k in config.kafka_sources],
