@@ -268,6 +268,10 @@ class BinlogSourceReader(DataSourceStreamReader):  # type: ignore[misc]
                 self._book.apply([rejoined(name, d) for d in level])
                 log.info("dbus_binlog: %s with the stream of %s again", ", ".join(level), name)
                 behind = {d: b for d, b in behind.items() if d not in level}
+                # A batch, even one that reads nothing, commits the rejoin where the
+                # source's position goes (a cluster's ZooKeeper); without one it waited
+                # for the source's next change.
+                planned = True
             if behind:
                 # Spark's offset log keeps every deployment's position (``progress``);
                 # a retry is a new offset (its attempt), planned while the source idles.
