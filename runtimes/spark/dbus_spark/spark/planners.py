@@ -36,10 +36,11 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import psutil
-from py4j.java_gateway import JavaClass
 from py4j.protocol import Py4JError
 from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQuery
+
+from dbus_spark.spark.session import java_class
 
 log = logging.getLogger("dbus.runtime")
 
@@ -56,18 +57,10 @@ LATE_SECONDS = 2.0
 _LAST_ACTIVITY = "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs"
 
 
-def _java_class(sc: SparkContext, name: str) -> Any:
-    """The JVM's class ``name`` (fully qualified), for its static methods. Not through
-    ``sc._jvm``: each name it walks (``java``, ``java.lang``) is looked up as a class
-    in every package pyspark imported, each miss a scan of the classpath."""
-    assert sc._gateway is not None
-    return JavaClass(name, sc._gateway._gateway_client)
-
-
 def _private(sc: SparkContext, owner: Any, class_name: str, name: str) -> Any:
     """A private field of a JVM object, by reflection: py4j cannot call ``SparkEnv``
     itself, as listing its methods needs classes pyspark does not ship."""
-    field = _java_class(sc, "java.lang.Class").forName(class_name).getDeclaredField(name)
+    field = java_class(sc, "java.lang.Class").forName(class_name).getDeclaredField(name)
     field.setAccessible(True)
     return field.get(owner)
 
@@ -75,7 +68,7 @@ def _private(sc: SparkContext, owner: Any, class_name: str, name: str) -> Any:
 def _pools(sc: SparkContext) -> dict[str, Any]:
     """The driver's Python worker pools (``SparkEnv.pythonWorkers``), by worker module."""
     assert sc._jsc is not None
-    context = _java_class(sc, "java.lang.Class").forName("org.apache.spark.SparkContext")
+    context = java_class(sc, "java.lang.Class").forName("org.apache.spark.SparkContext")
     env = context.getMethod("env", None).invoke(sc._jsc.sc(), None)
     pairs = _private(sc, env, "org.apache.spark.SparkEnv", "pythonWorkers").clone().iterator()
     pools = {}
@@ -87,7 +80,7 @@ def _pools(sc: SparkContext) -> dict[str, Any]:
 
 def _now_ns(sc: SparkContext) -> int:
     """The JVM's ``System.nanoTime()``, the clock of a pool's last activity."""
-    return int(_java_class(sc, "java.lang.System").nanoTime())
+    return int(java_class(sc, "java.lang.System").nanoTime())
 
 
 def _used_since(pools: dict[str, Any], module: str, since_ns: int, *, handed_back: bool) -> bool:

@@ -19,10 +19,11 @@ import json
 from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
-from py4j.java_gateway import JavaClass
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import QueryProgressEvent
+
+from dbus_spark.spark.session import java_class
 
 _WRAPPER = "org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper"
 
@@ -61,10 +62,10 @@ class _JsonEvents:
 def add_listener(spark: SparkSession, listener: ProgressListener) -> Callable[[], None]:
     """Have ``listener`` hear of every micro-batch of ``spark``'s streaming queries; what
     removes it again."""
-    gateway = spark.sparkContext._gateway
-    assert gateway is not None
-    ensure_callback_server_started(gateway)  # the JVM calls the listener back through it
-    wrapper = JavaClass(_WRAPPER, gateway._gateway_client)(_JsonEvents(listener))
+    context = spark.sparkContext
+    assert context._gateway is not None
+    ensure_callback_server_started(context._gateway)  # the JVM calls the listener back
+    wrapper = java_class(context, _WRAPPER)(_JsonEvents(listener))
     streams = spark._jsparkSession.streams()
     streams.addListener(wrapper)
     return lambda: streams.removeListener(wrapper)

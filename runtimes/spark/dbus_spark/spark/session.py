@@ -1,7 +1,8 @@
 """The Spark session a runtime runs in: Spark's settings, the Python its workers run
 (``workers_python``) and the path they start with (``_files_on_workers_path``), dbus's
 log and JVM options, the driver's calls into the JVM without pyspark's NumPy converters
-(``_without_numpy_converters``), dbus's two data sources registered, and the session's
+(``_without_numpy_converters``) and its JVM classes named whole (``java_class``), dbus's
+two data sources registered, and the session's
 end (``end_spark``): its JVM and Python workers gone before a runtime says it stopped.
 
 ``python -m dbus_spark.spark.session`` starts one session and prints its JVM's pid: the
@@ -18,8 +19,10 @@ import shutil
 import sys
 from collections.abc import MutableMapping
 from pathlib import Path
+from typing import Any
 
 import psutil
+from py4j.java_gateway import JavaClass
 from pyspark import SparkConf, SparkContext, SparkFiles
 from pyspark.sql import SparkSession
 
@@ -149,6 +152,15 @@ def end_spark(timeout: float = END_SECONDS) -> None:
 
 def _without_py4j(record: logging.LogRecord) -> bool:
     return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
+def java_class(context: SparkContext, name: str) -> Any:
+    """The JVM's class ``name`` (fully qualified): its static methods, its constructor.
+    Not through ``context._jvm``: each name that walks (``java``, ``java.lang``) is
+    looked up as a class in every package pyspark imported, each miss a scan of the
+    classpath."""
+    assert context._gateway is not None
+    return JavaClass(name, context._gateway._gateway_client)
 
 
 def _without_numpy_converters() -> None:
