@@ -2,8 +2,8 @@
 (``workers_python``) and the path they start with (``_files_on_workers_path``), dbus's
 log and JVM options, the driver's calls into the JVM without pyspark's NumPy converters
 (``_without_numpy_converters``) and its JVM classes named whole (``java_class``), dbus's
-two data sources registered, and the session's
-end (``end_spark``): its JVM and Python workers gone before a runtime says it stopped.
+two data sources registered, and the session's end (``end_spark``): its JVM and Python
+workers gone before a runtime says it stopped.
 
 ``python -m dbus_spark.spark.session`` starts one session and prints its JVM's pid: the
 process ``dbus_spark.config.jvm`` runs to make Spark's class archive as that JVM ends.
