@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 import uuid
@@ -170,7 +171,32 @@ def make_client(settings: ZooKeeperSettings, **options: Any) -> KazooClient:
             max_delay=max(0.5, min(2.0, settings.session_timeout / 4)),
         ),
     )
-    return KazooClient(hosts=settings.hosts, timeout=settings.session_timeout, **extra, **options)
+    hosts = answer_hosts(settings.hosts, settings.session_timeout)
+    return KazooClient(hosts=hosts, timeout=settings.session_timeout, **extra, **options)
+
+
+ANSWER_WAIT = 2.0
+"""Seconds a connection attempt waits at least for the server's answer."""
+
+
+def answer_hosts(hosts: str, session_timeout: float) -> str:
+    """``hosts`` as kazoo is given them: each server named as many times as there are
+    quarters of the session in its share of it, so that one connection attempt waits
+    about a quarter of the session for the server's answer (``ANSWER_WAIT`` at least),
+    where kazoo would wait the whole session divided by the number of names.
+
+    A ZooKeeper server that accepts a connection between binding its port and loading
+    its data neither answers nor closes it (its close fails while it has no database
+    yet: ZOOKEEPER-5051). With one server named once, a runtime reconnecting at that
+    instant of a restart waited its whole session timeout, and the session the
+    restarted server had kept for it expired meanwhile; with the shorter wait, the
+    next attempt reaches the server while the session is still there.
+    """
+    servers, slash, chroot = hosts.partition("/")
+    names = [name for name in servers.split(",") if name]
+    wait = max(ANSWER_WAIT, session_timeout / 4)
+    times = max(1, math.floor(session_timeout / (len(names) * wait)))
+    return ",".join(names * times) + slash + chroot
 
 
 def connect(settings: ZooKeeperSettings, **options: Any) -> KazooClient:

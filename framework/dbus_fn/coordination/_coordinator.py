@@ -245,6 +245,8 @@ class Coordinator(Commits, Leadership):
                 self._generation += 1
                 self._confirmed = False
                 self._state = "suspended"
+                if self._away_since is None:
+                    self._away_since = time.monotonic()
                 log.warning("runtime %s: ZooKeeper connection suspended", self.runtime_id)
             elif state == KazooState.LOST:
                 self._generation += 1
@@ -261,15 +263,32 @@ class Coordinator(Commits, Leadership):
                 self._election_node = None
                 self._leader = False
                 log.warning(
-                    "runtime %s: ZooKeeper session lost; gave up %s",
+                    "runtime %s: ZooKeeper session lost%s; gave up %s",
                     self.runtime_id,
+                    self._away(),
                     ", ".join(dropped) or "nothing",
                 )
             else:
+                if self._away_since is not None:
+                    # Said once per outage: how long it took is what tells a slow
+                    # reconnect from a ZooKeeper that was away long.
+                    log.info(
+                        "runtime %s: ZooKeeper connection back%s, %s",
+                        self.runtime_id,
+                        self._away(),
+                        "same session" if self._state == "suspended" else "new session",
+                    )
+                    self._away_since = None
                 self._state = "connected"
                 self._assign_dirty = True
                 self._rebalance_dirty = True
         self._wake.set()
+
+    def _away(self) -> str:
+        """How long the connection has been away, for a log line (lock held)."""
+        if self._away_since is None:
+            return ""
+        return f" after {time.monotonic() - self._away_since:.1f} s away"
 
     # -- the background thread ---------------------------------------------
 

@@ -1,4 +1,5 @@
-"""ZooKeeper down mid-run: commits are held, newest per source, and flushed after.
+"""ZooKeeper down mid-run: commits are held, newest per source, and flushed after,
+and the session outlives the restart, even a reconnect the starting server never answers.
 
 These tests start a private ZooKeeper (``private_zookeeper``: their own DBUS_HOME
 and a free port, as tests/deploy does), so stopping and restarting it disturbs
@@ -7,6 +8,10 @@ no other test.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import socket
+import threading
 import time
 
 import pytest
@@ -26,6 +31,22 @@ from dbus_fn.events import BinlogPosition
 pytestmark = pytest.mark.integration
 
 
+def _cluster_through(
+    proxy: Proxy, cluster: str, *, session: float, sources: int
+) -> ZooKeeperSettings:
+    """A new cluster with ``sources`` sources, reached through ``proxy``."""
+    settings = ZooKeeperSettings(
+        hosts=f"127.0.0.1:{proxy.port}", cluster=cluster, session_timeout=session
+    )
+    admin = connect(settings)
+    try:
+        ensure_cluster(admin, settings)
+        register_sources(admin, settings, sources)
+    finally:
+        close(admin)
+    return settings
+
+
 def test_commits_are_held_while_zookeeper_is_down_and_flushed_after(
     private_zookeeper: tuple[ServicesConfig, str],
 ) -> None:
@@ -33,21 +54,15 @@ def test_commits_are_held_while_zookeeper_is_down_and_flushed_after(
     # The runtime reaches ZooKeeper through a proxy, open again only once the restarted
     # server serves: a connection ZooKeeper accepts between binding its port and loading
     # its database is neither answered nor closed (a NullPointerException in its
-    # ZooKeeperServer.removeCnxn), and kazoo waits for an answer as long as the session
-    # timeout allows before it tries again (a run failed so: "Connection time-out:
-    # socket time-out during read", the commits flushed past this test's 5 s).
+    # ZooKeeperServer.removeCnxn, ZOOKEEPER-5051), and the runtime waits a quarter of
+    # its session timeout for an answer before it tries again (7.5 s of this test's 30;
+    # it waited the whole session once, and a run failed so: "Connection time-out:
+    # socket time-out during read", the commits flushed past this test's 5 s). The next
+    # test makes that hang on purpose.
     proxy = Proxy(hosts)
     try:
         # The session outlives the restart: a standalone server restores its sessions.
-        settings = ZooKeeperSettings(
-            hosts=f"127.0.0.1:{proxy.port}", cluster="outage", session_timeout=30
-        )
-        admin = connect(settings)
-        try:
-            ensure_cluster(admin, settings)
-            register_sources(admin, settings, 2)
-        finally:
-            close(admin)
+        settings = _cluster_through(proxy, "outage", session=30, sources=2)
 
         with Coordinator.from_settings(settings, "rt-a") as runtime:
             wait_until(lambda: len(runtime.owned_sources()) == 2, 10, "both sources owned")
@@ -95,4 +110,101 @@ def test_commits_are_held_while_zookeeper_is_down_and_flushed_after(
                 assert committed.position.pos == expected
                 assert committed.runtime == "rt-a"
     finally:
+        proxy.close()
+
+
+class SilentServer:
+    """What a ZooKeeper server is between binding its port and loading its data: it
+    accepts a connection and reads it, and never answers nor closes it (its close
+    fails while it has no database yet, ZOOKEEPER-5051). A fault the real server
+    shows only at that instant of its start, so it is made here, on the port the
+    runtime dials. ``waits()``: how long the client has held each connection."""
+
+    def __init__(self, port: int) -> None:
+        self._listener = socket.create_server(("127.0.0.1", port))
+        self._held: list[socket.socket] = []
+        self.accepted = 0
+        self._opened: dict[int, float] = {}
+        self._closed: dict[int, float] = {}
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # stopped listening
+            self._opened[self.accepted] = time.monotonic()
+            self._held.append(conn)
+            threading.Thread(target=self._read, args=(conn, self.accepted), daemon=True).start()
+            self.accepted += 1
+
+    def _read(self, conn: socket.socket, number: int) -> None:
+        with contextlib.suppress(OSError):
+            while conn.recv(4096):
+                pass
+        self._closed[number] = time.monotonic()
+
+    def waits(self) -> list[float]:
+        """Per connection, until the client closed it (or until now, if it has not)."""
+        now = time.monotonic()
+        return [self._closed.get(n, now) - opened for n, opened in sorted(self._opened.items())]
+
+    def stop_listening(self) -> None:
+        """Free the port; the connections taken stay open and unanswered."""
+        self._listener.close()
+
+    def close(self) -> None:
+        self.stop_listening()
+        for conn in self._held:
+            conn.close()
+
+
+def test_a_reconnect_the_restarting_server_never_answers_is_given_up_in_time_to_keep_the_session(
+    private_zookeeper: tuple[ServicesConfig, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="dbus_fn.coordination")
+    config, hosts = private_zookeeper
+    session = 8.0
+    proxy = Proxy(hosts)
+    silent: SilentServer | None = None
+    try:
+        settings = _cluster_through(proxy, "silent", session=session, sources=1)
+
+        with Coordinator.from_settings(settings, "rt-a") as runtime:
+            wait_until(lambda: len(runtime.owned_sources()) == 1, 10, "the source owned")
+            owned = runtime.owned_sources()
+            session_id = runtime.client.client_id[0]
+
+            proxy.cut()
+            down(["zookeeper"], config=config)
+            wait_until(lambda: runtime.state == "suspended", 10, "the runtime notices")
+            # The runtime's next attempt lands on a server that is starting.
+            silent = SilentServer(proxy.port)
+            wait_until(lambda: silent.accepted, 10, "the runtime tries the starting server")
+            up(["zookeeper"], config=config)  # it loads the session: its clock starts again
+            silent.stop_listening()
+            proxy.restore()
+            back = wait_until(
+                lambda: runtime.state == "connected" and runtime.owned_sources() == owned,
+                session,
+                "the runtime back with its source",
+            )
+            assert runtime.client.client_id[0] == session_id, "the same session goes on"
+            # kazoo's own wait for an answer was the whole session timeout.
+            waits = silent.waits()
+            assert max(waits) < session / 2, (
+                f"the runtime waited {waits} s for answers from the starting server"
+            )
+            assert "ZooKeeper connection back after" in caplog.text
+            assert "same session" in caplog.text
+            assert "ZooKeeper session lost" not in caplog.text
+            print(
+                f"\nattempts the starting server never answered, given up after "
+                f"{', '.join(f'{w:.2f}' for w in waits)} s; back {back:.2f} s "
+                "after the server was"
+            )
+    finally:
+        if silent is not None:
+            silent.close()
         proxy.close()

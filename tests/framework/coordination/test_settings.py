@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dbus_fn.coordination import ClusterLayout, ZooKeeperSettings
+from dbus_fn.coordination._client import answer_hosts, make_client
 from dbus_fn.errors import ConfigError
 
 
@@ -51,3 +52,33 @@ def test_bad_settings_are_named(values: dict[str, object], message: str) -> None
 def test_a_bad_timeout_variable(variable: str) -> None:
     with pytest.raises(ConfigError, match=f"{variable}='soon': expected seconds"):
         ZooKeeperSettings.from_env({variable: "soon"})
+
+
+@pytest.mark.parametrize(
+    ("hosts", "session", "given", "waits"),
+    [
+        # One server: named four times, each attempt waits a quarter of the session.
+        ("127.0.0.1:2181", 10.0, "127.0.0.1:2181," * 3 + "127.0.0.1:2181", 2.5),
+        ("zk:2181", 30.0, ",".join(["zk:2181"] * 4), 7.5),
+        # A short session: never under 2 s an attempt.
+        ("zk:2181", 4.0, "zk:2181,zk:2181", 2.0),
+        ("zk:2181", 2.0, "zk:2181", 2.0),
+        # An ensemble already shares the session out; the chroot stays at the end.
+        ("a:1,b:2/team", 10.0, "a:1,b:2,a:1,b:2/team", 2.5),
+        ("a:1,b:2,c:3/team", 10.0, "a:1,b:2,c:3/team", 10 / 3),
+        ("a:1,b:2,c:3,d:4,e:5", 10.0, "a:1,b:2,c:3,d:4,e:5", 2.0),
+    ],
+)
+def test_each_connection_attempt_waits_a_part_of_the_session_for_an_answer(
+    hosts: str, session: float, given: str, waits: float
+) -> None:
+    settings = ZooKeeperSettings(hosts=hosts, session_timeout=session)
+    client = make_client(settings)
+    try:
+        # kazoo waits the session timeout divided by the names it was given.
+        assert answer_hosts(hosts, session) == given
+        assert session / len(client.hosts) == pytest.approx(waits)
+        assert {f"{h}:{p}" for h, p in client.hosts} == set(hosts.partition("/")[0].split(","))
+        assert client.chroot == (f"/{hosts.partition('/')[2]}" if "/" in hosts else "")
+    finally:
+        client.close()
