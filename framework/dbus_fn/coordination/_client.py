@@ -171,8 +171,7 @@ def make_client(settings: ZooKeeperSettings, **options: Any) -> KazooClient:
             max_delay=max(0.5, min(2.0, settings.session_timeout / 4)),
         ),
     )
-    hosts = answer_hosts(settings.hosts, settings.session_timeout)
-    return KazooClient(hosts=hosts, timeout=settings.session_timeout, **extra, **options)
+    return KazooClient(hosts=settings.hosts, timeout=settings.session_timeout, **extra, **options)
 
 
 ANSWER_WAIT = 2.0
@@ -180,17 +179,22 @@ ANSWER_WAIT = 2.0
 
 
 def answer_hosts(hosts: str, session_timeout: float) -> str:
-    """``hosts`` as kazoo is given them: each server named as many times as there are
-    quarters of the session in its share of it, so that one connection attempt waits
-    about a quarter of the session for the server's answer (``ANSWER_WAIT`` at least),
-    where kazoo would wait the whole session divided by the number of names.
+    """``hosts`` for a client reconnecting to keep its session: each server named as
+    many times as there are quarters of the session in its share of it, so that one
+    connection attempt waits about a quarter of the session for the server's answer
+    (``ANSWER_WAIT`` at least), where kazoo waits the whole session divided by the
+    number of names (``KazooClient.set_hosts`` takes them for its next round of
+    attempts).
 
     A ZooKeeper server that accepts a connection between binding its port and loading
     its data neither answers nor closes it (its close fails while it has no database
     yet: ZOOKEEPER-5051). With one server named once, a runtime reconnecting at that
     instant of a restart waited its whole session timeout, and the session the
     restarted server had kept for it expired meanwhile; with the shorter wait, the
-    next attempt reaches the server while the session is still there.
+    next attempt reaches the server while the session is still there. A connected
+    client is given the servers once again: kazoo tries the names of a round one
+    after the other without a pause, and after a dropped connection only the first
+    attempt should come at once.
     """
     servers, slash, chroot = hosts.partition("/")
     names = [name for name in servers.split(",") if name]

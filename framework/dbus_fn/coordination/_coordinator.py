@@ -52,6 +52,7 @@ from kazoo.handlers.threading import KazooTimeoutError as KazooTimeout
 
 from dbus_fn.coordination._client import (
     ZooKeeperSettings,
+    answer_hosts,
     close,
     connect,
     dump,
@@ -247,6 +248,7 @@ class Coordinator(Commits, Leadership):
                 self._state = "suspended"
                 if self._away_since is None:
                     self._away_since = time.monotonic()
+                    self._reconnect_hosts(away=True)
                 log.warning("runtime %s: ZooKeeper connection suspended", self.runtime_id)
             elif state == KazooState.LOST:
                 self._generation += 1
@@ -262,6 +264,9 @@ class Coordinator(Commits, Leadership):
                 self._registered = False
                 self._election_node = None
                 self._leader = False
+                if self._away_since is None:
+                    self._away_since = time.monotonic()
+                    self._reconnect_hosts(away=True)
                 log.warning(
                     "runtime %s: ZooKeeper session lost%s; gave up %s",
                     self.runtime_id,
@@ -279,10 +284,21 @@ class Coordinator(Commits, Leadership):
                         "same session" if self._state == "suspended" else "new session",
                     )
                     self._away_since = None
+                    self._reconnect_hosts(away=False)
                 self._state = "connected"
                 self._assign_dirty = True
                 self._rebalance_dirty = True
         self._wake.set()
+
+    def _reconnect_hosts(self, *, away: bool) -> None:
+        """While the connection is away, kazoo's next rounds of attempts each wait a
+        part of the session for an answer (``answer_hosts``); once back, the servers as
+        given. Kazoo's thread: it reads them as its next round begins."""
+        if self._client is None:
+            return
+        given = self.settings.hosts
+        hosts = answer_hosts(given, self.settings.session_timeout) if away else given
+        self._client.set_hosts(hosts)
 
     def _away(self) -> str:
         """How long the connection has been away, for a log line (lock held)."""
