@@ -191,10 +191,9 @@ def answer_hosts(hosts: str, session_timeout: float) -> str:
     yet: ZOOKEEPER-5051). With one server named once, a runtime reconnecting at that
     instant of a restart waited its whole session timeout, and the session the
     restarted server had kept for it expired meanwhile; with the shorter wait, the
-    next attempt reaches the server while the session is still there. A connected
-    client is given the servers once again: kazoo tries the names of a round one
-    after the other without a pause, and after a dropped connection only the first
-    attempt should come at once.
+    next attempt reaches the server while the session is still there. The coordinator
+    gives them only while its connection has been away a while (``Coordinator``):
+    kazoo tries the names of a round one after the other without a pause.
     """
     servers, slash, chroot = hosts.partition("/")
     names = [name for name in servers.split(",") if name]

@@ -96,6 +96,7 @@ class CoordinatorState:
         self._thread: threading.Thread | None = None
         self._state: SessionState = "stopped"
         self._away_since: float | None = None  # monotonic: when the connection dropped
+        self._spread = False  # kazoo has the servers named often (``answer_hosts``)
         self._generation = 0  # bumped on every SUSPENDED/LOST: invalidates a confirmation
         self._confirmed = False
         # The connection dropped while this runtime's view was confirmed and fresh:

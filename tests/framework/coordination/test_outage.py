@@ -179,6 +179,9 @@ def test_a_reconnect_the_restarting_server_never_answers_is_given_up_in_time_to_
             proxy.cut()
             down(["zookeeper"], config=config)
             wait_until(lambda: runtime.state == "suspended", 10, "the runtime notices")
+            # Away 2 s: a server restarting, not a connection dropped; each attempt now
+            # waits a quarter of the session for an answer.
+            wait_until(lambda: len(runtime.client.hosts) == 4, 10, "the server named often")
             # The runtime's next attempt lands on a server that is starting.
             silent = SilentServer(proxy.port)
             wait_until(lambda: silent.accepted, 10, "the runtime tries the starting server")
@@ -191,7 +194,7 @@ def test_a_reconnect_the_restarting_server_never_answers_is_given_up_in_time_to_
                 "the runtime back with its source",
             )
             assert runtime.client.client_id[0] == session_id, "the same session goes on"
-            # Connected, kazoo has the server once again: a drop's first retry comes at once,
+            # Connected, kazoo has the server once again: after a drop, one attempt at once,
             # the next round after its backoff.
             assert len(runtime.client.hosts) == 1
             # kazoo's own wait for an answer was the whole session timeout.
