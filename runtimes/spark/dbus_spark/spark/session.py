@@ -45,6 +45,8 @@ _SPARK_SETTINGS: tuple[tuple[str, str], ...] = (
     ("spark.speculation", "false"),
     # Keep Python workers alive between tasks: functions and clients load once.
     ("spark.python.worker.reuse", "true"),
+    # Task workers fork from a daemon that has pyspark's worker and dbus loaded.
+    ("spark.python.daemon.module", "dbus_spark.spark.worker_daemon"),
     ("spark.sql.streaming.noDataMicroBatches.enabled", "false"),
     # After an empty latestOffset Spark asks again in pollingDelay (10 ms by default):
     # an idle runtime then sent its source about 240 queries a second and spent 22%
