@@ -286,6 +286,32 @@ def process_command(process: Any) -> list[str]:
         return ["?"]
 
 
+def under_a_subreaper_that_does_not_reap(script: str, timeout: float = 90.0) -> Any:
+    """Run the Python ``script`` in a process whose parent is a subreaper that waits for
+    it alone, as a bench adopting its orphans or a container's first process does: what
+    the script orphans is handed to that parent, and stays a zombie once it ends. The
+    script's last line of output, read as JSON."""
+    import json
+    import sys
+    import textwrap
+
+    parent = textwrap.dedent(
+        """
+        import ctypes, subprocess, sys
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        done = subprocess.run([sys.executable, "-c", sys.argv[1]], capture_output=True, text=True)
+        sys.stderr.write(done.stderr)
+        print(done.stdout)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", parent, textwrap.dedent(script)],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def one_source_config(
     services: Any, database: Any, folder: Path, checkpoint: Path, **options: Any
 ) -> RuntimeConfig:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support import under_a_subreaper_that_does_not_reap
 
 from dbus_deploy.services._process import (
     Launch,
@@ -236,3 +237,33 @@ def test_the_start_of_a_process_whose_name_holds_parentheses_and_spaces(tmp_path
         process.wait()
     with pytest.raises(ProcessLookupError):
         started_at(process.pid)
+
+
+# `dbus services down` under a subreaper that reaps nothing: the service's leader,
+# started by a launcher that has exited, is that subreaper's, and stays a zombie once
+# TERM ends it.
+STOP_A_LEADER_LEFT_UNREAPED = """
+    import json, subprocess, sys, time
+    import psutil
+    from dbus_deploy.services._process import stop
+
+    launcher = subprocess.run([sys.executable, "-c",
+        "import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(60)'], start_new_session=True, "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)"],
+        capture_output=True, text=True, check=True)
+    leader = int(launcher.stdout)
+    began = time.monotonic()
+    killed = stop(leader, grace=20)
+    took = time.monotonic() - began
+    print(json.dumps({"took": took, "killed": killed,
+                      "zombie": psutil.Process(leader).status() == psutil.STATUS_ZOMBIE}))
+"""
+
+
+def test_a_service_that_ended_unreaped_is_not_waited_for() -> None:
+    # Waited for until reaped, the stop held its whole grace and KILL's 10 s (30 s).
+    seen = under_a_subreaper_that_does_not_reap(STOP_A_LEADER_LEFT_UNREAPED)
+    assert seen["zombie"], seen  # ended, and nobody reaped it
+    assert not seen["killed"], seen
+    assert seen["took"] < 5, seen

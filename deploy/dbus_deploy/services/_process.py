@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dbus_fn.processes import still_running
+
 if TYPE_CHECKING:
     # Imported where used: a worker container of the runtime image imports this
     # module (through dbus_deploy.spark) without the dev extra that brings psutil.
@@ -217,17 +219,15 @@ def stop(pid: int, *, grace: float) -> bool:
     (MariaDB before its signal thread exists) drops the first one. Returns whether
     KILL was needed.
     """
-    import psutil
-
     alive = _group_members(pid)
     give_up = time.monotonic() + grace
     while alive and time.monotonic() < give_up:
         _signal_group(pid, signal.SIGTERM)
-        _, alive = psutil.wait_procs(alive, timeout=min(2.0, max(0.1, give_up - time.monotonic())))
+        alive = still_running(alive, timeout=min(2.0, max(0.1, give_up - time.monotonic())))
     if not alive:
         return False
     _signal_group(pid, signal.SIGKILL)
-    psutil.wait_procs(alive, timeout=10)
+    still_running(alive, timeout=10)
     return True
 
 

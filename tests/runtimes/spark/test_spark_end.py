@@ -13,6 +13,7 @@ import textwrap
 from typing import Any
 
 import psutil
+from support import under_a_subreaper_that_does_not_reap
 
 CHILD_OUTLIVES_THE_WAIT = """
     import subprocess, sys, time
@@ -25,31 +26,22 @@ CHILD_OUTLIVES_THE_WAIT = """
 """
 
 # The runtime (a process of its own) whose Spark process B starts C and ends first: C
-# goes to the nearest subreaper, this script's process, which waits for the runtime alone
-# (as a bench adopting its orphans does, or an init that reaps late) and leaves C a
-# zombie once it exits.
+# goes to the nearest subreaper, which waits for the runtime alone (as a bench adopting
+# its orphans does, or an init that reaps late) and leaves C a zombie once it exits.
 ORPHAN_LEFT_UNREAPED = """
-    import ctypes, subprocess, sys, textwrap
+    import json, subprocess, sys, time
+    import psutil
+    from dbus_spark.spark.session import end_spark
 
-    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    runtime = textwrap.dedent('''
-        import json, subprocess, sys, time
-        import psutil
-        from dbus_spark.spark.session import end_spark
-
-        b = subprocess.Popen([sys.executable, "-c",
-            "import subprocess, sys, time; "
-            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1)']); "
-            "time.sleep(0.3)"])
-        while len(psutil.Process().children(recursive=True)) < 2:
-            time.sleep(0.01)
-        began = time.monotonic()
-        end_spark(timeout=20)
-        print(json.dumps({"took": time.monotonic() - began}))
-    ''')
-    done = subprocess.run([sys.executable, "-c", runtime], capture_output=True, text=True)
-    sys.stderr.write(done.stderr)
-    print(done.stdout.strip().splitlines()[-1])
+    b = subprocess.Popen([sys.executable, "-c",
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1)']); "
+        "time.sleep(0.3)"])
+    while len(psutil.Process().children(recursive=True)) < 2:
+        time.sleep(0.01)
+    began = time.monotonic()
+    end_spark(timeout=20)
+    print(json.dumps({"took": time.monotonic() - began}))
 """
 
 PY4J_RECORDS = """
@@ -91,5 +83,5 @@ def test_py4j_records_are_dropped_once_spark_ends() -> None:
 
 def test_a_process_that_ended_unreaped_is_not_waited_for() -> None:
     # C ends 1 s in; waited for until reaped, it held the end its whole timeout (20 s).
-    seen = _run(ORPHAN_LEFT_UNREAPED)
+    seen = under_a_subreaper_that_does_not_reap(ORPHAN_LEFT_UNREAPED)
     assert 0.9 <= seen["took"] < 10, seen

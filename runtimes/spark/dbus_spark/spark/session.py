@@ -17,7 +17,6 @@ import os
 import shlex
 import shutil
 import sys
-import time
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from pyspark import SparkConf, SparkContext, SparkFiles
 from pyspark.sql import SparkSession
 
 from dbus_fn.errors import ConfigError
+from dbus_fn.processes import still_running
 from dbus_spark.config import jvm, logs
 from dbus_spark.config.runtime import EXECUTOR_PYTHON_ENV
 from dbus_spark.reads import open_read_control
@@ -146,33 +146,11 @@ def end_spark(timeout: float = END_SECONDS) -> None:
     if child is not None and child.stdin is not None:
         with contextlib.suppress(OSError):
             child.stdin.close()
-    left = _wait_ended(processes, timeout)
+    left = still_running(processes, timeout)
     for process in left:
         with contextlib.suppress(psutil.Error):
             process.kill()
-    _wait_ended(left, 5)
-
-
-def _wait_ended(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Those of ``processes`` that still run after ``timeout`` seconds (none: at once).
-
-    A process that exited counts as ended though nobody has reaped it yet: one whose
-    parent ended before it is handed to the nearest subreaper, which may wait for it
-    later or never (a bench adopting its orphans), and psutil's ``wait_procs`` waited
-    out its whole timeout on such a zombie, 30 s of a runtime's stop."""
-    deadline = time.monotonic() + timeout
-    left = [p for p in processes if _runs(p)]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = [p for p in left if _runs(p)]
-    return left
-
-
-def _runs(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    still_running(left, 5)
 
 
 def _without_py4j(record: logging.LogRecord) -> bool:
