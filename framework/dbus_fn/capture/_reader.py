@@ -399,9 +399,19 @@ class BinlogReader:
     ) -> BinlogPosition:
         """Turn ``"earliest"``, ``"latest"`` or a position into a checked start position
         (see ``_start``)."""
-        if self.spec.fails_over:  # the server to start on, and a neutral start (``_failover``)
-            return neutral_boundary(resolve_start(self, follow_start(self, start)).gtid)
-        return resolve_start(self, start, fill_gtid=fill_gtid)
+        if not self.spec.fails_over:
+            return resolve_start(self, start, fill_gtid=fill_gtid)
+        # The server to start on, and a neutral start (``_failover``). The server chosen
+        # may go before it answered what the start asks (a primary killed as the read
+        # starts): then the choice is made again, among the servers that answer.
+        for attempt in range(len(self.spec.servers) + 1):
+            at = follow_start(self, start)  # no server ready: an error at once
+            try:
+                return neutral_boundary(resolve_start(self, at).gtid)
+            except SourceUnreachableError:
+                if attempt == len(self.spec.servers):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _checked_server(self) -> ServerInfo:
         """The server's settings, checked, and the replica id checked against it."""
@@ -604,7 +614,9 @@ class BinlogReader:
             return
         if several:
             begin = by_gtid(self, begin)
-        info = self._checked_server()
+        # Asked in the loop: a server of several that goes before it answered is left
+        # for another, as one that goes mid-read is.
+        info: ServerInfo | None = None
         committed = begin
         replay_skip = 0  # items of an interrupted transaction already handed out
         backoff = 0.2
@@ -613,7 +625,7 @@ class BinlogReader:
         while True:
             progress = Progress(committed, replay_skip)
             try:
-                if self._server is None:  # moved to another server (``_failover``)
+                if info is None or self._server is None:  # first, or moved (``_failover``)
                     info = self._checked_server()
                 yield from ReadSession(
                     self, info, progress, stop, idle_timeout, last_item, shard, until, catch_up

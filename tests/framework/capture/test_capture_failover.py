@@ -150,6 +150,45 @@ def test_a_reader_moves_to_the_replica_when_the_primary_turns_read_only(pair: Pa
     reader.close()
 
 
+@pytest.mark.parametrize(
+    "moment", ["follow_start", "by_gtid"], ids=["as-its-start-is-resolved", "as-its-stream-begins"]
+)
+def test_a_primary_killed_as_the_read_starts_leaves_the_read_to_the_replica(
+    pair: Pair, moment: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The primary is chosen and dies before it answered the read's next question: what
+    the start asks of it, or the stream's first. The kill is real; only its moment is
+    made sure of, by killing it as the read's step ``moment`` returns."""
+    from dbus_fn.capture import _reader
+
+    start = pair.gtid(pair.primary())
+    with pair.primary() as connection, connection.cursor() as cursor:
+        cursor.execute("INSERT INTO shop.orders VALUES (1, 'before the kill')")
+    pair.caught_up()
+    step = getattr(_reader, moment)
+    killed: list[int] = []
+
+    def then_the_primary_dies(reader: Any, *args: Any) -> Any:
+        done = step(reader, *args)
+        if not killed:
+            killed.append(reader.server_index)
+            pair.kill_primary()
+        return done
+
+    monkeypatch.setattr(_reader, moment, then_the_primary_dies)
+    spec = SourceSpec("shop", pair.failover_dsn, (TABLE,))
+    reader = BinlogReader(spec, replica_id_for(f"test/{uuid.uuid4()}"))
+    try:
+        begin = reader.resolve_start(BinlogPosition("", 0, start))
+        items = list(reader.read(begin, idle_timeout=3))
+    finally:
+        reader.close()
+    assert killed == [0], "the primary was chosen, then killed"
+    rows = [(i.row["id"], i.row["note"]) for i in items if isinstance(i, RowChange)]
+    assert rows == [(1, "before the kill")]
+    assert reader.server_index == 1
+
+
 @ON_BOTH
 def test_a_replica_missing_committed_transactions_is_one_clear_error(pair: Pair) -> None:
     pair.stop_replication()  # the replica falls behind for good
