@@ -19,7 +19,9 @@ visible within ``handoff`` of a confirmation cannot overlap the next owner's.
 One request round trip per call: a ``sync`` (so a lagging ZooKeeper follower
 cannot answer from before a release) and the two reads are pipelined on one
 connection, which kazoo keeps up, and renews after a session expired; kazoo's
-retry asks again when the connection drops under the request.
+retry asks again when the connection drops under the request. Away 2 s (ZooKeeper
+restarting), a reconnect the starting server never answers is given up after a
+quarter of the session (2 s at least), not the whole of it (``answer_hosts``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,14 @@ from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from dbus_fn.coordination._client import ZooKeeperSettings, load, make_client, unavailable
+from dbus_fn.coordination._client import (
+    ANSWER_WAIT,
+    ZooKeeperSettings,
+    answer_hosts,
+    load,
+    make_client,
+    unavailable,
+)
 from dbus_fn.coordination._layout import check_name
 from dbus_fn.errors import CoordinationError
 
@@ -51,6 +60,8 @@ class HoldCheck:
         self._client: KazooClient | None = None
         self._pid = 0
         self._up = threading.Event()
+        self._away: threading.Timer | None = None
+        """Started when the connection went: spreads the server names once it fires."""
 
     def confirm(self, source: str, epoch: int, *, timeout: float = 2.0) -> float | None:
         """``time.monotonic()`` taken before asking, if this runtime holds ``source``
@@ -105,6 +116,9 @@ class HoldCheck:
         with self._lock:
             client, self._client = self._client, None
             self._up.clear()
+            away, self._away = self._away, None
+        if away is not None:
+            away.cancel()
         if client is not None and self._pid == os.getpid():
             client.remove_listener(self._on_state)
             client.stop()
@@ -123,6 +137,7 @@ class HoldCheck:
                 # A client inherited through fork() has no threads here: leave it be.
                 self._up.clear()
                 self._client = make_client(self.settings)
+                self._away = None
                 self._pid = os.getpid()
                 self._client.add_listener(self._on_state)
                 self._client.start_async()
@@ -132,8 +147,27 @@ class HoldCheck:
         return None
 
     def _on_state(self, state: str) -> None:
-        # kazoo's thread: only flip the event.
+        # kazoo's thread: flip the event, and time how long the connection is away.
         if state == KazooState.CONNECTED:
             self._up.set()
+            away, self._away = self._away, None
+            if away is not None:
+                away.cancel()
+                if self._client is not None:
+                    self._client.set_hosts(self.settings.hosts)
         else:
             self._up.clear()
+            if self._away is None:
+                self._away = threading.Timer(ANSWER_WAIT, self._spread_while_away)
+                self._away.daemon = True
+                self._away.start()
+
+    def _spread_while_away(self) -> None:
+        """Away ``ANSWER_WAIT`` seconds (a server restarting, not a connection dropped):
+        name each server often enough that an attempt a starting server never answers
+        is given up after a quarter of the session (``answer_hosts``), as the
+        ``Coordinator`` does; once connected, they are named as given again."""
+        with self._lock:
+            client = self._client
+            if client is not None and not self._up.is_set() and self._pid == os.getpid():
+                client.set_hosts(answer_hosts(self.settings.hosts, self.settings.session_timeout))

@@ -1,5 +1,6 @@
 """ZooKeeper down mid-run: commits are held, newest per source, and flushed after,
-and the session outlives the restart, even a reconnect the starting server never answers.
+and the session outlives the restart, even a reconnect the starting server never answers;
+a worker's hold check gives such a reconnect up as soon.
 
 These tests start a private ZooKeeper (``private_zookeeper``: their own DBUS_HOME
 and a free port, as tests/deploy does), so stopping and restarting it disturbs
@@ -13,6 +14,8 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import pytest
 from coordination_support import register_sources
@@ -21,11 +24,13 @@ from support import Proxy, wait_until
 from dbus_deploy.services import ServicesConfig, down, up
 from dbus_fn.coordination import (
     Coordinator,
+    HoldCheck,
     ZooKeeperSettings,
     close,
     connect,
     ensure_cluster,
 )
+from dbus_fn.errors import ZooKeeperUnavailableError
 from dbus_fn.events import BinlogPosition
 
 pytestmark = pytest.mark.integration
@@ -160,57 +165,125 @@ class SilentServer:
             conn.close()
 
 
+SESSION = 8.0
+"""The session timeout of the tests of a starting server that never answers."""
+
+
+@dataclass
+class Hang:
+    """A cluster of one source reached through ``proxy`` (sessions of ``SESSION``), and
+    the starting server a test puts on the proxy's port while the proxy is cut."""
+
+    proxy: Proxy
+    settings: ZooKeeperSettings
+    silent: SilentServer | None = None
+
+    def starting_server(self) -> SilentServer:
+        self.silent = SilentServer(self.proxy.port)
+        return self.silent
+
+    def given_up_in_time(self, who: str, what: str, back: float) -> None:
+        """Each attempt the starting server took was given up within half the session
+        (kazoo's own wait was the whole of it); ``what`` came ``back`` s after the server."""
+        assert self.silent is not None
+        waits = self.silent.waits()
+        assert max(waits) < SESSION / 2, (
+            f"{who} waited {waits} s for answers from the starting server"
+        )
+        print(
+            f"\nattempts the starting server never answered, given up after "
+            f"{', '.join(f'{w:.2f}' for w in waits)} s; {what} {back:.2f} s "
+            "after the server was back"
+        )
+
+
+@contextlib.contextmanager
+def _hang(hosts: str, cluster: str) -> Iterator[Hang]:
+    proxy = Proxy(hosts)
+    hang: Hang | None = None
+    try:
+        hang = Hang(proxy, _cluster_through(proxy, cluster, session=SESSION, sources=1))
+        yield hang
+    finally:
+        if hang is not None and hang.silent is not None:
+            hang.silent.close()
+        proxy.close()
+
+
 def test_a_reconnect_the_restarting_server_never_answers_is_given_up_in_time_to_keep_the_session(
     private_zookeeper: tuple[ServicesConfig, str], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="dbus_fn.coordination")
     config, hosts = private_zookeeper
-    session = 8.0
-    proxy = Proxy(hosts)
-    silent: SilentServer | None = None
-    try:
-        settings = _cluster_through(proxy, "silent", session=session, sources=1)
+    with (
+        _hang(hosts, "silent") as hang,
+        Coordinator.from_settings(hang.settings, "rt-a") as runtime,
+    ):
+        wait_until(lambda: len(runtime.owned_sources()) == 1, 10, "the source owned")
+        owned = runtime.owned_sources()
+        session_id = runtime.client.client_id[0]
 
-        with Coordinator.from_settings(settings, "rt-a") as runtime:
+        hang.proxy.cut()
+        down(["zookeeper"], config=config)
+        wait_until(lambda: runtime.state == "suspended", 10, "the runtime notices")
+        # Away 2 s: a server restarting, not a connection dropped; each attempt now
+        # waits a quarter of the session for an answer.
+        wait_until(lambda: len(runtime.client.hosts) == 4, 10, "the server named often")
+        # The runtime's next attempt lands on a server that is starting.
+        silent = hang.starting_server()
+        wait_until(lambda: silent.accepted, 10, "the runtime tries the starting server")
+        up(["zookeeper"], config=config)  # it loads the session: its clock starts again
+        silent.stop_listening()
+        hang.proxy.restore()
+        back = wait_until(
+            lambda: runtime.state == "connected" and runtime.owned_sources() == owned,
+            SESSION,
+            "the runtime back with its source",
+        )
+        assert runtime.client.client_id[0] == session_id, "the same session goes on"
+        # Connected, kazoo has the server once again: after a drop, one attempt at once,
+        # the next round after its backoff.
+        assert len(runtime.client.hosts) == 1
+        hang.given_up_in_time("the runtime", "back", back)
+        assert "ZooKeeper connection back after" in caplog.text
+        assert "same session" in caplog.text
+        assert "ZooKeeper session lost" not in caplog.text
+
+
+def test_a_hold_check_whose_reconnect_the_starting_server_never_answers_confirms_again_soon(
+    private_zookeeper: tuple[ServicesConfig, str],
+) -> None:
+    """A worker's ``HoldCheck`` reaches ZooKeeper through a proxy that is cut; its next
+    attempt lands on a server that is starting (``SilentServer``). It gives that attempt
+    up after a quarter of the session, and confirms the hold soon after the server
+    serves again, where it waited the whole session before."""
+    _, hosts = private_zookeeper
+    with _hang(hosts, "hold") as hang:
+        direct = replace(hang.settings, hosts=hosts)
+        with (
+            Coordinator.from_settings(direct, "rt-a") as runtime,
+            HoldCheck(hang.settings, "rt-a") as hold,
+        ):
             wait_until(lambda: len(runtime.owned_sources()) == 1, 10, "the source owned")
-            owned = runtime.owned_sources()
-            session_id = runtime.client.client_id[0]
+            [(source, epoch)] = runtime.owned_sources().items()
+            assert hold.confirm(source, epoch) is not None
 
-            proxy.cut()
-            down(["zookeeper"], config=config)
-            wait_until(lambda: runtime.state == "suspended", 10, "the runtime notices")
-            # Away 2 s: a server restarting, not a connection dropped; each attempt now
-            # waits a quarter of the session for an answer.
-            wait_until(lambda: len(runtime.client.hosts) == 4, 10, "the server named often")
-            # The runtime's next attempt lands on a server that is starting.
-            silent = SilentServer(proxy.port)
-            wait_until(lambda: silent.accepted, 10, "the runtime tries the starting server")
-            up(["zookeeper"], config=config)  # it loads the session: its clock starts again
+            hang.proxy.cut()
+            # Away 2 s: a server restarting; each attempt now waits a quarter of the
+            # session for an answer.
+            wait_until(lambda: len(hold._client.hosts) == 4, 10, "the server named often")
+            silent = hang.starting_server()
+            wait_until(lambda: silent.accepted, 10, "the hold check tries the starting server")
             silent.stop_listening()
-            proxy.restore()
-            back = wait_until(
-                lambda: runtime.state == "connected" and runtime.owned_sources() == owned,
-                session,
-                "the runtime back with its source",
-            )
-            assert runtime.client.client_id[0] == session_id, "the same session goes on"
-            # Connected, kazoo has the server once again: after a drop, one attempt at once,
-            # the next round after its backoff.
-            assert len(runtime.client.hosts) == 1
-            # kazoo's own wait for an answer was the whole session timeout.
-            waits = silent.waits()
-            assert max(waits) < session / 2, (
-                f"the runtime waited {waits} s for answers from the starting server"
-            )
-            assert "ZooKeeper connection back after" in caplog.text
-            assert "same session" in caplog.text
-            assert "ZooKeeper session lost" not in caplog.text
-            print(
-                f"\nattempts the starting server never answered, given up after "
-                f"{', '.join(f'{w:.2f}' for w in waits)} s; back {back:.2f} s "
-                "after the server was"
-            )
-    finally:
-        if silent is not None:
-            silent.close()
-        proxy.close()
+            hang.proxy.restore()
+            restored = time.monotonic()
+
+            def confirmed() -> bool:
+                with contextlib.suppress(ZooKeeperUnavailableError):
+                    return hold.confirm(source, epoch) is not None
+                return False
+
+            wait_until(confirmed, SESSION, "the hold confirmed again")
+            back = time.monotonic() - restored
+            assert len(hold._client.hosts) == 1, "connected, the server named once again"
+            hang.given_up_in_time("the hold check", "confirmed", back)
