@@ -156,7 +156,14 @@ class SilentServer:
         return [self._closed.get(n, now) - opened for n, opened in sorted(self._opened.items())]
 
     def stop_listening(self) -> None:
-        """Free the port; the connections taken stay open and unanswered."""
+        """Free the port; the connections taken stay open and unanswered.
+
+        Shut down before it is closed: a listener closed while its thread waits in
+        ``accept()`` stays bound until a connection ends that wait, and the proxy
+        started next found the port taken whenever it bound first (socat: "bind …
+        Address already in use"), which a loaded machine made happen by chance."""
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
 
     def close(self) -> None:
