@@ -680,8 +680,33 @@ def read_topic(
 
     Read as a consumer of a cluster's topics must (``read_committed``, librdkafka's
     default): a transaction the broker aborted (a paused runtime's) is not seen.
-    ``committed`` False: every message in the log, aborted or not (to explain a loss).
+    Committed messages never change, so a topic read again (a check repeated until a
+    runtime caught up) is read on from where its last read ended (``_COMMITTED``).
+    ``committed`` False: every message in the log, aborted or not (to explain a loss),
+    read whole each time.
     """
+    if not committed:
+        return _read_log(bootstrap, topic, {}, timeout=timeout, committed=False)
+    log = _COMMITTED.setdefault((bootstrap, topic), {})
+    return _read_log(bootstrap, topic, log, timeout=timeout, committed=True)
+
+
+_COMMITTED: dict[tuple[str, str], dict[int, list[Delivered]]] = {}
+"""(bootstrap, topic) -> partition -> its committed messages read so far. The chaos
+tests' topics are named afresh for each run (``new_routes``); ``delete_outputs`` forgets
+the ones it deletes."""
+
+
+def _read_log(
+    bootstrap: str,
+    topic: str,
+    log: dict[int, list[Delivered]],
+    *,
+    timeout: float,
+    committed: bool,
+) -> list[Delivered]:
+    """Read ``topic`` on from the end of what ``log`` holds, per partition, to its
+    current end; add what came to ``log`` and return all of it in partition order."""
     consumer = kafka_consumer(
         bootstrap,
         {
@@ -693,8 +718,12 @@ def read_topic(
     try:
         metadata = consumer.list_topics(topic, timeout=30)
         partitions = sorted(metadata.topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        messages: list[Delivered] = []
+        if set(log) - set(partitions):
+            log.clear()  # not the topic read before: read it whole
+        consumer.assign([
+            TopicPartition(topic, p, log[p][-1].offset + 1 if log.get(p) else OFFSET_BEGINNING)
+            for p in partitions
+        ])  # fmt: skip
         deadline = time.monotonic() + timeout
         done: set[int] = set()
         while len(done) < len(partitions):
@@ -714,11 +743,11 @@ def read_topic(
             image = data["after"] if data["after"] is not None else data["before"]
             key = tuple(json.loads(msg.key()))
             ver = image["ver"]
-            messages.append(Delivered(msg.partition(), msg.offset(), key, ver, op))
+            delivered = Delivered(msg.partition(), msg.offset(), key, ver, op)
+            log.setdefault(msg.partition(), []).append(delivered)
     finally:
         consumer.close()
-    messages.sort(key=lambda m: (m.partition, m.offset))
-    return messages
+    return [m for p in sorted(log) for m in sorted(log[p], key=lambda m: m.offset)]
 
 
 def dead_letters(bootstrap: str, topics: Iterable[str]) -> dict[str, int]:
@@ -985,6 +1014,8 @@ def delete_outputs(bootstrap: str, es_url: str, routes: Routes) -> None:
     existing = set(admin.list_topics(timeout=30).topics)
     names = [routes.topic(t) for t in routes.tables] + [routes.dead_letters]
     doomed = [t for t in names if t in existing]
+    for topic in names:
+        _COMMITTED.pop((bootstrap, topic), None)
     if doomed:
         for future in admin.delete_topics(doomed, operation_timeout=30).values():
             future.result(timeout=60)
