@@ -1,4 +1,5 @@
-"""Connecting to ZooKeeper: settings, digest ACLs, and kazoo errors as ``DbusError``s.
+"""Connecting to ZooKeeper: settings, digest ACLs, the server names a client reconnects
+with (``AwayHosts``), and kazoo errors as ``DbusError``s.
 
 Settings are read in one place (``ZooKeeperSettings.from_env``): a flag wins over
 ``DBUS_ZOOKEEPER``, ``DBUS_CLUSTER``, ``DBUS_ZK_AUTH``, ``DBUS_ZK_TIMEOUT`` and
@@ -13,7 +14,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
+import threading
 import time
 import uuid
 import warnings
@@ -200,6 +203,71 @@ def answer_hosts(hosts: str, session_timeout: float) -> str:
     wait = max(ANSWER_WAIT, session_timeout / 4)
     times = max(1, math.floor(session_timeout / (len(names) * wait)))
     return ",".join(names * times) + slash + chroot
+
+
+class AwayHosts:
+    """The server names a kazoo client reconnects with: as given while connected, and
+    ``answer_hosts`` once its connection has been away ``ANSWER_WAIT`` seconds (a
+    server restarting, not a connection dropped), until it is back.
+
+    Not sooner: kazoo tries the names of a round one after the other without a pause,
+    and a runtime told at once that its session ended would be back with a new one
+    before the leader saw it go. The ``Coordinator`` and a worker's ``HoldCheck`` each
+    keep one for their client and tell it, from kazoo's state listener, when the
+    connection goes (``away``) and comes back (``back``); a timer spreads the names.
+    Its own lock serialises the listener's calls and the timer's.
+    """
+
+    def __init__(self, settings: ZooKeeperSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._client: KazooClient | None = None
+        self._pid = 0
+        self._timer: threading.Timer | None = None
+        self._spread = False
+
+    def follow(self, client: KazooClient | None) -> None:
+        """The client whose names these are, from now on (None: none)."""
+        with self._lock:
+            self._cancel()
+            self._client, self._pid, self._spread = client, os.getpid(), False
+
+    def away(self) -> None:
+        """The connection went (suspended or lost): spread the names if it stays away."""
+        with self._lock:
+            if self._timer is None and not self._spread and self._client is not None:
+                timer = threading.Timer(ANSWER_WAIT, lambda: self._spread_now(timer))
+                timer.daemon = True
+                self._timer = timer
+                timer.start()
+
+    def back(self) -> None:
+        """The connection is back: the names as given again."""
+        with self._lock:
+            self._cancel()
+            if self._spread:
+                self._spread = False
+                self._set(self.settings.hosts)
+
+    def _spread_now(self, timer: threading.Timer) -> None:
+        with self._lock:
+            if self._timer is not timer:
+                return  # back, or followed another client, as it fired
+            self._timer = None
+            self._spread = True
+            self._set(answer_hosts(self.settings.hosts, self.settings.session_timeout))
+
+    def _cancel(self) -> None:
+        """(lock held)"""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _set(self, hosts: str) -> None:
+        """(lock held) A client inherited through fork() is left be: its threads are
+        not in this process."""
+        if self._client is not None and self._pid == os.getpid():
+            self._client.set_hosts(hosts)
 
 
 def connect(settings: ZooKeeperSettings, **options: Any) -> KazooClient:

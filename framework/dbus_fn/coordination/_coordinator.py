@@ -51,9 +51,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError as KazooTimeout
 
 from dbus_fn.coordination._client import (
-    ANSWER_WAIT,
     ZooKeeperSettings,
-    answer_hosts,
     close,
     connect,
     dump,
@@ -102,6 +100,7 @@ class Coordinator(Commits, Leadership):
             close(client)
             raise
         self._client = client
+        self._hosts.follow(client)
         self._state = "connected"
         client.add_listener(self._on_state)
         self._thread = threading.Thread(
@@ -142,6 +141,7 @@ class Coordinator(Commits, Leadership):
             self._owned.clear()
             self._confirmed = False
             self._leader = False
+        self._hosts.follow(None)
         if client is not None:
             client.remove_listener(self._on_state)
             close(client)
@@ -249,6 +249,7 @@ class Coordinator(Commits, Leadership):
                 self._state = "suspended"
                 if self._away_since is None:
                     self._away_since = time.monotonic()
+                self._hosts.away()
                 log.warning("runtime %s: ZooKeeper connection suspended", self.runtime_id)
             elif state == KazooState.LOST:
                 self._generation += 1
@@ -266,6 +267,7 @@ class Coordinator(Commits, Leadership):
                 self._leader = False
                 if self._away_since is None:
                     self._away_since = time.monotonic()
+                self._hosts.away()
                 log.warning(
                     "runtime %s: ZooKeeper session lost%s; gave up %s",
                     self.runtime_id,
@@ -283,36 +285,11 @@ class Coordinator(Commits, Leadership):
                         "same session" if self._state == "suspended" else "new session",
                     )
                     self._away_since = None
-                if self._spread:
-                    self._spread = False
-                    self._reconnect_hosts(away=False)
+                self._hosts.back()
                 self._state = "connected"
                 self._assign_dirty = True
                 self._rebalance_dirty = True
         self._wake.set()
-
-    def _spread_when_away_long(self) -> None:
-        """Once the connection has been away ``ANSWER_WAIT`` seconds, kazoo's next
-        rounds of attempts each wait a part of the session for an answer
-        (``answer_hosts``): a server is restarting, not merely a connection dropped.
-        Not sooner: kazoo tries the names of a round one after the other without a
-        pause, and a runtime told at once that its session ended would be back with
-        a new one before the leader saw it go."""
-        with self._lock:
-            away = self._away_since
-            if away is None or self._spread or time.monotonic() - away < ANSWER_WAIT:
-                return
-            self._spread = True
-            self._reconnect_hosts(away=True)
-
-    def _reconnect_hosts(self, *, away: bool) -> None:
-        """The servers kazoo reads as its next round of attempts begins: spread while
-        away, as given once back (lock held)."""
-        if self._client is None:
-            return
-        given = self.settings.hosts
-        hosts = answer_hosts(given, self.settings.session_timeout) if away else given
-        self._client.set_hosts(hosts)
 
     def _away(self) -> str:
         """How long the connection has been away, for a log line (lock held)."""
@@ -339,7 +316,6 @@ class Coordinator(Commits, Leadership):
                 break
             client = self._client
             if client is None or client.state != KazooState.CONNECTED:
-                self._spread_when_away_long()
                 continue
             try:
                 self._step()

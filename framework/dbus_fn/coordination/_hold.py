@@ -36,9 +36,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from dbus_fn.coordination._client import (
-    ANSWER_WAIT,
+    AwayHosts,
     ZooKeeperSettings,
-    answer_hosts,
     load,
     make_client,
     unavailable,
@@ -60,8 +59,8 @@ class HoldCheck:
         self._client: KazooClient | None = None
         self._pid = 0
         self._up = threading.Event()
-        self._away: threading.Timer | None = None
-        """Started when the connection went: spreads the server names once it fires."""
+        self._hosts = AwayHosts(settings)
+        """The servers the client reconnects with: named often once away a while."""
 
     def confirm(self, source: str, epoch: int, *, timeout: float = 2.0) -> float | None:
         """``time.monotonic()`` taken before asking, if this runtime holds ``source``
@@ -116,9 +115,7 @@ class HoldCheck:
         with self._lock:
             client, self._client = self._client, None
             self._up.clear()
-            away, self._away = self._away, None
-        if away is not None:
-            away.cancel()
+            self._hosts.follow(None)
         if client is not None and self._pid == os.getpid():
             client.remove_listener(self._on_state)
             client.stop()
@@ -137,8 +134,8 @@ class HoldCheck:
                 # A client inherited through fork() has no threads here: leave it be.
                 self._up.clear()
                 self._client = make_client(self.settings)
-                self._away = None
                 self._pid = os.getpid()
+                self._hosts.follow(self._client)
                 self._client.add_listener(self._on_state)
                 self._client.start_async()
             client = self._client
@@ -147,27 +144,10 @@ class HoldCheck:
         return None
 
     def _on_state(self, state: str) -> None:
-        # kazoo's thread: flip the event, and time how long the connection is away.
+        # kazoo's thread: flip the event; the names spread while the connection is away.
         if state == KazooState.CONNECTED:
             self._up.set()
-            away, self._away = self._away, None
-            if away is not None:
-                away.cancel()
-                if self._client is not None:
-                    self._client.set_hosts(self.settings.hosts)
+            self._hosts.back()
         else:
             self._up.clear()
-            if self._away is None:
-                self._away = threading.Timer(ANSWER_WAIT, self._spread_while_away)
-                self._away.daemon = True
-                self._away.start()
-
-    def _spread_while_away(self) -> None:
-        """Away ``ANSWER_WAIT`` seconds (a server restarting, not a connection dropped):
-        name each server often enough that an attempt a starting server never answers
-        is given up after a quarter of the session (``answer_hosts``), as the
-        ``Coordinator`` does; once connected, they are named as given again."""
-        with self._lock:
-            client = self._client
-            if client is not None and not self._up.is_set() and self._pid == os.getpid():
-                client.set_hosts(answer_hosts(self.settings.hosts, self.settings.session_timeout))
+            self._hosts.away()

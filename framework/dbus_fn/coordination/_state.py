@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from kazoo.client import KazooClient
 
-from dbus_fn.coordination._client import ZooKeeperSettings
+from dbus_fn.coordination._client import AwayHosts, ZooKeeperSettings
 from dbus_fn.coordination._handoff import Waiting
 from dbus_fn.coordination._layout import check_name
 from dbus_fn.errors import CoordinationError, FencedError
@@ -96,7 +96,8 @@ class CoordinatorState:
         self._thread: threading.Thread | None = None
         self._state: SessionState = "stopped"
         self._away_since: float | None = None  # monotonic: when the connection dropped
-        self._spread = False  # kazoo has the servers named often (``answer_hosts``)
+        # The servers kazoo reconnects with: named often once away a while.
+        self._hosts = AwayHosts(self.settings)
         self._generation = 0  # bumped on every SUSPENDED/LOST: invalidates a confirmation
         self._confirmed = False
         # The connection dropped while this runtime's view was confirmed and fresh:

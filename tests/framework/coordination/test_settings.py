@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from kazoo.client import KazooClient
 
-from dbus_fn.coordination import ClusterLayout, ZooKeeperSettings
-from dbus_fn.coordination._client import answer_hosts
+from dbus_fn.coordination import ClusterLayout, ZooKeeperSettings, _client
+from dbus_fn.coordination._client import AwayHosts, answer_hosts
 from dbus_fn.errors import ConfigError
 
 
@@ -82,3 +84,45 @@ def test_each_reconnect_attempt_waits_a_part_of_the_session_for_an_answer(
         assert client.chroot == (f"/{hosts.partition('/')[2]}" if "/" in hosts else "")
     finally:
         client.close()
+
+
+AWAY = 0.3
+"""``ANSWER_WAIT`` in the tests below, for short ones."""
+
+
+def _away_hosts(monkeypatch: pytest.MonkeyPatch) -> tuple[AwayHosts, KazooClient]:
+    """An ``AwayHosts`` following a client that never connects (only its names are read)."""
+    monkeypatch.setattr(_client, "ANSWER_WAIT", AWAY)
+    settings = ZooKeeperSettings(hosts="127.0.0.1:1/team", session_timeout=10.0)
+    client = KazooClient(hosts=settings.hosts, timeout=settings.session_timeout)
+    hosts = AwayHosts(settings)
+    hosts.follow(client)
+    return hosts, client
+
+
+def test_a_connection_away_a_while_reconnects_naming_its_server_often_then_as_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hosts, client = _away_hosts(monkeypatch)
+    hosts.away()
+    hosts.away()  # suspended, then lost: one timer
+    assert len(client.hosts) == 1, "not at once: a dropped connection is not a restart"
+    time.sleep(AWAY * 3)
+    assert len(client.hosts) == 4, "away a while: each attempt waits a quarter of the session"
+    assert client.chroot == "/team"
+    hosts.back()
+    assert client.hosts == [("127.0.0.1", 1)]
+
+
+@pytest.mark.parametrize("then", ["back", "another client"])
+def test_a_connection_back_soon_is_never_spread(
+    monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    hosts, client = _away_hosts(monkeypatch)
+    hosts.away()
+    if then == "back":
+        hosts.back()
+    else:
+        hosts.follow(None)
+    time.sleep(AWAY * 3)
+    assert client.hosts == [("127.0.0.1", 1)]
