@@ -247,9 +247,7 @@ class Coordinator(Commits, Leadership):
                 self._generation += 1
                 self._confirmed = False
                 self._state = "suspended"
-                if self._away_since is None:
-                    self._away_since = time.monotonic()
-                self._hosts.away()
+                self._went_away()
                 log.warning("runtime %s: ZooKeeper connection suspended", self.runtime_id)
             elif state == KazooState.LOST:
                 self._generation += 1
@@ -265,9 +263,7 @@ class Coordinator(Commits, Leadership):
                 self._registered = False
                 self._election_node = None
                 self._leader = False
-                if self._away_since is None:
-                    self._away_since = time.monotonic()
-                self._hosts.away()
+                self._went_away()
                 log.warning(
                     "runtime %s: ZooKeeper session lost%s; gave up %s",
                     self.runtime_id,
@@ -290,6 +286,13 @@ class Coordinator(Commits, Leadership):
                 self._assign_dirty = True
                 self._rebalance_dirty = True
         self._wake.set()
+
+    def _went_away(self) -> None:
+        """The connection dropped or the session ended (lock held): note since when,
+        once per outage, and let the servers be named often if it stays away."""
+        if self._away_since is None:
+            self._away_since = time.monotonic()
+        self._hosts.away()
 
     def _away(self) -> str:
         """How long the connection has been away, for a log line (lock held)."""
